@@ -1,0 +1,1 @@
+"""Metrics mmstiff adds (imported for registration)."""

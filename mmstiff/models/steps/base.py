@@ -1,0 +1,87 @@
+"""The step-size adaptor abstraction (METHODS.md §0).
+
+A residual block is one explicit-Euler step of an ODE,
+
+    x_{t+1} = act(x_t + Δ_t ⊙ f(x_t)),
+
+and a *step-size adaptor* is the module that computes Δ_t from the current state ``x_t`` and
+the residual branch output ``f``. The plain ResNet (Δ ≡ 1), SE (Δ from f) and StepNet
+(Δ from x_t and x_t + f) are all adaptors, so a backbone takes ``adaptor=dict(type=...)``.
+
+Contract for every adaptor:
+
+* ``forward(x_t, f)`` returns Δ_t, broadcastable against ``f`` (e.g. ``(B, C, 1, 1)`` for
+  feature maps, ``(B, 1, C)`` for tokens, or a Python scalar for :class:`ConstantStep`).
+  The block then computes ``x_t + Δ_t * f`` itself.
+* ``layout`` says where the channels are: ``'nchw'`` (CNN feature maps, pooled over H, W) or
+  ``'nlc'`` (transformer tokens, pooled over the token axis).
+* The trajectory recorder of :mod:`mmstiff.analysis` reads a block's step size as the output
+  of the :class:`StepAdaptor` submodule inside that block, so adaptors must be called exactly
+  once per block forward and must not be shared between blocks.
+"""
+import torch
+from mmengine.model import BaseModule
+
+from mmstiff.registry import MODELS
+
+LAYOUTS = ('nchw', 'nlc')
+
+
+def check_layout(layout):
+    """Validate an adaptor's ``layout`` argument, naming the bad value."""
+    if layout not in LAYOUTS:
+        raise ValueError(f'layout={layout!r} is not supported; expected one of {LAYOUTS}')
+    return layout
+
+
+def pool_state(x, layout):
+    """Global average pooling of a state over its non-channel axes, kept broadcastable.
+
+    ``'nchw'``: (B, C, H, W) -> (B, C, 1, 1); ``'nlc'``: (B, N, C) -> (B, 1, C).
+    """
+    if layout == 'nchw':
+        return x.mean(dim=(2, 3), keepdim=True)
+    return x.mean(dim=1, keepdim=True)
+
+
+class StepAdaptor(BaseModule):
+    """Base class of step-size adaptors ``(x_t, f) -> Δ_t``.
+
+    Args:
+        layout (str): ``'nchw'`` or ``'nlc'``; see the module docstring.
+        init_cfg (dict, optional): MMEngine initialisation config.
+    """
+
+    def __init__(self, layout='nchw', init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.layout = check_layout(layout)
+
+    def forward(self, x_t, f):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@MODELS.register_module()
+class ConstantStep(StepAdaptor):
+    """The plain residual step, Δ ≡ ``step`` (1.0: a standard ResNet block). No parameters.
+
+    Args:
+        step (float): the constant step size. Default 1.0.
+        layout (str): ``'nchw'`` or ``'nlc'``.
+    """
+
+    def __init__(self, step=1.0, layout='nchw', init_cfg=None):
+        super().__init__(layout=layout, init_cfg=init_cfg)
+        self.step = float(step)
+
+    def forward(self, x_t, f):
+        return self.step
+
+    def extra_repr(self):
+        return f'step={self.step}, layout={self.layout!r}'
+
+
+def apply_step(x_t, step, f):
+    """One Euler update ``x_t + Δ ⊙ f`` (without the activation), skipping the multiply for Δ ≡ 1."""
+    if isinstance(step, float) and step == 1.0:
+        return x_t + f
+    return torch.addcmul(x_t, step, f) if torch.is_tensor(step) else x_t + step * f
