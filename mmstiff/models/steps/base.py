@@ -13,6 +13,8 @@ Contract for every adaptor:
 * ``forward(x_t, f)`` returns Δ_t, broadcastable against ``f`` (e.g. ``(B, C, 1, 1)`` for
   feature maps, ``(B, 1, C)`` for tokens, or a Python scalar for :class:`ConstantStep`).
   The block then computes ``x_t + Δ_t * f`` itself.
+* Backbones build adaptors as ``MODELS.build(dict(cfg, channels=C, layout=...))``, so every
+  adaptor's constructor accepts ``channels`` (the number of channels of ``f``) and ``layout``.
 * ``layout`` says where the channels are: ``'nchw'`` (CNN feature maps, pooled over H, W) or
   ``'nlc'`` (transformer tokens, pooled over the token axis).
 * The trajectory recorder of :mod:`mmstiff.analysis` reads a block's step size as the output
@@ -66,10 +68,11 @@ class ConstantStep(StepAdaptor):
 
     Args:
         step (float): the constant step size. Default 1.0.
+        channels (int, optional): accepted for a uniform adaptor interface; unused.
         layout (str): ``'nchw'`` or ``'nlc'``.
     """
 
-    def __init__(self, step=1.0, layout='nchw', init_cfg=None):
+    def __init__(self, step=1.0, channels=None, layout='nchw', init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         self.step = float(step)
 
