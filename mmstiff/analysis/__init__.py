@@ -1,0 +1,30 @@
+"""Training diagnostics as pure functions, plus recorders of the trajectory a network follows.
+
+Nothing here depends on MMEngine: tensors in, numbers out (METHODS.md §5 and §8).
+"""
+from .attention import AttentionRecorder, attention_from_qkv, attention_modules
+from .blocks import (block_kind, find_blocks, is_residual_block, register_block_type,
+                     step_sources)
+from .frequency import (as_maps, delta_log_amplitude, diagonal_frequencies, high_frequency_ratio,
+                        log_amplitude_profile, log_amplitude_spectrum, tokens_to_maps)
+from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
+from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
+                         token_cosine_similarity)
+from .stiffness import (mean_step_size, neural_stiffness_index, nsi_step_correlation,
+                        pearson_correlation, stiffness_event, stiffness_event_probability,
+                        stiffness_ratio, tns_per_trajectory, total_neural_stiffness,
+                        trajectory_mean)
+from .trajectory import StepRecord, TrajectoryRecorder, record_states, stage_of
+
+__all__ = [
+    'AttentionRecorder', 'attention_from_qkv', 'attention_modules', 'block_kind', 'find_blocks',
+    'is_residual_block', 'register_block_type', 'step_sources', 'as_maps', 'delta_log_amplitude',
+    'diagonal_frequencies', 'high_frequency_ratio', 'log_amplitude_profile',
+    'log_amplitude_spectrum', 'tokens_to_maps', 'frequency_band_mask', 'frequency_band_noise',
+    'normalised_frequency_radius', 'attention_column_cosine_similarity',
+    'attention_spectral_response', 'token_cosine_similarity', 'mean_step_size',
+    'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation', 'stiffness_event',
+    'stiffness_event_probability', 'stiffness_ratio', 'tns_per_trajectory',
+    'total_neural_stiffness', 'trajectory_mean', 'StepRecord', 'TrajectoryRecorder',
+    'record_states', 'stage_of'
+]

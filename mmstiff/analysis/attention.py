@@ -1,0 +1,133 @@
+"""Attention maps of transformer layers, for the over-smoothing diagnostics (METHODS.md §8).
+
+mmpretrain's ``MultiheadAttention`` runs the fused ``scaled_dot_product_attention`` kernel and
+never materialises the attention map ``A = softmax(q kᵀ · scale)``. :class:`AttentionRecorder`
+rebuilds it, only while recording, from the output of the module's ``qkv`` projection (a
+forward hook, so nothing is computed twice except the ``q kᵀ`` product and the softmax).
+
+An attention module that changes the map (e.g. an AttnScale layer) can expose
+``attention_map(x) -> (B, H, N, N)``; the recorder then calls it on the module's input instead.
+"""
+import fnmatch
+from collections import OrderedDict
+
+import torch
+import torch.nn as nn
+
+from .blocks import find_blocks
+
+
+def attention_from_qkv(qkv, num_heads, scale=None):
+    """``softmax(q kᵀ · scale)`` from a fused ``qkv`` projection output ``(B, N, 3 C)``.
+
+    Args:
+        qkv (Tensor): ``(B, N, 3 * C)`` laid out as mmpretrain's ``MultiheadAttention`` does
+            (``reshape(B, N, 3, heads, C // heads)``).
+        num_heads (int): number of heads.
+        scale (float, optional): the logit scale; ``head_dim ** -0.5`` when None.
+
+    Returns:
+        Tensor: ``(B, heads, N, N)`` attention maps, rows summing to 1.
+    """
+    if qkv.dim() != 3 or qkv.shape[-1] % (3 * num_heads):
+        raise ValueError(f'qkv has shape {tuple(qkv.shape)}; expected (B, N, 3 * C) with C a '
+                         f'multiple of num_heads={num_heads}')
+    b, n, _ = qkv.shape
+    qkv = qkv.reshape(b, n, 3, num_heads, -1).permute(2, 0, 3, 1, 4)
+    q, k = qkv[0].float(), qkv[1].float()
+    scale = q.shape[-1]**-0.5 if scale is None else scale
+    return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+
+
+def attention_modules(model, select=None):
+    """``[(layer name, attention module)]`` of the transformer layers of ``model``."""
+    found = []
+    for name, block, kind in find_blocks(model):
+        if kind != 'transformer':
+            continue
+        if select is not None and not any(fnmatch.fnmatchcase(name, p) for p in select):
+            continue
+        attn = getattr(block, 'attn', None)
+        if isinstance(attn, nn.Module):
+            found.append((name, attn))
+    return found
+
+
+def _scale_of(attn):
+    scale = getattr(attn, 'scale', None)
+    return float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) \
+        else None
+
+
+class AttentionRecorder:
+    """Forward hooks that rebuild the attention maps of transformer layers.
+
+    Args:
+        model (nn.Module): a network with transformer layers (see
+            :mod:`mmstiff.analysis.blocks`).
+        reduce (callable, optional): ``(layer name, attn (B, H, N, N)) -> Any`` called under
+            ``torch.no_grad()``; its results are kept in :attr:`outputs`. Default keeps the maps.
+        select (Sequence[str], optional): fnmatch patterns of layer names; None: every layer.
+    """
+
+    def __init__(self, model, reduce=None, select=None):
+        if select is not None and (isinstance(select, str) or not hasattr(select, '__iter__')):
+            raise ValueError(f'select={select!r} is not supported; expected None or a sequence '
+                             'of fnmatch patterns of layer names')
+        self.modules = attention_modules(model, select)
+        if not self.modules:
+            raise ValueError(f'{type(model).__name__} has no transformer layer with an `attn` '
+                             f'module (select={select!r})')
+        self.reduce = reduce or (lambda name, attn: attn)
+        self.outputs = OrderedDict()
+        self._handles = []
+
+    @property
+    def active(self):
+        return bool(self._handles)
+
+    def start(self):
+        if self.active:
+            return self
+        for name, attn in self.modules:
+            self._hook(name, attn)
+        return self
+
+    def stop(self):
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def _keep(self, name, attn):
+        with torch.no_grad():
+            self.outputs.setdefault(name, []).append(self.reduce(name, attn.detach()))
+
+    def _hook(self, name, attn):
+        if callable(getattr(attn, 'attention_map', None)):
+
+            def on_input(module, args):
+                with torch.no_grad():
+                    self._keep(name, module.attention_map(args[0].detach()))
+
+            self._handles.append(attn.register_forward_pre_hook(on_input))
+            return
+        qkv = getattr(attn, 'qkv', None)
+        num_heads = getattr(attn, 'num_heads', None)
+        if not isinstance(qkv, nn.Module) or not isinstance(num_heads, int):
+            raise ValueError(f'attention module {name}.attn ({type(attn).__name__}) has neither '
+                             'attention_map(x) nor a fused `qkv` projection with `num_heads`')
+        scale = _scale_of(attn)
+
+        def on_qkv(module, args, output):
+            with torch.no_grad():
+                self._keep(name, attention_from_qkv(output.detach(), num_heads, scale))
+
+        self._handles.append(qkv.register_forward_hook(on_qkv))

@@ -1,0 +1,144 @@
+"""Frequency diagnostics of feature maps and token matrices (METHODS.md §8).
+
+* High-frequency ratio ``||HC[X]||_F / ||X||_F`` with ``HC[X] = X - DC[X]``, the DC component
+  being the mean over tokens (anti-oversmoothing §2, Appendix G.3, Fig. 11) or, for CNN maps,
+  over spatial positions.
+* Relative log amplitude of the 2-D Fourier transform of a feature map along the diagonal from
+  the centre (frequency 0) to the corner (frequency 1.0π), and its value at 1.0π, the
+  "Δ log amplitude" of how-do-vits-work §3, Fig. 2a and Fig. 8.
+
+Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` tokens.
+"""
+import math
+
+import torch
+
+LOG_EPS = 1e-6
+
+
+def infer_layout(x):
+    """``'nchw'`` for a 4-D tensor, ``'nlc'`` for a 3-D one."""
+    if not torch.is_tensor(x):
+        raise ValueError(f'x must be a torch.Tensor, got {type(x).__name__}')
+    if x.dim() == 4:
+        return 'nchw'
+    if x.dim() == 3:
+        return 'nlc'
+    raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) feature maps or '
+                     '(B, N, C) tokens')
+
+
+def dc_component(x, layout=None):
+    """``DC[X]``: the mean over tokens (``'nlc'``) or spatial positions (``'nchw'``), kept
+    broadcastable against ``x``."""
+    layout = layout or infer_layout(x)
+    if layout == 'nchw':
+        return x.mean(dim=(2, 3), keepdim=True)
+    if layout == 'nlc':
+        return x.mean(dim=1, keepdim=True)
+    raise ValueError(f"layout={layout!r} is not supported; expected 'nchw' or 'nlc'")
+
+
+def high_frequency_ratio(x, layout=None):
+    """Per-sample ``||HC[X]||_F / ||X||_F`` (METHODS.md §8; anti-oversmoothing Appendix G.3).
+
+    Args:
+        x (Tensor): ``(B, C, H, W)`` feature maps or ``(B, N, C)`` tokens (all tokens, the class
+            token included, as in the paper).
+        layout (str, optional): ``'nchw'`` or ``'nlc'``; inferred from ``x.dim()`` when None.
+
+    Returns:
+        Tensor: ``(B,)``, in [0, 1]; 0 for a map constant over positions, ``nan`` for a zero map.
+    """
+    x = x.float()
+    hc = x - dc_component(x, layout)
+    return (torch.linalg.vector_norm(hc.flatten(1), dim=1) /
+            torch.linalg.vector_norm(x.flatten(1), dim=1))
+
+
+def tokens_to_maps(x, num_extra_tokens=0, grid=None):
+    """Turn ``(B, N, C)`` tokens into ``(B, C, H, W)`` maps, dropping the leading extra tokens.
+
+    Args:
+        x (Tensor): tokens; the first ``num_extra_tokens`` (class / distillation tokens) are
+            dropped.
+        num_extra_tokens (int): number of leading non-patch tokens.
+        grid (tuple[int, int], optional): ``(H, W)`` of the patch grid; a square grid when None.
+    """
+    if x.dim() != 3:
+        raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, N, C) tokens')
+    patches = x[:, num_extra_tokens:]
+    n = patches.shape[1]
+    if grid is None:
+        side = math.isqrt(n)
+        if side * side != n:
+            raise ValueError(f'{n} patch tokens (after dropping num_extra_tokens='
+                             f'{num_extra_tokens}) do not form a square grid; pass grid=(H, W)')
+        grid = (side, side)
+    h, w = grid
+    if h * w != n:
+        raise ValueError(f'grid={tuple(grid)} holds {h * w} tokens; expected {n} patch tokens')
+    return patches.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
+
+
+def log_amplitude_spectrum(maps):
+    """``mean_{batch, channels} fftshift(log(|fft2(maps)| + 1e-6))``, an ``(H, W)`` tensor.
+
+    The reference code of how-do-vits-work (Fig. 2a, 8) computes exactly this before taking
+    the diagonal.
+    """
+    if maps.dim() != 4:
+        raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W)')
+    amplitude = torch.fft.fft2(maps.float()).abs()
+    log_amp = torch.log(amplitude + LOG_EPS).mean(dim=(0, 1))
+    return torch.fft.fftshift(log_amp)
+
+
+def diagonal_frequencies(size):
+    """Normalised frequencies (in units of π) of the centre-to-corner diagonal of a shifted
+    ``size × size`` spectrum: ``2k / size`` for ``k = 0 .. size // 2``."""
+    return torch.arange(size // 2 + 1, dtype=torch.float64) * 2.0 / size
+
+
+def log_amplitude_profile(maps):
+    """Relative log amplitude along the diagonal from frequency 0 to 1.0π (METHODS.md §8).
+
+    Takes the diagonal of :func:`log_amplitude_spectrum` from the centre towards the
+    top-left corner and subtracts its value at the centre (the DC term). After ``fftshift``
+    the top-left corner of an even-sized spectrum holds the Nyquist frequency, so the last
+    element is exactly 1.0π (for odd sizes ``(size - 1) / size · π``, the highest one there
+    is). The reference code walks towards the bottom-right corner instead, which for real
+    inputs gives the same values (``|F(-k)| = |F(k)|``) but stops one bin short of 1.0π.
+
+    Args:
+        maps (Tensor): ``(B, C, H, W)`` with ``H == W``.
+
+    Returns:
+        tuple[Tensor, Tensor]: ``(freqs, profile)``, both ``(size // 2 + 1,)``: frequencies in
+        units of π and log amplitudes relative to the DC term (``profile[0] == 0``).
+    """
+    if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
+        raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W) with H == W')
+    size = maps.shape[-1]
+    spectrum = log_amplitude_spectrum(maps)
+    centre = size // 2
+    idx = torch.arange(centre, -1, -1)
+    diag = spectrum[idx, idx].double()
+    return diagonal_frequencies(size), diag - diag[0]
+
+
+def delta_log_amplitude(maps):
+    """Δ log amplitude at 1.0π: the last element of :func:`log_amplitude_profile`.
+
+    Negative when high frequencies are weaker than the DC term; a layer that lowers it acts as a
+    low-pass filter (how-do-vits-work Fig. 8: MSAs lower it, MLPs and Convs raise it).
+    """
+    return float(log_amplitude_profile(maps)[1][-1])
+
+
+def as_maps(x, num_extra_tokens=0, grid=None):
+    """Feature maps of a state: ``x`` itself when 4-D, :func:`tokens_to_maps` when 3-D."""
+    layout = infer_layout(x)
+    if layout == 'nchw':
+        return x
+    return tokens_to_maps(x, num_extra_tokens, grid)

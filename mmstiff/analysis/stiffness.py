@@ -1,0 +1,197 @@
+"""Neural stiffness index (NSI) and total neural stiffness (TNS) (METHODS.md §5).
+
+stepnet-appendix.txt, Appendix B, Lemma 1: a residual network with blocks
+``x_{t+1} = x_t + Δ_t ⊙ f(x_t; θ_t)`` has, per block ``t`` and per sample,
+
+    ζ_NSI(x_t) = || (x_{t+1} - x_t) / Δ_t ||_2 / || x_t ||_2,
+
+where ``Δ_t`` is the block's *step size* (its attention values; Δ_t ≡ 1 for a plain residual
+block). Dividing by the step makes NSI the norm of the slope ``f`` relative to the state, not of
+the displacement: a block that takes a small step along a steep slope is stiff.
+
+Per trajectory (a stage, or the whole network) μ = mean_t ζ_NSI(x_t). A *stiffness event* at
+thresholds ``M = (M1, M2)`` is ``∃t: ζ_NSI(x_t) >= max(μ (1 + M1), M2)``; δ(M) is its probability
+over the data and TNS = ∬_{M1, M2 >= 0} δ(M) dM1 dM2 (Theorem 1: finite).
+
+Both conditions only get easier as ζ grows, so only ζ* = max_t ζ_t matters; the set of
+thresholds with an event is the rectangle ``0 <= M1 <= ζ*/μ - 1, 0 <= M2 <= ζ*``. Hence the
+closed form ``TNS = E_x[(ζ*/μ - 1) · ζ*]`` implemented by :func:`total_neural_stiffness`.
+
+All functions take tensors and return tensors (per sample) or Python floats (over the data).
+"""
+import math
+
+import torch
+
+
+def _check_tensor(name, value, min_dim=1):
+    if not torch.is_tensor(value):
+        raise ValueError(f'{name} must be a torch.Tensor, got {type(value).__name__}')
+    if value.dim() < min_dim:
+        raise ValueError(f'{name} has shape {tuple(value.shape)}; expected at least {min_dim} '
+                         'dimension(s) with the batch first')
+    return value
+
+
+def neural_stiffness_index(x_t, x_next, step=None):
+    """Per-sample NSI of one Euler step, ζ_NSI(x_t) (Appendix B, Lemma 1; METHODS.md §5).
+
+    Args:
+        x_t (Tensor): the state before the step, ``(B, ...)`` (for a block that downsamples,
+            the shortcut output, so that it has the shape of ``x_next``).
+        x_next (Tensor): the state after the step, same shape as ``x_t``.
+        step (Tensor | float, optional): the step size Δ_t the block reports, broadcastable
+            against ``x_t`` (e.g. ``(B, C, 1, 1)`` per channel); the difference is divided by it
+            elementwise. None means Δ_t = 1 (plain residual block).
+
+    Returns:
+        Tensor: ``(B,)`` float tensor, ``||(x_next - x_t) / Δ_t||_2 / ||x_t||_2`` per sample
+        (norms over all non-batch elements). A zero state gives ``inf`` (or ``nan`` for a zero
+        step too); callers decide how to skip non-finite values.
+    """
+    _check_tensor('x_t', x_t)
+    _check_tensor('x_next', x_next)
+    if x_t.shape != x_next.shape:
+        raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
+                         f'{tuple(x_t.shape)}')
+    x_t = x_t.float()
+    diff = x_next.float() - x_t
+    if step is not None:
+        if torch.is_tensor(step):
+            step = step.float()
+        elif isinstance(step, bool) or not isinstance(step, (int, float)):
+            raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
+                             'tensor broadcastable against x_t')
+        if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
+            step = None
+    if step is not None:
+        diff = diff / step
+    num = torch.linalg.vector_norm(diff.flatten(1), dim=1)
+    den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
+    return num / den
+
+
+def mean_step_size(step, batch_size):
+    """Per-sample mean of a step size Δ_t over its non-batch elements, ``(B,)``.
+
+    A Python number or a tensor with a batch axis of 1 (a step shared by all samples) is
+    broadcast to ``batch_size`` samples.
+    """
+    if torch.is_tensor(step):
+        step = step.detach().float()
+        if step.dim() == 0:
+            return step.expand(batch_size).clone()
+        flat = step.reshape(step.shape[0], -1).mean(dim=1)
+        if flat.shape[0] == 1 and batch_size != 1:
+            flat = flat.expand(batch_size).clone()
+        if flat.shape[0] != batch_size:
+            raise ValueError(f'step has batch size {step.shape[0]}; expected {batch_size} or 1')
+        return flat
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        raise ValueError(f'step={step!r} is not supported; expected a number or a tensor')
+    return torch.full((batch_size, ), float(step))
+
+
+def _check_trajectories(zeta):
+    _check_tensor('zeta', zeta)
+    if zeta.dim() != 2 or zeta.shape[1] == 0:
+        raise ValueError(f'zeta has shape {tuple(zeta.shape)}; expected (num_samples, '
+                         'num_steps) with at least one step (NSI per sample and block)')
+    return zeta.double()
+
+
+def trajectory_mean(zeta):
+    """μ = mean_t ζ_NSI(x_t) of each trajectory; ``zeta`` is ``(num_samples, num_steps)``."""
+    return _check_trajectories(zeta).mean(dim=1)
+
+
+def stiffness_ratio(zeta):
+    """The max/mean stiffness ratio ζ*/μ of each trajectory, ``(num_samples,)``.
+
+    1 for a trajectory whose blocks are all equally stiff; large when one block dominates.
+    A trajectory with μ = 0 has ratio 1 by convention (no block is stiffer than another).
+    """
+    zeta = _check_trajectories(zeta)
+    peak, mean = zeta.max(dim=1).values, zeta.mean(dim=1)
+    return torch.where(mean > 0, peak / mean.clamp_min(torch.finfo(mean.dtype).tiny),
+                       torch.ones_like(mean))
+
+
+def stiffness_event(zeta, m1, m2):
+    """Whether each trajectory has a stiffness event at thresholds ``M = (m1, m2)``.
+
+    ``∃t: ζ_NSI(x_t) >= max(μ (1 + m1), m2)`` (Appendix B, Lemma 1), ``(num_samples,)`` bool.
+    """
+    if m1 < 0 or m2 < 0:
+        raise ValueError(f'thresholds (m1, m2)=({m1}, {m2}) are not supported; expected both '
+                         '>= 0 (TNS integrates over the positive quadrant)')
+    zeta = _check_trajectories(zeta)
+    threshold = torch.clamp(zeta.mean(dim=1) * (1.0 + m1), min=m2)
+    return (zeta >= threshold[:, None]).any(dim=1)
+
+
+def stiffness_event_probability(zeta, m1, m2):
+    """δ(M): the fraction of trajectories with a stiffness event at ``M = (m1, m2)``."""
+    return float(stiffness_event(zeta, m1, m2).double().mean())
+
+
+def tns_per_trajectory(zeta):
+    """Area of the threshold set with a stiffness event, ``(ζ*/μ - 1) · ζ*`` per trajectory.
+
+    Its mean over the data is TNS (METHODS.md §5, closed form). A trajectory with ζ* = 0 has
+    area 0.
+    """
+    zeta = _check_trajectories(zeta)
+    peak = zeta.max(dim=1).values
+    return (stiffness_ratio(zeta) - 1.0) * peak
+
+
+def total_neural_stiffness(zeta):
+    """TNS = ∬ δ(M) dM = E_x[(ζ*/μ - 1) · ζ*] (Appendix B, Theorem 1; METHODS.md §5).
+
+    Args:
+        zeta (Tensor): ``(num_samples, num_steps)`` NSI of every block of the trajectory (a
+            stage or the whole network) for every sample.
+
+    Returns:
+        float: the total neural stiffness of the trajectory over these samples.
+    """
+    return float(tns_per_trajectory(zeta).mean())
+
+
+def pearson_correlation(a, b):
+    """Pearson correlation of two 1-D samples; ``nan`` when either has zero variance.
+
+    Args:
+        a, b (Tensor): ``(n,)`` tensors with ``n >= 2``.
+    """
+    _check_tensor('a', a)
+    _check_tensor('b', b)
+    if a.dim() != 1 or a.shape != b.shape:
+        raise ValueError(f'a and b have shapes {tuple(a.shape)} and {tuple(b.shape)}; expected '
+                         'two 1-D tensors of the same length')
+    if a.numel() < 2:
+        return math.nan
+    a = a.double() - a.double().mean()
+    b = b.double() - b.double().mean()
+    den = torch.sqrt((a * a).sum() * (b * b).sum())
+    if not den > 0:
+        return math.nan
+    return float(((a * b).sum() / den).clamp(-1.0, 1.0))
+
+
+def nsi_step_correlation(nsi, step_mean):
+    """Pearson correlation between ζ_NSI(x_t) and mean(Δ_t) across samples (Appendix D).
+
+    The paper reports it negative: a block facing a stiff slope takes smaller steps.
+
+    Args:
+        nsi (Tensor): ``(B,)`` per-sample NSI of one block.
+        step_mean (Tensor): ``(B,)`` per-sample mean step size of that block
+            (see :func:`mean_step_size`).
+
+    Returns:
+        float: the correlation, ``nan`` when undefined (fewer than two samples, or a constant
+        NSI or step size, e.g. Δ ≡ const).
+    """
+    return pearson_correlation(nsi, step_mean)

@@ -1,0 +1,297 @@
+"""Record the trajectory x_0, x_1, ..., x_L of a residual network with forward hooks.
+
+For every selected residual block (see :mod:`mmstiff.analysis.blocks`) the recorder builds, on
+each forward pass, a :class:`StepRecord` ``(x_t, x_{t+1}, Δ_t)`` and hands it to a ``reduce``
+callable, whose result it keeps. Reducing on the fly (e.g. to the per-sample NSI, a ``(B,)``
+tensor) keeps the cost to a few norms per block and nothing but small tensors alive.
+
+* Tensors given to ``reduce`` are detached and ``reduce`` runs under ``torch.no_grad()``, so no
+  autograd graph is kept or extended.
+* No hook is registered until :meth:`TrajectoryRecorder.start` (or ``with recorder:``), and
+  :meth:`TrajectoryRecorder.stop` removes every one of them: a recorder that is off costs
+  nothing.
+* Δ_t is the output of the block's step-size adaptor when it has exactly one (per step), else
+  ``None`` (read as Δ_t = 1).
+
+Example:
+    >>> from mmstiff.analysis import TrajectoryRecorder, neural_stiffness_index
+    >>> nsi = lambda r: neural_stiffness_index(r.x_t, r.x_next, r.step)
+    >>> with TrajectoryRecorder(backbone, reduce=nsi) as recorder:
+    ...     backbone(images)
+    >>> recorder.outputs['layer1.0'][0]  # (B,) NSI of block layer1.0 on this batch
+"""
+import fnmatch
+from collections import OrderedDict
+from typing import NamedTuple, Optional, Union
+
+import torch
+
+from .blocks import find_blocks, second_norm_of, shortcut_of, step_sources
+
+LEVELS = ('block', 'branch', 'both')
+#: names of the two Euler steps of a transformer layer, in order.
+BRANCH_NAMES = ('msa', 'mlp')
+
+
+class StepRecord(NamedTuple):
+    """One observed Euler step ``x_next = x_t + Δ_t ⊙ f(x_t)`` (possibly after an activation).
+
+    Attributes:
+        name (str): ``block`` for a whole block, ``block.msa`` / ``block.mlp`` for the two steps
+            of a transformer layer.
+        block (str): the block's module name, relative to the recorded model.
+        kind (str): ``'block'``, ``'msa'`` or ``'mlp'``.
+        x_t (Tensor): the state before the step (the shortcut output where the block projects).
+        x_next (Tensor): the state after the step.
+        step (Tensor | float | None): Δ_t from the block's step-size adaptor, or None (Δ_t = 1).
+    """
+    name: str
+    block: str
+    kind: str
+    x_t: torch.Tensor
+    x_next: torch.Tensor
+    step: Optional[Union[torch.Tensor, float]]
+
+
+def keep_record(record):
+    """The default reducer: keep the record itself (detached tensors; memory grows per call)."""
+    return record
+
+
+def _first_tensor(value):
+    if torch.is_tensor(value):
+        return value
+    if isinstance(value, (tuple, list)) and value and torch.is_tensor(value[0]):
+        return value[0]
+    return None
+
+
+def _detach(value):
+    if torch.is_tensor(value):
+        return value.detach()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+class _Frame:
+    """Per-block scratch space for one forward pass of that block."""
+
+    __slots__ = ('x_in', 'shortcut', 'mid', 'phase', 'steps')
+
+    def __init__(self, x_in):
+        self.x_in = x_in
+        self.shortcut = None
+        self.mid = None
+        self.phase = 0
+        self.steps = ([], [])
+
+
+def _single(steps):
+    return steps[0] if len(steps) == 1 else None
+
+
+class TrajectoryRecorder:
+    """Forward hooks that record ``(x_t, x_{t+1}, Δ_t)`` per residual block.
+
+    Args:
+        model (nn.Module): the network (a backbone, a classifier, a detector, ...). Record names
+            are module names relative to it (pass ``model.backbone`` for ``layer1.0``).
+        reduce (callable, optional): ``StepRecord -> Any``, called under ``torch.no_grad()`` for
+            every recorded step; its results are kept in :attr:`outputs`. Default keeps the
+            record (detached tensors).
+        level (str): ``'block'`` (one record per block; a transformer layer as one two-step
+            move from its input to its output), ``'branch'`` (the MSA and MLP steps of a
+            transformer layer separately; conv blocks as blocks) or ``'both'``.
+        select (Sequence[str] | callable, optional): which blocks to hook, as ``fnmatch``
+            patterns of block names (``['layer1.*', 'layers.11']``) or a ``name -> bool``
+            predicate. None hooks every block.
+        is_block (callable, optional): ``module -> 'conv' | 'transformer' | None`` replacing the
+            class-based block discovery of :func:`~mmstiff.analysis.blocks.block_kind`.
+        read_se_gates (bool): read mmpretrain ``SELayer`` gates as step sizes. Default True.
+
+    Raises:
+        ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
+    """
+
+    def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
+                 read_se_gates=True):
+        if level not in LEVELS:
+            raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
+        if reduce is not None and not callable(reduce):
+            raise ValueError(f'reduce={reduce!r} is not supported; expected a callable '
+                             'StepRecord -> Any, or None')
+        self.model = model
+        self.reduce = reduce or keep_record
+        self.level = level
+        self.read_se_gates = read_se_gates
+        blocks = find_blocks(model, is_block)
+        if not blocks:
+            raise ValueError(f'{type(model).__name__} has no residual block the recorder knows; '
+                             'register its block class with mmstiff.analysis.register_block_type '
+                             'or pass is_block=')
+        self.blocks = [(name, module, kind) for name, module, kind in blocks
+                       if _selected(select, name)]
+        if not self.blocks:
+            raise ValueError(f'select={select!r} matches none of the blocks '
+                             f'{[name for name, _, _ in blocks]}')
+        self.outputs = OrderedDict()
+        self._handles = []
+        self._frames = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def active(self):
+        """Whether hooks are registered."""
+        return bool(self._handles)
+
+    @property
+    def record_names(self):
+        """Names of the records one forward pass produces, in trajectory order."""
+        names = []
+        for name, _, kind in self.blocks:
+            if kind == 'transformer' and self.level in ('branch', 'both'):
+                names.extend(f'{name}.{branch}' for branch in BRANCH_NAMES)
+            if kind != 'transformer' or self.level in ('block', 'both'):
+                names.append(name)
+        return names
+
+    def start(self):
+        """Register the hooks (idempotent)."""
+        if self.active:
+            return self
+        for name, block, kind in self.blocks:
+            self._hook_block(name, block, kind)
+        return self
+
+    def stop(self):
+        """Remove every hook this recorder registered; keeps :attr:`outputs`."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._frames.clear()
+        return self
+
+    def clear(self):
+        """Forget the recorded outputs."""
+        self.outputs = OrderedDict()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    # ------------------------------------------------------------------ hooks
+    def _hook_block(self, name, block, kind):
+        frames = self._frames
+        add = self._handles.append
+
+        def enter(module, args):
+            x = _first_tensor(args)
+            frames[name] = None if x is None else _Frame(x.detach())
+
+        def leave(module, args, output):
+            frame = frames.pop(name, None)
+            out = _first_tensor(output)
+            if frame is None or out is None:
+                return
+            self._emit(name, kind, frame, out.detach())
+
+        add(block.register_forward_pre_hook(enter))
+        add(block.register_forward_hook(leave))
+
+        if kind == 'conv':
+            shortcut = shortcut_of(block)
+            if shortcut is not None:
+
+                def on_shortcut(module, args, output):
+                    frame = frames.get(name)
+                    out = _first_tensor(output)
+                    if frame is not None and out is not None:
+                        frame.shortcut = out.detach()
+
+                add(shortcut.register_forward_hook(on_shortcut))
+        else:
+            norm = second_norm_of(block)
+            if norm is not None:
+
+                def on_mid(module, args):
+                    frame = frames.get(name)
+                    x = _first_tensor(args)
+                    if frame is not None and x is not None and frame.mid is None:
+                        frame.mid = x.detach()
+                        frame.phase = 1
+
+                add(norm.register_forward_pre_hook(on_mid))
+
+        for source in step_sources(block, self.read_se_gates):
+
+            def on_step(module, args, output):
+                frame = frames.get(name)
+                if frame is not None:
+                    step = _detach(output)
+                    if step is not None:
+                        frame.steps[frame.phase].append(step)
+
+            add(source.register_forward_hook(on_step))
+
+    def _emit(self, name, kind, frame, out):
+        records = []
+        if kind == 'conv':
+            x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
+            records.append(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
+        else:
+            if self.level in ('branch', 'both') and frame.mid is not None:
+                records.append(StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
+                                          _single(frame.steps[0])))
+                records.append(StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out,
+                                          _single(frame.steps[1])))
+            if self.level in ('block', 'both') or frame.mid is None:
+                steps = frame.steps[0] + frame.steps[1]
+                records.append(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))
+        with torch.no_grad():
+            for record in records:
+                if record.x_t.shape != record.x_next.shape:
+                    continue  # not an Euler step we can read (unknown shortcut)
+                self.outputs.setdefault(record.name, []).append(self.reduce(record))
+
+
+def _selected(select, name):
+    if select is None:
+        return True
+    if callable(select):
+        return bool(select(name))
+    if isinstance(select, str):
+        select = [select]
+    try:
+        patterns = list(select)
+    except TypeError:
+        raise ValueError(f'select={select!r} is not supported; expected None, a sequence of '
+                         'fnmatch patterns of block names, or a callable name -> bool') from None
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def stage_of(name):
+    """The stage of a block name: everything before its last dot (``'layer1.0'`` -> ``'layer1'``,
+    ``'layers.3.msa'`` -> ``'layers'``); ``''`` for a top-level block."""
+    for branch in BRANCH_NAMES:
+        if name.endswith('.' + branch):
+            name = name[:-len(branch) - 1]
+    return name.rpartition('.')[0]
+
+
+def record_states(model, inputs, **kwargs):
+    """Run ``model(inputs)`` once and return ``{record name: StepRecord}`` (detached tensors).
+
+    A convenience for analysis scripts; ``kwargs`` go to :class:`TrajectoryRecorder`.
+    """
+    recorder = TrajectoryRecorder(model, **kwargs)
+    with torch.no_grad(), recorder:
+        model(inputs)
+    return OrderedDict((name, values[-1]) for name, values in recorder.outputs.items())
+
+
+__all__ = ['StepRecord', 'TrajectoryRecorder', 'keep_record', 'record_states', 'stage_of',
+           'LEVELS', 'BRANCH_NAMES']
