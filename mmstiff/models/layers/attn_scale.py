@@ -1,0 +1,120 @@
+"""AttnScale: make self-attention an all-pass filter (METHODS.md §6).
+
+Anti-oversmoothing paper, §3.1, Eq. (8)-(9). Per layer ``l`` and head ``h``, after the softmax
+and before attention dropout,
+
+    A_LP = (1/n) 1 1ᵀ,   A_HP = A - A_LP,   Â = A_LP + (1 + ω_{l,h}) A_HP,   ω initialised to 0,
+
+where ``n`` counts every key token (class token included; for window attention, every token of
+the window). Since ``A_LP V = 1 · mean_tokens(V)``,
+
+    Â V = (1 + ω) · (A V) - ω · 1 · mean_tokens(V),
+
+which holds for any ``A`` (with or without additive masks or biases inside the softmax) and
+never materialises an ``n × n`` matrix, so the attention itself stays in the fused
+``scaled_dot_product_attention`` kernel. :func:`attn_scale_output` is that closed form,
+:func:`attn_scale_matrix` the explicit ``Â`` for when attention maps are looked at.
+
+Attention maps for analysis: wrap a forward pass in :func:`record_attention_maps`; every
+attention module that supports it then takes its explicit-matrix path and keeps ``Â``
+(the matrix that multiplies ``V``, before attention dropout), without changing the output.
+"""
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+
+
+def attn_scale_matrix(attn, omega):
+    """Explicit AttnScale ``Â = A_LP + (1 + ω) (A - A_LP)`` of attention ``attn`` (..., H, n, n).
+
+    ``omega`` has one entry per head, shape ``(H,)``.
+    """
+    w = omega.view(-1, 1, 1)
+    return attn * (1 + w) - w / attn.shape[-1]
+
+
+def attn_scale_output(out, v, omega):
+    """Closed-form AttnScale ``Â V = (1 + ω) (A V) - ω mean_tokens(V)``.
+
+    Args:
+        out (Tensor): ``A V`` per head, (..., H, n, d), e.g. the output of
+            ``scaled_dot_product_attention``.
+        v (Tensor): the values, (..., H, n, d).
+        omega (Tensor): one ω per head, (H,).
+    """
+    w = omega.view(-1, 1, 1)
+    return torch.addcmul(v.mean(dim=-2, keepdim=True) * -w, out, 1 + w)
+
+
+class AttnScale(nn.Module):
+    """The per-head AttnScale weights ω of one attention layer (METHODS.md §6).
+
+    Args:
+        num_heads (int): number of attention heads ``H``.
+
+    Parameters:
+        omega: ``(H,)``, initialised to 0 so a fresh layer computes plain attention.
+    """
+
+    def __init__(self, num_heads):
+        super().__init__()
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(f'num_heads={num_heads!r} is not supported; expected a positive int')
+        self.num_heads = num_heads
+        self.omega = nn.Parameter(torch.zeros(num_heads))
+
+    def forward(self, out, v):
+        """Closed form on ``out = A V`` and ``v``, both (B, H, n, d)."""
+        return attn_scale_output(out, v, self.omega)
+
+    def scale_matrix(self, attn):
+        """Explicit ``Â`` of an attention matrix (B, H, n, n)."""
+        return attn_scale_matrix(attn, self.omega)
+
+    def extra_repr(self):
+        return f'num_heads={self.num_heads}'
+
+
+class AttentionMapMixin:
+    """Lets an attention module hand out its attention maps (see :func:`record_attention_maps`).
+
+    A module using it checks :attr:`keep_attn_map` in its forward pass; when True it takes its
+    explicit-matrix path and passes the matrix that multiplies ``V`` to :meth:`_store_attn_map`.
+    """
+
+    keep_attn_map = False
+    _attn_map_sink = None
+
+    def _store_attn_map(self, attn):
+        maps, name = self._attn_map_sink
+        maps[name] = attn.detach()
+
+
+@contextmanager
+def record_attention_maps(model):
+    """Record the attention maps of every supporting attention module of ``model``.
+
+    Yields a dict that each forward pass inside the ``with`` block fills (a later pass
+    overwrites an earlier one): ``{module name: attention map (B, H, n, n)}``, for window
+    attention with ``B`` counting windows (``batch · num_windows``). The model's output is
+    unchanged; only the explicit-matrix path replaces the fused kernel while recording.
+
+    Example:
+        >>> with record_attention_maps(backbone) as maps:
+        ...     backbone(images)
+        >>> maps['layers.0.attn'].shape
+        torch.Size([2, 6, 197, 197])
+    """
+    maps = {}
+    modules = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, AttentionMapMixin)]
+    for name, module in modules:
+        module.keep_attn_map = True
+        module._attn_map_sink = (maps, name)
+    try:
+        yield maps
+    finally:
+        for _, module in modules:
+            module.keep_attn_map = False
+            module._attn_map_sink = None

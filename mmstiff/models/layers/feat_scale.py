@@ -1,0 +1,58 @@
+"""FeatScale: re-weight the DC and high-frequency parts of the MSA output (METHODS.md §7).
+
+Anti-oversmoothing paper, §3.2, Eq. (10). For a token matrix ``X`` (n tokens × d channels),
+
+    X_DC = mean_tokens(X),   X_HC = X - X_DC
+    X <- X_DC ⊙ (1 + s) + X_HC ⊙ (1 + t),       s, t ∈ R^d, both initialised to 0,
+
+applied to the MSA output after the output projection, before drop-path / LayerScale and the
+residual add. This is the single-add form (the public DeiT file adds the scaled parts on top of
+``X`` a second time). ``n`` counts every token, the class token included.
+
+Rewritten as ``X ⊙ (1 + t) + X_DC ⊙ (s - t)`` it is one fused multiply-add over the tokens
+(:func:`feat_scale`), plus a token mean.
+"""
+import torch
+import torch.nn as nn
+
+
+def split_frequencies(x):
+    """``(X_DC, X_HC)`` of tokens ``x`` (..., n, d): the token mean and the remainder."""
+    x_dc = x.mean(dim=-2, keepdim=True)
+    return x_dc, x - x_dc
+
+
+def feat_scale(x, dc_scale, hc_scale):
+    """FeatScale of tokens ``x`` (..., n, d) with per-channel ``s = dc_scale``, ``t = hc_scale``.
+
+    Returns ``X_DC ⊙ (1 + s) + X_HC ⊙ (1 + t)``, computed as ``x ⊙ (1 + t) + X_DC ⊙ (s - t)``.
+    """
+    x_dc = x.mean(dim=-2, keepdim=True)
+    return torch.addcmul(x_dc * (dc_scale - hc_scale), x, 1 + hc_scale)
+
+
+class FeatScale(nn.Module):
+    """Learnable FeatScale for one layer (METHODS.md §7).
+
+    Args:
+        channels (int): the token width ``d``.
+
+    Parameters:
+        dc_scale: ``s_l ∈ R^d``, the extra gain of the DC component, initialised to 0.
+        hc_scale: ``t_l ∈ R^d``, the extra gain of the high-frequency component, initialised
+            to 0, so a fresh layer is the identity.
+    """
+
+    def __init__(self, channels):
+        super().__init__()
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+            raise ValueError(f'channels={channels!r} is not supported; expected a positive int')
+        self.channels = channels
+        self.dc_scale = nn.Parameter(torch.zeros(channels))
+        self.hc_scale = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        return feat_scale(x, self.dc_scale, self.hc_scale)
+
+    def extra_repr(self):
+        return f'channels={self.channels}'
