@@ -1,1 +1,2 @@
 """Datasets mmstiff adds, and writers of tiny datasets in the real on-disk formats."""
+from .cifar import CIFAR10, CIFAR100  # noqa: F401
