@@ -8,6 +8,9 @@ they are distributed)::
 
     train-images-idx3-ubyte   train-labels-idx1-ubyte
     t10k-images-idx3-ubyte    t10k-labels-idx1-ubyte
+
+mmpretrain 1.2.0 reads the ``t10k`` files only with ``test_mode=True`` (``split='test'``
+alone still reads the training files), as its ``lenet5_mnist.py`` config does.
 """
 import gzip
 import os
