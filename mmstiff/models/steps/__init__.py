@@ -1,4 +1,8 @@
 """Step-size adaptors ``(x_t, f) -> Δ_t``: constant (plain ResNet), SE, StepNet."""
 from .base import ConstantStep, StepAdaptor, apply_step, pool_state
+from .placement import adaptor_placement
+from .se import SEAdaptor
+from .stepnet import StepNetAdaptor, interleave_states
 
 __all__ = ['StepAdaptor', 'ConstantStep', 'apply_step', 'pool_state']
+__all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states']

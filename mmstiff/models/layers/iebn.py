@@ -1,0 +1,69 @@
+"""Instance Enhancement Batch Normalization (IEBN, Liang et al., AAAI 2020; METHODS.md §2).
+
+    a = sigmoid(w ⊙ GAP(x) + b)               # w init 0, b init -1, GAP of the pre-norm input
+    y = BN_without_affine(x) ⊙ (γ ⊙ a) + β    # γ init 1, β init 0; all per-channel
+
+The batch statistics of BN are noisy; the per-sample gate ``a`` lets each instance rescale its
+own channels. :class:`IEBN` is a drop-in ``BatchNorm2d``: same running statistics, same
+``weight`` (γ) and ``bias`` (β) names, ``_abbr_ = 'bn'`` so a backbone built with
+``norm_cfg=dict(type='mmstiff.IEBN')`` keeps the parameter names of its BN version (``bn1``, ...)
+and loads a BN checkpoint with only ``ie_weight`` / ``ie_bias`` missing. Being a ``_BatchNorm``,
+it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
+"""
+import torch
+import torch.nn as nn
+
+from mmstiff.registry import MODELS
+
+
+def instance_enhancement(x, ie_weight, ie_bias):
+    """The IEBN gate ``a = sigmoid(w ⊙ GAP(x) + b)`` of shape (B, C, 1, 1), METHODS.md §2."""
+    pooled = x.mean(dim=(2, 3), keepdim=True)
+    return torch.sigmoid(torch.addcmul(ie_bias.view(1, -1, 1, 1), ie_weight.view(1, -1, 1, 1),
+                                       pooled))
+
+
+@MODELS.register_module()
+class IEBN(nn.BatchNorm2d):
+    """Batch normalisation whose affine scale is gated per sample (IEBN, METHODS.md §2).
+
+    Args:
+        num_features (int): channels C of the (B, C, H, W) input.
+        eps, momentum, track_running_stats: as in :class:`torch.nn.BatchNorm2d`.
+        ie_weight_init (float): initial value of the gate weight ``w``. Default 0.0.
+        ie_bias_init (float): initial value of the gate bias ``b``. Default -1.0.
+
+    The affine part is always on (γ, β are IEBN's own parameters).
+    """
+
+    _abbr_ = 'bn'
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
+                 ie_weight_init=0.0, ie_bias_init=-1.0, device=None, dtype=None):
+        self.ie_weight_init = float(ie_weight_init)
+        self.ie_bias_init = float(ie_bias_init)
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=True,
+                         track_running_stats=track_running_stats, device=device, dtype=dtype)
+        factory = dict(device=device, dtype=dtype)
+        self.ie_weight = nn.Parameter(torch.empty(num_features, **factory))
+        self.ie_bias = nn.Parameter(torch.empty(num_features, **factory))
+        self.reset_ie_parameters()
+
+    def reset_ie_parameters(self):
+        nn.init.constant_(self.ie_weight, self.ie_weight_init)
+        nn.init.constant_(self.ie_bias, self.ie_bias_init)
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        if hasattr(self, 'ie_weight'):
+            self.reset_ie_parameters()
+
+    def forward(self, x):
+        gate = instance_enhancement(x, self.ie_weight, self.ie_bias)
+        # BatchNorm2d gives x̂ ⊙ γ + β; remove β, gate, put β back: x̂ ⊙ (γ ⊙ a) + β.
+        beta = self.bias.view(1, -1, 1, 1)
+        return torch.addcmul(beta, super().forward(x) - beta, gate)
+
+    def extra_repr(self):
+        return (f'{super().extra_repr()}, ie_weight_init={self.ie_weight_init}, '
+                f'ie_bias_init={self.ie_bias_init}')

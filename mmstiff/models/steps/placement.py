@@ -1,0 +1,81 @@
+"""Which residual blocks get a step-size adaptor (METHODS.md §4, LTH4SA).
+
+The lottery ticket hypothesis for self-attention says a few adaptors, well placed, give most of
+the gain. Backbones therefore take two optional knobs and turn them into one boolean per block
+with :func:`adaptor_placement`; a block whose flag is ``False`` builds no adaptor module at all
+and computes the plain step ``x_t + f`` (Δ ≡ 1), so it costs nothing.
+"""
+from collections.abc import Sequence
+
+
+def _check_sequence(name, value, length, what):
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f'{name}={value!r} is not supported; expected None or a sequence of '
+                         f'{length} {what} (one per stage)')
+    if len(value) != length:
+        raise ValueError(f'{name}={value!r} has {len(value)} entries; expected {length} '
+                         f'(one per stage, the backbone has {length} stages)')
+
+
+def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
+    """One boolean per block: does this block carry a step-size adaptor?
+
+    Args:
+        stage_blocks (Sequence[int]): number of blocks in each stage, e.g. ``(3, 4, 6, 3)``.
+        adaptor_stages (Sequence[bool], optional): one flag per stage; ``None`` selects every
+            stage.
+        adaptor_blocks (Sequence[Sequence[int] | None], optional): one entry per stage, the
+            indices of the blocks of that stage that get an adaptor (negative indices count
+            from the end, ``-1`` is the last block); an entry of ``None`` selects every block of
+            that stage. ``None`` selects every block of every chosen stage.
+
+    Returns:
+        list[list[bool]]: ``placement[i][j]`` is True when block ``j`` of stage ``i`` gets an
+        adaptor, i.e. the stage is chosen by ``adaptor_stages`` and the block by
+        ``adaptor_blocks``.
+
+    Raises:
+        ValueError: a mask or index list of the wrong length, a non-boolean stage flag, or a
+            block index out of range; the message names the field and the bad value.
+
+    Example:
+        >>> adaptor_placement((3, 4, 6, 3), adaptor_stages=(False, True, True, True),
+        ...                   adaptor_blocks=([0], [-1], [0, -1], None))
+        [[False, False, False], [False, False, False, True], [True, False, False, False, False, True], [True, True, True]]
+    """
+    stage_blocks = [int(n) for n in stage_blocks]
+    num_stages = len(stage_blocks)
+
+    if adaptor_stages is None:
+        adaptor_stages = [True] * num_stages
+    _check_sequence('adaptor_stages', adaptor_stages, num_stages, 'bools')
+    for flag in adaptor_stages:
+        if not isinstance(flag, bool):
+            raise ValueError(f'adaptor_stages={adaptor_stages!r} holds {flag!r}; expected '
+                             'True or False for each stage')
+
+    if adaptor_blocks is None:
+        adaptor_blocks = [None] * num_stages
+    _check_sequence('adaptor_blocks', adaptor_blocks, num_stages,
+                    'block-index lists or None')
+
+    placement = []
+    for stage, (num_blocks, chosen, indices) in enumerate(
+            zip(stage_blocks, adaptor_stages, adaptor_blocks)):
+        if indices is None:
+            selected = set(range(num_blocks))
+        else:
+            if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
+                raise ValueError(f'adaptor_blocks[{stage}]={indices!r} is not supported; '
+                                 'expected None or a sequence of block indices')
+            selected = set()
+            for index in indices:
+                if isinstance(index, bool) or not isinstance(index, int) \
+                        or not -num_blocks <= index < num_blocks:
+                    raise ValueError(
+                        f'adaptor_blocks[{stage}] holds {index!r}, out of range for stage '
+                        f'{stage} with {num_blocks} blocks; expected an int in '
+                        f'[{-num_blocks}, {num_blocks - 1}]')
+                selected.add(index % num_blocks)
+        placement.append([chosen and j in selected for j in range(num_blocks)])
+    return placement
