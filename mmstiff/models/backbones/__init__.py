@@ -1,0 +1,2 @@
+from .step_vit import StepViT  # noqa: F401
+from .step_swin import StepSwin  # noqa: F401

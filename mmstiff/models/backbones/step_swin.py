@@ -1,0 +1,152 @@
+"""Swin Transformer with AttnScale and FeatScale (METHODS.md §6, §7; anti-oversmoothing Table 1).
+
+Window attention with relative position bias and, in shifted blocks, the additive shift mask:
+the softmax still normalises every row over the window's ``n`` tokens, so ``A 1 = 1`` and
+
+    Â V = (A_LP + (1 + ω) A_HP) V = (1 + ω) A V - ω · mean_window_tokens(V),
+
+with ``A_LP = (1/n) 1 1ᵀ`` over *all* tokens of the window (masked ones and padding included).
+The fast path runs the fused ``scaled_dot_product_attention`` with the bias and the mask as one
+additive float mask and applies that closed form to its output.
+
+FeatScale follows the public Swin code: on the MSA output after the windows are merged back,
+with the token mean over the whole feature map. It is applied after the block's drop-path,
+which is the same thing: FeatScale is linear per sample and per channel, drop-path multiplies a
+sample by a scalar.
+
+Parameter names are those of mmpretrain's :class:`SwinTransformer`; with every switch at its
+initial value the outputs equal mmpretrain's.
+"""
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn.bricks.drop import DropPath
+from mmpretrain.models.backbones.swin_transformer import SwinTransformer
+from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
+
+from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
+from mmstiff.models.layers.feat_scale import FeatScale
+from mmstiff.registry import MODELS
+from .step_vit import select_layers
+
+
+class StepWindowMSA(WindowMSA, AttentionMapMixin):
+    """mmpretrain's :class:`WindowMSA` with optional AttnScale (per-head ω, init 0).
+
+    Without AttnScale and while no attention map is recorded, the upstream forward runs
+    unchanged. With AttnScale, the fused kernel plus the closed form; the explicit ``Â`` is
+    materialised only while recording attention maps, or in training with attention dropout
+    (so that dropout acts on ``Â``).
+    """
+
+    def __init__(self, embed_dims, window_size, num_heads, attn_scale=False, **kwargs):
+        super().__init__(embed_dims, window_size, num_heads, **kwargs)
+        self.attn_scale = AttnScale(num_heads) if attn_scale else None
+
+    def relative_position_bias(self):
+        """The (H, n, n) relative position bias of the window."""
+        n = self.window_size[0] * self.window_size[1]
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
+        return bias.view(n, n, -1).permute(2, 0, 1)
+
+    def forward(self, x, mask=None):
+        explicit = self.keep_attn_map or (
+            self.attn_scale is not None and self.training and self.attn_drop.p > 0)
+        if self.attn_scale is None and not explicit:
+            return super().forward(x, mask)
+        B_, N, C = x.shape
+        qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        bias = self.relative_position_bias()  # (H, n, n)
+        if mask is not None:  # (nW, n, n) -> windows grouped per image
+            bias = bias + mask.unsqueeze(1)  # (nW, H, n, n)
+            nW = mask.shape[0]
+            q, k, v = (t.view(B_ // nW, nW, *t.shape[1:]) for t in (q, k, v))
+        if explicit:
+            attn = (q * self.scale @ k.transpose(-2, -1) + bias).softmax(dim=-1)
+            if self.attn_scale is not None:
+                attn = self.attn_scale.scale_matrix(attn)
+            if self.keep_attn_map:
+                self._store_attn_map(attn.reshape(B_, self.num_heads, N, N))
+            out = self.attn_drop(attn) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype),
+                                                 scale=self.scale)
+            out = self.attn_scale(out, v)
+        x = out.reshape(B_, self.num_heads, N, -1).transpose(1, 2).reshape(B_, N, C)
+        return self.proj_drop(self.proj(x))
+
+
+class StepShiftWindowMSA(ShiftWindowMSA):
+    """mmpretrain's :class:`ShiftWindowMSA` on :class:`StepWindowMSA`, with optional FeatScale.
+
+    Args:
+        embed_dims, num_heads, window_size, **kwargs: as :class:`ShiftWindowMSA` (``window_msa``
+            is fixed to :class:`StepWindowMSA`; the other keyword arguments reach it).
+        attn_scale (bool): AttnScale in the window attention.
+        feat_scale (bool): FeatScale on the merged MSA output (token mean over the feature map).
+    """
+
+    def __init__(self, embed_dims, num_heads, window_size, attn_scale=False, feat_scale=False,
+                 **kwargs):
+        super().__init__(embed_dims, num_heads, window_size, window_msa=StepWindowMSA,
+                         attn_scale=attn_scale, **kwargs)
+        if feat_scale and not isinstance(self.drop, (DropPath, nn.Identity)):
+            raise ValueError(f'feat_scale=True needs a per-sample dropout_layer (DropPath), '
+                             f'got {type(self.drop).__name__}; expected DropPath')
+        self.feat_scale = FeatScale(embed_dims) if feat_scale else None
+
+    def forward(self, query, hw_shape):
+        x = super().forward(query, hw_shape)
+        return x if self.feat_scale is None else self.feat_scale(x)
+
+
+@MODELS.register_module()
+class StepSwin(SwinTransformer):
+    """Swin Transformer with AttnScale and FeatScale (METHODS.md §6, §7).
+
+    Every argument of mmpretrain's :class:`SwinTransformer` is accepted unchanged. Blocks are
+    numbered across stages (Swin-S: 0..23); each switch takes ``None`` (off), ``'all'`` or a
+    sequence of block indices (negative ones count from the end).
+
+    Args:
+        arch (str | dict): as :class:`SwinTransformer`, e.g. ``'small'``.
+        attn_scale_layers: blocks with AttnScale (ω per head, init 0). Default None.
+        feat_scale_layers: blocks with FeatScale (s, t per channel, init 0). Default None.
+        **kwargs: the other arguments of :class:`SwinTransformer`.
+
+    Attention maps per block and head, shape (batch · windows, H, n, n), are available through
+    :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
+    """
+
+    def __init__(self, arch='tiny', attn_scale_layers=None, feat_scale_layers=None, **kwargs):
+        super().__init__(arch=arch, **kwargs)
+        blocks = [block for stage in self.stages for block in stage.blocks]
+        attn_scale = select_layers('attn_scale_layers', attn_scale_layers, len(blocks))
+        feat_scale = select_layers('feat_scale_layers', feat_scale_layers, len(blocks))
+        for i, block in enumerate(blocks):
+            block.attn = self._rebuild_attention(block.attn, i in attn_scale, i in feat_scale)
+
+    @staticmethod
+    def _rebuild_attention(old, attn_scale, feat_scale):
+        """A :class:`StepShiftWindowMSA` with the settings (and drop-path module) of ``old``."""
+        w_msa = old.w_msa
+        if type(w_msa) is not WindowMSA:
+            raise ValueError(f'window attention {type(w_msa).__name__} is not supported; '
+                             'expected WindowMSA (leave window_msa in attn_cfgs unset)')
+        if feat_scale and not isinstance(old.drop, (DropPath, nn.Identity)):
+            raise ValueError(f'feat_scale needs a per-sample drop-path in every chosen block, '
+                             f'got {type(old.drop).__name__}; expected DropPath')
+        new = StepShiftWindowMSA(
+            embed_dims=w_msa.embed_dims,
+            num_heads=w_msa.num_heads,
+            window_size=old.window_size,
+            shift_size=old.shift_size,
+            pad_small_map=old.pad_small_map,
+            qkv_bias=w_msa.qkv.bias is not None,
+            qk_scale=w_msa.scale,
+            attn_drop=w_msa.attn_drop.p,
+            proj_drop=w_msa.proj_drop.p,
+            attn_scale=attn_scale,
+            feat_scale=feat_scale)
+        new.drop = old.drop  # keeps this block's drop-path rate
+        return new

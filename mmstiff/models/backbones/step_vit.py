@@ -1,0 +1,347 @@
+"""ViT / DeiT with AttnScale, FeatScale, step-size adaptors and augmented shortcuts.
+
+A ViT block is two explicit-Euler steps (METHODS.md §0),
+
+    x' = x + Δ_msa ⊙ MSA(LN1 x),     x'' = x' + Δ_mlp ⊙ MLP(LN2 x'),
+
+and this backbone adds, each switch on its own set of layers:
+
+* AttnScale (§6): per-head ω in the attention, closed form on the fused kernel's output;
+* FeatScale (§7): per-channel s, t on the MSA output;
+* a step-size adaptor (§0, §1; StepNet on ViT, stepnet-appendix Appendix G) on the MSA and/or
+  the MLP branch, ``Δ = adaptor(x, f)`` with ``layout='nlc'``;
+* augmented shortcuts (§9): ``Σ_i GELU(LN(x) Θ_i)`` beside the identity of either branch.
+
+Parameter names are those of mmpretrain's :class:`VisionTransformer`, so mmpretrain and
+timm-converted DeiT checkpoints load with only the new parameters missing; with every switch off
+(or at its initial value) the outputs equal mmpretrain's.
+"""
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from mmcv.cnn.bricks.transformer import FFN
+from mmengine.model import ModuleList
+from mmpretrain.models.backbones.vision_transformer import (TransformerEncoderLayer,
+                                                            VisionTransformer)
+from mmpretrain.models.utils import MultiheadAttention
+
+from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
+from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
+from mmstiff.models.layers.feat_scale import FeatScale
+from mmstiff.models.steps.base import apply_step
+from mmstiff.registry import MODELS
+
+AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
+BRANCHES = ('msa', 'mlp')
+
+
+def select_layers(field, value, num_layers):
+    """Turn ``None`` | ``'all'`` | a sequence of layer indices into a frozenset of indices.
+
+    Negative indices count from the end (``-1`` is the last layer).
+
+    Raises:
+        ValueError: naming ``field``, the bad value and what is expected.
+    """
+    expected = "expected None, 'all' or a sequence of layer indices"
+    if value is None:
+        return frozenset()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        if value == 'all':
+            return frozenset(range(num_layers))
+        raise ValueError(f'{field}={value!r} is not supported; {expected}')
+    selected = set()
+    for index in value:
+        if isinstance(index, bool) or not isinstance(index, int) \
+                or not -num_layers <= index < num_layers:
+            raise ValueError(f'{field} holds {index!r}, which is not a layer index of a '
+                             f'{num_layers}-layer backbone; expected ints in '
+                             f'[{-num_layers}, {num_layers - 1}]')
+        selected.add(index % num_layers)
+    return frozenset(selected)
+
+
+def check_aug_shortcut(cfg):
+    """Validate an ``aug_shortcut`` dict and fill its defaults (METHODS.md §9)."""
+    if cfg is None:
+        return None
+    if not isinstance(cfg, Mapping):
+        raise ValueError(f'aug_shortcut={cfg!r} is not supported; expected None or a dict '
+                         f'with keys among {AUG_SHORTCUT_KEYS}')
+    unknown = set(cfg) - set(AUG_SHORTCUT_KEYS)
+    if unknown:
+        raise ValueError(f'aug_shortcut has unknown keys {sorted(unknown)}; expected keys '
+                         f'among {AUG_SHORTCUT_KEYS}')
+    cfg = dict(dict(num_paths=2, num_blocks=4, act='gelu', scale=1.0, branches=BRANCHES),
+               **cfg)
+    branches = cfg['branches']
+    if isinstance(branches, str) or not set(branches) <= set(BRANCHES) or not branches:
+        raise ValueError(f"aug_shortcut['branches']={branches!r} is not supported; expected "
+                         f"a non-empty sequence drawn from {BRANCHES}")
+    scale = cfg['scale']
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
+        raise ValueError(f"aug_shortcut['scale']={scale!r} is not supported; expected a "
+                         'positive number (1.0: the paper\'s equation, 0.75: the public '
+                         'implementation)')
+    cfg['scale'] = float(scale)
+    cfg['branches'] = tuple(branches)
+    return cfg
+
+
+class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
+    """mmpretrain's :class:`MultiheadAttention` with optional AttnScale and FeatScale.
+
+    The fused ``scaled_dot_product_attention`` stays in use; AttnScale is applied to its output
+    in closed form (METHODS.md §6). The explicit-matrix path (``Â`` materialised) is taken only
+    while attention maps are recorded, or in training with attention dropout and AttnScale (so
+    that dropout acts on ``Â``, as in the paper). FeatScale acts on the projected output before
+    LayerScale and drop-path (METHODS.md §7).
+
+    Args:
+        embed_dims (int), num_heads (int), **kwargs: as :class:`MultiheadAttention`
+            (``qk_scale`` is not supported).
+        attn_scale (bool): add per-head ω. Default False.
+        feat_scale (bool): add per-channel s, t. Default False.
+    """
+
+    def __init__(self, embed_dims, num_heads, attn_scale=False, feat_scale=False, **kwargs):
+        if kwargs.get('qk_scale') is not None:
+            raise ValueError(f"qk_scale={kwargs['qk_scale']!r} is not supported; expected "
+                             'None (the scale is head_dims ** -0.5)')
+        super().__init__(embed_dims, num_heads, **kwargs)
+        self.attn_scale = AttnScale(num_heads) if attn_scale else None
+        self.feat_scale = FeatScale(embed_dims) if feat_scale else None
+
+    def forward(self, x):
+        B, N, _ = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn_drop = self.attn_drop if self.training else 0.
+        if self.keep_attn_map or (self.attn_scale is not None and attn_drop > 0):
+            x = self._explicit_attention(q, k, v, attn_drop)
+        else:
+            x = self.scaled_dot_product_attention(q, k, v, dropout_p=attn_drop)
+            if self.attn_scale is not None:
+                x = self.attn_scale(x, v)
+        x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
+        x = self.proj_drop(self.proj(x))
+        if self.feat_scale is not None:
+            x = self.feat_scale(x)
+        x = self.out_drop(self.gamma1(x))
+        if self.v_shortcut:
+            x = v.squeeze(1) + x
+        return x
+
+    def _explicit_attention(self, q, k, v, dropout_p):
+        attn = (q @ k.transpose(-2, -1) * self.head_dims**-0.5).softmax(dim=-1)
+        if self.attn_scale is not None:
+            attn = self.attn_scale.scale_matrix(attn)
+        if self.keep_attn_map:
+            self._store_attn_map(attn)
+        if dropout_p > 0:
+            attn = torch.dropout(attn, dropout_p, True)
+        return attn @ v
+
+
+class StepTransformerEncoderLayer(TransformerEncoderLayer):
+    """One ViT block as two Euler steps, with the switches of :class:`StepViT`.
+
+    Args:
+        (upstream args): as mmpretrain's :class:`TransformerEncoderLayer`.
+        attn_scale (bool): AttnScale in this block's attention.
+        feat_scale (bool): FeatScale on this block's MSA output.
+        msa_adaptor (dict, optional): step-size adaptor config for the MSA branch, built with
+            ``channels=embed_dims, layout='nlc'``; ``Δ = adaptor(x, f)`` scales the branch
+            output ``f`` (after drop-path / LayerScale).
+        mlp_adaptor (dict, optional): the same for the MLP branch.
+        aug_shortcut (dict, optional): checked by :func:`check_aug_shortcut`; the paths read
+            the branch's LN output and are added beside the identity, outside the step size:
+            ``x' = scale · (x + Σ_i σ(LN(x) Θ_i) + Δ ⊙ f)``.
+    """
+
+    def __init__(self,
+                 embed_dims,
+                 num_heads,
+                 feedforward_channels,
+                 layer_scale_init_value=0.,
+                 drop_rate=0.,
+                 attn_drop_rate=0.,
+                 drop_path_rate=0.,
+                 num_fcs=2,
+                 qkv_bias=True,
+                 ffn_type='origin',
+                 act_cfg=dict(type='GELU'),
+                 norm_cfg=dict(type='LN'),
+                 attn_scale=False,
+                 feat_scale=False,
+                 msa_adaptor=None,
+                 mlp_adaptor=None,
+                 aug_shortcut=None,
+                 init_cfg=None):
+        super().__init__(
+            embed_dims,
+            num_heads,
+            feedforward_channels,
+            layer_scale_init_value=layer_scale_init_value,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path_rate=drop_path_rate,
+            num_fcs=num_fcs,
+            qkv_bias=qkv_bias,
+            ffn_type=ffn_type,
+            act_cfg=act_cfg,
+            norm_cfg=norm_cfg,
+            init_cfg=init_cfg)
+        self.attn = StepMultiheadAttention(
+            embed_dims=embed_dims,
+            num_heads=num_heads,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
+            dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate),
+            qkv_bias=qkv_bias,
+            layer_scale_init_value=layer_scale_init_value,
+            attn_scale=attn_scale,
+            feat_scale=feat_scale)
+        self.msa_adaptor = self._build_adaptor(msa_adaptor, embed_dims)
+        self.mlp_adaptor = self._build_adaptor(mlp_adaptor, embed_dims)
+        aug_shortcut = check_aug_shortcut(aug_shortcut)
+        self.msa_aug = self.mlp_aug = None
+        self.aug_scale = 1.0
+        if aug_shortcut is not None:
+            self.aug_scale = aug_shortcut['scale']
+            aug_args = dict(num_paths=aug_shortcut['num_paths'],
+                            num_blocks=aug_shortcut['num_blocks'], act=aug_shortcut['act'])
+            if 'msa' in aug_shortcut['branches']:
+                self.msa_aug = AugmentedShortcut(embed_dims, **aug_args)
+            if 'mlp' in aug_shortcut['branches']:
+                self.mlp_aug = AugmentedShortcut(embed_dims, **aug_args)
+        self._plain_msa = self.msa_adaptor is None and self.msa_aug is None \
+            and self.aug_scale == 1.0
+        self._plain_mlp = self.mlp_adaptor is None and self.mlp_aug is None \
+            and self.aug_scale == 1.0
+
+    @staticmethod
+    def _build_adaptor(cfg, channels):
+        if cfg is None:
+            return None
+        if not isinstance(cfg, Mapping) or 'type' not in cfg:
+            raise ValueError(f'adaptor={cfg!r} is not supported; expected None or a config '
+                             "dict with a 'type', e.g. dict(type='mmstiff.StepNetAdaptor')")
+        return MODELS.build(dict(cfg, channels=channels, layout='nlc'))
+
+    def _ffn_branch(self, h):
+        """The MLP branch output ``f`` alone (LayerScale and drop-path included)."""
+        ffn = self.ffn
+        if isinstance(ffn, FFN):
+            return ffn.dropout_layer(ffn.gamma2(ffn.layers(h)))
+        return ffn(h, identity=0.)
+
+    def _euler_step(self, x, h, f, adaptor, aug):
+        shortcut = x if aug is None else x + aug(h)
+        x_next = shortcut + f if adaptor is None else apply_step(shortcut, adaptor(x, f), f)
+        return x_next * self.aug_scale if self.aug_scale != 1.0 else x_next
+
+    def forward(self, x):
+        h = self.ln1(x)
+        if self._plain_msa:
+            x = x + self.attn(h)
+        else:
+            x = self._euler_step(x, h, self.attn(h), self.msa_adaptor, self.msa_aug)
+        h = self.ln2(x)
+        if self._plain_mlp:
+            return self.ffn(h, identity=x)
+        return self._euler_step(x, h, self._ffn_branch(h), self.mlp_adaptor, self.mlp_aug)
+
+
+@MODELS.register_module()
+class StepViT(VisionTransformer):
+    """Vision Transformer / DeiT with AttnScale, FeatScale, step-size adaptors, augmented shortcuts.
+
+    Every argument of mmpretrain's :class:`VisionTransformer` is accepted unchanged. Each switch
+    takes a set of layers: ``None`` (off), ``'all'``, or a sequence of layer indices (negative
+    indices count from the end).
+
+    Args:
+        arch (str | dict): as :class:`VisionTransformer`, e.g. ``'deit-small'``.
+        attn_scale_layers: layers with AttnScale (METHODS.md §6, ω init 0). Default None.
+        feat_scale_layers: layers with FeatScale (METHODS.md §7, s, t init 0). Default None.
+        msa_adaptor (dict, optional): step-size adaptor on the MSA branch, e.g.
+            ``dict(type='mmstiff.StepNetAdaptor')``; built per layer with
+            ``channels=embed_dims, layout='nlc'``. Default None.
+        msa_adaptor_layers: layers that get ``msa_adaptor``. Default ``'all'``.
+        mlp_adaptor (dict, optional): the same for the MLP branch. Default None.
+        mlp_adaptor_layers: layers that get ``mlp_adaptor``. Default ``'all'``.
+        aug_shortcut (dict, optional): augmented shortcuts (METHODS.md §9), keys
+            ``num_paths`` (T, default 2), ``num_blocks`` (circulant blocks per side, default 4),
+            ``act`` (default ``'gelu'``), ``scale`` (1.0, or 0.75 as the public
+            implementation: the whole block update is multiplied by it) and ``branches``
+            (default ``('msa', 'mlp')``). Default None.
+        aug_shortcut_layers: layers that get ``aug_shortcut``. Default ``'all'``.
+        **kwargs: the other arguments of :class:`VisionTransformer`.
+
+    Attention maps (per layer and head) are available through
+    :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
+    """
+
+    def __init__(self,
+                 arch='base',
+                 attn_scale_layers=None,
+                 feat_scale_layers=None,
+                 msa_adaptor=None,
+                 msa_adaptor_layers='all',
+                 mlp_adaptor=None,
+                 mlp_adaptor_layers='all',
+                 aug_shortcut=None,
+                 aug_shortcut_layers='all',
+                 **kwargs):
+        super().__init__(arch=arch, **kwargs)
+        n = self.num_layers
+        attn_scale = select_layers('attn_scale_layers', attn_scale_layers, n)
+        feat_scale = select_layers('feat_scale_layers', feat_scale_layers, n)
+        msa = select_layers('msa_adaptor_layers', msa_adaptor_layers, n) \
+            if msa_adaptor is not None else frozenset()
+        mlp = select_layers('mlp_adaptor_layers', mlp_adaptor_layers, n) \
+            if mlp_adaptor is not None else frozenset()
+        aug_shortcut = check_aug_shortcut(aug_shortcut)
+        aug = select_layers('aug_shortcut_layers', aug_shortcut_layers, n) \
+            if aug_shortcut is not None else frozenset()
+
+        layer_cfgs = self._upstream_layer_cfgs(**kwargs)
+        self.layers = ModuleList(
+            StepTransformerEncoderLayer(
+                **layer_cfgs[i],
+                attn_scale=i in attn_scale,
+                feat_scale=i in feat_scale,
+                msa_adaptor=msa_adaptor if i in msa else None,
+                mlp_adaptor=mlp_adaptor if i in mlp else None,
+                aug_shortcut=aug_shortcut if i in aug else None) for i in range(n))
+        if self.frozen_stages > 0:
+            self._freeze_stages()
+
+    def _upstream_layer_cfgs(self,
+                             drop_rate=0.,
+                             drop_path_rate=0.,
+                             qkv_bias=True,
+                             norm_cfg=dict(type='LN', eps=1e-6),
+                             layer_scale_init_value=0.,
+                             layer_cfgs=dict(),
+                             **unused):
+        """The per-layer configs :class:`VisionTransformer` builds its layers from."""
+        dpr = np.linspace(0, drop_path_rate, self.num_layers)
+        if isinstance(layer_cfgs, dict):
+            layer_cfgs = [layer_cfgs] * self.num_layers
+        cfgs = []
+        for i in range(self.num_layers):
+            cfg = dict(
+                embed_dims=self.embed_dims,
+                num_heads=self.arch_settings['num_heads'],
+                feedforward_channels=self.arch_settings['feedforward_channels'],
+                layer_scale_init_value=layer_scale_init_value,
+                drop_rate=drop_rate,
+                drop_path_rate=dpr[i],
+                qkv_bias=qkv_bias,
+                norm_cfg=norm_cfg)
+            cfg.update(layer_cfgs[i])
+            cfgs.append(cfg)
+        return cfgs
