@@ -348,3 +348,55 @@ def test_coco_rejects_small_images(tmp_path):
         write_coco(str(tmp_path), size=(20, 64))
     with pytest.raises(ValueError, match='category_id=12'):
         write_coco(str(tmp_path), category_ids=[1, 12])
+
+
+# ----------------------------------------------------------------------------- upstream configs
+
+#: base dataset config -> (default scope, tiny data kind, config text overriding only the
+#: data settings: every dataset's data_root (and for CIFAR its type), CocoMetric's ann_file)
+CONFIG_OVERRIDES = {
+    'mmpretrain::_base_/datasets/cifar10_bs16.py': ('mmpretrain', 'cifar10', """
+train_dataloader = dict(dataset=dict(type='mmstiff.CIFAR10', data_root='{root}'))
+val_dataloader = dict(dataset=dict(type='mmstiff.CIFAR10', data_root='{root}'))
+test_dataloader = val_dataloader
+"""),
+    'mmpretrain::_base_/datasets/imagenet_bs32.py': ('mmpretrain', 'imagenet', """
+train_dataloader = dict(dataset=dict(data_root='{root}'))
+val_dataloader = dict(dataset=dict(data_root='{root}'))
+test_dataloader = val_dataloader
+"""),
+    'mmdet::_base_/datasets/coco_detection.py': ('mmdet', 'coco', """
+train_dataloader = dict(dataset=dict(data_root='{root}/'))
+val_dataloader = dict(dataset=dict(data_root='{root}/'))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file='{root}/annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+"""),
+}
+
+
+@pytest.mark.parametrize('base', [
+    pytest.param(base, marks=[pytest.mark.slow] if 'coco' in base else [])  # resizes to 1333
+    for base in sorted(CONFIG_OVERRIDES)
+])
+def test_upstream_dataset_configs_read_tiny_data(base, tmp_path, request):
+    import importlib
+
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+
+    from mmstiff.datasets import CIFAR10
+
+    scope, kind, text = CONFIG_OVERRIDES[base]
+    root = request.getfixturevalue(f'{kind}_root')
+    path = tmp_path / 'cfg.py'
+    path.write_text(f'_base_ = {base!r}\n' + text.format(root=root))
+    cfg = Config.fromfile(str(path))
+    registry = importlib.import_module(f'{scope}.registry')
+    with DefaultScope.overwrite_default_scope(scope):
+        for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+            dataset = registry.DATASETS.build(cfg[field].dataset)
+            assert len(dataset) > 0 and dataset[0]['inputs'].shape[0] == 3
+            assert isinstance(dataset, CIFAR10) == (kind == 'cifar10')
+        for field in ('val_evaluator', 'test_evaluator'):
+            registry.METRICS.build(cfg[field])
