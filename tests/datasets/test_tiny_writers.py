@@ -208,6 +208,9 @@ def test_imagenet_rejects_bad_arguments(tmp_path):
         write_imagenet(str(tmp_path), num_classes=1001)
     with pytest.raises(ValueError, match='per_class=0'):
         write_imagenet(str(tmp_path), per_class=0)
+    with pytest.raises(ValueError, match=r'size=\(64, 4\) is invalid; expected \(W, H\), two '
+                                         'ints >= 8'):
+        write_imagenet(str(tmp_path), size=(64, 4))
 
 
 # ----------------------------------------------------------------------------- MNIST
@@ -344,7 +347,7 @@ def test_coco_read_by_mmdet(coco_root):
 
 
 def test_coco_rejects_small_images(tmp_path):
-    with pytest.raises(ValueError, match='size=\\(20, 64\\)'):
+    with pytest.raises(ValueError, match=r'size=\(20, 64\) is invalid.* >= 32'):
         write_coco(str(tmp_path), size=(20, 64))
     with pytest.raises(ValueError, match='category_id=12'):
         write_coco(str(tmp_path), category_ids=[1, 12])

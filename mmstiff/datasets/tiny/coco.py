@@ -21,8 +21,8 @@ import os.path as osp
 import numpy as np
 
 from .imagenet import save_jpeg
-from .shapes import (class_colour, class_kind, mask_bbox, noise_background, paint,
-                     polygon, polygon_mask)
+from .shapes import (check_size, class_colour, class_kind, mask_bbox, noise_background,
+                     paint, polygon, polygon_mask)
 
 #: The 80 official COCO categories: (id, name, supercategory).
 COCO_CATEGORIES = (
@@ -171,8 +171,7 @@ def write_coco(root, num_train=4, num_val=2, size=(128, 96), seed=0, category_id
     for name, value in (('num_train', num_train), ('num_val', num_val)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f'{name}={value!r} is invalid; expected a positive int')
-    if len(size) != 2 or min(size) < MIN_SIDE:
-        raise ValueError(f'size={size!r} is invalid; expected (W, H) with both >= {MIN_SIDE}')
+    size = check_size(size, minimum=MIN_SIDE)
     if category_ids is None:
         category_ids = [c[0] for c in COCO_CATEGORIES]
     for category_id in category_ids:

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from .cifar import balanced_labels
-from .shapes import draw_class_image
+from .shapes import check_size, draw_class_image
 
 NUM_IMAGENET_CLASSES = 1000
 
@@ -65,6 +65,7 @@ def write_imagenet(root, num_classes=4, per_class=3, size=(64, 64), seed=0,
     _check('per_class', per_class, 1)
     val_per_class = per_class if val_per_class is None else val_per_class
     _check('val_per_class', val_per_class, 1)
+    size = check_size(size)
     rng = np.random.default_rng(seed)
     os.makedirs(osp.join(root, 'meta'), exist_ok=True)
 

@@ -17,6 +17,9 @@ import numpy as np
 #: Polygon kinds, all convex; class ``c`` draws ``SHAPE_KINDS[c % len(SHAPE_KINDS)]``.
 SHAPE_KINDS = ('square', 'triangle', 'circle', 'diamond', 'hexagon')
 
+#: Smallest image side a shape is drawn on.
+MIN_SIDE = 8
+
 _VERTICES = {'square': 4, 'triangle': 3, 'circle': 24, 'diamond': 4, 'hexagon': 6}
 _ROTATION = {'square': math.pi / 4, 'triangle': -math.pi / 2, 'circle': 0.0, 'diamond': 0.0,
              'hexagon': 0.0}
@@ -54,8 +57,8 @@ def class_grey(label, num_classes):
 
 
 def polygon(kind, centre, radius):
-    """Vertices (N, 2) of a regular polygon of ``kind`` around ``centre=(x, y)``, counter-clockwise
-    in image coordinates' mathematical orientation."""
+    """Vertices (N, 2), in order, of the regular ``kind`` polygon inscribed in the circle of
+    ``radius`` around ``centre=(x, y)``."""
     if kind not in _VERTICES:
         raise ValueError(f'kind={kind!r} is not a known shape; expected one of {SHAPE_KINDS}')
     n = _VERTICES[kind]
@@ -105,9 +108,17 @@ def paint(image, mask, colour):
     return out
 
 
+def check_size(size, minimum=MIN_SIDE, name='size'):
+    """Validate an image size ``(W, H)``; return it as a tuple of two ints."""
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(v, (int, np.integer)) and v >= minimum for v in size)):
+        raise ValueError(f'{name}={size!r} is invalid; expected (W, H), two ints >= {minimum}')
+    return int(size[0]), int(size[1])
+
+
 def random_shape(kind, size, rng, min_frac=0.25, max_frac=0.45):
     """Vertices of a ``kind`` polygon of random radius and position fully inside ``size``."""
-    w, h = size
+    w, h = check_size(size)
     short = min(w, h)
     radius = rng.uniform(min_frac, max_frac) * short
     cx = rng.uniform(radius + 1, w - radius - 1)
