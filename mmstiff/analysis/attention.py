@@ -5,8 +5,11 @@ never materialises the attention map ``A = softmax(q kᵀ · scale)``. :class:`A
 rebuilds it, only while recording, from the output of the module's ``qkv`` projection (a
 forward hook, so nothing is computed twice except the ``q kᵀ`` product and the softmax).
 
-An attention module that changes the map (e.g. an AttnScale layer) can expose
-``attention_map(x) -> (B, H, N, N)``; the recorder then calls it on the module's input instead.
+An attention module that computes its map differently (e.g. AttnScale's ``Â``) hands it out
+either through mmstiff's ``AttentionMapMixin`` protocol (``keep_attn_map`` and
+``_store_attn_map``: the module takes its explicit-matrix path while recorded and stores the
+matrix that multiplies ``V``), or through a method ``attention_map(x) -> (B, H, N, N)`` called
+on the module's input. Both take precedence over rebuilding the map from ``qkv``.
 """
 import fnmatch
 from collections import OrderedDict
@@ -81,6 +84,7 @@ class AttentionRecorder:
         self.reduce = reduce or (lambda name, attn: attn)
         self.outputs = OrderedDict()
         self._handles = []
+        self._restore = []
 
     @property
     def active(self):
@@ -96,8 +100,15 @@ class AttentionRecorder:
     def stop(self):
         for handle in self._handles:
             handle.remove()
+        for restore in self._restore:
+            restore()
         self._handles = []
+        self._restore = []
         return self
+
+    def clear(self):
+        """Forget the recorded outputs."""
+        self.outputs = OrderedDict()
 
     def __enter__(self):
         return self.start()
@@ -111,6 +122,22 @@ class AttentionRecorder:
             self.outputs.setdefault(name, []).append(self.reduce(name, attn.detach()))
 
     def _hook(self, name, attn):
+        if hasattr(attn, 'keep_attn_map') and callable(getattr(attn, '_store_attn_map', None)):
+            sink = {}
+
+            def on_output(module, args, output):
+                if name in sink:
+                    self._keep(name, sink.pop(name))
+
+            def restore(module=attn):
+                module.keep_attn_map = False
+                module._attn_map_sink = None
+
+            attn.keep_attn_map = True
+            attn._attn_map_sink = (sink, name)
+            self._restore.append(restore)
+            self._handles.append(attn.register_forward_hook(on_output))
+            return
         if callable(getattr(attn, 'attention_map', None)):
 
             def on_input(module, args):

@@ -1,0 +1,200 @@
+"""The trajectory recorder on upstream and mmstiff residual networks.
+
+Each test recomputes the states of a few blocks by calling the block's own submodules in the
+order of the block's forward, and checks the recorded ``(x_t, x_{t+1}, Δ_t)`` against them.
+"""
+import pytest
+import torch
+import torch.nn as nn
+
+from mmstiff.analysis import (TrajectoryRecorder, find_blocks, neural_stiffness_index,
+                              record_states, register_block_type, stage_of)
+
+
+def _hook_count(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _resnet_stem(backbone, x):
+    if backbone.deep_stem:
+        return backbone.maxpool(backbone.stem(x))
+    return backbone.maxpool(backbone.relu(backbone.norm1(backbone.conv1(x))))
+
+
+def test_mmpretrain_resnet_blocks_states_and_clean_removal():
+    from mmpretrain.models.backbones import ResNet
+    torch.manual_seed(0)
+    net = ResNet(depth=18, base_channels=8, stem_channels=8)
+    net.eval()  # mmpretrain's train() returns None
+    x = torch.randn(2, 3, 32, 32)
+    before = _hook_count(net)
+    recorder = TrajectoryRecorder(net)
+    assert _hook_count(net) == before and not recorder.active  # off: nothing registered
+    with torch.no_grad(), recorder:
+        assert _hook_count(net) > before
+        net(x)
+    assert _hook_count(net) == before  # removed cleanly
+    assert list(recorder.outputs) == [f'layer{i}.{j}' for i in range(1, 5) for j in range(2)]
+
+    with torch.no_grad():
+        state = _resnet_stem(net, x)
+        for i in range(1, 5):
+            for j, block in enumerate(getattr(net, f'layer{i}')):
+                record = recorder.outputs[f'layer{i}.{j}'][0]
+                x_t = state if block.downsample is None else block.downsample(state)
+                state = block(state)
+                assert torch.allclose(record.x_t, x_t, atol=1e-6)
+                assert torch.allclose(record.x_next, state, atol=1e-6)
+                assert record.step is None
+    assert stage_of('layer3.1') == 'layer3'
+
+
+def test_recorder_detaches_and_reduces_on_the_fly():
+    from mmpretrain.models.backbones import ResNet_CIFAR
+    net = ResNet_CIFAR(depth=18, base_channels=8, stem_channels=8)
+    x = torch.randn(3, 3, 16, 16)
+    seen = []
+
+    def reduce(record):
+        seen.append((record.x_t.requires_grad, record.x_next.grad_fn, torch.is_grad_enabled()))
+        return neural_stiffness_index(record.x_t, record.x_next, record.step)
+
+    with TrajectoryRecorder(net, reduce=reduce, select=['layer1.*', 'layer4.1']) as recorder:
+        out = net(x)[-1]
+    out.sum().backward()  # the training graph is intact
+    assert list(recorder.outputs) == ['layer1.0', 'layer1.1', 'layer4.1']
+    assert all(s == (False, None, False) for s in seen)
+    nsi = recorder.outputs['layer1.0'][0]
+    assert nsi.shape == (3, ) and not nsi.requires_grad
+    with pytest.raises(ValueError, match='matches none'):
+        TrajectoryRecorder(net, select=['layer9.*'])
+    with pytest.raises(ValueError, match='level='):
+        TrajectoryRecorder(net, level='layers')
+
+
+def test_gradient_checkpointing_records_once():
+    from mmpretrain.models.backbones import ResNet
+    net = ResNet(depth=18, base_channels=8, stem_channels=8, with_cp=True)
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
+    with TrajectoryRecorder(net, reduce=lambda r: r.x_next.shape[0]) as recorder:
+        net(x)[-1].sum().backward()  # the backward pass re-runs inner modules
+    assert all(len(v) == 1 for v in recorder.outputs.values())
+
+
+def test_seresnet_reads_the_se_gate_as_step_size():
+    from mmpretrain.models.backbones import SEResNet
+    torch.manual_seed(0)
+    net = SEResNet(depth=50, base_channels=8, stem_channels=8, out_indices=(0, ))
+    net.eval()
+    x = torch.randn(2, 3, 32, 32)
+    records = record_states(net, x, select=['layer1.*'])
+    with torch.no_grad():
+        state = _resnet_stem(net, x)
+        block = net.layer1[0]
+        # SEBottleneck.forward: conv-bn chain, SE gate, projected shortcut, add, relu
+        out = block.relu(block.norm1(block.conv1(state)))
+        out = block.relu(block.norm2(block.conv2(out)))
+        f = block.norm3(block.conv3(out))
+        se = block.se_layer
+        gate = se.conv2(se.conv1(se.global_avgpool(f)))
+        x_t = block.downsample(state)
+        x_next = block.relu(f * gate + x_t)
+    record = records['layer1.0']
+    assert record.step.shape == (2, f.shape[1], 1, 1)
+    assert torch.allclose(record.step, gate, atol=1e-6)
+    assert torch.allclose(record.x_next, x_next, atol=1e-5)
+    expected = ((x_next - x_t) / gate).flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1)
+    assert torch.allclose(neural_stiffness_index(record.x_t, record.x_next, record.step),
+                          expected, rtol=1e-5)
+
+
+def _tiny_vit():
+    from mmpretrain.models.backbones import VisionTransformer
+    arch = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
+    vit = VisionTransformer(arch=arch, img_size=16, patch_size=4, drop_rate=0.0)
+    vit.eval()
+    return vit
+
+
+def test_vit_layer_is_two_euler_steps():
+    torch.manual_seed(0)
+    vit = _tiny_vit()
+    x = torch.randn(2, 3, 16, 16)
+    inputs = {}
+    handle = vit.layers[1].register_forward_pre_hook(lambda m, a: inputs.setdefault('x', a[0]))
+    records = record_states(vit, x, level='both')
+    handle.remove()
+    assert list(records) == ['layers.0.msa', 'layers.0.mlp', 'layers.0', 'layers.1.msa',
+                             'layers.1.mlp', 'layers.1']
+    layer, x1 = vit.layers[1], inputs['x']
+    with torch.no_grad():
+        mid = x1 + layer.attn(layer.ln1(x1))
+        out = layer.ffn(layer.ln2(mid), identity=mid)
+    assert records['layers.1.msa'].x_t.shape == (2, 17, 32)  # class token + 4 x 4 patches
+    assert torch.allclose(records['layers.1.msa'].x_t, x1)
+    assert torch.allclose(records['layers.1.msa'].x_next, mid, atol=1e-6)
+    assert torch.allclose(records['layers.1.mlp'].x_t, mid, atol=1e-6)
+    assert torch.allclose(records['layers.1.mlp'].x_next, out, atol=1e-6)
+    assert torch.allclose(records['layers.1'].x_next, out, atol=1e-6)
+    assert stage_of('layers.1.msa') == 'layers'
+
+
+def test_attention_recorder_rebuilds_softmax_maps():
+    from mmstiff.analysis import AttentionRecorder
+    torch.manual_seed(0)
+    vit = _tiny_vit()
+    x = torch.randn(2, 3, 16, 16)
+    inputs = {}
+    attn = vit.layers[0].attn
+    handle = attn.register_forward_pre_hook(lambda m, a: inputs.setdefault('x', a[0]))
+    with torch.no_grad(), AttentionRecorder(vit) as recorder:
+        vit(x)
+    handle.remove()
+    maps = recorder.outputs['layers.0'][0]
+    assert maps.shape == (2, 2, 17, 17)
+    # explicit attention: softmax(q kᵀ / sqrt(d)) · v through proj must give the module output
+    with torch.no_grad():
+        qkv = attn.qkv(inputs['x']).reshape(2, 17, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        v = qkv[2]
+        out = (maps @ v).transpose(1, 2).reshape(2, 17, 32)
+        assert torch.allclose(attn.proj(out), attn(inputs['x']), atol=1e-5)
+    assert _hook_count(vit) == 0
+
+
+def test_mmdet_resnet_blocks():
+    from mmdet.models.backbones import ResNet as DetResNet
+    torch.manual_seed(0)
+    net = DetResNet(depth=18, base_channels=8, out_indices=(0, 1, 2, 3))
+    net.eval()
+    x = torch.randn(1, 3, 64, 48)
+    records = record_states(net, x)
+    assert len(records) == 8
+    with torch.no_grad():
+        state = net.maxpool(net.relu(net.norm1(net.conv1(x))))
+        block = net.layer1[0]
+        out = block(state)
+    assert torch.allclose(records['layer1.0'].x_t, state)
+    assert torch.allclose(records['layer1.0'].x_next, out)
+    assert records['layer2.0'].x_t.shape == records['layer2.0'].x_next.shape == (1, 16, 8, 6)
+
+
+def test_custom_block_registration_and_predicate():
+
+    class Scale(nn.Module):
+        """x + 0.5 x: NSI = 0.5 for every sample."""
+
+        def forward(self, x):
+            return x + 0.5 * x
+
+    net = nn.Sequential(Scale(), nn.ReLU(), Scale())
+    with pytest.raises(ValueError, match='register its block class'):
+        TrajectoryRecorder(net)
+    blocks = find_blocks(net, is_block=lambda m: isinstance(m, Scale))
+    assert [name for name, _, kind in blocks] == ['0', '2'] and blocks[0][2] == 'conv'
+    register_block_type(Scale, 'conv')
+    x = torch.rand(4, 3) + 0.1
+    with TrajectoryRecorder(net, reduce=lambda r: neural_stiffness_index(r.x_t, r.x_next)) as rec:
+        net(x)
+    assert torch.allclose(rec.outputs['2'][0], torch.full((4, ), 0.5))
+    with pytest.raises(ValueError, match='kind='):
+        register_block_type(Scale, 'recurrent')

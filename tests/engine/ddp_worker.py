@@ -1,0 +1,65 @@
+"""One rank of a two-process CPU (gloo) training run with the diagnostics hooks.
+
+    python ddp_worker.py RANK WORLD_SIZE PORT WORK_DIR
+
+Each rank trains on its own shard of the toy data and appends the scalars its hooks computed
+*before* the cross-rank mean to ``WORK_DIR/local_<rank>.jsonl``, so the test can check that the
+logged value is the mean over ranks.
+"""
+import json
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+
+
+def main(rank, world_size, port, work_dir):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    import torch
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group('gloo', rank=rank, world_size=world_size)
+    from mmengine.runner import Runner
+    from torch.utils.data.distributed import DistributedSampler
+
+    from diagnostics_toy import ToyClassifier, tiny_backbone, toy_dataset, toy_loader
+    from mmstiff.engine.hooks import TrajectoryDiagnosticHook
+
+    torch.manual_seed(0)  # the same weights on every rank
+    dataset = toy_dataset()
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    runner = Runner(
+        model=ToyClassifier(tiny_backbone()),
+        work_dir=work_dir,
+        train_dataloader=toy_loader(batch_size=4, sampler=sampler),
+        train_cfg=dict(by_epoch=False, max_iters=4),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+        custom_hooks=[dict(type='mmstiff.StiffnessHook', interval=2),
+                      dict(type='mmstiff.FrequencyHook', interval=2)],
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
+        launcher='pytorch',
+        env_cfg=dict(dist_cfg=dict(backend='gloo')),
+        model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None),
+        default_scope='mmengine')
+    local_path = osp.join(work_dir, f'local_{rank}.jsonl')
+    for hook in runner.hooks:
+        if isinstance(hook, TrajectoryDiagnosticHook):
+            summarise = hook.summarise
+
+            def recording(recorders, summarise=summarise, hook=hook):
+                scalars = summarise(recorders)
+                with open(local_path, 'a') as f:
+                    named = {f'{hook.prefix}/{k}': v for k, v in scalars.items()}
+                    f.write(json.dumps(dict(named, step=runner.iter + 1)) + '\n')
+                return scalars
+
+            hook.summarise = recording
+    runner.train()
+    with open(osp.join(work_dir, f'log_dir_{rank}.txt'), 'w') as f:
+        f.write(runner.log_dir)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,0 +1,180 @@
+"""StiffnessHook and FrequencyHook through a real MMEngine Runner on a tiny model."""
+import glob
+import math
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.runner import Runner
+
+from mmstiff.analysis import high_frequency_ratio, neural_stiffness_index, total_neural_stiffness
+from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
+from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_dataset, toy_loader
+
+BATCH = 4
+
+
+def _runner(work_dir, model, hooks, max_iters=6, images=None):
+    loader = toy_loader(batch_size=BATCH)
+    if images is not None:
+        loader.dataset.tensors = (images, loader.dataset.tensors[1])
+    return Runner(
+        model=model,
+        work_dir=str(work_dir),
+        train_dataloader=loader,
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        # lr 0: the weights stay as built, so a test can recompute the logged values
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
+        custom_hooks=hooks,
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
+        randomness=dict(seed=0),
+        default_scope='mmengine')
+
+
+def _scalar_lines(runner, prefix):
+    paths = glob.glob(osp.join(runner.log_dir, 'vis_data', 'scalars.json'))
+    merged = {}
+    for line in read_json_lines(paths[0]):
+        if any(k.startswith(prefix) for k in line):
+            merged.setdefault(line['step'], {}).update(line)
+    return merged
+
+
+def _hook_count(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _trajectory_nsi(backbone, images):
+    """NSI of every block of an mmpretrain ResNet_CIFAR, recomputed block by block."""
+    backbone.train()
+    with torch.no_grad():
+        x = backbone.relu(backbone.norm1(backbone.conv1(images)))
+        columns = {}
+        for i in range(1, 5):
+            for j, block in enumerate(getattr(backbone, f'layer{i}')):
+                x_t = x if block.downsample is None else block.downsample(x)
+                x = block(x)
+                columns[f'layer{i}.{j}'] = (x - x_t).flatten(1).norm(dim=1) / \
+                    x_t.flatten(1).norm(dim=1)
+    return columns, x
+
+
+@pytest.mark.slow
+def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
+    torch.manual_seed(0)
+    model = ToyClassifier(tiny_backbone())
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=2)])
+    runner.train()
+    lines = _scalar_lines(runner, 'stiffness/')
+    assert sorted(lines) == [2, 4, 6]
+    line = lines[2]
+    names = [f'layer{i}.{j}' for i in range(1, 5) for j in range(2)]
+    assert all(f'stiffness/nsi/{n}' in line for n in names)
+    assert {'stiffness/mu/network', 'stiffness/ratio/layer1', 'stiffness/tns/network'} <= set(line)
+    assert not any(k.startswith('stiffness/step/') for k in line)  # no adaptor: Δ = 1
+
+    # iteration 2 trained on samples 4..7; recompute its NSI with the (unchanged) weights
+    images = toy_dataset().tensors[0][BATCH:2 * BATCH]
+    columns, _ = _trajectory_nsi(model.backbone, images)
+    for name in ('layer1.0', 'layer2.0', 'layer4.1'):
+        assert line[f'stiffness/nsi/{name}'] == pytest.approx(float(columns[name].mean()),
+                                                              rel=1e-4)
+    zeta = torch.stack([columns[n] for n in names], dim=1)
+    assert line['stiffness/tns/network'] == pytest.approx(total_neural_stiffness(zeta), rel=1e-4)
+
+    # the run's own JSON log has them too, and the MessageHub keeps the latest values
+    timestamp_log = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}.json')
+    assert any('stiffness/nsi/layer1.0' in entry for entry in read_json_lines(timestamp_log))
+    assert runner.message_hub.get_scalar('stiffness/nsi/layer1.0').current() == \
+        pytest.approx(lines[6]['stiffness/nsi/layer1.0'])
+    assert _hook_count(model) == 0
+
+
+def test_stiffness_hook_logs_step_sizes_of_adaptors(tmp_path):
+    torch.manual_seed(0)
+    model = ToyClassifier(tiny_backbone(adaptor=dict(type='mmstiff.ConstantStep', step=0.5)))
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=3)],
+                     max_iters=3)
+    runner.train()
+    line = _scalar_lines(runner, 'stiffness/')[3]
+    assert line['stiffness/step/layer1.0'] == pytest.approx(0.5)
+    # a constant step has no correlation with NSI: undefined, not logged
+    assert not any(k.startswith('stiffness/nsi_step_corr/') for k in line)
+    # NSI divides the displacement by the step: ||(x_{t+1} - x_t) / 0.5|| / ||x_t||
+    images = toy_dataset().tensors[0][2 * BATCH:3 * BATCH]
+    model.backbone.train()
+    with torch.no_grad():
+        b = model.backbone
+        x = b.relu(b.norm1(b.conv1(images)))
+        block = b.layer1[0]
+        expected = neural_stiffness_index(x, block(x), 0.5).mean()
+        manual = ((block(x) - x) / 0.5).flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
+    assert float(expected) == pytest.approx(float(manual.mean()), rel=1e-5)
+    assert line['stiffness/nsi/layer1.0'] == pytest.approx(float(expected), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_non_finite_values_are_skipped_with_one_warning(tmp_path):
+    # all-zero images give all-zero states: NSI = 0 / 0 at every block
+    model = ToyClassifier(tiny_backbone())
+    zeros = torch.zeros(16, 3, 16, 16)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)],
+                     max_iters=3, images=zeros)
+    runner.train()  # does not crash
+    log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
+    assert log.count('non-finite values') == 1
+    for line in _scalar_lines(runner, 'stiffness/').values():
+        assert all(math.isfinite(v) for k, v in line.items() if k.startswith('stiffness/'))
+
+
+@pytest.mark.slow
+def test_frequency_hook_on_a_cnn(tmp_path):
+    torch.manual_seed(0)
+    model = ToyClassifier(tiny_backbone())
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.FrequencyHook', interval=3)])
+    runner.train()
+    lines = _scalar_lines(runner, 'freq/')
+    assert sorted(lines) == [3, 6]
+    line = lines[3]
+    assert {'freq/hf_ratio/input', 'freq/hf_ratio/layer4.1', 'freq/dlogamp/layer1.0'} <= set(line)
+    assert not any(k.startswith('freq/token_cos') for k in line)  # feature maps, not tokens
+    images = toy_dataset().tensors[0][2 * BATCH:3 * BATCH]
+    _, out = _trajectory_nsi(model.backbone, images)
+    assert line['freq/hf_ratio/layer4.1'] == pytest.approx(
+        float(high_frequency_ratio(out).mean()), rel=1e-4)
+    assert _hook_count(model) == 0
+
+
+@pytest.mark.slow
+def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
+    from mmpretrain.models.backbones import VisionTransformer
+    torch.manual_seed(0)
+    vit = VisionTransformer(
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+        img_size=16, patch_size=4, out_type='featmap')
+    model = ToyClassifier(vit)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.FrequencyHook', interval=2),
+                                       dict(type='mmstiff.StiffnessHook', interval=2)],
+                     max_iters=2)
+    runner.train()
+    line = _scalar_lines(runner, ('freq/', 'stiffness/'))[2]
+    for key in ('freq/token_cos/layers.0.msa', 'freq/token_cos/layers.1.mlp',
+                'freq/attn_cos/layers.0', 'freq/attn_cos/layers.1', 'freq/dlogamp/layers.1.msa',
+                'stiffness/nsi/layers.0.msa', 'stiffness/nsi/layers.0.mlp'):
+        assert key in line, key
+        assert math.isfinite(line[key])
+    assert 0 <= line['freq/attn_cos/layers.0'] <= 1
+    assert _hook_count(model) == 0
+
+
+def test_hook_arguments_fail_early():
+    with pytest.raises(ValueError, match='interval=0'):
+        StiffnessHook(interval=0)
+    with pytest.raises(ValueError, match='blocks=5'):
+        StiffnessHook(blocks=5)
+    with pytest.raises(ValueError, match="level='layer'"):
+        FrequencyHook(level='layer')
+    with pytest.raises(ValueError, match='num_samples=0'):
+        FrequencyHook(num_samples=0)
+    with pytest.raises(ValueError, match='num_extra_tokens=-1'):
+        FrequencyHook(num_extra_tokens=-1)

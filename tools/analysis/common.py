@@ -1,0 +1,145 @@
+"""What the analysis tools share: arguments, loading a trained model and its data, output files.
+
+Every tool takes ``CONFIG CHECKPOINT [--out-dir DIR] [--cfg-options k=v ...] [--num-batches N]
+[--split test|val|train]``, builds the model of ``CONFIG`` with the codebase of its
+``default_scope`` (mmpretrain or mmdet), loads ``CHECKPOINT`` on the CPU and iterates over the
+first ``N`` batches of the split's dataloader.
+
+MMEngine 0.10.7 checkpoints hold non-tensor objects, which ``torch.load`` refuses by default
+since torch 2.6; the tools allow full unpickling for their own process. Only load checkpoints
+you trust.
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import sys
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+SPLITS = ('test', 'val', 'train')
+
+
+def trust_checkpoints():
+    try:
+        from mmstiff.utils.runtime import trust_checkpoints as _trust
+    except ImportError:
+        os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    else:
+        _trust()
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
+    return value
+
+
+def base_parser(description, num_batches=10):
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('config', help='config file the checkpoint was trained with')
+    parser.add_argument('checkpoint', help='checkpoint file (only load checkpoints you trust)')
+    parser.add_argument('--out-dir', default=None,
+                        help='where to write the JSON and PNG files (default: '
+                        '<checkpoint dir>/analysis/<tool>)')
+    parser.add_argument('--num-batches', type=positive_int, default=num_batches,
+                        help=f'batches of the split to analyse (default {num_batches})')
+    parser.add_argument('--split', choices=SPLITS, default='test',
+                        help='dataloader of the config to read (default test)')
+    parser.add_argument('--batch-size', type=positive_int, default=None,
+                        help='override the dataloader batch size')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
+                        help='override config settings, key=value')
+    return parser
+
+
+def out_dir_of(args, tool):
+    out_dir = args.out_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'analysis',
+                                       tool)
+    os.makedirs(out_dir, exist_ok=True)
+    return out_dir
+
+
+def load_cfg(args):
+    from mmengine.config import Config
+    if not osp.isfile(args.config):
+        sys.exit(f'error: config file {args.config!r} does not exist')
+    if not osp.isfile(args.checkpoint):
+        sys.exit(f'error: checkpoint {args.checkpoint!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in ('mmpretrain', 'mmdet'):
+        sys.exit(f'error: default_scope={scope!r} in {args.config}; expected mmpretrain or mmdet')
+    return cfg
+
+
+def load_model(cfg, checkpoint):
+    """Build ``cfg.model`` in the config's scope and load ``checkpoint`` on the CPU (eval mode)."""
+    import mmstiff  # noqa: F401  (registers mmstiff's modules through its registry locations)
+    from mmengine.registry import MODELS, init_default_scope
+    from mmengine.runner import load_checkpoint
+    trust_checkpoints()
+    init_default_scope(cfg.default_scope)
+    model = MODELS.build(cfg.model)
+    load_checkpoint(model, checkpoint, map_location='cpu', logger='current')
+    model.eval()
+    return model
+
+
+def build_loader(cfg, split, batch_size=None):
+    from mmengine.runner import Runner
+    field = f'{split}_dataloader'
+    loader_cfg = cfg.get(field)
+    if not loader_cfg:
+        sys.exit(f'error: the config has no {field}; pick another --split')
+    loader_cfg = loader_cfg.copy()
+    if batch_size is not None:
+        loader_cfg['batch_size'] = batch_size
+    if loader_cfg.get('num_workers', 0) == 0:
+        loader_cfg['persistent_workers'] = False
+    return Runner.build_dataloader(loader_cfg)
+
+
+def setup(args, tool):
+    """``(cfg, model, loader, out_dir)`` for a tool's parsed arguments."""
+    cfg = load_cfg(args)
+    model = load_model(cfg, args.checkpoint)
+    loader = build_loader(cfg, args.split, args.batch_size)
+    return cfg, model, loader, out_dir_of(args, tool)
+
+
+def iterate(model, loader, num_batches):
+    """Yield ``(inputs, data_samples)`` of the first ``num_batches`` batches, preprocessed by the
+    model's data preprocessor, with a progress bar."""
+    from mmengine.utils import ProgressBar
+    total = min(num_batches, len(loader))
+    bar = ProgressBar(total)
+    for i, data in enumerate(loader):
+        if i >= total:
+            break
+        data = model.data_preprocessor(data, False)
+        yield data['inputs'], data.get('data_samples')
+        bar.update()
+    sys.stdout.write('\n')
+
+
+def backbone_of(model):
+    return getattr(model, 'backbone', model)
+
+
+def dump_json(obj, path):
+    with open(path, 'w') as f:
+        json.dump(obj, f, indent=2, allow_nan=True)
+    return path
+
+
+def finite(value):
+    """A float for JSON, None where not finite."""
+    value = float(value)
+    return value if value == value and abs(value) != float('inf') else None

@@ -1,0 +1,182 @@
+#!/usr/bin/env python
+"""Fourier diagnostics of a trained network's trajectory (METHODS.md §8).
+
+    python tools/analysis/spectrum.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
+                                      [--split test] [--cfg-options k=v ...]
+
+For the input of the first residual step and the state after every step (the MSA and MLP
+steps of transformer layers separately) writes
+
+* ``spectrum.json``: high-frequency ratio ||HC[X]||/||X||, Δ log amplitude at 1.0π and the full
+  relative log-amplitude profile; for transformers also the token cosine similarity M_feat, and
+  per layer the attention-column cosine similarity M_attn and the spectral response ||Λ_i|| of
+  the attention maps;
+* ``dlogamp_profiles.png`` (how-do-vits-work Fig. 2a), ``dlogamp_per_block.png`` (Fig. 8, MSA
+  steps shaded), ``hf_ratio_per_block.png`` (anti-oversmoothing Fig. 11), and for transformers
+  ``attention_spectra.png`` (Fig. 2, 5) and ``cosine_similarity.png`` (Fig. 4).
+"""
+import math
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+import common  # noqa: E402
+
+INPUT = 'input'
+
+
+class StateStats:
+    """Running sums over samples of one state's diagnostics."""
+
+    def __init__(self):
+        self.count = 0
+        self.hf = 0.0
+        self.cos = 0.0
+        self.cos_count = 0
+        self.spectrum = None
+        self.spectrum_count = 0
+
+    def add(self, x, num_extra_tokens, grid):
+        from mmstiff.analysis import (high_frequency_ratio, log_amplitude_spectrum,
+                                      token_cosine_similarity, tokens_to_maps)
+        b = x.shape[0]
+        self.count += b
+        self.hf += float(high_frequency_ratio(x).double().sum())
+        maps = x if x.dim() == 4 else None
+        if x.dim() == 3:
+            self.cos += float(token_cosine_similarity(x).sum())
+            self.cos_count += b
+            if grid is not None and x.shape[1] - num_extra_tokens == grid[0] * grid[1]:
+                maps = tokens_to_maps(x, num_extra_tokens, grid)
+        if maps is not None and maps.shape[-1] == maps.shape[-2] and maps.shape[-1] > 1:
+            spec = log_amplitude_spectrum(maps).double() * b
+            self.spectrum = spec if self.spectrum is None else self.spectrum + spec
+            self.spectrum_count += b
+
+    def result(self):
+        import torch
+        out = dict(hf_ratio=common.finite(self.hf / self.count))
+        if self.cos_count:
+            out['token_cos'] = common.finite(self.cos / self.cos_count)
+        if self.spectrum is not None:
+            spectrum = self.spectrum / self.spectrum_count
+            size = spectrum.shape[-1]
+            idx = torch.arange(size // 2, -1, -1)
+            diag = spectrum[idx, idx]
+            profile = diag - diag[0]
+            out['freqs'] = [float(f) for f in torch.arange(len(idx)) * 2.0 / size]
+            out['profile'] = [float(v) for v in profile]
+            out['dlogamp'] = float(profile[-1])
+        return out
+
+
+def _grid(backbone):
+    grid = getattr(backbone, 'patch_resolution', None)
+    return tuple(grid) if isinstance(grid, (tuple, list)) and len(grid) == 2 else None
+
+
+def analyse(model, batches):
+    import torch
+
+    from mmstiff.analysis import (AttentionRecorder, TrajectoryRecorder,
+                                  attention_column_cosine_similarity, attention_spectral_response)
+    backbone = common.backbone_of(model)
+    extra = getattr(backbone, 'num_extra_tokens', 0)
+    extra = extra if isinstance(extra, int) else 0
+    grid = _grid(backbone)
+    stats = {}
+    first = []
+
+    def reduce(record):
+        if not first:
+            first.append(record.name)
+        if record.name == first[0]:
+            stats.setdefault(INPUT, StateStats()).add(record.x_t, extra, grid)
+        stats.setdefault(record.name, StateStats()).add(record.x_next, extra, grid)
+
+    attention = {}
+
+    def reduce_attention(name, attn):
+        entry = attention.setdefault(name, dict(count=0, cos=0.0, response=None))
+        b = attn.shape[0]
+        entry['count'] += b
+        entry['cos'] += float(attention_column_cosine_similarity(attn).sum())
+        response = attention_spectral_response(attn).mean(dim=1).sum(dim=0)  # heads, samples
+        entry['response'] = response if entry['response'] is None else entry['response'] + response
+
+    recorders = [TrajectoryRecorder(backbone, reduce=reduce, level='branch')]
+    try:
+        recorders.append(AttentionRecorder(backbone, reduce=reduce_attention))
+    except ValueError:
+        pass  # no transformer layers
+    with torch.no_grad():
+        for r in recorders:
+            r.start()
+        try:
+            for inputs, _ in batches:
+                backbone(inputs)
+        finally:
+            for r in recorders:
+                r.stop()
+    states = {name: s.result() for name, s in stats.items()}
+    layers = {name: dict(attn_cos=common.finite(e['cos'] / e['count']),
+                         spectral_response=[float(v) for v in e['response'] / e['count']])
+              for name, e in attention.items()}
+    return states, layers
+
+
+def plot(out_dir, states, layers):
+    from mmstiff.analysis import plots
+    names = list(states)
+    files = [plots.per_block_lines(
+        names, {'||HC[X]|| / ||X||': [states[n]['hf_ratio'] or math.nan for n in names]},
+        osp.join(out_dir, 'hf_ratio_per_block.png'), ylabel='high-frequency ratio (fraction)',
+        title='High-frequency ratio of the state after each step')]
+    with_profile = [n for n in names if 'profile' in states[n]]
+    if with_profile:
+        files.append(plots.frequency_profiles(
+            {n: states[n]['freqs'] for n in with_profile},
+            {n: states[n]['profile'] for n in with_profile},
+            osp.join(out_dir, 'dlogamp_profiles.png')))
+        files.append(plots.per_block_lines(
+            with_profile, {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
+            osp.join(out_dir, 'dlogamp_per_block.png'),
+            ylabel='Δ log amplitude (log units)', hline=0.0,
+            title='High-frequency (1.0π) log amplitude relative to DC'))
+    if layers:
+        files.append(plots.attention_spectra(
+            {n: v['spectral_response'] for n, v in layers.items()},
+            osp.join(out_dir, 'attention_spectra.png')))
+        token_states = [n for n in names if 'token_cos' in states[n]]
+        layer_names = list(layers)
+        series = {}
+        # M_feat of each layer's output (the state after its MLP step) next to M_attn
+        outputs = [n for n in token_states if not n.endswith('.msa')]
+        by_layer = {n[:-4] if n.endswith('.mlp') else n: states[n]['token_cos'] for n in outputs}
+        series['M_feat (tokens, layer output)'] = [by_layer.get(n, math.nan) for n in layer_names]
+        series['M_attn (attention columns)'] = [layers[n]['attn_cos'] for n in layer_names]
+        files.append(plots.per_block_lines(layer_names, series,
+                                           osp.join(out_dir, 'cosine_similarity.png'),
+                                           ylabel='mean |cosine similarity|',
+                                           title='Token and attention similarity per layer'))
+    return files
+
+
+def main(argv=None):
+    parser = common.base_parser(__doc__.strip().splitlines()[0])
+    args = parser.parse_args(argv)
+    cfg, model, loader, out_dir = common.setup(args, 'spectrum')
+    states, layers = analyse(model, common.iterate(model, loader, args.num_batches))
+    files = plot(out_dir, states, layers)
+    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
+                  states=states, attention=layers, figures=[osp.basename(f) for f in files])
+    path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
+    dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
+    if dla:
+        print('Δ log amplitude at 1.0π: ' + '  '.join(f'{n}: {v:.3f}' for n, v in dla))
+    print(f'wrote {path} and {len(files)} figures to {out_dir}')
+    return result
+
+
+if __name__ == '__main__':
+    main()
