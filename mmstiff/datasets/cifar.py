@@ -12,7 +12,9 @@ arguments but check what the loader relies on, so the official files and the tin
   N integer labels (``labels`` for CIFAR-10, ``fine_labels`` for CIFAR-100) in range;
 * the meta file, when read, lists one name per class.
 
-A bad file raises ``ValueError`` naming the file, the field and what was expected.
+A bad file raises ``ValueError`` naming the file, the field and what was expected. The
+split's files are read twice (checked here, then loaded by mmpretrain's code); for the
+official CIFAR that costs well under a second.
 
 Use them in configs as ``type='mmstiff.CIFAR10'`` / ``type='mmstiff.CIFAR100'``.
 """
