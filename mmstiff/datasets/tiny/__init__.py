@@ -9,14 +9,7 @@ from .cifar import write_cifar, write_cifar10, write_cifar100
 from .coco import COCO_CATEGORIES, write_coco
 from .imagenet import write_imagenet
 from .mnist import write_mnist
+from .stl10 import write_stl10
 
 __all__ = ['write_cifar', 'write_cifar10', 'write_cifar100', 'write_coco', 'write_imagenet',
-           'write_mnist', 'COCO_CATEGORIES']
-
-try:
-    from .stl10 import write_stl10
-except ModuleNotFoundError as exc:  # only a missing stl10 module is tolerated
-    if exc.name != f'{__name__}.stl10':
-        raise
-else:
-    __all__.append('write_stl10')
+           'write_mnist', 'write_stl10', 'COCO_CATEGORIES']
