@@ -40,7 +40,7 @@ def main(rank, world_size, port, work_dir):
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
         launcher='pytorch',
         env_cfg=dict(dist_cfg=dict(backend='gloo')),
-        model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None),
+        cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)),
         default_scope='mmengine')
     local_path = osp.join(work_dir, f'local_{rank}.jsonl')
     for hook in runner.hooks:

@@ -33,8 +33,12 @@ def test_two_ranks_log_the_mean_once(tmp_path):
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-5000:]
 
-    local = [{line['step']: line for line in read_json_lines(tmp_path / f'local_{r}.jsonl')}
-             for r in range(world)]
+    local = []
+    for r in range(world):
+        merged = {}  # step -> every hook's local scalars of that iteration
+        for line in read_json_lines(tmp_path / f'local_{r}.jsonl'):
+            merged.setdefault(line['step'], {}).update(line)
+        local.append(merged)
     log_dir = open(tmp_path / 'log_dir_0.txt').read()
     assert open(tmp_path / 'log_dir_1.txt').read() == log_dir  # one run folder for both ranks
     logged = read_json_lines(osp.join(log_dir, 'vis_data', 'scalars.json'))
