@@ -1,2 +1,2 @@
 """Models: step-size adaptors, layers and backbones (imported for registration)."""
-from . import backbones, layers, steps  # noqa: F401
+from . import backbones, layers, plugins, steps  # noqa: F401

@@ -1,0 +1,90 @@
+"""The detection ResNet with step-size adaptors (METHODS.md §1, §4; StepNet COCO experiments).
+
+:class:`DetStepResNet` subclasses mmdet's ``ResNet`` and keeps its whole contract:
+``out_indices=(0, 1, 2, 3)``, ``frozen_stages``, ``norm_eval=True`` (which also freezes the
+statistics of the adaptors' BN, see :class:`mmstiff.models.steps.StepNetAdaptor`),
+``init_cfg=dict(type='Pretrained', ...)``, ``dcn`` / ``stage_with_dcn`` and ``plugins``. The
+parameter names are mmdet's, so ``torchvision://resnet50`` or any mmdet ResNet checkpoint loads
+with only ``layerI.J.step_adaptor.*`` missing.
+
+mmdet's ``plugins`` can only reach Bottleneck blocks and never see the shortcut ``x_t``; the
+adaptor here works in BasicBlock depths (18, 34) too and gives StepNet the ``x_t`` it needs.
+"""
+from mmdet.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
+
+from mmstiff.registry import MODELS
+from .step_resnet import StepBlockMixin, StepPlacementMixin
+
+
+class DetStepBasicBlock(StepBlockMixin, BasicBlock):
+    """mmdet ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
+
+    def forward(self, x):
+
+        def _inner_forward(x):
+            out = self.relu(self.norm1(self.conv1(x)))
+            out = self.norm2(self.conv2(out))
+            identity = x if self.downsample is None else self.downsample(x)
+            return self.residual_step(identity, out)
+
+        return self.run_block(_inner_forward, x)
+
+
+class DetStepBottleneck(StepBlockMixin, Bottleneck):
+    """mmdet ``Bottleneck`` (``dcn`` and ``plugins`` included) whose residual update is
+    ``x_t + Δ_t ⊙ f``; the adaptor comes after the ``after_conv3`` plugins."""
+
+    def forward(self, x):
+
+        def _inner_forward(x):
+            out = self.relu(self.norm1(self.conv1(x)))
+            if self.with_plugins:
+                out = self.forward_plugin(out, self.after_conv1_plugin_names)
+            out = self.relu(self.norm2(self.conv2(out)))
+            if self.with_plugins:
+                out = self.forward_plugin(out, self.after_conv2_plugin_names)
+            out = self.norm3(self.conv3(out))
+            if self.with_plugins:
+                out = self.forward_plugin(out, self.after_conv3_plugin_names)
+            identity = x if self.downsample is None else self.downsample(x)
+            return self.residual_step(identity, out)
+
+        return self.run_block(_inner_forward, x)
+
+
+@MODELS.register_module()
+class DetStepResNet(StepPlacementMixin, ResNet):
+    """mmdet ResNet (depth 18/34/50/101/152) whose blocks are adaptive Euler steps.
+
+    Args:
+        depth (int): 18, 34 (BasicBlock) or 50, 101, 152 (Bottleneck).
+        adaptor (dict, optional): step-size adaptor config, e.g.
+            ``dict(type='mmstiff.StepNetAdaptor')``; None gives exactly mmdet's ``ResNet``.
+        adaptor_stages (Sequence[bool], optional): which stages get adaptors (None: all).
+        adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks
+            (negative indices allowed); see :func:`mmstiff.models.steps.adaptor_placement`.
+        **kwargs: every other argument of mmdet's ``ResNet`` (``out_indices``,
+            ``frozen_stages``, ``norm_eval``, ``dcn``, ``plugins``, ``init_cfg``, ...).
+    """
+
+    arch_settings = {
+        18: (DetStepBasicBlock, (2, 2, 2, 2)),
+        34: (DetStepBasicBlock, (3, 4, 6, 3)),
+        50: (DetStepBottleneck, (3, 4, 6, 3)),
+        101: (DetStepBottleneck, (3, 4, 23, 3)),
+        152: (DetStepBottleneck, (3, 8, 36, 3))
+    }
+
+    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
+                 **kwargs):
+        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
+                            adaptor_blocks)
+        super().__init__(depth, **kwargs)
+        # mmdet picks the zero-init of the last norm by ``block is BasicBlock``; restore it
+        # for the subclassed blocks so a from-scratch init matches mmdet's ResNet.
+        if self.zero_init_residual and kwargs.get('init_cfg') is None \
+                and kwargs.get('pretrained') is None:
+            last_norm = 'norm2' if self.block is DetStepBasicBlock else 'norm3'
+            for name in self.res_layers:
+                for block in getattr(self, name):
+                    block.init_cfg = dict(type='Constant', val=0, override=dict(name=last_norm))

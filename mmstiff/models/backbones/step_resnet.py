@@ -1,0 +1,175 @@
+"""ResNet with a step-size adaptor in its residual blocks (METHODS.md §0, §1, §3, §4).
+
+Each block is one Euler step ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``: ``f`` is the residual branch
+up to its last norm, ``x_t`` the (downsampled) shortcut, and Δ_t comes from the block's
+``step_adaptor`` (StepNet, SE, ...). Blocks without an adaptor take the plain step ``x_t + f``.
+
+:class:`StepResNet` subclasses mmpretrain's ``ResNet`` and keeps every upstream parameter name,
+so an mmpretrain (or converted torchvision) ResNet checkpoint loads with exactly the adaptor
+parameters (``layerI.J.step_adaptor.*``) missing.
+"""
+from collections.abc import Mapping
+
+import torch.utils.checkpoint as cp
+from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
+
+from mmstiff.models.steps import StepAdaptor, adaptor_placement, apply_step
+from mmstiff.registry import MODELS
+
+
+def resolve_adaptor(adaptor):
+    """Check an ``adaptor`` config at build time; return it with ``type`` resolved to a class.
+
+    Resolving the class here, in mmstiff's registry, makes the build independent of the
+    runner's default scope (mmpretrain or mmdet), and makes an unknown type fail before any
+    layer is built.
+    """
+    if adaptor is None:
+        return None
+    if not isinstance(adaptor, Mapping) or 'type' not in adaptor:
+        raise ValueError(f'adaptor={adaptor!r} is not supported; expected None or a dict with '
+                         "a 'type', e.g. dict(type='mmstiff.StepNetAdaptor')")
+    adaptor = dict(adaptor)
+    for key in ('channels', 'layout'):
+        if key in adaptor:
+            raise ValueError(f'adaptor={adaptor!r} sets {key!r}; the backbone sets it for '
+                             'each block, remove it from the config')
+    adaptor_type = adaptor['type']
+    cls = adaptor_type if isinstance(adaptor_type, type) else MODELS.get(adaptor_type)
+    if cls is None:
+        raise ValueError(f'adaptor type {adaptor_type!r} is not registered; expected a '
+                         "step-size adaptor such as 'mmstiff.StepNetAdaptor', "
+                         "'mmstiff.SEAdaptor' or 'mmstiff.ConstantStep'")
+    if not (isinstance(cls, type) and issubclass(cls, StepAdaptor)):
+        raise ValueError(f'adaptor type {adaptor_type!r} builds {cls!r}, which is not a '
+                         'StepAdaptor (a module (x_t, f) -> Δ_t)')
+    adaptor['type'] = cls
+    return adaptor
+
+
+class StepBlockMixin:
+    """The Euler step shared by the step blocks: ``x_t + Δ_t ⊙ f``.
+
+    A block gets its adaptor from :func:`attach_adaptors`; without one, ``step_adaptor`` is
+    None and the block computes the plain ``x_t + f``, exactly the upstream ResNet block.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_adaptor = None
+
+    @property
+    def residual_channels(self):
+        """Channels of ``f``: the output channels of the last conv of the residual branch."""
+        last_conv = self.conv3 if hasattr(self, 'conv3') else self.conv2
+        return last_conv.out_channels
+
+    def residual_step(self, x_t, f):
+        """``x_t + Δ_t ⊙ drop_path(f)``, Δ_t from the adaptor (1 without one)."""
+        step = 1.0 if self.step_adaptor is None else self.step_adaptor(x_t, f)
+        drop_path = getattr(self, 'drop_path', None)
+        if drop_path is not None:
+            f = drop_path(f)
+        return apply_step(x_t, step, f)
+
+    def run_block(self, inner_forward, x):
+        """Upstream ``with_cp`` handling, then the block's activation."""
+        if self.with_cp and x.requires_grad:
+            out = cp.checkpoint(inner_forward, x, use_reentrant=False)
+        else:
+            out = inner_forward(x)
+        return self.relu(out)
+
+
+def attach_adaptors(res_layer, adaptor, flags):
+    """Give block ``j`` of ``res_layer`` a freshly built adaptor where ``flags[j]`` is True."""
+    if adaptor is None:
+        return res_layer
+    for block, flag in zip(res_layer, flags):
+        if flag:
+            block.step_adaptor = MODELS.build(
+                dict(adaptor, channels=block.residual_channels, layout='nchw'))
+    return res_layer
+
+
+class StepBasicBlock(StepBlockMixin, BasicBlock):
+    """mmpretrain ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
+
+    def forward(self, x):
+
+        def _inner_forward(x):
+            out = self.relu(self.norm1(self.conv1(x)))
+            out = self.norm2(self.conv2(out))
+            identity = x if self.downsample is None else self.downsample(x)
+            return self.residual_step(identity, out)
+
+        return self.run_block(_inner_forward, x)
+
+
+class StepBottleneck(StepBlockMixin, Bottleneck):
+    """mmpretrain ``Bottleneck`` whose residual update is ``x_t + Δ_t ⊙ f``."""
+
+    def forward(self, x):
+
+        def _inner_forward(x):
+            out = self.relu(self.norm1(self.conv1(x)))
+            out = self.relu(self.norm2(self.conv2(out)))
+            out = self.norm3(self.conv3(out))
+            identity = x if self.downsample is None else self.downsample(x)
+            return self.residual_step(identity, out)
+
+        return self.run_block(_inner_forward, x)
+
+
+class StepPlacementMixin:
+    """Validates depth, adaptor and placement before the upstream ResNet builds its layers."""
+
+    def _prepare_steps(self, depth, num_stages, adaptor, adaptor_stages, adaptor_blocks):
+        if depth not in self.arch_settings:
+            raise ValueError(f'depth={depth!r} is not supported by {type(self).__name__}; '
+                             f'expected one of {tuple(self.arch_settings)}')
+        stage_blocks = self.arch_settings[depth][1][:num_stages]
+        self.adaptor = resolve_adaptor(adaptor)
+        self.adaptor_stages = adaptor_stages
+        self.adaptor_blocks = adaptor_blocks
+        self.adaptor_placement = adaptor_placement(stage_blocks, adaptor_stages, adaptor_blocks)
+
+    def make_res_layer(self, **kwargs):
+        res_layer = super().make_res_layer(**kwargs)
+        stage = len(self.res_layers)      # the upstream loop appends the name after this call
+        return attach_adaptors(res_layer, self.adaptor, self.adaptor_placement[stage])
+
+
+@MODELS.register_module()
+class StepResNet(StepPlacementMixin, ResNet):
+    """mmpretrain ResNet (depth 18/34/50/101/152) whose blocks are adaptive Euler steps.
+
+    Args:
+        depth (int): 18, 34 (BasicBlock) or 50, 101, 152 (Bottleneck).
+        adaptor (dict, optional): config of the step-size adaptor, e.g.
+            ``dict(type='mmstiff.StepNetAdaptor')``; each chosen block builds its own with
+            ``channels`` and ``layout='nchw'`` filled in. None: every block is a plain step and
+            the network is exactly mmpretrain's ``ResNet``.
+        adaptor_stages (Sequence[bool], optional): which stages get adaptors (None: all).
+        adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks
+            (negative indices allowed); see :func:`mmstiff.models.steps.adaptor_placement`.
+        **kwargs: every other argument of mmpretrain's ``ResNet``.
+
+    The adaptor sits after the last norm of the residual branch, before the add, and sees the
+    shortcut output as ``x_t`` (METHODS.md §1). Bad settings (depth, adaptor type, stage mask
+    length, block index) raise ``ValueError`` naming the value before any layer is built.
+    """
+
+    arch_settings = {
+        18: (StepBasicBlock, (2, 2, 2, 2)),
+        34: (StepBasicBlock, (3, 4, 6, 3)),
+        50: (StepBottleneck, (3, 4, 6, 3)),
+        101: (StepBottleneck, (3, 4, 23, 3)),
+        152: (StepBottleneck, (3, 8, 36, 3))
+    }
+
+    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
+                 **kwargs):
+        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
+                            adaptor_blocks)
+        super().__init__(depth, **kwargs)
