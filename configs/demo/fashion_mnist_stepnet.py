@@ -39,7 +39,8 @@ train_dataloader = dict(
 val_dataloader = dict(
     batch_size=256,
     num_workers=2,
-    dataset=dict(type='FashionMNIST', data_root=data_root, split='test', download=False,
+    dataset=dict(type='FashionMNIST', data_root=data_root, split='test', test_mode=True,
+                 download=False,
                  pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(type='Accuracy', topk=(1, ))

@@ -16,7 +16,7 @@ val_dataloader = dict(
     dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, pipeline=pipeline))
 test_dataloader = val_dataloader
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=2, val_interval=1000)
-param_scheduler = dict(type='ConstantLR', factor=1.0, by_epoch=False)
+param_scheduler = dict(_delete_=True, type='ConstantLR', factor=1.0, by_epoch=False)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=1),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=2))
