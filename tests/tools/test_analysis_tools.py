@@ -1,0 +1,199 @@
+"""tools/analysis/*.py on tiny checkpoints trained here: JSON numbers and PNG figures."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+COMMON = '''
+_base_ = ['mmpretrain::_base_/default_runtime.py']
+data_root = {data_root!r}
+model = dict(
+    type='ImageClassifier',
+    backbone={backbone},
+    neck=dict(type='GlobalAveragePooling'),
+    head=dict(type='LinearClsHead', num_classes=10, in_channels={channels},
+              loss=dict(type='CrossEntropyLoss')))
+data_preprocessor = dict(num_classes=10, mean=[33.3], std=[78.6], to_rgb=False)
+pipeline = [dict(type='PackInputs')]
+train_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
+                        dataset=dict(type='MNIST', data_root=data_root, split='train',
+                                     pipeline=pipeline),
+                        sampler=dict(type='DefaultSampler', shuffle=False))
+test_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
+                       dataset=dict(type='MNIST', data_root=data_root, split='test',
+                                    pipeline=pipeline),
+                       sampler=dict(type='DefaultSampler', shuffle=False))
+val_dataloader = None
+val_cfg = None
+val_evaluator = None
+test_evaluator = dict(type='Accuracy', topk=(1, ))
+test_cfg = dict()
+optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9))
+train_cfg = dict(by_epoch=False, max_iters=4)
+param_scheduler = []
+default_hooks = dict(logger=dict(type='LoggerHook', interval=1),
+                     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=4))
+custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=2),
+                dict(type='mmstiff.FrequencyHook', interval=2)]
+'''
+CNN = ("dict(type='mmstiff.StepResNet_CIFAR', depth=18, in_channels=1, stem_channels=8, "
+       "base_channels=8, adaptor=dict(type='mmstiff.StepNetAdaptor'))", 64)
+VIT = ("dict(type='VisionTransformer', arch=dict(embed_dims=16, num_layers=2, num_heads=2, "
+       "feedforward_channels=32), img_size=28, patch_size=7, in_channels=1, "
+       "out_type='featmap')", 16)
+
+
+def _train(root, data_root, backbone):
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    config = osp.join(root, 'config.py')
+    with open(config, 'w') as f:
+        f.write(COMMON.format(data_root=data_root, backbone=backbone[0], channels=backbone[1]))
+    cfg = Config.fromfile(config)
+    cfg.work_dir = osp.join(root, 'work_dir')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return config, osp.join(cfg.work_dir, 'iter_4.pth'), cfg.work_dir, runner
+
+
+@pytest.fixture(scope='module')
+def cnn_run(tmp_path_factory, tiny_data):
+    root = str(tmp_path_factory.mktemp('cnn'))
+    return _train(root, tiny_data('mnist'), CNN)
+
+
+@pytest.fixture(scope='module')
+def vit_run(tmp_path_factory, tiny_data):
+    root = str(tmp_path_factory.mktemp('vit'))
+    return _train(root, tiny_data('mnist'), VIT)
+
+
+def _tool(name, *args):
+    """Run a tool as a user would; without TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD in the env."""
+    env = {k: v for k, v in os.environ.items() if k != 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'}
+    env['OMP_NUM_THREADS'] = '1'
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc.stdout
+
+
+def _check_pngs(out_dir, names):
+    for name in names:
+        path = osp.join(out_dir, name)
+        assert osp.isfile(path), name
+        with open(path, 'rb') as f:
+            assert f.read(8) == PNG_MAGIC
+        assert osp.getsize(path) > 5000  # a drawn figure, not an empty canvas
+
+
+def _first_test_batch(config, checkpoint):
+    """The model and the first preprocessed test batch, loaded independently of the tools."""
+    from mmengine.config import Config
+    from mmengine.registry import MODELS, init_default_scope
+    from mmengine.runner import Runner, load_checkpoint
+    cfg = Config.fromfile(config)
+    init_default_scope('mmpretrain')
+    model = MODELS.build(cfg.model)
+    load_checkpoint(model, checkpoint, map_location='cpu')
+    model.eval()
+    data = next(iter(Runner.build_dataloader(cfg.test_dataloader)))
+    return model, model.data_preprocessor(data, False)
+
+
+@pytest.mark.slow
+def test_tns_tool(cnn_run, tmp_path):
+    config, checkpoint, _, _ = cnn_run
+    out = str(tmp_path / 'tns')
+    stdout = _tool('tns.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
+    assert 'TNS (network)' in stdout
+    result = json.load(open(osp.join(out, 'tns.json')))
+    names = [f'layer{i}.{j}' for i in range(1, 5) for j in range(2)]
+    assert list(result['blocks']) == names and result['num_samples'] == 8
+    _check_pngs(out, result['figures'])
+    assert {'nsi_heatmap.png', 'tns_per_stage.png', 'nsi_per_block.png'} <= set(result['figures'])
+
+    # recompute the trajectory block by block: x_t = shortcut, Δ = the block's adaptor output
+    model, data = _first_test_batch(config, checkpoint)
+    b = model.backbone
+    with torch.no_grad():
+        x = b.relu(b.norm1(b.conv1(data['inputs'])))
+        zeta = []
+        for name in names:
+            i, j = name[5], int(name[-1])
+            block = getattr(b, f'layer{i}')[j]
+            x_t = x if block.downsample is None else block.downsample(x)
+            f = block.norm2(block.conv2(block.relu(block.norm1(block.conv1(x)))))
+            step = block.step_adaptor(x_t, f)
+            x = block(x)
+            zeta.append(((x - x_t) / step).flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1))
+            assert result['blocks'][name]['step_mean'] == pytest.approx(float(step.mean()),
+                                                                        rel=1e-4)
+    zeta = torch.stack(zeta, dim=1).double()
+    peak, mu = zeta.max(dim=1).values, zeta.mean(dim=1)
+    assert result['network_tns'] == pytest.approx(float(((peak / mu - 1) * peak).mean()), rel=1e-4)
+    stage = zeta[:, :2]
+    assert result['trajectories']['layer1']['tns'] == pytest.approx(
+        float(((stage.max(1).values / stage.mean(1) - 1) * stage.max(1).values).mean()), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_spectrum_tool_on_a_vit(vit_run, tmp_path):
+    config, checkpoint, _, _ = vit_run
+    out = str(tmp_path / 'spectrum')
+    _tool('spectrum.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
+    result = json.load(open(osp.join(out, 'spectrum.json')))
+    assert list(result['states']) == ['input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa',
+                                      'layers.1.mlp']
+    state = result['states']['layers.1.msa']
+    assert state['freqs'] == [0.0, 0.5, 1.0]  # a 4 x 4 patch grid
+    assert state['profile'][0] == 0.0 and state['dlogamp'] == state['profile'][-1]
+    assert 0.0 <= state['hf_ratio'] <= 1.0 and 0.0 <= state['token_cos'] <= 1.0
+    layer = result['attention']['layers.0']
+    assert len(layer['spectral_response']) == 17  # class token + 16 patches
+    # rows of a softmax map sum to 1: Λ maps the DC basis to itself, so Λ_00 = 1 and the
+    # DC row has norm >= 1 (the mean over maps and heads keeps that bound)
+    assert layer['spectral_response'][0] >= 1.0 - 1e-6
+    _check_pngs(out, result['figures'])
+    assert {'dlogamp_profiles.png', 'dlogamp_per_block.png', 'hf_ratio_per_block.png',
+            'attention_spectra.png', 'cosine_similarity.png'} <= set(result['figures'])
+
+
+@pytest.mark.slow
+def test_freq_noise_tool(cnn_run, tmp_path):
+    config, checkpoint, _, _ = cnn_run
+    out = str(tmp_path / 'noise')
+    _tool('freq_noise.py', config, checkpoint, '--out-dir', out, '--num-batches', '2',
+          '--freqs', '0', '0.5', '1.0', '--eps', '0.5')
+    result = json.load(open(osp.join(out, 'freq_noise.json')))
+    assert result['num_samples'] == 16 and [b['freq'] for b in result['bands']] == [0, 0.5, 1.0]
+    for band in result['bands']:
+        assert band['drop'] == pytest.approx(result['clean_accuracy'] - band['accuracy'])
+        assert band['num_bins'] > 0
+    # 28 x 28: the DC band holds one bin, the 1.0π band the bins with |k| = 14 on either axis
+    assert result['bands'][0]['num_bins'] == 1
+    assert result['bands'][2]['num_bins'] == 28 + 28 - 1
+    _check_pngs(out, ['freq_noise.png'])
+
+
+@pytest.mark.slow
+def test_plot_logs_tool(cnn_run, tmp_path):
+    _, _, work_dir, runner = cnn_run
+    out = str(tmp_path / 'plots')
+    _tool('plot_logs.py', work_dir, '--out-dir', out)
+    result = json.load(open(osp.join(out, 'curves.json')))
+    nsi = result['series']['stiffness/nsi']['layer1.0']
+    assert nsi['steps'] == [2, 4]
+    assert nsi['values'][-1] == pytest.approx(
+        runner.message_hub.get_scalar('stiffness/nsi/layer1.0').current())
+    assert result['series']['freq/hf_ratio']['input']['steps'] == [2, 4]
+    _check_pngs(out, result['figures'])
+    assert {'stiffness_nsi.png', 'stiffness_tns.png', 'freq_hf_ratio.png',
+            'freq_dlogamp.png', 'loss.png'} <= set(result['figures'])
