@@ -3,7 +3,6 @@
 _base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
 data_root = 'data/coco/'
 scale = (160, 128)
-model = dict(backbone=dict(init_cfg=None))  # merged with the dict below
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True),
@@ -37,5 +36,6 @@ randomness = dict(seed=0)
 # Two iterations leave the class scores near 1/81: keep every detection so that COCO mAP is
 # computed over real predictions, and keep fewer proposals so CPU inference stays quick.
 model = dict(
+    backbone=dict(init_cfg=None),
     train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100)),
     test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=100), rcnn=dict(score_thr=0.0)))
