@@ -1,0 +1,157 @@
+"""Train-step and inference throughput of DeiT-S: mmpretrain's, StepViT, +AttnScale, +FeatScale.
+
+One run prints side-by-side ratios to mmpretrain's ``VisionTransformer(arch='deit-small')``:
+StepViT with no switch (target: no loss), with AttnScale on every layer, with FeatScale on
+every layer (target: at most 2 % loss each) and with both. All models hold the same weights.
+Each repeat times every model once, in a rotated order (A/B interleaved, so drifts of the
+machine hit all models alike); the table reports the median over repeats of each model's time
+and of its ratio to mmpretrain's model in the same repeat.
+
+* train step: forward, cross-entropy on a linear head over the class token, backward, SGD step;
+* inference: forward under ``torch.inference_mode`` in eval mode.
+
+Usage (the CPU defaults take a few minutes on 2 cores):
+    python tools/benchmark/bench_vit.py
+    python tools/benchmark/bench_vit.py --batch-size 4 --img-size 160 --repeats 7
+    python tools/benchmark/bench_vit.py --device cuda --batch-size 128 --iters 10
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BASELINE = 'mmpretrain DeiT-S'
+VARIANTS = {
+    BASELINE: None,
+    'StepViT, no switch': dict(),
+    '+AttnScale': dict(attn_scale_layers='all'),
+    '+FeatScale': dict(feat_scale_layers='all'),
+    '+AttnScale +FeatScale': dict(attn_scale_layers='all', feat_scale_layers='all'),
+}
+
+
+class Classifier(nn.Module):
+    """Backbone and a linear head on the class token: a full training graph."""
+
+    def __init__(self, backbone, num_classes=1000):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.embed_dims, num_classes)
+
+    def forward(self, x):
+        return self.head(self.backbone(x)[-1])
+
+
+def build_models(img_size, device):
+    from mmpretrain.models.backbones import VisionTransformer
+
+    from mmstiff.models.backbones import StepViT
+
+    torch.manual_seed(0)
+    reference = Classifier(VisionTransformer(arch='deit-small', img_size=img_size))
+    models = {}
+    for name, switches in VARIANTS.items():
+        if switches is None:
+            model = reference
+        else:
+            model = Classifier(StepViT(arch='deit-small', img_size=img_size, **switches))
+            model.load_state_dict(reference.state_dict(), strict=False)
+        models[name] = model.to(device)
+    return models
+
+
+def synchronize(device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def time_train(model, images, labels, iters, device):
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+    synchronize(device)
+    return (time.perf_counter() - start) / iters
+
+
+def time_inference(model, images, iters, device):
+    model.eval()
+    with torch.inference_mode():
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            model(images)
+        synchronize(device)
+    return (time.perf_counter() - start) / iters
+
+
+def measure(models, timer, repeats):
+    """Median time and median per-repeat ratio to the baseline, models rotated each repeat."""
+    names = list(models)
+    times = {name: [] for name in names}
+    ratios = {name: [] for name in names}
+    for repeat in range(repeats):
+        order = names[repeat % len(names):] + names[:repeat % len(names)]
+        this = {name: timer(models[name]) for name in order}
+        for name in names:
+            times[name].append(this[name])
+            ratios[name].append(this[name] / this[BASELINE])
+    return {name: (statistics.median(times[name]), statistics.median(ratios[name]))
+            for name in names}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--batch-size', type=int, default=8)
+    parser.add_argument('--img-size', type=int, default=224)
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--iters', type=int, default=2, help='steps per timing')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='torch CPU threads (default: torch\'s own choice)')
+    args = parser.parse_args()
+    for field in ('batch_size', 'img_size', 'repeats', 'iters'):
+        if getattr(args, field) < 1:
+            parser.error(f'--{field.replace("_", "-")}={getattr(args, field)} must be >= 1')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+
+    models = build_models(args.img_size, device)
+    torch.manual_seed(1)
+    images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
+    labels = torch.randint(0, 1000, (args.batch_size, ), device=device)
+    for model in models.values():  # warm-up: allocator, kernels, autograd graph
+        time_train(model, images, labels, 1, device)
+        time_inference(model, images, 1, device)
+
+    train = measure(models, lambda m: time_train(m, images, labels, args.iters, device),
+                    args.repeats)
+    infer = measure(models, lambda m: time_inference(m, images, args.iters, device),
+                    args.repeats)
+
+    print(f'DeiT-S, {args.device}, {torch.get_num_threads()} threads, batch {args.batch_size}, '
+          f'{args.img_size}x{args.img_size}, {args.repeats} repeats x {args.iters} iters, '
+          'medians; ratio = time / time of mmpretrain DeiT-S in the same repeat '
+          '(> 1: slower)')
+    header = (f'{"model":<24} {"train ms/step":>14} {"train img/s":>12} {"train ratio":>12} '
+              f'{"infer ms/batch":>15} {"infer img/s":>12} {"infer ratio":>12}')
+    print(header)
+    print('-' * len(header))
+    for name in models:
+        t_time, t_ratio = train[name]
+        i_time, i_ratio = infer[name]
+        print(f'{name:<24} {t_time * 1e3:>14.1f} {args.batch_size / t_time:>12.2f} '
+              f'{t_ratio:>12.3f} {i_time * 1e3:>15.1f} {args.batch_size / i_time:>12.2f} '
+              f'{i_ratio:>12.3f}')
+
+
+if __name__ == '__main__':
+    main()
