@@ -2,12 +2,19 @@
 
 A *residual block* is a module whose forward computes ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``.
 The trajectory recorder needs, per block, the state before the step ``x_t`` and after it
-``x_{t+1}``. Two kinds of blocks cover mmpretrain, mmdet and mmstiff:
+``x_{t+1}`` (the block output). Three kinds of blocks cover mmpretrain, mmdet and mmstiff:
 
 ``'conv'``
-    ResNet-style blocks: ``x_t`` is the block input, or the output of its projection shortcut
-    (the submodule named ``downsample`` or ``shortcut``) where the block changes shape;
-    ``x_{t+1}`` is the block output.
+    Post-activation ResNet blocks, ``x_{t+1} = act(x_t + Δ_t ⊙ f)``: ``x_t`` is the block input
+    or, where the block changes shape, ``act(P x)`` with ``P`` its projection shortcut (the
+    submodule named ``downsample`` or ``shortcut``) and ``act`` its activation module
+    (``relu``). Taking the projected state through the activation keeps both ends of the step
+    in the same post-activation space, as the input of every other block is; with the raw
+    ``P x`` the NSI of each projection block would mostly measure how much of ``P x`` the final
+    ReLU clips, not the step.
+``'preact'``
+    Pre-activation blocks, ``x_{t+1} = x_t + Δ_t ⊙ f`` with no activation after the add:
+    ``x_t`` is the block input or its projection ``P(...)``, as is.
 ``'transformer'``
     Pre-norm transformer layers, two Euler steps: the MSA step from the layer input to the
     input of the second pre-norm (``ln2`` / ``norm2``), and the MLP step from there to the
@@ -26,7 +33,7 @@ import importlib
 
 import torch.nn as nn
 
-BLOCK_KINDS = ('conv', 'transformer')
+BLOCK_KINDS = ('conv', 'preact', 'transformer')
 #: names of a conv block's projection shortcut, tried in order.
 SHORTCUT_NAMES = ('downsample', 'shortcut')
 #: names of a transformer layer's second pre-norm (the input of the MLP branch), tried in order.
@@ -38,14 +45,15 @@ _UPSTREAM_BLOCKS = (
     ('mmpretrain.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
     ('mmpretrain.models.backbones.vision_transformer', ('TransformerEncoderLayer', ), 'transformer'),
     ('mmdet.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
-    ('mmstiff.models.backbones.preact_resnet', ('PreActBasicBlock', 'PreActBottleneck'), 'conv'),
+    ('mmstiff.models.backbones.preact_resnet', ('PreActBasicBlock', 'PreActBottleneck'),
+     'preact'),
 )
 _upstream_loaded = False
 
 
 def register_block_type(cls, kind='conv'):
-    """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'`` or
-    ``'transformer'``); see the module docstring for what each kind reads."""
+    """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'``,
+    ``'preact'`` or ``'transformer'``); see the module docstring for what each kind reads."""
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         raise ValueError(f'cls={cls!r} is not supported; expected an nn.Module subclass')
     if kind not in BLOCK_KINDS:
@@ -71,7 +79,7 @@ def _load_upstream():
 
 
 def block_kind(module):
-    """``'conv'``, ``'transformer'`` or None (not a registered residual block)."""
+    """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
     _load_upstream()
     for cls in type(module).__mro__:
         if cls in _BLOCK_TYPES:
@@ -91,6 +99,12 @@ def shortcut_of(block):
         if isinstance(sub, nn.Module):
             return sub
     return None
+
+
+def activation_of(block):
+    """The activation module applied after the add of a post-activation block, or None."""
+    act = getattr(block, 'relu', None)
+    return act if isinstance(act, nn.Module) else None
 
 
 def second_norm_of(layer):

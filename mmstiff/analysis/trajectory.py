@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 
-from .blocks import find_blocks, second_norm_of, shortcut_of, step_sources
+from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
 
 LEVELS = ('block', 'branch', 'both')
 #: names of the two Euler steps of a transformer layer, in order.
@@ -41,7 +41,8 @@ class StepRecord(NamedTuple):
             of a transformer layer.
         block (str): the block's module name, relative to the recorded model.
         kind (str): ``'block'``, ``'msa'`` or ``'mlp'``.
-        x_t (Tensor): the state before the step (the shortcut output where the block projects).
+        x_t (Tensor): the state before the step (where the block projects its shortcut, the
+            projected state; see :mod:`mmstiff.analysis.blocks`).
         x_next (Tensor): the state after the step.
         step (Tensor | float | None): Δ_t from the block's step-size adaptor, or None (Δ_t = 1).
     """
@@ -202,8 +203,9 @@ class TrajectoryRecorder:
         add(block.register_forward_pre_hook(enter))
         add(block.register_forward_hook(leave))
 
-        if kind == 'conv':
+        if kind in ('conv', 'preact'):
             shortcut = shortcut_of(block)
+            act = activation_of(block) if kind == 'conv' else None
             if shortcut is not None:
 
                 def on_shortcut(module, args, output):
@@ -211,6 +213,11 @@ class TrajectoryRecorder:
                     out = _first_tensor(output)
                     if frame is not None and out is not None:
                         frame.shortcut = out.detach()
+                        if act is not None:
+                            # into the post-activation space of x_{t+1}; a copy, as the block
+                            # still needs its shortcut and the activation may be in place
+                            with torch.no_grad():
+                                frame.shortcut = act(frame.shortcut.clone())
 
                 add(shortcut.register_forward_hook(on_shortcut))
         else:
@@ -239,7 +246,7 @@ class TrajectoryRecorder:
 
     def _emit(self, name, kind, frame, out):
         records = []
-        if kind == 'conv':
+        if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
             records.append(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
         else:

@@ -41,7 +41,8 @@ def test_mmpretrain_resnet_blocks_states_and_clean_removal():
         for i in range(1, 5):
             for j, block in enumerate(getattr(net, f'layer{i}')):
                 record = recorder.outputs[f'layer{i}.{j}'][0]
-                x_t = state if block.downsample is None else block.downsample(state)
+                # post-activation block: a projected shortcut is taken through the activation
+                x_t = state if block.downsample is None else block.relu(block.downsample(state))
                 state = block(state)
                 assert torch.allclose(record.x_t, x_t, atol=1e-6)
                 assert torch.allclose(record.x_next, state, atol=1e-6)
@@ -97,8 +98,9 @@ def test_seresnet_reads_the_se_gate_as_step_size():
         f = block.norm3(block.conv3(out))
         se = block.se_layer
         gate = se.conv2(se.conv1(se.global_avgpool(f)))
-        x_t = block.downsample(state)
-        x_next = block.relu(f * gate + x_t)
+        shortcut = block.downsample(state)
+        x_next = block.relu(f * gate + shortcut)
+        x_t = torch.relu(shortcut)
     record = records['layer1.0']
     assert record.step.shape == (2, f.shape[1], 1, 1)
     assert torch.allclose(record.step, gate, atol=1e-6)
@@ -198,3 +200,47 @@ def test_custom_block_registration_and_predicate():
     assert torch.allclose(rec.outputs['2'][0], torch.full((4, ), 0.5))
     with pytest.raises(ValueError, match='kind='):
         register_block_type(Scale, 'recurrent')
+
+
+def test_step_resnet_cifar_reports_its_adaptor_output():
+    from mmstiff.models.backbones import StepResNet_CIFAR
+    torch.manual_seed(0)
+    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net.init_weights()
+    net.train()  # the adaptor's BN in training mode: Δ varies over the batch
+    x = torch.randn(4, 3, 16, 16)
+    seen = {}
+    block = net.layer2[0]
+    handle = block.step_adaptor.register_forward_hook(
+        lambda m, a, out: seen.update(x_t=a[0].detach(), step=out.detach()))
+    records = record_states(net, x, select=['layer2.0'])
+    handle.remove()
+    record = records['layer2.0']
+    assert record.step.shape == (4, 16, 1, 1)
+    assert torch.allclose(record.step, seen['step'])
+    # the adaptor saw the raw projected shortcut; the state x_t is it after the activation
+    assert torch.allclose(record.x_t, torch.relu(seen['x_t']))
+
+
+def test_preact_resnet_blocks_have_no_activation_after_the_add():
+    from mmstiff.models.backbones import PreActStepResNet
+    torch.manual_seed(0)
+    net = PreActStepResNet(depth=8, adaptor=dict(type='mmstiff.ConstantStep', step=0.5))
+    net.eval()
+    x = torch.randn(2, 3, 16, 16)
+    records = record_states(net, x)
+    assert list(records) == ['layer1.0', 'layer2.0', 'layer3.0']
+    with torch.no_grad():
+        state = net.layer1(net.conv1(x))
+        block = net.layer2[0]
+        preact = block.relu(block.norm1(state))
+        x_t = block.downsample(preact)
+        f = block.residual(preact)
+    record = records['layer2.0']
+    assert record.step == 0.5
+    assert torch.allclose(record.x_t, x_t, atol=1e-6)
+    assert torch.allclose(record.x_next, x_t + 0.5 * f, atol=1e-6)
+    # x_{t+1} - x_t = Δ f exactly, so NSI = ||f|| / ||x_t||
+    assert torch.allclose(neural_stiffness_index(record.x_t, record.x_next, record.step),
+                          f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1), rtol=1e-5)

@@ -52,7 +52,7 @@ def _trajectory_nsi(backbone, images):
         columns = {}
         for i in range(1, 5):
             for j, block in enumerate(getattr(backbone, f'layer{i}')):
-                x_t = x if block.downsample is None else block.downsample(x)
+                x_t = x if block.downsample is None else block.relu(block.downsample(x))
                 x = block(x)
                 columns[f'layer{i}.{j}'] = (x - x_t).flatten(1).norm(dim=1) / \
                     x_t.flatten(1).norm(dim=1)

@@ -120,7 +120,7 @@ def test_tns_tool(cnn_run, tmp_path):
     _check_pngs(out, result['figures'])
     assert {'nsi_heatmap.png', 'tns_per_stage.png', 'nsi_per_block.png'} <= set(result['figures'])
 
-    # recompute the trajectory block by block: x_t = shortcut, Δ = the block's adaptor output
+    # recompute the trajectory block by block, Δ = the block's adaptor output
     model, data = _first_test_batch(config, checkpoint)
     b = model.backbone
     with torch.no_grad():
@@ -129,9 +129,10 @@ def test_tns_tool(cnn_run, tmp_path):
         for name in names:
             i, j = name[5], int(name[-1])
             block = getattr(b, f'layer{i}')[j]
-            x_t = x if block.downsample is None else block.downsample(x)
+            shortcut = x if block.downsample is None else block.downsample(x)
             f = block.norm2(block.conv2(block.relu(block.norm1(block.conv1(x)))))
-            step = block.step_adaptor(x_t, f)
+            step = block.step_adaptor(shortcut, f)
+            x_t = torch.relu(shortcut)  # the projected state, in the space of x_{t+1}
             x = block(x)
             zeta.append(((x - x_t) / step).flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1))
             assert result['blocks'][name]['step_mean'] == pytest.approx(float(step.mean()),
