@@ -7,7 +7,7 @@ from mmpretrain.models.utils import SELayer
 
 from mmstiff.models.layers import IEBN
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, adaptor_placement, apply_step,
-                                  interleave_states)
+                                  grouped_pointwise, interleave_states)
 from mmstiff.registry import MODELS
 
 SIGMOID_MINUS_ONE = 1.0 / (1.0 + math.exp(1.0))
@@ -45,6 +45,15 @@ def test_interleave_pairs_each_channel():
     u = torch.tensor([[1.0, 2.0, 3.0]])
     v = torch.tensor([[10.0, 20.0, 30.0]])
     assert interleave_states(u, v).tolist() == [[1.0, 10.0, 2.0, 20.0, 3.0, 30.0]]
+
+
+@pytest.mark.parametrize('groups', [6, 3, 1])
+def test_grouped_pointwise_equals_the_grouped_convolution(groups):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(12, 6, kernel_size=1, groups=groups, bias=False)
+    u, v = torch.randn(4, 6), torch.randn(4, 6)
+    expected = conv(interleave_states(u, v)[:, :, None, None]).flatten(1)
+    torch.testing.assert_close(grouped_pointwise(u, v, conv.weight, groups), expected)
 
 
 @pytest.mark.parametrize('norm', ['bn_ie'])

@@ -2,7 +2,8 @@
 from .base import ConstantStep, StepAdaptor, apply_step, pool_state
 from .placement import adaptor_placement
 from .se import SEAdaptor
-from .stepnet import StepNetAdaptor, interleave_states
+from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states
 
 __all__ = ['StepAdaptor', 'ConstantStep', 'apply_step', 'pool_state']
-__all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states']
+__all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states',
+            'grouped_pointwise']

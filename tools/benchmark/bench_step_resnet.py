@@ -1,0 +1,148 @@
+"""Train-step time and peak memory of StepNet / SE ResNet-50 against the plain ResNet-50.
+
+One run prints side-by-side ratios. Each repeat times every model once, in a rotated order
+(A/B interleaved, so drifts of the machine hit all models alike); the table reports the median
+over repeats of each model's time and of its time ratio to the plain ResNet-50 in the same
+repeat.
+
+Peak memory of one train step (forward, backward, SGD update), above what was allocated before
+the step:
+  * cuda: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``;
+  * cpu: the running sum, in time order, of the bytes each op allocates (net of its own frees)
+    and of the frees outside ops, as ``torch.profiler`` records them with
+    ``profile_memory=True``: live tensor bytes, not the process RSS.
+
+Usage (CPU defaults finish in a couple of minutes on 2 cores):
+    python tools/benchmark/bench_step_resnet.py
+    python tools/benchmark/bench_step_resnet.py --device cuda --batch-size 64 --img-size 224
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmstiff.models.backbones import StepResNet
+
+VARIANTS = {
+    'ResNet-50': None,
+    'SE-ResNet-50': dict(type='mmstiff.SEAdaptor'),
+    'StepNet-ResNet-50': dict(type='mmstiff.StepNetAdaptor'),
+}
+BASELINE = 'ResNet-50'
+
+
+class Classifier(nn.Module):
+    """Backbone, global average pooling and a linear head: a full training graph."""
+
+    def __init__(self, adaptor, num_classes=1000):
+        super().__init__()
+        self.backbone = StepResNet(50, adaptor=adaptor)
+        self.backbone.init_weights()
+        self.head = nn.Linear(self.backbone.feat_dim, num_classes)
+
+    def forward(self, x):
+        return self.head(self.backbone(x)[-1].mean((2, 3)))
+
+
+def train_step(model, optimizer, images, labels):
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(images), labels).backward()
+    optimizer.step()
+
+
+def synchronize(device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def time_steps(model, optimizer, batch, iters, device):
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        train_step(model, optimizer, *batch)
+    synchronize(device)
+    return (time.perf_counter() - start) / iters
+
+
+def peak_step_memory(model, optimizer, batch, device):
+    """Peak bytes allocated during one train step, above the allocation at its start."""
+    if device.type == 'cuda':
+        synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        train_step(model, optimizer, *batch)
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        train_step(model, optimizer, *batch)
+    # every op event carries the bytes it allocated net of what it freed itself; '[memory]'
+    # events carry the frees that happen outside any op. In time order, their running sum is
+    # the live tensor bytes allocated since the step began.
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
+    parser.add_argument('--batch-size', type=int, default=8)
+    parser.add_argument('--img-size', type=int, default=64)
+    parser.add_argument('--repeats', type=int, default=7)
+    parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
+    parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model')
+    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was given but CUDA is not available')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
+             torch.randint(0, 1000, (args.batch_size, ), device=device))
+    runs = {}
+    for name, adaptor in VARIANTS.items():
+        model = Classifier(adaptor).to(device).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
+                                    weight_decay=1e-4)
+        for _ in range(args.warmup):
+            train_step(model, optimizer, *batch)
+        runs[name] = (model, optimizer)
+
+    names = list(VARIANTS)
+    times = {name: [] for name in names}
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names):] + names[:repeat % len(names)]
+        for name in order:
+            times[name].append(time_steps(*runs[name], batch, args.iters, device))
+    memory = {name: peak_step_memory(*runs[name], batch, device) for name in names}
+
+    what = 'cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes'
+    print(f'device={device} threads={torch.get_num_threads()} batch={args.batch_size} '
+          f'img={args.img_size} repeats={args.repeats} iters/timing={args.iters} '
+          f'peak memory: {what}')
+    header = (f'{"model":<20}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
+              f'{"peak (MiB)":>12}{"mem ratio":>11}')
+    print(header)
+    print('-' * len(header))
+    for name in names:
+        ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
+        params = sum(p.numel() for p in runs[name][0].parameters()) / 1e6
+        print(f'{name:<20}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
+              f'{statistics.median(ratios):>12.3f}{memory[name] / 2**20:>12.1f}'
+              f'{memory[name] / memory[BASELINE]:>11.3f}')
+
+
+if __name__ == '__main__':
+    main()
