@@ -123,6 +123,7 @@ def test_placement_builds_adaptors_only_where_chosen():
     assert [o.shape[1] for o in model(torch.randn(2, 3, 32, 32))] == [512]
 
 
+@pytest.mark.slow
 def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, capsys):
     torch.manual_seed(2)
     upstream = ResNet(50)
@@ -175,6 +176,19 @@ def test_checkpointed_blocks_match_and_backpropagate():
     torch.testing.assert_close(out, model(x)[0])
     out.sum().backward()
     assert cp_model.layer2[0].step_adaptor.ie_weight.grad is not None
+
+
+def test_small_three_stage_network_for_grey_28x28_images():
+    model = StepResNet(18, in_channels=1, stem_channels=16, base_channels=16, num_stages=3,
+                       strides=(1, 2, 2), dilations=(1, 1, 1), out_indices=(2, ),
+                       adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                       adaptor_stages=(False, True, True))
+    assert model.layer1[0].step_adaptor is None and model.layer3[1].step_adaptor.channels == 64
+    model.train()
+    assert model(torch.randn(2, 1, 28, 28))[0].shape == (2, 64, 2, 2)
+    with pytest.raises(ValueError, match='expected 3'):
+        StepResNet(18, num_stages=3, strides=(1, 2, 2), dilations=(1, 1, 1), out_indices=(2, ),
+                   adaptor=dict(type='mmstiff.StepNetAdaptor'), adaptor_stages=(True, ) * 4)
 
 
 def test_builds_from_mmpretrain_scope_with_unscoped_adaptor_type():

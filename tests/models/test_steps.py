@@ -7,7 +7,8 @@ from mmpretrain.models.utils import SELayer
 
 from mmstiff.models.layers import IEBN
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, adaptor_placement, apply_step,
-                                  grouped_pointwise, interleave_states)
+                                  grouped_pointwise, interleave_states, pool_state)
+from mmstiff.models.steps.stepnet import pooled_channels
 from mmstiff.registry import MODELS
 
 SIGMOID_MINUS_ONE = 1.0 / (1.0 + math.exp(1.0))
@@ -45,6 +46,18 @@ def test_interleave_pairs_each_channel():
     u = torch.tensor([[1.0, 2.0, 3.0]])
     v = torch.tensor([[10.0, 20.0, 30.0]])
     assert interleave_states(u, v).tolist() == [[1.0, 10.0, 2.0, 20.0, 3.0, 30.0]]
+
+
+@pytest.mark.parametrize('layout, shape', [('nchw', (2, 3, 4, 5)), ('nlc', (2, 7, 3))])
+def test_pooled_channels_is_the_mean_and_backpropagates_it(layout, shape):
+    x = torch.randn(*shape, requires_grad=True)
+    weights = torch.randn(2, 3)
+    pooled = pooled_channels(x, layout)
+    torch.testing.assert_close(pooled, pool_state(x, layout).flatten(1))
+    (pooled * weights).sum().backward()
+    count = x[0].numel() / 3
+    expected = weights.view(2, 3, 1, 1) if layout == 'nchw' else weights.view(2, 1, 3)
+    torch.testing.assert_close(x.grad, (expected / count).expand(shape))
 
 
 @pytest.mark.parametrize('groups', [6, 3, 1])

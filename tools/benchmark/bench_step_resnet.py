@@ -40,7 +40,6 @@ class Classifier(nn.Module):
     def __init__(self, adaptor, num_classes=1000):
         super().__init__()
         self.backbone = StepResNet(50, adaptor=adaptor)
-        self.backbone.init_weights()
         self.head = nn.Linear(self.backbone.feat_dim, num_classes)
 
     def forward(self, x):

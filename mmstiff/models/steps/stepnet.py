@@ -17,9 +17,22 @@ import torch.nn as nn
 
 from mmstiff.models.layers.iebn import IEBN
 from mmstiff.registry import MODELS
-from .base import StepAdaptor, pool_state
+from .base import StepAdaptor
 
 NORMS = ('bn_ie', 'iebn')
+
+
+def pooled_channels(x, layout):
+    """GAP of a state to (B, C): ``pool_state(x, layout).flatten(1)``, as a sum times 1/N.
+
+    Same value as the mean; its backward is a broadcast view of the (B, C) gradient instead of
+    a full-size division, which saves one pass over the feature map per pooled tensor.
+    """
+    dims = (2, 3) if layout == 'nchw' else (1, )
+    count = 1
+    for dim in dims:
+        count *= x.shape[dim]
+    return x.sum(dim=dims) * (1.0 / count)
 
 
 def interleave_states(u, v):
@@ -115,8 +128,8 @@ class StepNetAdaptor(StepAdaptor):
         return self.norm(z)
 
     def forward(self, x_t, f):
-        u = pool_state(x_t, self.layout).flatten(1)          # (B, C)
-        v = u + pool_state(f, self.layout).flatten(1)        # GAP(x_t + f)
+        u = pooled_channels(x_t, self.layout)                # (B, C)
+        v = u + pooled_channels(f, self.layout)              # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
         z = self._normalise(z)                               # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':
