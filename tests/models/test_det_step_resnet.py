@@ -135,7 +135,8 @@ def test_zero_init_residual_matches_mmdet(depth, last_norm):
     for name in model.res_layers:
         for block in getattr(model, name):
             assert torch.count_nonzero(getattr(block, last_norm).weight) == 0
-            assert torch.equal(block.step_adaptor.norm.weight, torch.ones(block.step_adaptor.channels))
+            adaptor = block.step_adaptor
+            assert torch.equal(adaptor.norm.weight, torch.ones(adaptor.channels))
 
 
 @pytest.mark.parametrize('kwargs, message', [

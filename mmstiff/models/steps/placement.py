@@ -39,9 +39,9 @@ def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
             block index out of range; the message names the field and the bad value.
 
     Example:
-        >>> adaptor_placement((3, 4, 6, 3), adaptor_stages=(False, True, True, True),
-        ...                   adaptor_blocks=([0], [-1], [0, -1], None))
-        [[False, False, False], [False, False, False, True], [True, False, False, False, False, True], [True, True, True]]
+        >>> adaptor_placement((2, 3, 2), adaptor_stages=(False, True, True),
+        ...                   adaptor_blocks=([0], [-1], None))
+        [[False, False], [False, False, True], [True, True]]
     """
     stage_blocks = [int(n) for n in stage_blocks]
     num_stages = len(stage_blocks)

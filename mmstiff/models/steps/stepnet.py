@@ -26,9 +26,12 @@ def pooled_channels(x, layout):
     """GAP of a state to (B, C): ``pool_state(x, layout).flatten(1)``, as a sum times 1/N.
 
     Same value as the mean; its backward is a broadcast view of the (B, C) gradient instead of
-    a full-size division, which saves one pass over the feature map per pooled tensor.
+    a full-size division, which saves one pass over the feature map per pooled tensor. float16
+    keeps the mean, whose intermediate cannot overflow.
     """
     dims = (2, 3) if layout == 'nchw' else (1, )
+    if x.dtype == torch.float16:
+        return x.mean(dim=dims)
     count = 1
     for dim in dims:
         count *= x.shape[dim]
