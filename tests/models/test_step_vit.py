@@ -276,3 +276,13 @@ def test_deit_small_checkpoint_loads_with_only_new_parameters_missing(tmp_path):
         assert torch.equal(ours.state_dict()[name], value), name
     # and with mmengine's loader, which reports the missing keys without failing
     load_checkpoint(StepViT(arch='deit-small', **switches), path, strict=False)
+
+
+def test_frozen_stages_freeze_the_rebuilt_layers():
+    model = StepViT(**SMALL, frozen_stages=2, attn_scale_layers='all', feat_scale_layers=[0])
+    ref = VisionTransformer(**SMALL, frozen_stages=2)
+    ours = dict(model.named_parameters())
+    for name, p in ref.named_parameters():  # the same parameters frozen as upstream
+        assert ours[name].requires_grad == p.requires_grad, name
+    for i, layer in enumerate(model.layers):  # new parameters included
+        assert all(p.requires_grad == (i >= 2) for p in layer.parameters()), i
