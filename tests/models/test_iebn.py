@@ -77,3 +77,17 @@ def test_iebn_is_a_registered_norm_layer_with_bn_names():
     assert sorted(result.missing_keys) == ['ie_bias', 'ie_weight']
     assert result.unexpected_keys == []
 
+
+
+def test_resnet_with_iebn_norm_layers_loads_a_bn_checkpoint():
+    from mmpretrain.models.backbones import ResNet
+
+    torch.manual_seed(0)
+    bn_resnet = ResNet(18)
+    iebn_resnet = ResNet(18, norm_cfg=dict(type='mmstiff.IEBN'))
+    result = iebn_resnet.load_state_dict(bn_resnet.state_dict(), strict=False)
+    gates = {k for k in iebn_resnet.state_dict() if k.endswith(('ie_weight', 'ie_bias'))}
+    assert len(gates) == 2 * 20     # stem 1 + 8 blocks x 2 + 3 downsample norms, 2 gates each
+    assert set(result.missing_keys) == gates and result.unexpected_keys == []
+    iebn_resnet.train()
+    assert iebn_resnet(torch.randn(2, 3, 32, 32))[0].shape == (2, 512, 1, 1)
