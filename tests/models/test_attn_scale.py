@@ -81,3 +81,23 @@ def test_record_attention_maps_fills_and_restores():
     assert not any(m.keep_attn_map for m in model)
     model(x)
     assert sorted(maps) == ['0', '1']  # later passes do not write into a closed recording
+
+
+@pytest.mark.parametrize('shape', [(2, 3, 5, 4), (2, 4, 3, 5, 4)])
+def test_hand_written_backward_matches_autograd_of_the_formula(shape):
+    torch.manual_seed(0)
+    H, n = shape[-3], shape[-2]
+    args = [torch.randn(*shape, dtype=torch.double, requires_grad=True),
+            torch.randn(*shape, dtype=torch.double, requires_grad=True),
+            torch.randn(H, dtype=torch.double, requires_grad=True)]
+    assert torch.autograd.gradcheck(attn_scale_output, args)
+
+    def formula(out, v, omega):  # Â V = A_LP V + (1 + ω)(A V - A_LP V)
+        low_pass = (torch.ones(n, n, dtype=torch.double) / n) @ v
+        return low_pass + (1 + omega.view(H, 1, 1)) * (out - low_pass)
+
+    grad = torch.randn(*shape, dtype=torch.double)
+    ours = torch.autograd.grad(attn_scale_output(*args), args, grad)
+    expected = torch.autograd.grad(formula(*args), args, grad)
+    for a, b in zip(ours, expected):
+        torch.testing.assert_close(a, b)

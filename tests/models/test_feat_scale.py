@@ -49,3 +49,21 @@ def test_extreme_scales_keep_one_band():
 def test_bad_channels():
     with pytest.raises(ValueError, match='channels=0'):
         FeatScale(0)
+
+
+def test_hand_written_backward_matches_autograd_of_the_formula():
+    torch.manual_seed(0)
+    args = [torch.randn(3, 5, 4, dtype=torch.double, requires_grad=True),
+            torch.randn(4, dtype=torch.double, requires_grad=True),
+            torch.randn(4, dtype=torch.double, requires_grad=True)]
+    assert torch.autograd.gradcheck(feat_scale, args)
+
+    def formula(x, s, t):
+        x_dc = x.mean(1, keepdim=True)
+        return x_dc * (1 + s) + (x - x_dc) * (1 + t)
+
+    grad = torch.randn(3, 5, 4, dtype=torch.double)
+    ours = torch.autograd.grad(feat_scale(*args), args, grad)
+    expected = torch.autograd.grad(formula(*args), args, grad)
+    for a, b in zip(ours, expected):
+        torch.testing.assert_close(a, b)

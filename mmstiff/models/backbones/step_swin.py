@@ -56,8 +56,8 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
         if self.attn_scale is None and not explicit:
             return super().forward(x, mask)
         B_, N, C = x.shape
-        qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        H = self.num_heads
+        q, k, v = self.qkv(x).reshape(B_, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
         bias = self.relative_position_bias()  # (H, n, n)
         if mask is not None:  # (nW, n, n) -> windows grouped per image
             bias = bias + mask.unsqueeze(1)  # (nW, H, n, n)
@@ -72,7 +72,7 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
             out = self.attn_drop(attn) @ v
         else:  # eval, or no attention dropout
             out = self.attn_scale(attn @ v, v)
-        x = out.reshape(B_, self.num_heads, N, -1).transpose(1, 2).reshape(B_, N, C)
+        x = out.reshape(B_, H, N, -1).transpose(1, 2).reshape(B_, N, C)
         return self.proj_drop(self.proj(x))
 
 

@@ -34,6 +34,35 @@ def attn_scale_matrix(attn, omega):
     return attn * (1 + w) - w / attn.shape[-1]
 
 
+class AttnScaleFunction(torch.autograd.Function):
+    """``y = (1 + ω) · out - ω · mean_tokens(v)`` per head, with a hand-written backward pass.
+
+    ``out`` is ``A V`` and ``v`` is ``V``, both (..., H, n, d); ``omega`` is (H,). With ``g`` the
+    output gradient and the head axis ``-3``:
+
+        d out = (1 + ω) g,     d v = -ω Σ_tokens(g) / n   (the same for every token: returned
+                                                          as a broadcast view, never stored)
+        d ω = Σ g ⊙ out - Σ Σ_tokens(g) ⊙ mean_tokens(v)   (summed over all but the head axis)
+    """
+
+    @staticmethod
+    def forward(ctx, out, v, omega):
+        w = omega.view(-1, 1, 1)
+        v_mean = v.mean(dim=-2, keepdim=True)
+        ctx.save_for_backward(out, v_mean, w)
+        ctx.v_shape = v.shape
+        return torch.addcmul(v_mean * -w, out, 1 + w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, v_mean, w = ctx.saved_tensors
+        grad_sum = grad.sum(dim=-2, keepdim=True)
+        grad_v = (grad_sum * (-w / ctx.v_shape[-2])).expand(ctx.v_shape)
+        outer = tuple(i for i in range(grad.dim()) if i != grad.dim() - 3)
+        grad_omega = (grad * out).sum(dim=outer) - (grad_sum * v_mean).sum(dim=outer)
+        return grad * (1 + w), grad_v, grad_omega
+
+
 def attn_scale_output(out, v, omega):
     """Closed-form AttnScale ``Â V = (1 + ω) (A V) - ω mean_tokens(V)``.
 
@@ -43,8 +72,7 @@ def attn_scale_output(out, v, omega):
         v (Tensor): the values, (..., H, n, d).
         omega (Tensor): one ω per head, (H,).
     """
-    w = omega.view(-1, 1, 1)
-    return torch.addcmul(v.mean(dim=-2, keepdim=True) * -w, out, 1 + w)
+    return AttnScaleFunction.apply(out, v, omega)
 
 
 class AttnScale(nn.Module):
@@ -65,8 +93,8 @@ class AttnScale(nn.Module):
         self.omega = nn.Parameter(torch.zeros(num_heads))
 
     def forward(self, out, v):
-        """Closed form on ``out = A V`` and ``v``, both (B, H, n, d)."""
-        return attn_scale_output(out, v, self.omega)
+        """Closed form on ``out = A V`` and ``v``, both (..., H, n, d)."""
+        return AttnScaleFunction.apply(out, v, self.omega)
 
     def scale_matrix(self, attn):
         """Explicit ``Â`` of an attention matrix (B, H, n, n)."""
