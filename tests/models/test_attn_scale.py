@@ -101,3 +101,13 @@ def test_hand_written_backward_matches_autograd_of_the_formula(shape):
     expected = torch.autograd.grad(formula(*args), args, grad)
     for a, b in zip(ours, expected):
         torch.testing.assert_close(a, b)
+
+
+def test_low_precision_outputs_keep_their_dtype():
+    layer = AttnScale(2)
+    out = torch.randn(1, 2, 3, 4, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, 2, 3, 4, dtype=torch.bfloat16, requires_grad=True)
+    y = layer(out, v)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert layer.omega.grad.dtype == torch.float32 and v.grad.dtype == torch.bfloat16

@@ -67,3 +67,12 @@ def test_hand_written_backward_matches_autograd_of_the_formula():
     expected = torch.autograd.grad(formula(*args), args, grad)
     for a, b in zip(ours, expected):
         torch.testing.assert_close(a, b)
+
+
+def test_low_precision_tokens_keep_their_dtype():
+    layer = FeatScale(4)
+    x = torch.randn(2, 3, 4, dtype=torch.bfloat16, requires_grad=True)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert layer.hc_scale.grad.dtype == torch.float32 and x.grad.dtype == torch.bfloat16

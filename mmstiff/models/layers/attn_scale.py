@@ -12,8 +12,9 @@ the window). Since ``A_LP V = 1 · mean_tokens(V)``,
 
 which holds for any ``A`` (with or without additive masks or biases inside the softmax) and
 never materialises an ``n × n`` matrix, so the attention itself stays in the fused
-``scaled_dot_product_attention`` kernel. :func:`attn_scale_output` is that closed form,
-:func:`attn_scale_matrix` the explicit ``Â`` for when attention maps are looked at.
+``scaled_dot_product_attention`` kernel. :func:`attn_scale_output` is that closed form (with a
+hand-written backward pass, :class:`AttnScaleFunction`), :func:`attn_scale_matrix` the explicit
+``Â`` for when attention maps are looked at.
 
 Attention maps for analysis: wrap a forward pass in :func:`record_attention_maps`; every
 attention module that supports it then takes its explicit-matrix path and keeps ``Â``
@@ -47,10 +48,10 @@ class AttnScaleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, out, v, omega):
-        w = omega.view(-1, 1, 1)
+        w = omega.to(out.dtype).view(-1, 1, 1)  # the output keeps the dtype of ``out`` (AMP)
         v_mean = v.mean(dim=-2, keepdim=True)
         ctx.save_for_backward(out, v_mean, w)
-        ctx.v_shape = v.shape
+        ctx.v_shape, ctx.omega_dtype = v.shape, omega.dtype
         return torch.addcmul(v_mean * -w, out, 1 + w)
 
     @staticmethod
@@ -60,7 +61,7 @@ class AttnScaleFunction(torch.autograd.Function):
         grad_v = (grad_sum * (-w / ctx.v_shape[-2])).expand(ctx.v_shape)
         outer = tuple(i for i in range(grad.dim()) if i != grad.dim() - 3)
         grad_omega = (grad * out).sum(dim=outer) - (grad_sum * v_mean).sum(dim=outer)
-        return grad * (1 + w), grad_v, grad_omega
+        return grad * (1 + w), grad_v, grad_omega.to(ctx.omega_dtype)
 
 
 def attn_scale_output(out, v, omega):

@@ -35,6 +35,8 @@ class FeatScaleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dc_scale, hc_scale):
+        ctx.scale_dtype = dc_scale.dtype
+        dc_scale, hc_scale = dc_scale.to(x.dtype), hc_scale.to(x.dtype)  # keep x's dtype (AMP)
         x_dc = x.mean(dim=-2, keepdim=True)
         ctx.save_for_backward(x, x_dc, dc_scale, hc_scale)
         return torch.addcmul(x_dc * (dc_scale - hc_scale), x, 1 + hc_scale)
@@ -48,7 +50,7 @@ class FeatScaleFunction(torch.autograd.Function):
         outer = tuple(range(x.dim() - 1))
         grad_s = (grad_dc * x_dc).sum(dim=outer)
         grad_t = (grad * x).sum(dim=outer) - grad_s
-        return grad_x, grad_s, grad_t
+        return grad_x, grad_s.to(ctx.scale_dtype), grad_t.to(ctx.scale_dtype)
 
 
 def feat_scale(x, dc_scale, hc_scale):
