@@ -94,7 +94,8 @@ def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
     return _save(fig, path)
 
 
-def per_block_lines(block_names, series, path, ylabel, title, hline=None):
+def per_block_lines(block_names, series, path, ylabel, title, hline=None,
+                    xlabel='block (state after the step)'):
     """Values per block (x: block in trajectory order), one line per series.
 
     MSA steps of transformer layers are shaded grey (how-do-vits-work Fig. 8).
@@ -112,7 +113,7 @@ def per_block_lines(block_names, series, path, ylabel, title, hline=None):
     if hline is not None:
         ax.axhline(hline, color='0.5', linewidth=0.8, linestyle='--')
     _tick_labels(ax, block_names)
-    ax.set_xlabel('block (state after the step)')
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8, loc='best')

@@ -55,7 +55,7 @@ def neural_stiffness_index(x_t, x_next, step=None):
         raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
                          f'{tuple(x_t.shape)}')
     x_t = x_t.float()
-    diff = x_next.float() - x_t
+    diff = torch.sub(x_next.float(), x_t)  # the one temporary; divided in place below
     if step is not None:
         if torch.is_tensor(step):
             step = step.float()
@@ -65,7 +65,10 @@ def neural_stiffness_index(x_t, x_next, step=None):
         if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
             step = None
     if step is not None:
-        diff = diff / step
+        if torch.is_tensor(step) and torch.broadcast_shapes(step.shape, diff.shape) != diff.shape:
+            raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
+                             f'broadcasts to the states, {tuple(diff.shape)}')
+        diff.div_(step)
     num = torch.linalg.vector_norm(diff.flatten(1), dim=1)
     den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
     return num / den

@@ -44,6 +44,9 @@ def test_nsi_checks_shapes_and_step_type():
         neural_stiffness_index(torch.ones(2, 3), torch.ones(2, 4))
     with pytest.raises(ValueError, match='step='):
         neural_stiffness_index(torch.ones(2, 3), torch.ones(2, 3), 'big')
+    with pytest.raises(ValueError, match='broadcasts to the states'):
+        neural_stiffness_index(torch.ones(2, 2, 1, 1), torch.ones(2, 2, 1, 1),
+                               torch.ones(1, 3, 1, 1))
 
 
 def test_mean_step_size():

@@ -158,7 +158,8 @@ def plot(out_dir, states, layers):
         files.append(plots.per_block_lines(layer_names, series,
                                            osp.join(out_dir, 'cosine_similarity.png'),
                                            ylabel='mean |cosine similarity|',
-                                           title='Token and attention similarity per layer'))
+                                           title='Token and attention similarity per layer',
+                                           xlabel='transformer layer'))
     return files
 
 

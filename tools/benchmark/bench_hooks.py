@@ -8,9 +8,10 @@ holds exactly ``iters / interval`` recorded iterations), in a rotated order (A/B
 the table reports the median over repeats of the mean iteration time and of its ratio to the
 no-hook block of the same repeat.
 
-Peak memory: the largest running sum of the allocation/free events that ``torch.profiler``
-records (``profile_memory=True``, the allocator's live tensor bytes) over one *recorded*
-iteration (each hook at interval 1), against one iteration without hooks.
+Peak memory: the largest running sum, in start order, of the bytes each op allocates and frees
+itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage``, children
+excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, over one
+*recorded* iteration (each hook at interval 1), against one iteration without hooks.
 
 Usage (CPU defaults take a few minutes on 2 cores):
     python tools/benchmark/bench_hooks.py
@@ -42,7 +43,6 @@ class Classifier(nn.Module):
         from mmpretrain.models.backbones import ResNet_CIFAR
         self.backbone = ResNet_CIFAR(depth=depth, stem_channels=base_channels,
                                      base_channels=base_channels)
-        self.backbone.init_weights()
         self.head = nn.Linear(self.backbone.feat_dim, num_classes)
 
     def forward(self, x):
@@ -103,11 +103,12 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         train_iteration(runner, hooks, optimizer, *batch)
-    events = sorted((e for e in prof.events() if e.name == '[memory]'),
-                    key=lambda e: e.time_range.start)
+    # each op's own allocations minus its own frees (children excluded), and the frees that
+    # happen between ops ('[memory]' events), in the order they start
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
     live = peak = 0
     for event in events:
-        live += event.cpu_memory_usage
+        live += event.self_cpu_memory_usage
         peak = max(peak, live)
     return peak
 
@@ -153,11 +154,15 @@ def main(argv=None):
         order = names[repeat % len(names):] + names[:repeat % len(names)]
         for name in order:
             times[name].append(time_block(runner, setups[name], optimizer, batch, args.iters))
-    memory = {BASELINE: peak_iteration_memory(runner, [], optimizer, batch)}
-    for name in ('StiffnessHook @1', 'FrequencyHook @1'):
-        memory[name] = peak_iteration_memory(runner, setups[name], optimizer, batch)
-    memory['both @1'] = peak_iteration_memory(
-        runner, setups['StiffnessHook @1'] + setups['FrequencyHook @1'], optimizer, batch)
+        print(f'repeat {repeat + 1}/{args.repeats} done', file=sys.stderr, flush=True)
+    memory_setups = {BASELINE: [], 'StiffnessHook @1': setups['StiffnessHook @1'],
+                     'FrequencyHook @1': setups['FrequencyHook @1'],
+                     'both @1': setups['StiffnessHook @1'] + setups['FrequencyHook @1']}
+    peaks = {name: [] for name in memory_setups}
+    for _ in range(3):  # interleaved too; the median of three
+        for name, hooks in memory_setups.items():
+            peaks[name].append(peak_iteration_memory(runner, hooks, optimizer, batch))
+    memory = {name: statistics.median(values) for name, values in peaks.items()}
 
     print(f'ResNet_CIFAR-{args.depth} (base {args.base_channels}) batch={args.batch_size} '
           f'img={args.img_size} threads={torch.get_num_threads()} repeats={args.repeats} '

@@ -150,6 +150,11 @@ class TrajectoryDiagnosticHook(Hook):
 
     # ------------------------------------------------------------------ hook points
     def before_train(self, runner):
+        max_iters = getattr(runner, 'max_iters', None)
+        if isinstance(max_iters, int) and self.interval > max_iters:
+            print_log(f'{type(self).__name__}: interval={self.interval} is larger than the '
+                      f'{max_iters} training iterations; nothing will be recorded',
+                      logger='current', level=logging.WARNING)
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
         self.recorder = self.recorders[0]
