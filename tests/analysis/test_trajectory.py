@@ -244,3 +244,39 @@ def test_preact_resnet_blocks_have_no_activation_after_the_add():
     # x_{t+1} - x_t = Δ f exactly, so NSI = ||f|| / ||x_t||
     assert torch.allclose(neural_stiffness_index(record.x_t, record.x_next, record.step),
                           f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1), rtol=1e-5)
+
+
+def test_step_vit_branch_steps_and_attnscale_maps():
+    from mmstiff.analysis import AttentionRecorder
+    from mmstiff.models.backbones import StepViT
+    from mmstiff.models.layers.attn_scale import attn_scale_matrix
+    torch.manual_seed(0)
+    vit = StepViT(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+                  img_size=16, patch_size=4, attn_scale_layers='all',
+                  msa_adaptor=dict(type='mmstiff.ConstantStep', step=0.25),
+                  mlp_adaptor=dict(type='mmstiff.ConstantStep', step=0.75),
+                  mlp_adaptor_layers=[1])
+    vit.eval()
+    attn = vit.layers[0].attn
+    with torch.no_grad():
+        attn.attn_scale.omega.fill_(0.5)
+    x = torch.randn(2, 3, 16, 16)
+    inputs = {}
+    handle = attn.register_forward_pre_hook(lambda m, a: inputs.setdefault('h', a[0]))
+    recorder = TrajectoryRecorder(vit, level='both')
+    with torch.no_grad(), recorder, AttentionRecorder(vit) as attn_recorder:
+        vit(x)
+    handle.remove()
+    steps = {name: calls[0].step for name, calls in recorder.outputs.items()}
+    # the MSA adaptor fires before ln2, the MLP adaptor after it; a layer with two steps has
+    # no single block-level step
+    assert steps == {'layers.0.msa': 0.25, 'layers.0.mlp': None, 'layers.0': 0.25,
+                     'layers.1.msa': 0.25, 'layers.1.mlp': 0.75, 'layers.1': None}
+    # AttnScale's Â = A_LP + (1 + ω) A_HP, from the module's own explicit path
+    with torch.no_grad():
+        qkv = attn.qkv(inputs['h']).reshape(2, 17, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        plain = torch.softmax(qkv[0] @ qkv[1].transpose(-2, -1) * 8**-0.5, dim=-1)
+        expected = attn_scale_matrix(plain, attn.attn_scale.omega)
+    assert torch.allclose(attn_recorder.outputs['layers.0'][0], expected, atol=1e-5)
+    assert not attn.keep_attn_map  # the module is back on its fused path
+    assert _hook_count(vit) == 0
