@@ -43,7 +43,8 @@ _BLOCK_TYPES = {}  # class -> kind
 
 _UPSTREAM_BLOCKS = (
     ('mmpretrain.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
-    ('mmpretrain.models.backbones.vision_transformer', ('TransformerEncoderLayer', ), 'transformer'),
+    ('mmpretrain.models.backbones.vision_transformer', ('TransformerEncoderLayer', ),
+     'transformer'),
     ('mmdet.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
     ('mmstiff.models.backbones.preact_resnet', ('PreActBasicBlock', 'PreActBottleneck'),
      'preact'),

@@ -10,8 +10,8 @@ block). Dividing by the step makes NSI the norm of the slope ``f`` relative to t
 the displacement: a block that takes a small step along a steep slope is stiff.
 
 Per trajectory (a stage, or the whole network) μ = mean_t ζ_NSI(x_t). A *stiffness event* at
-thresholds ``M = (M1, M2)`` is ``∃t: ζ_NSI(x_t) >= max(μ (1 + M1), M2)``; δ(M) is its probability
-over the data and TNS = ∬_{M1, M2 >= 0} δ(M) dM1 dM2 (Theorem 1: finite).
+thresholds ``M = (M1, M2)`` is ``∃t: ζ_NSI(x_t) >= max(μ (1 + M1), M2)``; δ(M) is its
+probability over the data and TNS = ∬_{M1, M2 >= 0} δ(M) dM1 dM2 (Theorem 1: finite).
 
 Both conditions only get easier as ζ grows, so only ζ* = max_t ζ_t matters; the set of
 thresholds with an event is the rectangle ``0 <= M1 <= ζ*/μ - 1, 0 <= M2 <= ζ*``. Hence the

@@ -11,7 +11,7 @@ from mmstiff.analysis import (mean_step_size, neural_stiffness_index, nsi_step_c
 
 
 def test_nsi_plain_step_is_relative_displacement():
-    # ||x_next - x_t|| = ||(3, 4)|| = 5, ||x_t|| = 5  -> 1;   second sample: ||(0, 1)|| / ||(1, 0)|| = 1/1
+    # ||x_next - x_t|| = ||(3, 4)|| = 5, ||x_t|| = 5 -> 1; second: ||(0, 1)|| / ||(1, 0)|| = 1
     x_t = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     x_next = torch.tensor([[6.0, 8.0], [1.0, 1.0]])
     assert torch.allclose(neural_stiffness_index(x_t, x_next), torch.tensor([1.0, 1.0]))

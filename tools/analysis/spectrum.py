@@ -139,7 +139,8 @@ def plot(out_dir, states, layers):
             {n: states[n]['profile'] for n in with_profile},
             osp.join(out_dir, 'dlogamp_profiles.png')))
         files.append(plots.per_block_lines(
-            with_profile, {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
+            with_profile,
+            {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
             osp.join(out_dir, 'dlogamp_per_block.png'),
             ylabel='Δ log amplitude (log units)', hline=0.0,
             title='High-frequency (1.0π) log amplitude relative to DC'))
