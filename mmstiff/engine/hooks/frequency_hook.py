@@ -2,7 +2,6 @@
 import math
 from collections import OrderedDict
 
-
 from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similarity,
                               delta_log_amplitude, high_frequency_ratio, token_cosine_similarity,
                               tokens_to_maps)
