@@ -10,7 +10,7 @@ from mmstiff.models.layers.circulant import (CirculantLinear, block_circulant_ma
 
 
 def dense_by_loops(vectors):
-    """The block-circulant matrix written out entry by entry: C[I b + i, J b + j] = c[I, J, (i - j) % b]."""
+    """The block-circulant matrix entry by entry: C[I b + i, J b + j] = c[I, J, (i - j) % b]."""
     P, Q, b = vectors.shape
     dense = torch.empty(P * b, Q * b, dtype=vectors.dtype)
     for I in range(P):

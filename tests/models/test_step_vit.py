@@ -262,7 +262,8 @@ def test_deit_small_checkpoint_loads_with_only_new_parameters_missing(tmp_path):
     switches = dict(attn_scale_layers='all', feat_scale_layers='all',
                     msa_adaptor=dict(type='mmstiff.StepNetAdaptor'), msa_adaptor_layers=[-1])
     ours = StepViT(arch='deit-small', **switches)
-    missing = ours.load_state_dict(torch.load(path, weights_only=True)['state_dict'], strict=False).missing_keys
+    state_dict = torch.load(path, weights_only=True)['state_dict']
+    missing = ours.load_state_dict(state_dict, strict=False).missing_keys
     expected = {f'layers.{i}.attn.{name}' for i in range(12)
                 for name in ('attn_scale.omega', 'feat_scale.dc_scale', 'feat_scale.hc_scale')}
     assert {k for k in missing if 'msa_adaptor' not in k} == expected

@@ -13,8 +13,10 @@ and this backbone adds, each switch on its own set of layers:
 * augmented shortcuts (§9): ``Σ_i GELU(LN(x) Θ_i)`` beside the identity of either branch.
 
 Parameter names are those of mmpretrain's :class:`VisionTransformer`, so mmpretrain and
-timm-converted DeiT checkpoints load with only the new parameters missing; with every switch off
-(or at its initial value) the outputs equal mmpretrain's.
+timm-converted DeiT checkpoints load with only the new parameters missing. With the switches
+off, or AttnScale / FeatScale at their initial value (ω = s = t = 0), the outputs equal
+mmpretrain's. (Adaptors and augmented shortcuts change the function from the start: StepNet's
+Δ starts at sigmoid(-1), the circulant paths at random weights.)
 """
 from collections.abc import Mapping, Sequence
 
