@@ -8,10 +8,8 @@ Same flags and behaviour as mmpretrain's and mmdet's ``tools/train.py``; mmstiff
 (``type='mmstiff.X'``) resolve without ``custom_imports``.
 """
 import argparse
-import os
-import sys
 
-from mmengine.config import DictAction
+from mmstiff.utils.runtime import add_common_args, build_runner
 
 
 def parse_args(argv=None):
@@ -28,41 +26,13 @@ def parse_args(argv=None):
                         help='do not evaluate checkpoints during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual total batch size')
-    parser.add_argument('--no-pin-memory', action='store_true',
-                        help='do not pin memory in the dataloaders')
     parser.add_argument('--no-persistent-workers', action='store_true',
                         help='do not use persistent workers in the dataloaders')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value pairs such as '
-        'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    return add_common_args(parser).parse_args(argv)
 
 
 def main(argv=None):
-    args = parse_args(argv)
-
-    import mmstiff  # noqa: F401  (registers mmstiff's modules)
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-
-    from mmstiff.utils import ConfigError, load_config, prepare_runner_cfg, trust_checkpoints
-
-    trust_checkpoints()
-    try:
-        cfg = load_config(args.config)
-        prepare_runner_cfg(cfg, args, mode='train')
-    except ConfigError as err:
-        sys.exit(f'error: {err}')
-
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
-    runner.train()
+    build_runner(parse_args(argv), mode='train').train()
 
 
 if __name__ == '__main__':

@@ -15,10 +15,11 @@ module works around the known breakages of the pinned stack (see the README):
 """
 import os
 import os.path as osp
+import sys
 from copy import deepcopy
 
 import torch
-from mmengine.config import Config, ConfigDict
+from mmengine.config import Config, ConfigDict, DictAction
 
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
@@ -218,3 +219,36 @@ def prepare_runner_cfg(cfg, args, mode):
     check_runtime(cfg)
     init_cpu_distributed(cfg)
     return cfg
+
+
+def add_common_args(parser):
+    """The flags ``tools/train.py`` and ``tools/test.py`` share (as upstream's tools do)."""
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin memory in the dataloaders')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value pairs such as '
+        'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser
+
+
+def build_runner(args, mode):
+    """Load ``args.config``, apply the tool's flags and checks, and build the Runner.
+
+    Bad input ends the process with ``error: ...`` naming the value, before any work starts.
+    """
+    import mmstiff  # noqa: F401  (registers mmstiff's modules)
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+
+    os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
+    trust_checkpoints()
+    try:
+        cfg = load_config(args.config)
+        prepare_runner_cfg(cfg, args, mode)
+    except ConfigError as err:
+        sys.exit(f'error: {err}')
+    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
