@@ -1,4 +1,4 @@
-"""Pre-activation ResNets for CIFAR-sized images, with step-size adaptors (METHODS.md §0, §1, §11).
+"""Pre-activation CIFAR ResNets with step-size adaptors (METHODS.md §0, §1, §11).
 
 The CIFAR family of He et al., *Identity Mappings in Deep Residual Networks* (ECCV 2016): a 3×3
 stem convolution, three stages of pre-activation blocks (widths 16, 32, 64 for ``base_channels=16``,
@@ -127,7 +127,7 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
 
 
 class PreActBottleneck(PreActBasicBlock):
-    """Pre-activation bottleneck: 1×1 (reduce) → 3×3 (stride) → 1×1 (expand ×4), each after BN-act.
+    """Pre-activation bottleneck: 1×1 reduce, 3×3 (stride), 1×1 expand ×4, each after BN-act.
 
     Same arguments as :class:`PreActBasicBlock`; ``out_channels = 4 * mid_channels``.
     """
