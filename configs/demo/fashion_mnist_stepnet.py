@@ -1,15 +1,19 @@
-# The demo: a small CIFAR-style residual network on the real Fashion-MNIST (28x28 grey,
+# The demo: a StepNet pre-activation ResNet-20 on the real Fashion-MNIST (28x28 grey,
 # 60k train / 10k test), trained on CPU in a few minutes through tools/train.py.
 #
 #   make demo        # or: python tools/demo.py --config configs/demo/fashion_mnist_stepnet.py
 #
-# Swap the backbone dict to compare step-size adaptors on the same data.
+# Every residual block is one Euler step x_{t+1} = x_t + Δ_t ⊙ f(x_t) whose step size Δ_t
+# comes from the StepNet adaptor. Set `adaptor` to None for the plain ResNet (Δ ≡ 1) or to
+# dict(type='mmstiff.SEAdaptor') for SE, to compare them on the same data.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
 data_root = 'data/fashion_mnist'
 
+adaptor = dict(type='mmstiff.StepNetAdaptor')
 backbone = dict(
-    type='ResNet_CIFAR', depth=18, in_channels=1, stem_channels=16, base_channels=16)
+    type='mmstiff.PreActStepResNet', depth=20, in_channels=1, base_channels=16,
+    strides=(2, 2, 2), adaptor=adaptor)
 model = dict(
     type='ImageClassifier',
     backbone=backbone,
@@ -17,7 +21,7 @@ model = dict(
     head=dict(
         type='LinearClsHead',
         num_classes=10,
-        in_channels=128,
+        in_channels=64,
         loss=dict(type='CrossEntropyLoss'),
         topk=(1, )))
 
@@ -51,9 +55,9 @@ optim_wrapper = dict(
     optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=100),
-    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=2, convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=3, convert_to_iter_based=True),
 ]
-train_cfg = dict(by_epoch=True, max_epochs=2, val_interval=2)
+train_cfg = dict(by_epoch=True, max_epochs=3, val_interval=3)
 val_cfg = dict()
 test_cfg = dict()
 
