@@ -178,3 +178,10 @@ def test_hook_arguments_fail_early():
         FrequencyHook(num_samples=0)
     with pytest.raises(ValueError, match='num_extra_tokens=-1'):
         FrequencyHook(num_extra_tokens=-1)
+
+
+def test_reduce_scalars_single_process_drops_non_finite():
+    from mmstiff.engine.hooks import reduce_scalars_across_ranks
+    means, counts = reduce_scalars_across_ranks({'b': 2.5, 'a': float('nan'), 'c': float('inf')})
+    assert dict(means) == {'b': 2.5}
+    assert counts == {'a': 0, 'b': 1, 'c': 0}
