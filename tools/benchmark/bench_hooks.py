@@ -13,9 +13,9 @@ itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage
 excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, over one
 *recorded* iteration (each hook at interval 1), against one iteration without hooks.
 
-Usage (CPU defaults take a few minutes on 2 cores):
+Usage (CPU defaults take a few minutes on 2 idle cores):
     python tools/benchmark/bench_hooks.py
-    python tools/benchmark/bench_hooks.py --repeats 3 --iters 100 --batch-size 32
+    python tools/benchmark/bench_hooks.py --threads 1 --clock cpu   # on a busy machine
 """
 import argparse
 import os.path as osp
@@ -89,12 +89,15 @@ def train_iteration(runner, hooks, optimizer, images, labels):
     runner.iter += 1
 
 
-def time_block(runner, hooks, optimizer, batch, iters):
+CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
+
+
+def time_block(runner, hooks, optimizer, batch, iters, clock=time.perf_counter):
     runner.iter = 0
-    start = time.perf_counter()
+    start = clock()
     for _ in range(iters):
         train_iteration(runner, hooks, optimizer, *batch)
-    return (time.perf_counter() - start) / iters
+    return (clock() - start) / iters
 
 
 def peak_iteration_memory(runner, hooks, optimizer, batch):
@@ -124,6 +127,10 @@ def parse_args(argv=None):
                         help='iterations per timed block (a multiple of the default intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
+                        help="'wall' (default) or 'cpu': this process's CPU time, steadier on a "
+                        'machine busy with other work (use with --threads 1, as spinning '
+                        'worker threads count as CPU time)')
     return parser.parse_args(argv)
 
 
@@ -153,7 +160,8 @@ def main(argv=None):
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[:repeat % len(names)]
         for name in order:
-            times[name].append(time_block(runner, setups[name], optimizer, batch, args.iters))
+            times[name].append(time_block(runner, setups[name], optimizer, batch, args.iters,
+                                          CLOCKS[args.clock]))
         print(f'repeat {repeat + 1}/{args.repeats} done', file=sys.stderr, flush=True)
     memory_setups = {BASELINE: [], 'StiffnessHook @1': setups['StiffnessHook @1'],
                      'FrequencyHook @1': setups['FrequencyHook @1'],
@@ -166,8 +174,8 @@ def main(argv=None):
 
     print(f'ResNet_CIFAR-{args.depth} (base {args.base_channels}) batch={args.batch_size} '
           f'img={args.img_size} threads={torch.get_num_threads()} repeats={args.repeats} '
-          f'iters/block={args.iters}; peak memory: profiler live bytes of one recorded '
-          f'iteration')
+          f'iters/block={args.iters} clock={args.clock}; peak memory: profiler live bytes of '
+          f'one recorded iteration')
     header = f'{"setting":<34}{"iter (ms)":>11}{"time ratio":>12}'
     print(header)
     print('-' * len(header))
