@@ -100,6 +100,27 @@ def diagonal_frequencies(size):
     return torch.arange(size // 2 + 1, dtype=torch.float64) * 2.0 / size
 
 
+def diagonal_log_amplitude(maps):
+    """``mean_{batch, channels} log(|F(-k, -k)| + 1e-6)`` for ``k = 0 .. size // 2``.
+
+    The diagonal of :func:`log_amplitude_spectrum` from the centre to the top-left corner,
+    without the 2-D transform: ``F(k, k) = Σ_{y,x} x[y, x] e^{-2πi k (y + x) / n}`` is the 1-D
+    DFT of the sums of ``x`` over the anti-diagonals ``y + x ≡ r (mod n)``, and for real maps
+    ``|F(-k, -k)| = |F(k, k)|``. One pass over the maps and a length-``n`` FFT.
+    """
+    if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
+        raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W) with H == W')
+    if maps.is_complex():
+        raise ValueError('maps must be real; the diagonal uses |F(-k, -k)| = |F(k, k)|')
+    size = maps.shape[-1]
+    pos = torch.arange(size, device=maps.device)
+    anti_diagonal = ((pos[:, None] + pos[None, :]) % size).flatten()
+    flat = maps.float().flatten(2)
+    folded = flat.new_zeros(*flat.shape[:2], size).index_add_(2, anti_diagonal, flat)
+    diag = torch.fft.fft(folded)[..., :size // 2 + 1]
+    return torch.log(diag.abs() + LOG_EPS).mean(dim=(0, 1)).double()
+
+
 def log_amplitude_profile(maps):
     """Relative log amplitude along the diagonal from frequency 0 to 1.0π (METHODS.md §8).
 
@@ -117,14 +138,8 @@ def log_amplitude_profile(maps):
         tuple[Tensor, Tensor]: ``(freqs, profile)``, both ``(size // 2 + 1,)``: frequencies in
         units of π and log amplitudes relative to the DC term (``profile[0] == 0``).
     """
-    if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
-        raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W) with H == W')
-    size = maps.shape[-1]
-    spectrum = log_amplitude_spectrum(maps)
-    centre = size // 2
-    idx = torch.arange(centre, -1, -1)
-    diag = spectrum[idx, idx].double()
-    return diagonal_frequencies(size), diag - diag[0]
+    diag = diagonal_log_amplitude(maps)
+    return diagonal_frequencies(maps.shape[-1]), diag - diag[0]
 
 
 def delta_log_amplitude(maps):

@@ -33,6 +33,13 @@ def _check_tensor(name, value, min_dim=1):
     return value
 
 
+def _broadcasts_to(shape, target):
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
 def neural_stiffness_index(x_t, x_next, step=None):
     """Per-sample NSI of one Euler step, ζ_NSI(x_t) (Appendix B, Lemma 1; METHODS.md §5).
 
@@ -65,7 +72,7 @@ def neural_stiffness_index(x_t, x_next, step=None):
         if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
             step = None
     if step is not None:
-        if torch.is_tensor(step) and torch.broadcast_shapes(step.shape, diff.shape) != diff.shape:
+        if torch.is_tensor(step) and not _broadcasts_to(step.shape, diff.shape):
             raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
                              f'broadcasts to the states, {tuple(diff.shape)}')
         diff.div_(step)

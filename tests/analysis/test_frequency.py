@@ -60,6 +60,18 @@ def test_profile_of_a_diagonal_cosine_and_channel_mean():
     assert torch.allclose(profile, torch.tensor(expected, dtype=torch.float64), atol=1e-3)
 
 
+def test_diagonal_matches_the_shifted_spectrum():
+    # the fast diagonal equals the centre-to-corner diagonal of the full shifted spectrum
+    from mmstiff.analysis import log_amplitude_spectrum
+    from mmstiff.analysis.frequency import diagonal_log_amplitude
+    for size in (6, 7):
+        maps = torch.randn(3, 2, size, size)
+        spectrum = log_amplitude_spectrum(maps)
+        idx = torch.arange(size // 2, -1, -1)
+        assert torch.allclose(diagonal_log_amplitude(maps), spectrum[idx, idx].double(),
+                              atol=1e-5)
+
+
 def test_odd_size_frequencies_and_square_check():
     assert torch.allclose(diagonal_frequencies(7),
                           torch.tensor([0, 2 / 7, 4 / 7, 6 / 7], dtype=torch.float64))

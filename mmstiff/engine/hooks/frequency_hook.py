@@ -25,11 +25,12 @@ class FrequencyHook(TrajectoryDiagnosticHook):
 
     Every ``interval`` iterations, on that iteration's training batch, for the state after each
     residual step (transformer layers: after the MSA and after the MLP step) and for the input
-    of the first recorded step (``input``), logs averaged over the batch and the ranks:
+    of the first recorded step (``input``), logs averaged over the first ``num_samples``
+    samples of the batch and over the ranks:
 
     * ``freq/hf_ratio/<block>``: ``||HC[X]||_F / ||X||_F`` (anti-oversmoothing Appendix G.3);
     * ``freq/dlogamp/<block>``: Δ log amplitude at 1.0π of the feature map (how-do-vits-work
-      Fig. 8), on the first ``num_samples`` samples of the batch; square maps only;
+      Fig. 8); square maps only;
     * ``freq/token_cos/<block>``: M_feat, the token cosine similarity (token states only);
     * ``freq/attn_cos/<layer>``: M_attn, the attention-column cosine similarity of each
       transformer layer (with ``attention=True``).
@@ -39,7 +40,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         blocks (list[str], optional): fnmatch patterns of the blocks to record (default: all).
         module (str, optional): submodule of the model to record. Default ``'backbone'``.
         level (str): ``'branch'`` (default), ``'block'`` or ``'both'``.
-        num_samples (int): samples of the batch used for the Fourier transform. Default 8.
+        num_samples (int): samples of the batch the metrics are computed on (they are
+            averages over samples; a few keep the hook cheap). Default 8.
         num_extra_tokens (int, optional): leading non-patch tokens (class token) dropped before
             the Fourier transform of token states; read from the recorded module's
             ``num_extra_tokens`` when None (mmpretrain ViTs), else 0.
@@ -82,8 +84,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         return recorders
 
     def _state_metrics(self, x):
-        metrics = {'hf_ratio': float(high_frequency_ratio(x).double().mean())}
         sub = x[:self.num_samples]
+        metrics = {'hf_ratio': float(high_frequency_ratio(sub).double().mean())}
         maps = None
         if x.dim() == 4:
             maps = sub

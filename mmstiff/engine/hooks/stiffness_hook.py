@@ -61,28 +61,36 @@ class StiffnessHook(TrajectoryDiagnosticHook):
 
     def summarise(self, recorders):
         outputs = recorders[0].outputs
+        names = list(outputs)
+        # a block called several times in one iteration: every call is a sample
+        columns = [torch.cat([c[0] for c in outputs[n]]) for n in names]
         scalars = OrderedDict()
-        trajectories = OrderedDict()
-        for name, calls in outputs.items():
-            # a block called several times in one iteration: every call is a sample
-            nsi = torch.cat([c[0] for c in calls])
-            scalars[f'nsi/{name}'] = float(nsi.double().mean())
+        same_length = len({c.numel() for c in columns}) == 1
+        if same_length:
+            zeta = torch.stack(columns, dim=1).double()  # (samples, steps)
+            means = zeta.mean(dim=0).tolist()
+        else:
+            means = [float(c.double().mean()) for c in columns]
+        for j, name in enumerate(names):
+            scalars[f'nsi/{name}'] = means[j]
+            calls = outputs[name]
             steps = [c[1] for c in calls if c[1] is not None]
             if steps:
                 step = torch.cat(steps)
                 scalars[f'step/{name}'] = float(step.double().mean())
-                if any(c[2] for c in calls) and step.numel() == nsi.numel():
-                    scalars[f'nsi_step_corr/{name}'] = nsi_step_correlation(nsi, step)
-            trajectories.setdefault(stage_of(name) or NETWORK, []).append(nsi)
-            if stage_of(name):
-                trajectories.setdefault(NETWORK, []).append(nsi)
-        for stage, columns in trajectories.items():
-            if len({c.numel() for c in columns}) != 1:
-                continue  # blocks seen a different number of times: no common trajectory
-            zeta = torch.stack(columns, dim=1)
-            scalars[f'mu/{stage}'] = float(trajectory_mean(zeta).mean())
-            scalars[f'ratio/{stage}'] = float(stiffness_ratio(zeta).mean())
-            scalars[f'tns/{stage}'] = _finite_or_nan(total_neural_stiffness, zeta)
+                if any(c[2] for c in calls) and step.numel() == columns[j].numel():
+                    scalars[f'nsi_step_corr/{name}'] = nsi_step_correlation(columns[j], step)
+        if not same_length:
+            return scalars  # blocks seen a different number of times: no common trajectory
+        trajectories = OrderedDict()
+        for j, name in enumerate(names):
+            trajectories.setdefault(stage_of(name) or NETWORK, []).append(j)
+        trajectories[NETWORK] = list(range(len(names)))
+        for stage, cols in trajectories.items():
+            sub = zeta[:, cols]
+            scalars[f'mu/{stage}'] = float(trajectory_mean(sub).mean())
+            scalars[f'ratio/{stage}'] = float(stiffness_ratio(sub).mean())
+            scalars[f'tns/{stage}'] = _finite_or_nan(total_neural_stiffness, sub)
         return scalars
 
     def format_summary(self, scalars):
