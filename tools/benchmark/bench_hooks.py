@@ -6,7 +6,9 @@ visualizer writing JSON and a logger) around the same model and batch. Every rep
 setting for one block of ``--iters`` iterations (iteration counter restarting at 0, so a block
 holds exactly ``iters / interval`` recorded iterations), in a rotated order (A/B interleaved);
 the table reports the median over repeats of the mean iteration time and of its ratio to the
-no-hook block of the same repeat.
+no-hook block of the same repeat ("time ratio"), and, steadier on a busy machine, the time spent
+inside the hooks' own code per iteration (their hook points and the per-block reductions that
+run inside the forward pass) over the median iteration without hooks ("hook ratio").
 
 Peak memory: the largest running sum, in start order, of the bytes each op allocates and frees
 itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage``, children
@@ -78,6 +80,34 @@ def settings(args):
     }
 
 
+class HookTimer:
+    """Accumulates the time spent inside the hooks' own code (their Runner hook points, and
+    the recorders' per-step reductions that run inside the forward pass)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.total = 0.0
+
+    def wrap(self, obj, attr):
+        inner = getattr(obj, attr)
+
+        def timed(*args, **kwargs):
+            start = self.clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.total += self.clock() - start
+
+        setattr(obj, attr, timed)
+
+    def instrument(self, hooks):
+        for hook in hooks:
+            self.wrap(hook, 'before_train_iter')
+            self.wrap(hook, 'after_train_iter')
+            for recorder in hook.recorders:
+                self.wrap(recorder, '_emit' if hasattr(recorder, '_emit') else '_keep')
+
+
 def train_iteration(runner, hooks, optimizer, images, labels):
     for hook in hooks:
         hook.before_train_iter(runner, runner.iter)
@@ -127,10 +157,10 @@ def parse_args(argv=None):
                         help='iterations per timed block (a multiple of the default intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
-                        help="'wall' (default) or 'cpu': this process's CPU time, steadier on a "
-                        'machine busy with other work (use with --threads 1, as spinning '
-                        'worker threads count as CPU time)')
+    parser.add_argument('--clock', choices=tuple(CLOCKS), default='cpu',
+                        help="'cpu' (default): this process's CPU time, steadier on a machine "
+                        "busy with other work (use --threads 1, as spinning worker threads "
+                        "count as CPU time), or 'wall'")
     return parser.parse_args(argv)
 
 
@@ -146,22 +176,29 @@ def main(argv=None):
     work_dir = tempfile.mkdtemp(prefix='bench_hooks_')
     runner = BenchRunner(model, work_dir)
     setups = {}
+    timers = {}
     for name, factories in settings(args).items():
         hooks = [make() for make in factories]
         for hook in hooks:
             hook.before_train(runner)
         setups[name] = hooks
+        timers[name] = HookTimer(CLOCKS[args.clock])
     for _ in range(args.warmup):
         train_iteration(runner, setups['StiffnessHook @1'] + setups['FrequencyHook @1'],
                         optimizer, *batch)
 
+    for name, hooks in setups.items():
+        timers[name].instrument(hooks)
     names = list(setups)
     times = {name: [] for name in names}
+    in_hooks = {name: [] for name in names}
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[:repeat % len(names)]
         for name in order:
+            before = timers[name].total
             times[name].append(time_block(runner, setups[name], optimizer, batch, args.iters,
                                           CLOCKS[args.clock]))
+            in_hooks[name].append((timers[name].total - before) / args.iters)
         print(f'repeat {repeat + 1}/{args.repeats} done', file=sys.stderr, flush=True)
     memory_setups = {BASELINE: [], 'StiffnessHook @1': setups['StiffnessHook @1'],
                      'FrequencyHook @1': setups['FrequencyHook @1'],
@@ -176,13 +213,19 @@ def main(argv=None):
           f'img={args.img_size} threads={torch.get_num_threads()} repeats={args.repeats} '
           f'iters/block={args.iters} clock={args.clock}; peak memory: profiler live bytes of '
           f'one recorded iteration')
-    header = f'{"setting":<34}{"iter (ms)":>11}{"time ratio":>12}'
+    # end to end: A/B ratio of whole iterations; in hooks: the time measured inside the hooks'
+    # code per iteration, over the median iteration without hooks (no noise from the rest)
+    header = (f'{"setting":<34}{"iter (ms)":>11}{"time ratio":>12}{"in hooks (ms)":>15}'
+              f'{"hook ratio":>12}')
     print(header)
     print('-' * len(header))
+    plain = statistics.median(times[BASELINE])
     for name in names:
         ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
+        hook_ms = statistics.median(in_hooks[name])
         print(f'{name:<34}{statistics.median(times[name]) * 1e3:>11.2f}'
-              f'{statistics.median(ratios):>12.3f}')
+              f'{statistics.median(ratios):>12.3f}{hook_ms * 1e3:>15.3f}'
+              f'{(plain + hook_ms) / plain:>12.4f}')
     header = f'{"setting":<34}{"peak (MiB)":>11}{"mem ratio":>12}'
     print(header)
     print('-' * len(header))
