@@ -10,7 +10,8 @@ Only load checkpoints you trust: MMEngine checkpoints are unpickled in full.
 """
 import argparse
 
-from mmstiff.utils.runtime import METRIC_DUMP_SUFFIXES, add_common_args, build_runner
+from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, add_common_args, build_runner,
+                                   shutdown_distributed)
 
 
 def parse_args(argv=None):
@@ -32,6 +33,7 @@ def main(argv=None):
     if args.out and args.out.lower().endswith(METRIC_DUMP_SUFFIXES) and runner.rank == 0:
         dump({k: float(v) if hasattr(v, '__float__') else v for k, v in metrics.items()},
              args.out)
+    shutdown_distributed()
     return metrics
 
 

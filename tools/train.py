@@ -9,7 +9,7 @@ Same flags and behaviour as mmpretrain's and mmdet's ``tools/train.py``; mmstiff
 """
 import argparse
 
-from mmstiff.utils.runtime import add_common_args, build_runner
+from mmstiff.utils.runtime import add_common_args, build_runner, shutdown_distributed
 
 
 def parse_args(argv=None):
@@ -33,6 +33,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     build_runner(parse_args(argv), mode='train').train()
+    shutdown_distributed()
 
 
 if __name__ == '__main__':

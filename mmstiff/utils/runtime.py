@@ -252,3 +252,14 @@ def build_runner(args, mode):
     except ConfigError as err:
         sys.exit(f'error: {err}')
     return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+
+
+def shutdown_distributed():
+    """Wait for every rank, then tear the process group down before the interpreter exits.
+
+    Without it a rank that finishes first can exit while gloo's threads still serve the others
+    ("terminate called without an active exception").
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()

@@ -28,7 +28,10 @@ def _runner(work_dir, model, hooks, max_iters=6, images=None):
         custom_hooks=hooks,
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
         randomness=dict(seed=0),
-        default_scope='mmengine')
+        default_scope='mmengine',
+        # unique per test: runners built within one second would otherwise share the
+        # timestamped logger instance, and with it the first runner's log file
+        experiment_name=osp.basename(str(work_dir)))
 
 
 def _scalar_lines(runner, prefix):

@@ -233,14 +233,19 @@ def test_frozen_stages_and_norm_eval():
 
 def test_image_classifier_from_mmpretrain_registry_trains_one_step():
     import mmstiff  # noqa: F401  (mmstiff's registry must be importable by scope)
+    from mmengine.registry import DefaultScope
     from mmpretrain.structures import DataSample
-    model = MMPRETRAIN_MODELS.build(
-        dict(type='ImageClassifier',
-             backbone=dict(type='mmstiff.PreActStepResNet', depth=20, base_channels=4,
-                           adaptor=dict(type='mmstiff.StepNetAdaptor')),
-             neck=dict(type='GlobalAveragePooling'),
-             head=dict(type='LinearClsHead', num_classes=10, in_channels=16,
-                       loss=dict(type='CrossEntropyLoss'))))
+
+    # as a Runner with default_scope='mmpretrain' builds it (other tests' runners may have
+    # left another default scope behind)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MMPRETRAIN_MODELS.build(
+            dict(type='ImageClassifier',
+                 backbone=dict(type='mmstiff.PreActStepResNet', depth=20, base_channels=4,
+                               adaptor=dict(type='mmstiff.StepNetAdaptor')),
+                 neck=dict(type='GlobalAveragePooling'),
+                 head=dict(type='LinearClsHead', num_classes=10, in_channels=16,
+                           loss=dict(type='CrossEntropyLoss'))))
     model.init_weights()
     samples = [DataSample().set_gt_label(i % 10) for i in range(4)]
     losses = model(torch.randn(4, 3, 16, 16), samples, mode='loss')
