@@ -53,8 +53,9 @@ def neural_stiffness_index(x_t, x_next, step=None):
 
     Returns:
         Tensor: ``(B,)`` float tensor, ``||(x_next - x_t) / Δ_t||_2 / ||x_t||_2`` per sample
-        (norms over all non-batch elements). A zero state gives ``inf`` (or ``nan`` for a zero
-        step too); callers decide how to skip non-finite values.
+        (norms over all non-batch elements). Elements whose step size underflowed to 0 and
+        that did not move (0 / 0) carry no slope information and count as 0; a zero state
+        gives ``inf``; callers decide how to skip non-finite values.
     """
     _check_tensor('x_t', x_t)
     _check_tensor('x_next', x_next)
@@ -76,6 +77,9 @@ def neural_stiffness_index(x_t, x_next, step=None):
             raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
                              f'broadcasts to the states, {tuple(diff.shape)}')
         diff.div_(step)
+        if torch.is_tensor(step):
+            # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
+            diff.nan_to_num_(nan=0.0, posinf=float('inf'), neginf=float('-inf'))
     num = torch.linalg.vector_norm(diff.flatten(1), dim=1)
     den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
     return num / den

@@ -39,6 +39,18 @@ def test_nsi_per_channel_step_is_elementwise():
                           torch.tensor([math.sqrt(2) / 5]))
 
 
+def test_nsi_ignores_channels_whose_step_underflowed_to_zero():
+    # channel 0 saturated (Δ = 0, so it did not move): 0 / 0 carries no slope; channel 1 has
+    # slope (x_next - x_t) / Δ = 2 / 0.5 = 4, so ζ = 4 / ||(3, 4)|| = 0.8
+    x_t = torch.tensor([3.0, 4.0]).reshape(1, 2, 1, 1)
+    step = torch.tensor([0.0, 0.5]).reshape(1, 2, 1, 1)
+    x_next = x_t + torch.tensor([0.0, 2.0]).reshape(1, 2, 1, 1)
+    assert torch.allclose(neural_stiffness_index(x_t, x_next, step), torch.tensor([0.8]))
+    # a zero step with a displacement has no finite slope: reported as inf for callers to skip
+    moved = x_t + torch.tensor([1.0, 2.0]).reshape(1, 2, 1, 1)
+    assert torch.isinf(neural_stiffness_index(x_t, moved, step)).all()
+
+
 def test_nsi_checks_shapes_and_step_type():
     with pytest.raises(ValueError, match='x_next has shape'):
         neural_stiffness_index(torch.ones(2, 3), torch.ones(2, 4))
