@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""The demo: train the demo config on Fashion-MNIST, evaluate it, say where everything is.
+"""The demo: train the demo config on Fashion-MNIST, evaluate it, plot its diagnostics.
 
     python tools/demo.py [--config configs/demo/...] [--work-dir work_dirs/demo]
                          [--data-root data/fashion_mnist] [--cfg-options ...]
 
-Runs ``tools/train.py`` and ``tools/test.py`` as separate processes, exactly as a user would.
+Runs ``tools/train.py``, ``tools/test.py`` and the analysis tools of ``tools/analysis/`` as
+separate processes, exactly as a user would, and prints where the log, checkpoint, metrics and
+plots are.
 """
 import argparse
 import glob
@@ -66,6 +68,16 @@ def main(argv=None):
 
     log = latest(osp.join(run_dir, '*.log')) if run_dir else None
     scalars = latest(osp.join(run_dir, 'vis_data', 'scalars.json')) if run_dir else None
+
+    # Diagnostics: the logged curves, then TNS and spectra of the trained model on test data.
+    analysis, plots = osp.join(TOOLS, 'analysis'), osp.join(args.work_dir, 'plots')
+    test_data = ['--cfg-options', f'test_dataloader.dataset.data_root={args.data_root}']
+    run([sys.executable, osp.join(analysis, 'plot_logs.py'), run_dir,
+         '--out-dir', osp.join(plots, 'training')])
+    run([sys.executable, osp.join(analysis, 'tns.py'), args.config, checkpoint,
+         '--out-dir', osp.join(plots, 'tns'), '--num-batches', '4', *test_data])
+    run([sys.executable, osp.join(analysis, 'spectrum.py'), args.config, checkpoint,
+         '--out-dir', osp.join(plots, 'spectrum'), '--num-batches', '2', *test_data])
     print('\n== mmstiff demo ==')
     print(f'config:      {args.config}')
     print(f'train time:  {train_s / 60:.1f} min (total {(time.time() - start) / 60:.1f} min)')
@@ -73,6 +85,7 @@ def main(argv=None):
     print(f'train log:   {log}')
     print(f'scalars:     {scalars}')
     print(f'metrics:     {metrics_file}')
+    print(f'plots:       {plots}/{{training,tns,spectrum}}/*.png (numbers in the *.json beside them)')
     for key, value in metrics.items():
         print(f'  {key}: {value:.2f}' if isinstance(value, float) else f'  {key}: {value}')
     return metrics

@@ -64,3 +64,11 @@ test_cfg = dict()
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
+
+# Training diagnostics: per-block neural stiffness index (NSI), step sizes and TNS every 50
+# iterations; high-frequency ratio and Δ log amplitude every 100. They go to the JSON log, the
+# console and any configured visualizer backend; tools/analysis/plot_logs.py plots them.
+custom_hooks = [
+    dict(type='mmstiff.StiffnessHook', interval=50),
+    dict(type='mmstiff.FrequencyHook', interval=100),
+]
