@@ -13,21 +13,14 @@ adaptor here works in BasicBlock depths (18, 34) too and gives StepNet the ``x_t
 from mmdet.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.registry import MODELS
-from .step_resnet import StepBlockMixin, StepPlacementMixin
+from .step_resnet import StepBasicBlock, StepBlockMixin, StepPlacementMixin
 
 
 class DetStepBasicBlock(StepBlockMixin, BasicBlock):
     """mmdet ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def forward(self, x):
-
-        def _inner_forward(x):
-            out = self.relu(self.norm1(self.conv1(x)))
-            out = self.norm2(self.conv2(out))
-            identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, out)
-
-        return self.run_block(_inner_forward, x)
+    # mmdet's and mmpretrain's BasicBlock name their layers alike: one forward serves both
+    forward = StepBasicBlock.forward
 
 
 class DetStepBottleneck(StepBlockMixin, Bottleneck):
