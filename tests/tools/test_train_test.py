@@ -6,6 +6,7 @@ import pytest
 import torch
 
 CLS_CONFIG = 'tests/data/configs/cifar10_resnet18_tiny.py'
+DIAG_CONFIG = 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py'
 DET_CONFIG = 'tests/data/configs/faster_rcnn_r50_fpn_tiny.py'
 
 
@@ -76,7 +77,7 @@ def test_resume_equals_uninterrupted_training(tiny_data, run_tool, tmp_path):
 def test_dist_train_two_cpu_processes(tiny_data, run_tool, tmp_path):
     root = tiny_data('cifar10')
     work = tmp_path / 'dist'
-    proc = run_tool('tools/dist_train.sh', CLS_CONFIG, '2', '--work-dir', str(work),
+    proc = run_tool('tools/dist_train.sh', DIAG_CONFIG, '2', '--work-dir', str(work),
                     '--cfg-options', *cifar_options(root), env={'PORT': '29631'})
     log = proc.stdout + proc.stderr
     # mmengine's environment report: a real 2-process DDP run on the gloo backend.
@@ -84,6 +85,13 @@ def test_dist_train_two_cpu_processes(tiny_data, run_tool, tmp_path):
     assert "dist_cfg: {'backend': 'gloo'}" in log
     checkpoints = sorted(p.name for p in work.glob('*.pth'))
     assert checkpoints == ['iter_2.pth']
+    # the diagnostics hooks wrote one line per hook and iteration, from rank 0 only
+    scalars = next(work.glob('*/vis_data/scalars.json'))
+    lines = [json.loads(line) for line in scalars.read_text().splitlines()]
+    for prefix in ('stiffness/', 'freq/'):
+        steps = [line['step'] for line in lines if any(k.startswith(prefix) for k in line)]
+        assert steps == [1, 2], (prefix, steps)
+    assert 'stiffness/nsi/layer1.0' in scalars.read_text()
     # Each rank saw a batch of 2 per iteration: the sampler split the data between ranks.
     ckpt = load(work / 'iter_2.pth')
     assert ckpt['meta']['iter'] == 2
