@@ -96,12 +96,15 @@ def _check_pngs(out_dir, names):
 
 def _first_test_batch(config, checkpoint):
     """The model and the first preprocessed test batch, loaded independently of the tools."""
+    import tempfile
+
     from mmengine.config import Config
-    from mmengine.registry import MODELS, init_default_scope
     from mmengine.runner import Runner, load_checkpoint
     cfg = Config.fromfile(config)
-    init_default_scope('mmpretrain')
-    model = MODELS.build(cfg.model)
+    # the Runner builds the model exactly as training did (top-level data_preprocessor included)
+    cfg.work_dir = tempfile.mkdtemp()
+    cfg.experiment_name = f'reference_{osp.basename(cfg.work_dir)}'
+    model = Runner.from_cfg(cfg).model
     load_checkpoint(model, checkpoint, map_location='cpu')
     model.eval()
     data = next(iter(Runner.build_dataloader(cfg.test_dataloader)))
@@ -178,6 +181,16 @@ def test_freq_noise_tool(cnn_run, tmp_path):
     for band in result['bands']:
         assert band['drop'] == pytest.approx(result['clean_accuracy'] - band['accuracy'])
         assert band['num_bins'] > 0
+    # clean accuracy of the first batch equals the Runner-built model's (normalised inputs)
+    one = str(tmp_path / 'one')
+    _tool('freq_noise.py', config, checkpoint, '--out-dir', one, '--num-batches', '1',
+          '--freqs', '0')
+    model, data = _first_test_batch(config, checkpoint)
+    with torch.no_grad():
+        preds = model(data['inputs'], data['data_samples'], mode='predict')
+    correct = sum(int(p.pred_label[0] == p.gt_label[0]) for p in preds)
+    assert json.load(open(osp.join(one, 'freq_noise.json')))['clean_accuracy'] == \
+        pytest.approx(100.0 * correct / len(preds))
     # 28 x 28: the DC band holds one bin, the 1.0π band the bins with |k| = 14 on either axis
     assert result['bands'][0]['num_bins'] == 1
     assert result['bands'][2]['num_bins'] == 28 + 28 - 1

@@ -86,7 +86,11 @@ def load_model(cfg, checkpoint):
     from mmengine.runner import load_checkpoint
     trust_checkpoints()
     init_default_scope(cfg.default_scope)
-    model = MODELS.build(cfg.model)
+    model_cfg = cfg.model.copy()
+    if cfg.get('data_preprocessor') is not None:
+        # as the Runner does: mmpretrain configs keep the normalisation at top level
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    model = MODELS.build(model_cfg)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='current')
     model.eval()
     return model
