@@ -78,6 +78,8 @@ def main(argv=None):
          '--out-dir', osp.join(plots, 'tns'), '--num-batches', '4', *test_data])
     run([sys.executable, osp.join(analysis, 'spectrum.py'), args.config, checkpoint,
          '--out-dir', osp.join(plots, 'spectrum'), '--num-batches', '2', *test_data])
+    run([sys.executable, osp.join(analysis, 'freq_noise.py'), args.config, checkpoint,
+         '--out-dir', osp.join(plots, 'freq_noise'), '--num-batches', '2', *test_data])
     print('\n== mmstiff demo ==')
     print(f'config:      {args.config}')
     print(f'train time:  {train_s / 60:.1f} min (total {(time.time() - start) / 60:.1f} min)')
@@ -85,7 +87,7 @@ def main(argv=None):
     print(f'train log:   {log}')
     print(f'scalars:     {scalars}')
     print(f'metrics:     {metrics_file}')
-    print(f'plots:       {plots}/{{training,tns,spectrum}}/*.png (numbers in the *.json beside them)')
+    print(f'plots:       {plots}/{{training,tns,spectrum,freq_noise}}/*.png (numbers in the *.json beside them)')
     for key, value in metrics.items():
         print(f'  {key}: {value:.2f}' if isinstance(value, float) else f'  {key}: {value}')
     return metrics
