@@ -87,7 +87,8 @@ def main(argv=None):
     print(f'train log:   {log}')
     print(f'scalars:     {scalars}')
     print(f'metrics:     {metrics_file}')
-    print(f'plots:       {plots}/{{training,tns,spectrum,freq_noise}}/*.png (numbers in the *.json beside them)')
+    print(f'plots:       {plots}/{{training,tns,spectrum,freq_noise}}/*.png '
+          '(numbers in the *.json beside them)')
     for key, value in metrics.items():
         print(f'  {key}: {value:.2f}' if isinstance(value, float) else f'  {key}: {value}')
     return metrics
