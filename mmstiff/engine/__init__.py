@@ -1,2 +1,2 @@
-"""Engine pieces: hooks and the CPU-friendly runtime helpers (imported for registration)."""
+"""Engine pieces: the training diagnostics hooks (imported for registration)."""
 from . import hooks  # noqa: F401
