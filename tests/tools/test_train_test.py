@@ -109,17 +109,33 @@ def test_dist_train_two_cpu_processes(tiny_data, run_tool, tmp_path):
 
 
 @pytest.mark.slow
-def test_faster_rcnn_trains_and_reports_coco_map(tiny_data, run_tool, tmp_path):
+@pytest.mark.parametrize('config, extra', [
+    (DET_CONFIG, []),
+    # the StepNet detector as users run it, with only the data settings (and the unreachable
+    # torchvision checkpoint) changed on the command line
+    ('configs/faster_rcnn_r50_stepnet_coco.py', [
+        'model.backbone.init_cfg=None', 'model.test_cfg.rcnn.score_thr=0.0',
+        'train_dataloader.dataset.pipeline.2.scale=(160,128)',
+        'val_dataloader.dataset.pipeline.1.scale=(160,128)',
+        'test_dataloader.dataset.pipeline.1.scale=(160,128)',
+        'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
+        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+        'train_cfg.max_epochs=1', 'train_cfg.val_interval=100']),  # 6 images: 3 iterations
+], ids=['mmdet-faster-rcnn', 'faster-rcnn-stepnet'])
+def test_faster_rcnn_trains_and_reports_coco_map(config, extra, tiny_data, run_tool, tmp_path):
     root = tiny_data('coco') + '/'
     opts = [f'train_dataloader.dataset.data_root={root}',
             f'val_dataloader.dataset.data_root={root}',
             f'test_dataloader.dataset.data_root={root}',
             f'val_evaluator.ann_file={root}annotations/instances_val2017.json',
-            f'test_evaluator.ann_file={root}annotations/instances_val2017.json']
+            f'test_evaluator.ann_file={root}annotations/instances_val2017.json'] + extra
     work = tmp_path / 'det'
-    run_tool('tools/train.py', DET_CONFIG, '--work-dir', str(work), '--cfg-options', *opts)
+    run_tool('tools/train.py', config, '--work-dir', str(work), '--cfg-options', *opts)
     out = tmp_path / 'det_metrics.json'
-    run_tool('tools/test.py', DET_CONFIG, str(work / 'iter_2.pth'), '--work-dir', str(work),
+    checkpoint = (work / 'last_checkpoint').read_text().strip()
+    run_tool('tools/test.py', config, checkpoint, '--work-dir', str(work),
              '--out', str(out), '--cfg-options', *opts)
     metrics = json.loads(out.read_text())
     assert 'coco/bbox_mAP' in metrics
