@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.14.1
 TORCHVISION_VERSION=0.29.1
 MMCV_VERSION=2.1.0
-CACHE=${MMSTIFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmstiff}
+CACHE=${MMSTIFF_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/mmstiff}
 STAMP=$VENV/.mmstiff-env-ok
 
 log() { printf '[setup_env] %s\n' "$*" >&2; }
