@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from .blocks import find_blocks
+from .trajectory import RecorderBase
 
 
 def attention_from_qkv(qkv, num_heads, scale=None):
@@ -62,7 +63,7 @@ def _scale_of(attn):
         else None
 
 
-class AttentionRecorder:
+class AttentionRecorder(RecorderBase):
     """Forward hooks that rebuild the attention maps of transformer layers.
 
     Args:
@@ -105,17 +106,6 @@ class AttentionRecorder:
         self._handles = []
         self._restore = []
         return self
-
-    def clear(self):
-        """Forget the recorded outputs."""
-        self.outputs = OrderedDict()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
     def _keep(self, name, attn):
         with torch.no_grad():

@@ -92,7 +92,23 @@ def _single(steps):
     return steps[0] if len(steps) == 1 else None
 
 
-class TrajectoryRecorder:
+class RecorderBase:
+    """The protocol both recorders share: ``outputs``, ``clear()`` and use as a context manager
+    (``start()`` on entry, ``stop()`` on exit)."""
+
+    def clear(self):
+        """Forget the recorded outputs."""
+        self.outputs = OrderedDict()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class TrajectoryRecorder(RecorderBase):
     """Forward hooks that record ``(x_t, x_{t+1}, Δ_t)`` per residual block.
 
     Args:
@@ -172,17 +188,6 @@ class TrajectoryRecorder:
         self._handles = []
         self._frames.clear()
         return self
-
-    def clear(self):
-        """Forget the recorded outputs."""
-        self.outputs = OrderedDict()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
     # ------------------------------------------------------------------ hooks
     def _hook_block(self, name, block, kind):
