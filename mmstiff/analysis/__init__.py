@@ -10,10 +10,10 @@ from .frequency import (as_maps, delta_log_amplitude, diagonal_frequencies, high
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
                          token_cosine_similarity)
-from .stiffness import (mean_step_size, neural_stiffness_index, nsi_step_correlation,
-                        pearson_correlation, stiffness_event, stiffness_event_probability,
-                        stiffness_ratio, tns_per_trajectory, total_neural_stiffness,
-                        trajectory_mean)
+from .stiffness import (columnwise_pearson_correlation, mean_step_size, neural_stiffness_index,
+                        nsi_step_correlation, pearson_correlation, stiffness_event,
+                        stiffness_event_probability, stiffness_ratio, tns_per_trajectory,
+                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
 from .trajectory import StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
@@ -22,9 +22,10 @@ __all__ = [
     'diagonal_frequencies', 'high_frequency_ratio', 'log_amplitude_profile',
     'log_amplitude_spectrum', 'tokens_to_maps', 'frequency_band_mask', 'frequency_band_noise',
     'normalised_frequency_radius', 'attention_column_cosine_similarity',
-    'attention_spectral_response', 'token_cosine_similarity', 'mean_step_size',
+    'attention_spectral_response', 'token_cosine_similarity', 'columnwise_pearson_correlation',
+    'mean_step_size',
     'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation', 'stiffness_event',
     'stiffness_event_probability', 'stiffness_ratio', 'tns_per_trajectory',
-    'total_neural_stiffness', 'trajectory_mean', 'StepRecord', 'TrajectoryRecorder',
+    'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics', 'StepRecord', 'TrajectoryRecorder',
     'record_states', 'stage_of'
 ]

@@ -10,6 +10,10 @@ either through mmstiff's ``AttentionMapMixin`` protocol (``keep_attn_map`` and
 ``_store_attn_map``: the module takes its explicit-matrix path while recorded and stores the
 matrix that multiplies ``V``), or through a method ``attention_map(x) -> (B, H, N, N)`` called
 on the module's input. Both take precedence over rebuilding the map from ``qkv``.
+
+Swin's window attention (mmpretrain's and mmdet's ``WindowMSA``, inside ``ShiftWindowMSA`` as
+``w_msa``) applies an ``nn.Softmax`` module after adding the relative position bias and the
+shift mask: its output *is* the map, ``(B · windows, H, n, n)``, and is read as such.
 """
 import fnmatch
 from collections import OrderedDict
@@ -52,8 +56,10 @@ def attention_modules(model, select=None):
         if select is not None and not any(fnmatch.fnmatchcase(name, p) for p in select):
             continue
         attn = getattr(block, 'attn', None)
-        if isinstance(attn, nn.Module):
-            found.append((name, attn))
+        if not isinstance(attn, nn.Module):
+            continue
+        window = getattr(attn, 'w_msa', None)  # Swin: the window attention inside the shift
+        found.append((name, window if isinstance(window, nn.Module) else attn))
     return found
 
 
@@ -135,6 +141,14 @@ class AttentionRecorder(RecorderBase):
                     self._keep(name, module.attention_map(args[0].detach()))
 
             self._handles.append(attn.register_forward_pre_hook(on_input))
+            return
+        softmax = getattr(attn, 'softmax', None)
+        if isinstance(softmax, nn.Softmax):  # window attention: the map itself, bias and mask in
+
+            def on_softmax(module, args, output):
+                self._keep(name, output)
+
+            self._handles.append(softmax.register_forward_hook(on_softmax))
             return
         qkv = getattr(attn, 'qkv', None)
         num_heads = getattr(attn, 'num_heads', None)

@@ -16,7 +16,7 @@ The trajectory recorder needs, per block, the state before the step ``x_t`` and 
     Pre-activation blocks, ``x_{t+1} = x_t + Δ_t ⊙ f`` with no activation after the add:
     ``x_t`` is the block input or its projection ``P(...)``, as is.
 ``'transformer'``
-    Pre-norm transformer layers, two Euler steps: the MSA step from the layer input to the
+    Pre-norm transformer layers (ViT encoder layers, Swin blocks), two Euler steps: the MSA step from the layer input to the
     input of the second pre-norm (``ln2`` / ``norm2``), and the MLP step from there to the
     layer output.
 
@@ -45,7 +45,9 @@ _UPSTREAM_BLOCKS = (
     ('mmpretrain.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
     ('mmpretrain.models.backbones.vision_transformer', ('TransformerEncoderLayer', ),
      'transformer'),
+    ('mmpretrain.models.backbones.swin_transformer', ('SwinBlock', ), 'transformer'),
     ('mmdet.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
+    ('mmdet.models.backbones.swin', ('SwinBlock', ), 'transformer'),
     ('mmstiff.models.backbones.preact_resnet', ('PreActBasicBlock', 'PreActBottleneck'),
      'preact'),
 )

@@ -9,6 +9,7 @@
 
 Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` tokens.
 """
+import functools
 import math
 
 import torch
@@ -142,13 +143,37 @@ def log_amplitude_profile(maps):
     return diagonal_frequencies(maps.shape[-1]), diag - diag[0]
 
 
+@functools.lru_cache(maxsize=16)
+def _end_bin_weights(size, device, dtype):
+    """``(size * size, 3)``: ones, and the cosine and sine of the diagonal bin
+    ``k = size // 2``, ``2π k (y + x) / size`` at each position (row-major)."""
+    pos = torch.arange(size, dtype=torch.float64)
+    angle = (pos[:, None] + pos[None, :]).flatten() * (2.0 * math.pi * (size // 2) / size)
+    weights = torch.stack([torch.ones_like(angle), torch.cos(angle), torch.sin(angle)], dim=1)
+    return weights.to(device=device, dtype=dtype)
+
+
 def delta_log_amplitude(maps):
     """Δ log amplitude at 1.0π: the last element of :func:`log_amplitude_profile`.
 
     Negative when high frequencies are weaker than the DC term; a layer that lowers it acts as a
     low-pass filter (how-do-vits-work Fig. 8: MSAs lower it, MLPs and Convs raise it).
+
+    Only the two ends of the diagonal are needed, ``F(0, 0)`` (the sum of each map) and
+    ``F(k, k)`` with ``k = size // 2``, so both come from one product of the flattened maps
+    with three weight vectors (ones, and the real and imaginary parts of the Fourier basis
+    function of that bin): no transform, one pass over the maps.
     """
-    return float(log_amplitude_profile(maps)[1][-1])
+    if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
+        raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W) with H == W')
+    if maps.is_complex():
+        raise ValueError('maps must be real; the diagonal uses |F(-k, -k)| = |F(k, k)|')
+    maps = maps.float()
+    weights = _end_bin_weights(maps.shape[-1], maps.device, maps.dtype)
+    bins = maps.flatten(2) @ weights  # (B, C, 3)
+    low = torch.log(bins[..., 0].abs() + LOG_EPS).mean()
+    high = torch.log(torch.hypot(bins[..., 1], bins[..., 2]) + LOG_EPS).mean()
+    return float(high.double() - low.double())
 
 
 def as_maps(x, num_extra_tokens=0, grid=None):

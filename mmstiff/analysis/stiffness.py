@@ -119,16 +119,49 @@ def trajectory_mean(zeta):
     return _check_trajectories(zeta).mean(dim=1)
 
 
+def trajectory_statistics(zeta, groups=None):
+    """μ, the max/mean ratio ζ*/μ and the TNS area ``(ζ*/μ - 1) · ζ*`` of each trajectory.
+
+    One pass for the three per-trajectory numbers the other functions return one at a time
+    (:func:`trajectory_mean`, :func:`stiffness_ratio`, :func:`tns_per_trajectory`), optionally
+    for several trajectories made of subsets of the steps at once (each stage of a network and
+    the whole network).
+
+    Args:
+        zeta (Tensor): ``(num_samples, num_steps)`` NSI of every block for each sample.
+        groups (Tensor, optional): ``(num_groups, num_steps)`` bool, row ``g`` marking the
+            steps of trajectory ``g`` (each row non-empty). None: one trajectory of all steps.
+
+    Returns:
+        tuple[Tensor, Tensor, Tensor]: ``(mu, ratio, area)``, float64, each
+        ``(num_samples,)``, or ``(num_samples, num_groups)`` with ``groups``.
+    """
+    zeta = _check_trajectories(zeta)
+    if groups is None:
+        peak, mean = zeta.max(dim=1).values, zeta.mean(dim=1)
+    else:
+        if (not torch.is_tensor(groups) or groups.dtype != torch.bool or groups.dim() != 2
+                or groups.shape[1] != zeta.shape[1] or not groups.any(dim=1).all()):
+            raise ValueError(f'groups={groups!r} is not supported; expected a bool tensor '
+                             f'(num_groups, {zeta.shape[1]}) with at least one step per row')
+        outside = ~groups  # (G, T), broadcast against (B, 1, T)
+        steps = zeta[:, None, :]
+        mean = steps.masked_fill(outside, 0.0).sum(dim=2) / groups.sum(dim=1)
+        peak = steps.masked_fill(outside, -math.inf).max(dim=2).values
+    # μ = 0 (no block moves): ratio 1 by convention; a NaN μ stays NaN
+    ratio = torch.where(mean == 0, torch.ones_like(mean),
+                        peak / mean.clamp_min(torch.finfo(mean.dtype).tiny))
+    ratio = torch.where(mean.isnan(), mean, ratio)
+    return mean, ratio, (ratio - 1.0) * peak
+
+
 def stiffness_ratio(zeta):
     """The max/mean stiffness ratio ζ*/μ of each trajectory, ``(num_samples,)``.
 
     1 for a trajectory whose blocks are all equally stiff; large when one block dominates.
     A trajectory with μ = 0 has ratio 1 by convention (no block is stiffer than another).
     """
-    zeta = _check_trajectories(zeta)
-    peak, mean = zeta.max(dim=1).values, zeta.mean(dim=1)
-    return torch.where(mean > 0, peak / mean.clamp_min(torch.finfo(mean.dtype).tiny),
-                       torch.ones_like(mean))
+    return trajectory_statistics(zeta)[1]
 
 
 def stiffness_event(zeta, m1, m2):
@@ -155,9 +188,7 @@ def tns_per_trajectory(zeta):
     Its mean over the data is TNS (METHODS.md §5, closed form). A trajectory with ζ* = 0 has
     area 0.
     """
-    zeta = _check_trajectories(zeta)
-    peak = zeta.max(dim=1).values
-    return (stiffness_ratio(zeta) - 1.0) * peak
+    return trajectory_statistics(zeta)[2]
 
 
 def total_neural_stiffness(zeta):
@@ -184,14 +215,31 @@ def pearson_correlation(a, b):
     if a.dim() != 1 or a.shape != b.shape:
         raise ValueError(f'a and b have shapes {tuple(a.shape)} and {tuple(b.shape)}; expected '
                          'two 1-D tensors of the same length')
-    if a.numel() < 2:
-        return math.nan
-    a = a.double() - a.double().mean()
-    b = b.double() - b.double().mean()
-    den = torch.sqrt((a * a).sum() * (b * b).sum())
-    if not den > 0:
-        return math.nan
-    return float(((a * b).sum() / den).clamp(-1.0, 1.0))
+    return float(columnwise_pearson_correlation(a[:, None], b[:, None])[0])
+
+
+def columnwise_pearson_correlation(a, b):
+    """Pearson correlation of each column of ``a`` with the same column of ``b``.
+
+    Args:
+        a, b (Tensor): ``(n, k)`` tensors: ``k`` pairs of samples of ``n`` values each.
+
+    Returns:
+        Tensor: ``(k,)`` float64 correlations (the value of :func:`pearson_correlation` for
+        each column pair); ``nan`` where a column has zero variance or ``n < 2``.
+    """
+    _check_tensor('a', a, min_dim=2)
+    _check_tensor('b', b, min_dim=2)
+    if a.dim() != 2 or a.shape != b.shape:
+        raise ValueError(f'a and b have shapes {tuple(a.shape)} and {tuple(b.shape)}; expected '
+                         'two (n, k) tensors of the same shape')
+    if a.shape[0] < 2:
+        return torch.full((a.shape[1], ), math.nan, dtype=torch.float64)
+    a = a.double() - a.double().mean(dim=0)
+    b = b.double() - b.double().mean(dim=0)
+    den = torch.sqrt((a * a).sum(dim=0) * (b * b).sum(dim=0))
+    corr = ((a * b).sum(dim=0) / den).clamp(-1.0, 1.0)
+    return torch.where(den > 0, corr, torch.full_like(corr, math.nan))
 
 
 def nsi_step_correlation(nsi, step_mean):

@@ -88,6 +88,15 @@ class _Frame:
         self.steps = ([], [])
 
 
+def _apply_out_of_place(act, x):
+    """``act(x)`` without touching ``x``: ReLU out of place, any other activation on a copy
+    (it may be in place)."""
+    with torch.no_grad():
+        if type(act) is torch.nn.ReLU:
+            return torch.relu(x)
+        return act(x.clone())
+
+
 def _single(steps):
     return steps[0] if len(steps) == 1 else None
 
@@ -152,6 +161,9 @@ class TrajectoryRecorder(RecorderBase):
         if not self.blocks:
             raise ValueError(f'select={select!r} matches none of the blocks '
                              f'{[name for name, _, _ in blocks]}')
+        # the submodules each block's hooks go on, looked up once (start() runs per iteration)
+        self._targets = [(name, block, kind, self._hook_targets(block, kind))
+                         for name, block, kind in self.blocks]
         self.outputs = OrderedDict()
         self._handles = []
         self._frames = {}
@@ -177,8 +189,8 @@ class TrajectoryRecorder(RecorderBase):
         """Register the hooks (idempotent)."""
         if self.active:
             return self
-        for name, block, kind in self.blocks:
-            self._hook_block(name, block, kind)
+        for name, block, kind, targets in self._targets:
+            self._hook_block(name, block, kind, targets)
         return self
 
     def stop(self):
@@ -190,9 +202,20 @@ class TrajectoryRecorder(RecorderBase):
         return self
 
     # ------------------------------------------------------------------ hooks
-    def _hook_block(self, name, block, kind):
+    def _hook_targets(self, block, kind):
+        """``(shortcut, activation, second norm, step sources)`` of one block."""
+        shortcut = act = norm = None
+        if kind in ('conv', 'preact'):
+            shortcut = shortcut_of(block)
+            act = activation_of(block) if kind == 'conv' else None
+        else:
+            norm = second_norm_of(block)
+        return shortcut, act, norm, step_sources(block, self.read_se_gates)
+
+    def _hook_block(self, name, block, kind, targets):
         frames = self._frames
         add = self._handles.append
+        shortcut, act, norm, sources = targets
 
         def enter(module, args):
             x = _first_tensor(args)
@@ -208,37 +231,30 @@ class TrajectoryRecorder(RecorderBase):
         add(block.register_forward_pre_hook(enter))
         add(block.register_forward_hook(leave))
 
-        if kind in ('conv', 'preact'):
-            shortcut = shortcut_of(block)
-            act = activation_of(block) if kind == 'conv' else None
-            if shortcut is not None:
+        if shortcut is not None:
 
-                def on_shortcut(module, args, output):
-                    frame = frames.get(name)
-                    out = _first_tensor(output)
-                    if frame is not None and out is not None:
-                        frame.shortcut = out.detach()
-                        if act is not None:
-                            # into the post-activation space of x_{t+1}; a copy, as the block
-                            # still needs its shortcut and the activation may be in place
-                            with torch.no_grad():
-                                frame.shortcut = act(frame.shortcut.clone())
+            def on_shortcut(module, args, output):
+                frame = frames.get(name)
+                out = _first_tensor(output)
+                if frame is not None and out is not None:
+                    # into the post-activation space of x_{t+1}, out of place: the block
+                    # still needs its shortcut
+                    frame.shortcut = out.detach() if act is None else _apply_out_of_place(
+                        act, out.detach())
 
-                add(shortcut.register_forward_hook(on_shortcut))
-        else:
-            norm = second_norm_of(block)
-            if norm is not None:
+            add(shortcut.register_forward_hook(on_shortcut))
+        if norm is not None:
 
-                def on_mid(module, args):
-                    frame = frames.get(name)
-                    x = _first_tensor(args)
-                    if frame is not None and x is not None and frame.mid is None:
-                        frame.mid = x.detach()
-                        frame.phase = 1
+            def on_mid(module, args):
+                frame = frames.get(name)
+                x = _first_tensor(args)
+                if frame is not None and x is not None and frame.mid is None:
+                    frame.mid = x.detach()
+                    frame.phase = 1
 
-                add(norm.register_forward_pre_hook(on_mid))
+            add(norm.register_forward_pre_hook(on_mid))
 
-        for source in step_sources(block, self.read_se_gates):
+        for source in sources:
 
             def on_step(module, args, output):
                 frame = frames.get(name)

@@ -72,6 +72,23 @@ def test_diagonal_matches_the_shifted_spectrum():
                               atol=1e-5)
 
 
+def test_delta_log_amplitude_is_the_corner_of_the_full_spectrum():
+    # the two-bin projection against the fft2 spectrum: odd and even sizes, a strided input
+    from mmstiff.analysis import log_amplitude_spectrum
+    gen = torch.Generator().manual_seed(3)
+    for size in (2, 5, 6, 7, 16):
+        maps = torch.randn(3, 4, size, size, generator=gen).relu() + 0.1
+        spectrum = log_amplitude_spectrum(maps).double()
+        # after fftshift the centre (0, 0) sits at size // 2 and the top-left corner holds
+        # (-k, -k), k = size // 2, whose amplitude is that of (k, k) for real maps
+        expected = float(spectrum[0, 0] - spectrum[size // 2, size // 2])
+        assert delta_log_amplitude(maps) == pytest.approx(expected, abs=1e-4)
+        strided = maps.transpose(2, 3)  # same maps, transposed: same diagonal
+        assert delta_log_amplitude(strided) == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(ValueError, match='H == W'):
+        delta_log_amplitude(torch.rand(1, 1, 4, 6))
+
+
 def test_odd_size_frequencies_and_square_check():
     assert torch.allclose(diagonal_frequencies(7),
                           torch.tensor([0, 2 / 7, 4 / 7, 6 / 7], dtype=torch.float64))

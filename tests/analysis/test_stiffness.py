@@ -4,10 +4,11 @@ import math
 import pytest
 import torch
 
-from mmstiff.analysis import (mean_step_size, neural_stiffness_index, nsi_step_correlation,
-                              pearson_correlation, stiffness_event, stiffness_event_probability,
-                              stiffness_ratio, tns_per_trajectory, total_neural_stiffness,
-                              trajectory_mean)
+from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
+                              neural_stiffness_index, nsi_step_correlation, pearson_correlation,
+                              stiffness_event, stiffness_event_probability, stiffness_ratio,
+                              tns_per_trajectory, total_neural_stiffness, trajectory_mean,
+                              trajectory_statistics)
 
 
 def test_nsi_plain_step_is_relative_displacement():
@@ -84,6 +85,15 @@ def test_mean_ratio_and_tns_by_hand():
         total_neural_stiffness(torch.ones(3))
 
 
+def test_trajectory_statistics_in_one_pass():
+    zeta = torch.tensor([[1.0, 2.0, 3.0], [2.0, 2.0, 2.0], [0.0, 0.0, 0.0]])
+    mu, ratio, area = trajectory_statistics(zeta)
+    # by hand: μ = (2, 2, 0); ζ*/μ = (1.5, 1, 1 by convention); (ζ*/μ - 1) ζ* = (1.5, 0, 0)
+    assert mu.tolist() == [2.0, 2.0, 0.0]
+    assert ratio.tolist() == [1.5, 1.0, 1.0]
+    assert area.tolist() == [1.5, 0.0, 0.0]
+
+
 def test_stiffness_event_thresholds():
     zeta = torch.tensor([[1.0, 3.0]])  # μ = 2, ζ* = 3
     assert stiffness_event(zeta, 0.5, 0.0).item()  # 3 >= 2 * 1.5
@@ -134,3 +144,36 @@ def test_pearson_by_hand():
     assert math.isnan(pearson_correlation(a[:1], a[:1]))
     with pytest.raises(ValueError, match='same length'):
         pearson_correlation(a, a[:3])
+
+
+def test_columnwise_pearson_against_numpy():
+    import numpy as np
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(9, 4, generator=gen)
+    b = -0.5 * a + 0.3 * torch.randn(9, 4, generator=gen)
+    b[:, 3] = 0.25  # a constant column: undefined
+    corr = columnwise_pearson_correlation(a, b)
+    for k in range(3):
+        expected = np.corrcoef(a[:, k].numpy(), b[:, k].numpy())[0, 1]
+        assert float(corr[k]) == pytest.approx(float(expected), abs=1e-6)
+    assert math.isnan(float(corr[3]))
+    assert torch.isnan(columnwise_pearson_correlation(a[:1], b[:1])).all()
+    with pytest.raises(ValueError, match='same shape'):
+        columnwise_pearson_correlation(a, b[:, :2])
+
+
+def test_trajectory_statistics_of_groups_equal_each_group_alone():
+    gen = torch.Generator().manual_seed(2)
+    zeta = torch.rand(5, 6, generator=gen, dtype=torch.float64) * 3
+    zeta[0, 4] = math.inf  # a non-finite step poisons only the groups that hold it
+    groups = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 1, 0, 0, 0, 1],
+                           [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    together = trajectory_statistics(zeta, groups)
+    for g, row in enumerate(groups):
+        alone = (trajectory_mean(zeta[:, row]), stiffness_ratio(zeta[:, row]),
+                 tns_per_trajectory(zeta[:, row]))
+        for got, expected in zip(together, alone):
+            torch.testing.assert_close(got[:, g], expected, equal_nan=True)
+    assert torch.isfinite(together[0][:, 0]).all() and not torch.isfinite(together[0][0, 1])
+    with pytest.raises(ValueError, match='groups='):
+        trajectory_statistics(zeta, torch.zeros(2, 6, dtype=torch.bool))

@@ -280,3 +280,107 @@ def test_step_vit_branch_steps_and_attnscale_maps():
     assert torch.allclose(attn_recorder.outputs['layers.0'][0], expected, atol=1e-5)
     assert not attn.keep_attn_map  # the module is back on its fused path
     assert _hook_count(vit) == 0
+
+
+def _tiny_swin(cls=None, **kwargs):
+    """64x64 images, patch 4, window 4: the odd blocks shift their windows (additive mask)."""
+    if cls is None:
+        from mmpretrain.models.backbones import SwinTransformer as cls
+    torch.manual_seed(0)
+    swin = cls(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64,
+               window_size=4, out_indices=(0, 1), drop_path_rate=0., **kwargs)
+    with torch.no_grad():  # a visible relative position bias
+        for name, p in swin.named_parameters():
+            if 'relative_position_bias_table' in name:
+                p.normal_(std=0.5)
+    swin.eval()
+    return swin
+
+
+def _capture_inputs(module, store, key):
+    def hook(mod, args, kwargs):
+        store.setdefault(key, (args, kwargs))
+
+    return module.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _assert_map_drives_the_window_output(w_msa, args, kwargs, maps):
+    """The recorded map, applied to the module's own V and projection, gives its output."""
+    x = args[0]
+    b, n, c = x.shape
+    heads = w_msa.num_heads
+    with torch.no_grad():
+        v = w_msa.qkv(x).reshape(b, n, 3, heads, c // heads).permute(2, 0, 3, 1, 4)[2]
+        out = w_msa.proj((maps @ v).transpose(1, 2).reshape(b, n, c))
+        torch.testing.assert_close(out, w_msa(*args, **kwargs), rtol=1e-5, atol=1e-5)
+
+
+def test_swin_blocks_are_two_euler_steps_with_window_attention_maps():
+    from mmstiff.analysis import AttentionRecorder
+    swin = _tiny_swin()
+    x = torch.randn(2, 3, 64, 64)
+    names = [name for name, _, kind in find_blocks(swin) if kind == 'transformer']
+    assert names == [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
+    block = swin.stages[0].blocks[1]  # a shifted-window block
+    inputs = {}
+    handles = [_capture_inputs(block, inputs, 'block'),
+               _capture_inputs(block.attn.w_msa, inputs, 'w_msa')]
+    recorder = TrajectoryRecorder(swin, level='branch')
+    with torch.no_grad(), recorder, AttentionRecorder(swin) as attn_recorder:
+        swin(x)
+    for handle in handles:
+        handle.remove()
+    (h, hw_shape), _ = inputs['block']
+    with torch.no_grad():
+        mid = h + block.attn(block.norm1(h), hw_shape)
+        out = block.ffn(block.norm2(mid), identity=mid)
+    msa, mlp = (recorder.outputs[f'stages.0.blocks.1.{b}'][0] for b in ('msa', 'mlp'))
+    assert torch.equal(msa.x_t, h) and msa.x_t.shape == (2, 16 * 16, 16)
+    torch.testing.assert_close(msa.x_next, mid)
+    torch.testing.assert_close(mlp.x_t, mid)
+    torch.testing.assert_close(mlp.x_next, out)
+    # the window attention maps: (batch · 16 windows, heads, 16, 16), bias and shift mask in
+    maps = attn_recorder.outputs['stages.0.blocks.1'][0]
+    assert maps.shape == (2 * 16, 2, 16, 16)
+    assert inputs['w_msa'][1]['mask'] is not None
+    torch.testing.assert_close(maps.sum(-1), torch.ones(maps.shape[:-1]))
+    _assert_map_drives_the_window_output(block.attn.w_msa, *inputs['w_msa'], maps)
+    assert _hook_count(swin) == 0
+
+
+def test_step_swin_attnscale_maps_and_mmdet_swin_blocks():
+    from mmdet.models.backbones import SwinTransformer as DetSwin
+
+    from mmstiff.analysis import AttentionRecorder
+    from mmstiff.models.backbones import StepSwin
+    swin = _tiny_swin(StepSwin, attn_scale_layers='all')
+    w_msa = swin.stages[1].blocks[1].attn.w_msa
+    with torch.no_grad():
+        w_msa.attn_scale.omega.fill_(0.5)
+    inputs = {}
+    handle = _capture_inputs(w_msa, inputs, 'w_msa')
+    with torch.no_grad(), AttentionRecorder(swin, select=['stages.1.*']) as recorder:
+        swin(torch.randn(2, 3, 64, 64))
+    handle.remove()
+    assert list(recorder.outputs) == ['stages.1.blocks.0', 'stages.1.blocks.1']
+    # Â (not the softmax map) is what multiplies V in a block with AttnScale
+    _assert_map_drives_the_window_output(w_msa, *inputs['w_msa'],
+                                         recorder.outputs['stages.1.blocks.1'][0])
+    assert not w_msa.keep_attn_map
+
+    torch.manual_seed(0)
+    det = DetSwin(embed_dims=16, depths=(2, 2), num_heads=(2, 4), window_size=4,
+                  strides=(4, 2), out_indices=(0, 1))
+    det.eval()
+    records = record_states(det, torch.randn(1, 3, 32, 48), level='branch')
+    assert list(records) == [f'stages.{i}.blocks.{j}.{b}' for i in range(2) for j in range(2)
+                             for b in ('msa', 'mlp')]
+    assert records['stages.1.blocks.0.msa'].x_t.shape == (1, 4 * 6, 32)
+    w_msa = det.stages[0].blocks[1].attn.w_msa
+    inputs = {}
+    handle = _capture_inputs(w_msa, inputs, 'w_msa')
+    with torch.no_grad(), AttentionRecorder(det) as recorder:
+        det(torch.randn(1, 3, 32, 48))
+    handle.remove()
+    _assert_map_drives_the_window_output(w_msa, *inputs['w_msa'],
+                                         recorder.outputs['stages.0.blocks.1'][0])

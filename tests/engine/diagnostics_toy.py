@@ -9,13 +9,19 @@ NUM_CLASSES = 4
 
 
 def tiny_backbone(depth=18, channels=8, adaptor=None):
-    """mmpretrain's CIFAR ResNet (4 stages of basic blocks), or mmstiff's step ResNet."""
+    """mmpretrain's CIFAR ResNet (4 stages of basic blocks), or mmstiff's step ResNet.
+
+    The last norm of each residual branch keeps its default initialisation (mmpretrain zeroes
+    it): with the zero-initialised residuals every block would start as the identity and every
+    NSI would be exactly 0, which would test nothing.
+    """
+    kwargs = dict(depth=depth, stem_channels=channels, base_channels=channels,
+                  zero_init_residual=False)
     if adaptor is None:
         from mmpretrain.models.backbones import ResNet_CIFAR
-        return ResNet_CIFAR(depth=depth, stem_channels=channels, base_channels=channels)
+        return ResNet_CIFAR(**kwargs)
     from mmstiff.models.backbones import StepResNet_CIFAR
-    return StepResNet_CIFAR(depth=depth, stem_channels=channels, base_channels=channels,
-                           adaptor=adaptor)
+    return StepResNet_CIFAR(adaptor=adaptor, **kwargs)
 
 
 class ToyClassifier(BaseModel):

@@ -9,6 +9,7 @@ from mmengine.runner import Runner
 
 from mmstiff.analysis import high_frequency_ratio, neural_stiffness_index, total_neural_stiffness
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
+from mmstiff.engine.hooks.diagnostic_hook import HISTORY_LENGTH
 from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_dataset, toy_loader
 
 BATCH = 4
@@ -84,12 +85,22 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
                                                               rel=1e-4)
     zeta = torch.stack([columns[n] for n in names], dim=1)
     assert line['stiffness/tns/network'] == pytest.approx(total_neural_stiffness(zeta), rel=1e-4)
+    assert line['stiffness/mu/network'] > 0.05 and line['stiffness/tns/network'] > 0
+    for stage in ('layer1', 'layer3'):  # each stage is a trajectory of its own
+        sub = torch.stack([columns[f'{stage}.{j}'] for j in range(2)], dim=1).double()
+        mu = sub.mean(dim=1)
+        assert line[f'stiffness/mu/{stage}'] == pytest.approx(float(mu.mean()), rel=1e-4)
+        assert line[f'stiffness/ratio/{stage}'] == pytest.approx(
+            float((sub.max(dim=1).values / mu).mean()), rel=1e-4)
+        assert line[f'stiffness/tns/{stage}'] == pytest.approx(total_neural_stiffness(sub),
+                                                               rel=1e-4, abs=1e-9)
 
     # the run's own JSON log has them too, and the MessageHub keeps the latest values
     timestamp_log = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}.json')
     assert any('stiffness/nsi/layer1.0' in entry for entry in read_json_lines(timestamp_log))
-    assert runner.message_hub.get_scalar('stiffness/nsi/layer1.0').current() == \
-        pytest.approx(lines[6]['stiffness/nsi/layer1.0'])
+    history = runner.message_hub.get_scalar('stiffness/nsi/layer1.0')
+    assert history.current() == pytest.approx(lines[6]['stiffness/nsi/layer1.0'])
+    assert history.max_length == HISTORY_LENGTH  # bounded, in memory and in checkpoints
     assert _hook_count(model) == 0
 
 
@@ -114,6 +125,42 @@ def test_stiffness_hook_logs_step_sizes_of_adaptors(tmp_path):
         manual = ((block(x) - x) / 0.5).flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
     assert float(expected) == pytest.approx(float(manual.mean()), rel=1e-5)
     assert line['stiffness/nsi/layer1.0'] == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
+    import numpy as np
+
+    from mmstiff.analysis import TrajectoryRecorder, mean_step_size
+    torch.manual_seed(0)
+    backbone = tiny_backbone(adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    backbone.train()
+    with torch.no_grad():  # StepNet starts at Δ ≡ sigmoid(-1): make it depend on the sample
+        for name, p in backbone.named_parameters():
+            if 'adaptor' in name:
+                p.add_(torch.randn_like(p))
+    images = torch.randn(6, 3, 16, 16)
+    hook = StiffnessHook(interval=1)
+    recorders = hook.build_recorders(backbone)
+    kept = TrajectoryRecorder(backbone)  # the records themselves, for an independent summary
+    with torch.no_grad(), kept:
+        for recorder in recorders:
+            recorder.start()
+        backbone(images)
+        for recorder in recorders:
+            recorder.stop()
+    scalars = hook.summarise(recorders)
+    correlations = 0
+    for name, calls in kept.outputs.items():
+        record = calls[0]
+        nsi = neural_stiffness_index(record.x_t, record.x_next, record.step)
+        step = mean_step_size(record.step, 6)
+        assert scalars[f'nsi/{name}'] == pytest.approx(float(nsi.mean()), rel=1e-5)
+        assert scalars[f'step/{name}'] == pytest.approx(float(step.mean()), rel=1e-5)
+        expected = np.corrcoef(nsi.double().numpy(), step.double().numpy())[0, 1]
+        if np.isfinite(expected):
+            correlations += 1
+            assert scalars[f'nsi_step_corr/{name}'] == pytest.approx(float(expected), abs=1e-6)
+    assert correlations == len(kept.outputs)  # StepNet's Δ varies over the samples
 
 
 @pytest.mark.slow

@@ -13,7 +13,9 @@ written), then
 * written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1``:
   into ``vis_data/scalars.json`` and the run's ``vis_data/<timestamp>.json`` (the JSON log),
   and into every other configured backend (TensorBoard, ...);
-* stored in the MessageHub (``runner.message_hub.update_scalar``) under the same names;
+* stored in the MessageHub (``runner.message_hub.update_scalar``) under the same names, with
+  the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
+  MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
 * summarised on the console in one line.
 
 The names have no ``train/`` prefix on purpose: the LogProcessor smooths every ``train/``
@@ -28,11 +30,15 @@ from collections import OrderedDict
 import torch
 from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
+from mmengine.logging import HistoryBuffer, print_log
 from mmengine.model import is_model_wrapper
 
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.trajectory import LEVELS
+
+#: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
+#: other hooks to read; the whole series is in the JSON log.
+HISTORY_LENGTH = 1000
 
 
 def reduce_scalars_across_ranks(scalars):
@@ -47,6 +53,10 @@ def reduce_scalars_across_ranks(scalars):
         one finite value, and for every name the number of ranks whose value was finite.
     """
     names = sorted(scalars)
+    if get_world_size() == 1:
+        values = [float(scalars[name]) for name in names]
+        counts = {name: int(math.isfinite(v)) for name, v in zip(names, values)}
+        return OrderedDict((n, v) for n, v in zip(names, values) if counts[n]), counts
     values = torch.tensor([float(scalars[name]) for name in names], dtype=torch.float64)
     finite = torch.isfinite(values)
     packed = torch.stack([torch.where(finite, values, torch.zeros_like(values)),
@@ -200,8 +210,11 @@ class TrajectoryDiagnosticHook(Hook):
                 '(this warning is shown once)', logger='current', level=logging.WARNING)
         if not means:
             return
+        hub = runner.message_hub
         for name, value in means.items():
-            runner.message_hub.update_scalar(name, value)
+            if name not in hub.log_scalars:
+                hub.log_scalars[name] = HistoryBuffer(max_length=HISTORY_LENGTH)
+            hub.update_scalar(name, value)
         runner.visualizer.add_scalars(dict(means), step=runner.iter + 1,
                                       file_path=f'{runner.timestamp}.json')
         runner.logger.info(f'Iter(train) [{runner.iter + 1}] ' + self.format_summary(means))

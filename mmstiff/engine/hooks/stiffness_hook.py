@@ -4,8 +4,9 @@ from collections import OrderedDict
 
 import torch
 
-from mmstiff.analysis import (mean_step_size, neural_stiffness_index, nsi_step_correlation,
-                              stage_of, stiffness_ratio, total_neural_stiffness, trajectory_mean)
+from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
+                              neural_stiffness_index, nsi_step_correlation, stage_of,
+                              trajectory_statistics)
 from mmstiff.registry import HOOKS
 from .diagnostic_hook import TrajectoryDiagnosticHook
 
@@ -63,35 +64,63 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         outputs = recorders[0].outputs
         names = list(outputs)
         # a block called several times in one iteration: every call is a sample
-        columns = [torch.cat([c[0] for c in outputs[n]]) for n in names]
-        scalars = OrderedDict()
+        columns = [_concat([c[0] for c in outputs[n]]) for n in names]
         same_length = len({c.numel() for c in columns}) == 1
         if same_length:
             zeta = torch.stack(columns, dim=1).double()  # (samples, steps)
             means = zeta.mean(dim=0).tolist()
         else:
             means = [float(c.double().mean()) for c in columns]
+        scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
+        for name, step, corr in self._step_scalars(outputs, names, columns):
+            scalars[f'step/{name}'] = step
+            if corr is not None:
+                scalars[f'nsi_step_corr/{name}'] = corr
+        if not same_length:
+            return scalars  # blocks seen a different number of times: no common trajectory
+        stages = OrderedDict()
         for j, name in enumerate(names):
-            scalars[f'nsi/{name}'] = means[j]
+            stages.setdefault(stage_of(name) or NETWORK, []).append(j)
+        stages[NETWORK] = list(range(len(names)))
+        groups = torch.zeros(len(stages), len(names), dtype=torch.bool)
+        for g, cols in enumerate(stages.values()):
+            groups[g, cols] = True
+        stats = torch.stack([s.mean(dim=0) for s in trajectory_statistics(zeta, groups)])
+        # TNS integrates over the data: undefined as soon as one sample is not finite
+        finite = ~(groups & ~torch.isfinite(zeta).all(dim=0)).any(dim=1)
+        stats[2] = torch.where(finite, stats[2], torch.full_like(stats[2], math.nan))
+        for stage, mu, ratio, tns in zip(stages, *stats.tolist()):
+            scalars[f'mu/{stage}'] = mu
+            scalars[f'ratio/{stage}'] = ratio
+            scalars[f'tns/{stage}'] = tns
+        return scalars
+
+    @staticmethod
+    def _step_scalars(outputs, names, columns):
+        """``(name, mean step size, NSI-step correlation or None)`` of the steps with an
+        adaptor; the correlations of all of them in one vectorised call."""
+        found = []
+        for name, column in zip(names, columns):
             calls = outputs[name]
             steps = [c[1] for c in calls if c[1] is not None]
             if steps:
-                step = torch.cat(steps)
-                scalars[f'step/{name}'] = float(step.double().mean())
-                if any(c[2] for c in calls) and step.numel() == columns[j].numel():
-                    scalars[f'nsi_step_corr/{name}'] = nsi_step_correlation(columns[j], step)
-        if not same_length:
-            return scalars  # blocks seen a different number of times: no common trajectory
-        trajectories = OrderedDict()
-        for j, name in enumerate(names):
-            trajectories.setdefault(stage_of(name) or NETWORK, []).append(j)
-        trajectories[NETWORK] = list(range(len(names)))
-        for stage, cols in trajectories.items():
-            sub = zeta[:, cols]
-            scalars[f'mu/{stage}'] = float(trajectory_mean(sub).mean())
-            scalars[f'ratio/{stage}'] = float(stiffness_ratio(sub).mean())
-            scalars[f'tns/{stage}'] = _finite_or_nan(total_neural_stiffness, sub)
-        return scalars
+                step = _concat(steps)
+                varies = any(c[2] for c in calls) and step.numel() == column.numel()
+                found.append((name, column, step, varies))
+        if not found:
+            return []
+        means = torch.stack([step.double().mean() for _, _, step, _ in found]).tolist()
+        pairs = [(column, step) for _, column, step, varies in found if varies]
+        corrs = []
+        if pairs and len({c.numel() for c, _ in pairs}) == 1:
+            corrs = columnwise_pearson_correlation(torch.stack([c for c, _ in pairs], dim=1),
+                                                   torch.stack([s for _, s in pairs],
+                                                               dim=1)).tolist()
+        elif pairs:
+            corrs = [nsi_step_correlation(c, s) for c, s in pairs]
+        corrs = iter(corrs)
+        return [(name, mean, next(corrs) if varies else None)
+                for (name, _, _, varies), mean in zip(found, means)]
 
     def format_summary(self, scalars):
         items = []
@@ -102,7 +131,6 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         return '  '.join(items)
 
 
-def _finite_or_nan(fn, zeta):
-    if not torch.isfinite(zeta).all():
-        return math.nan
-    return fn(zeta)
+def _concat(tensors):
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
