@@ -63,7 +63,8 @@ def neural_stiffness_index(x_t, x_next, step=None):
         raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
                          f'{tuple(x_t.shape)}')
     x_t = x_t.float()
-    diff = torch.sub(x_next.float(), x_t)  # the one temporary; divided in place below
+    diff = torch.sub(x_next.float(), x_t)  # the one full-size temporary
+    den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
     if step is not None:
         if torch.is_tensor(step):
             step = step.float()
@@ -72,17 +73,22 @@ def neural_stiffness_index(x_t, x_next, step=None):
                              'tensor broadcastable against x_t')
         if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
             step = None
-    if step is not None:
-        if torch.is_tensor(step) and not _broadcasts_to(step.shape, diff.shape):
-            raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
-                             f'broadcasts to the states, {tuple(diff.shape)}')
-        diff.div_(step)
-        if torch.is_tensor(step):
-            # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
-            diff.nan_to_num_(nan=0.0, posinf=float('inf'), neginf=float('-inf'))
-    num = torch.linalg.vector_norm(diff.flatten(1), dim=1)
-    den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
-    return num / den
+    if step is None:
+        return torch.linalg.vector_norm(diff.flatten(1), dim=1) / den
+    if not torch.is_tensor(step):
+        step = torch.tensor(float(step), device=diff.device)
+    if not _broadcasts_to(step.shape, diff.shape):
+        raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
+                         f'broadcasts to the states, {tuple(diff.shape)}')
+    # ||diff / Δ||: Δ is constant along the axes where it has size 1 (a per-channel Δ over
+    # the spatial axes), so take the norm along those first and divide the (small) result
+    step = step.reshape((1, ) * (diff.dim() - step.dim()) + tuple(step.shape))
+    axes = [i for i in range(1, diff.dim()) if step.shape[i] == 1]
+    part = torch.linalg.vector_norm(diff, dim=axes, keepdim=True) if axes else diff.abs()
+    part = part / step
+    # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
+    part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    return torch.linalg.vector_norm(part.flatten(1), dim=1) / den
 
 
 def mean_step_size(step, batch_size):

@@ -78,9 +78,10 @@ def _detach(value):
 class _Frame:
     """Per-block scratch space for one forward pass of that block."""
 
-    __slots__ = ('x_in', 'shortcut', 'mid', 'phase', 'steps')
+    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps')
 
-    def __init__(self, x_in):
+    def __init__(self, batch, x_in):
+        self.batch = batch
         self.x_in = x_in
         self.shortcut = None
         self.mid = None
@@ -135,13 +136,22 @@ class TrajectoryRecorder(RecorderBase):
         is_block (callable, optional): ``module -> 'conv' | 'transformer' | None`` replacing the
             class-based block discovery of :func:`~mmstiff.analysis.blocks.block_kind`.
         read_se_gates (bool): read mmpretrain ``SELayer`` gates as step sizes. Default True.
+        num_samples (int, optional): keep only the first ``num_samples`` samples of the batch
+            in the records (states, and step sizes that have a batch axis), sliced as they are
+            captured, so that everything the recorder and ``reduce`` do costs in proportion.
+            None: the whole batch.
 
     Raises:
         ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
     """
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True):
+                 read_se_gates=True, num_samples=None):
+        if num_samples is not None and (isinstance(num_samples, bool) or
+                                        not isinstance(num_samples, int) or num_samples < 1):
+            raise ValueError(f'num_samples={num_samples!r} is not supported; expected None or '
+                             'a positive int')
+        self.num_samples = num_samples
         if level not in LEVELS:
             raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
         if reduce is not None and not callable(reduce):
@@ -216,17 +226,18 @@ class TrajectoryRecorder(RecorderBase):
         frames = self._frames
         add = self._handles.append
         shortcut, act, norm, sources = targets
+        n = self.num_samples
 
         def enter(module, args):
             x = _first_tensor(args)
-            frames[name] = None if x is None else _Frame(x.detach())
+            frames[name] = None if x is None else _Frame(x.shape[0], x.detach()[:n])
 
         def leave(module, args, output):
             frame = frames.pop(name, None)
             out = _first_tensor(output)
             if frame is None or out is None:
                 return
-            self._emit(name, kind, frame, out.detach())
+            self._emit(name, kind, frame, out.detach()[:n])
 
         add(block.register_forward_pre_hook(enter))
         add(block.register_forward_hook(leave))
@@ -239,8 +250,8 @@ class TrajectoryRecorder(RecorderBase):
                 if frame is not None and out is not None:
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
-                    frame.shortcut = out.detach() if act is None else _apply_out_of_place(
-                        act, out.detach())
+                    frame.shortcut = out.detach()[:n] if act is None else _apply_out_of_place(
+                        act, out.detach()[:n])
 
             add(shortcut.register_forward_hook(on_shortcut))
         if norm is not None:
@@ -249,7 +260,7 @@ class TrajectoryRecorder(RecorderBase):
                 frame = frames.get(name)
                 x = _first_tensor(args)
                 if frame is not None and x is not None and frame.mid is None:
-                    frame.mid = x.detach()
+                    frame.mid = x.detach()[:n]
                     frame.phase = 1
 
             add(norm.register_forward_pre_hook(on_mid))
@@ -260,6 +271,9 @@ class TrajectoryRecorder(RecorderBase):
                 frame = frames.get(name)
                 if frame is not None:
                     step = _detach(output)
+                    if (n is not None and torch.is_tensor(step) and
+                            step.dim() == frame.x_in.dim() and step.shape[0] == frame.batch):
+                        step = step[:n]  # per sample: keep the recorded samples' steps
                     if step is not None:
                         frame.steps[frame.phase].append(step)
 

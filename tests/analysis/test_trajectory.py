@@ -221,6 +221,16 @@ def test_step_resnet_cifar_reports_its_adaptor_output():
     assert torch.allclose(record.step, seen['step'])
     # the adaptor saw the raw projected shortcut; the state x_t is it after the activation
     assert torch.allclose(record.x_t, torch.relu(seen['x_t']))
+    # num_samples: the same records cut to the first samples as they are captured
+    net.eval()  # Δ no longer depends on the rest of the batch
+    full = record_states(net, x, select=['layer2.*'])
+    first = record_states(net, x, select=['layer2.*'], num_samples=2)
+    for name in ('layer2.0', 'layer2.1'):
+        for field in ('x_t', 'x_next', 'step'):
+            cut, whole = getattr(first[name], field), getattr(full[name], field)
+            assert cut.shape[0] == 2 and torch.equal(cut, whole[:2]), (name, field)
+    with pytest.raises(ValueError, match='num_samples=0'):
+        TrajectoryRecorder(net, num_samples=0)
 
 
 def test_preact_resnet_blocks_have_no_activation_after_the_add():

@@ -149,6 +149,15 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
         for recorder in recorders:
             recorder.stop()
     scalars = hook.summarise(recorders)
+    subset = StiffnessHook(interval=1, num_samples=2)
+    sub_recorders = subset.build_recorders(backbone)
+    with torch.no_grad():
+        for recorder in sub_recorders:
+            recorder.start()
+        backbone(images)
+        for recorder in sub_recorders:
+            recorder.stop()
+    sub_scalars = subset.summarise(sub_recorders)
     correlations = 0
     for name, calls in kept.outputs.items():
         record = calls[0]
@@ -156,6 +165,9 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
         step = mean_step_size(record.step, 6)
         assert scalars[f'nsi/{name}'] == pytest.approx(float(nsi.mean()), rel=1e-5)
         assert scalars[f'step/{name}'] == pytest.approx(float(step.mean()), rel=1e-5)
+        # num_samples=2: the same per-sample values, of the first two samples only
+        assert sub_scalars[f'nsi/{name}'] == pytest.approx(float(nsi[:2].mean()), rel=1e-5)
+        assert sub_scalars[f'step/{name}'] == pytest.approx(float(step[:2].mean()), rel=1e-5)
         expected = np.corrcoef(nsi.double().numpy(), step.double().numpy())[0, 1]
         if np.isfinite(expected):
             correlations += 1
@@ -217,6 +229,48 @@ def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
     assert _hook_count(model) == 0
 
 
+def test_hooks_on_swin_blocks_and_window_attention():
+    from mmstiff.analysis import (TrajectoryRecorder, attention_column_cosine_similarity,
+                                  token_cosine_similarity)
+    from mmstiff.models.backbones import StepSwin
+    torch.manual_seed(0)
+    swin = StepSwin(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=32,
+                    window_size=4, out_indices=(0, 1), attn_scale_layers='all')
+    swin.eval()
+    images = torch.randn(3, 3, 32, 32)
+    freq, stiff = FrequencyHook(interval=1, num_samples=2), StiffnessHook(interval=1)
+    recorders = freq.build_recorders(swin) + stiff.build_recorders(swin)
+    kept = TrajectoryRecorder(swin, level='branch')
+    with torch.no_grad(), kept:
+        for recorder in recorders:
+            recorder.start()
+        swin(images)
+        for recorder in recorders:
+            recorder.stop()
+    f_scalars = freq.summarise(recorders[:-1])
+    s_scalars = stiff.summarise(recorders[-1:])
+    blocks = [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
+    assert {f'nsi/{b}.{branch}' for b in blocks for branch in ('msa', 'mlp')} <= set(s_scalars)
+    assert {'mu/stages.0.blocks', 'mu/stages.1.blocks', 'tns/network'} <= set(s_scalars)
+    last = kept.outputs['stages.1.blocks.1.mlp'][0].x_next[:2]  # (2, 4 * 4 tokens, 32)
+    assert f_scalars['hf_ratio/stages.1.blocks.1.mlp'] == pytest.approx(
+        float(high_frequency_ratio(last).mean()), rel=1e-5)
+    assert f_scalars['token_cos/stages.1.blocks.1.mlp'] == pytest.approx(
+        float(token_cosine_similarity(last).mean()), rel=1e-5)
+    assert math.isfinite(f_scalars['dlogamp/stages.0.blocks.0.msa'])  # 8 x 8 token maps
+    # M_attn of each block's window maps (batch · windows, heads, 16, 16), here read back
+    # through StepSwin's own attention-map recording
+    from mmstiff.models.layers import record_attention_maps
+    with torch.no_grad(), record_attention_maps(swin) as maps:
+        swin(images)
+    for block in ('stages.0.blocks.1', 'stages.1.blocks.0'):
+        window_maps = maps[f'{block}.attn.w_msa']
+        assert window_maps.shape[0] == 3 * (4 if block.startswith('stages.0') else 1)
+        assert f_scalars[f'attn_cos/{block}'] == pytest.approx(
+            float(attention_column_cosine_similarity(window_maps).mean()), rel=1e-5)
+    assert _hook_count(swin) == 0
+
+
 def test_hook_arguments_fail_early():
     with pytest.raises(ValueError, match='interval=0'):
         StiffnessHook(interval=0)
@@ -226,6 +280,8 @@ def test_hook_arguments_fail_early():
         FrequencyHook(level='layer')
     with pytest.raises(ValueError, match='num_samples=0'):
         FrequencyHook(num_samples=0)
+    with pytest.raises(ValueError, match="num_samples='8'"):
+        StiffnessHook(num_samples='8')
     with pytest.raises(ValueError, match='num_extra_tokens=-1'):
         FrequencyHook(num_extra_tokens=-1)
 

@@ -15,9 +15,11 @@ itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage
 excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, over one
 *recorded* iteration (each hook at interval 1), against one iteration without hooks.
 
-Usage (CPU defaults take a few minutes on 2 idle cores):
+Usage (CPU defaults take about 6 minutes on 2 idle cores):
     python tools/benchmark/bench_hooks.py
     python tools/benchmark/bench_hooks.py --threads 1 --clock cpu   # on a busy machine
+    # mmpretrain's CIFAR ResNet-18 (resnet18_8xb16_cifar10) at its per-GPU batch, interval 1
+    python tools/benchmark/bench_hooks.py --base-channels 64 --batch-size 16 --only @1 --iters 20
 """
 import argparse
 import os.path as osp
@@ -67,17 +69,33 @@ class BenchRunner:
 
 
 def settings(args):
-    """Name -> list of hook factories."""
+    """Name -> list of hook factories (the ones ``--only`` selects)."""
     s_default = StiffnessHook().interval
     f_default = FrequencyHook().interval
-    return {
+    every = {
         BASELINE: [],
         'StiffnessHook @1': [lambda: StiffnessHook(interval=1)],
+        'StiffnessHook @1, 8 samples': [lambda: StiffnessHook(interval=1, num_samples=8)],
         f'StiffnessHook @{s_default} (default)': [lambda: StiffnessHook()],
         'FrequencyHook @1': [lambda: FrequencyHook(interval=1)],
         f'FrequencyHook @{f_default} (default)': [lambda: FrequencyHook()],
         'both @defaults': [lambda: StiffnessHook(), lambda: FrequencyHook()],
     }
+    chosen = {name: hooks for name, hooks in every.items()
+              if name == BASELINE or args.only is None or args.only in name}
+    if len(chosen) == 1:
+        raise SystemExit(f'--only {args.only!r} matches none of {list(every)[1:]}')
+    return chosen
+
+
+def check_iters(args, setups):
+    """Every timed block must hold a whole number of each hook's intervals."""
+    for name, hooks in setups.items():
+        for hook in hooks:
+            if args.iters % hook.interval:
+                raise SystemExit(f'--iters {args.iters} is not a multiple of the interval '
+                                 f'{hook.interval} of {name!r}; expected a multiple (or '
+                                 "--only '@1')")
 
 
 class HookTimer:
@@ -156,11 +174,15 @@ def parse_args(argv=None):
     parser.add_argument('--iters', type=int, default=100,
                         help='iterations per timed block (a multiple of the default intervals)')
     parser.add_argument('--warmup', type=int, default=3)
+    parser.add_argument('--only', default=None,
+                        help="run only the settings whose name contains this text (and the "
+                        "no-hook baseline), e.g. '@1'")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    parser.add_argument('--clock', choices=tuple(CLOCKS), default='cpu',
-                        help="'cpu' (default): this process's CPU time, steadier on a machine "
-                        "busy with other work (use --threads 1, as spinning worker threads "
-                        "count as CPU time), or 'wall'")
+    parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
+                        help="'wall' (default; what training feels, on an otherwise idle "
+                        "machine) or 'cpu': this process's CPU time, steadier on a machine "
+                        "busy with other work (with --threads 1: idle OpenMP workers spin and "
+                        "their spinning counts as CPU time)")
     return parser.parse_args(argv)
 
 
@@ -183,8 +205,9 @@ def main(argv=None):
             hook.before_train(runner)
         setups[name] = hooks
         timers[name] = HookTimer(CLOCKS[args.clock])
+    check_iters(args, setups)
     for _ in range(args.warmup):
-        train_iteration(runner, setups['StiffnessHook @1'] + setups['FrequencyHook @1'],
+        train_iteration(runner, [hook for hooks in setups.values() for hook in hooks],
                         optimizer, *batch)
 
     for name, hooks in setups.items():
@@ -200,9 +223,10 @@ def main(argv=None):
                                           CLOCKS[args.clock]))
             in_hooks[name].append((timers[name].total - before) / args.iters)
         print(f'repeat {repeat + 1}/{args.repeats} done', file=sys.stderr, flush=True)
-    memory_setups = {BASELINE: [], 'StiffnessHook @1': setups['StiffnessHook @1'],
-                     'FrequencyHook @1': setups['FrequencyHook @1'],
-                     'both @1': setups['StiffnessHook @1'] + setups['FrequencyHook @1']}
+    at_one = [name for name in ('StiffnessHook @1', 'FrequencyHook @1') if name in setups]
+    memory_setups = {BASELINE: [], **{name: setups[name] for name in at_one}}
+    if len(at_one) == 2:
+        memory_setups['both @1'] = setups[at_one[0]] + setups[at_one[1]]
     peaks = {name: [] for name in memory_setups}
     for _ in range(3):  # interleaved too; the median of three
         for name, hooks in memory_setups.items():

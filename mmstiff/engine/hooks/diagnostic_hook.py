@@ -110,6 +110,8 @@ class TrajectoryDiagnosticHook(Hook):
     """
 
     priority = 'NORMAL'
+    #: samples of the batch the recorder keeps (None: all); set by subclasses.
+    num_samples = None
     #: scalar-name components whose non-finite values are expected (undefined) and not warned.
     optional_metrics = ()
 
@@ -145,7 +147,7 @@ class TrajectoryDiagnosticHook(Hook):
     def build_recorders(self, target):
         """The recorders to start on a recorded iteration (a list)."""
         return [TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
-                                   select=self.blocks)]
+                                   select=self.blocks, num_samples=self.num_samples)]
 
     # ------------------------------------------------------------------ subclass API
     def reduce_step(self, record):  # pragma: no cover - abstract

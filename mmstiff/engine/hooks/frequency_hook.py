@@ -84,17 +84,17 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         return recorders
 
     def _state_metrics(self, x):
-        sub = x[:self.num_samples]
-        metrics = {'hf_ratio': float(high_frequency_ratio(sub).double().mean())}
+        """The metrics of one state (the recorder kept its first ``num_samples`` samples)."""
+        metrics = {'hf_ratio': float(high_frequency_ratio(x).double().mean())}
         maps = None
         if x.dim() == 4:
-            maps = sub
+            maps = x
         elif x.dim() == 3:
-            metrics['token_cos'] = float(token_cosine_similarity(sub).mean())
+            metrics['token_cos'] = float(token_cosine_similarity(x).mean())
             num_patches = x.shape[1] - self.num_extra_tokens
             grid = _grid_of(self._target, num_patches) if num_patches > 0 else None
             if grid is not None:
-                maps = tokens_to_maps(sub, self.num_extra_tokens, grid)
+                maps = tokens_to_maps(x, self.num_extra_tokens, grid)
         if maps is not None and maps.shape[-1] == maps.shape[-2] and maps.shape[-1] > 1:
             metrics['dlogamp'] = delta_log_amplitude(maps)
         else:

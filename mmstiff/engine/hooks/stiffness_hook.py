@@ -1,4 +1,5 @@
 """Log the neural stiffness of the training trajectory (METHODS.md §5; stepnet-appendix B, D)."""
+import functools
 import math
 from collections import OrderedDict
 
@@ -8,7 +9,7 @@ from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
                               neural_stiffness_index, nsi_step_correlation, stage_of,
                               trajectory_statistics)
 from mmstiff.registry import HOOKS
-from .diagnostic_hook import TrajectoryDiagnosticHook
+from .diagnostic_hook import TrajectoryDiagnosticHook, _check_positive_int
 
 #: name of the whole-network trajectory among the per-stage ones.
 NETWORK = 'network'
@@ -40,6 +41,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             ``'both'``.
         log_blocks (bool): also print the per-block NSI on the console (the JSON log and the
             visualizer backends always get them). Default False.
+        num_samples (int, optional): compute on the first ``num_samples`` samples of the batch
+            only; the cost of a recorded iteration shrinks in proportion, the statistics over
+            the batch (TNS, the NSI-Δ correlation) get noisier. None (default): the whole
+            batch.
 
     Example:
         >>> custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=50)]
@@ -48,16 +53,17 @@ class StiffnessHook(TrajectoryDiagnosticHook):
     optional_metrics = ('nsi_step_corr', )
 
     def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
-                 log_blocks=False):
+                 log_blocks=False, num_samples=None):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
                          prefix='stiffness')
         self.log_blocks = bool(log_blocks)
+        self.num_samples = None if num_samples is None else _check_positive_int(
+            'num_samples', num_samples)
 
     def reduce_step(self, record):
+        # the recorder already kept only the first num_samples samples
         nsi = neural_stiffness_index(record.x_t, record.x_next, record.step)
-        step = None
-        if record.step is not None:
-            step = mean_step_size(record.step, nsi.shape[0])
+        step = None if record.step is None else mean_step_size(record.step, nsi.shape[0])
         return nsi, step, torch.is_tensor(record.step)
 
     def summarise(self, recorders):
@@ -78,13 +84,8 @@ class StiffnessHook(TrajectoryDiagnosticHook):
                 scalars[f'nsi_step_corr/{name}'] = corr
         if not same_length:
             return scalars  # blocks seen a different number of times: no common trajectory
-        stages = OrderedDict()
-        for j, name in enumerate(names):
-            stages.setdefault(stage_of(name) or NETWORK, []).append(j)
-        stages[NETWORK] = list(range(len(names)))
-        groups = torch.zeros(len(stages), len(names), dtype=torch.bool)
-        for g, cols in enumerate(stages.values()):
-            groups[g, cols] = True
+        stages, groups = _stage_groups(tuple(names))
+        groups = groups.to(zeta.device)
         stats = torch.stack([s.mean(dim=0) for s in trajectory_statistics(zeta, groups)])
         # TNS integrates over the data: undefined as soon as one sample is not finite
         finite = ~(groups & ~torch.isfinite(zeta).all(dim=0)).any(dim=1)
@@ -129,6 +130,20 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             if metric in ('mu', 'ratio', 'tns') or (self.log_blocks and metric == 'nsi'):
                 items.append(f'{key}: {value:.4g}')
         return '  '.join(items)
+
+
+@functools.lru_cache(maxsize=8)
+def _stage_groups(names):
+    """The stages (each stage, then the whole network) and their ``(stages, steps)`` bool
+    membership, for one order of step names (the same at every recorded iteration)."""
+    stages = OrderedDict()
+    for j, name in enumerate(names):
+        stages.setdefault(stage_of(name) or NETWORK, []).append(j)
+    stages[NETWORK] = list(range(len(names)))
+    groups = torch.zeros(len(stages), len(names), dtype=torch.bool)
+    for g, cols in enumerate(stages.values()):
+        groups[g, cols] = True
+    return list(stages), groups
 
 
 def _concat(tensors):
