@@ -82,10 +82,14 @@ def settings(args):
         'both @defaults': [lambda: StiffnessHook(), lambda: FrequencyHook()],
     }
     chosen = {name: hooks for name, hooks in every.items()
-              if name == BASELINE or args.only is None or args.only in name}
+              if name == BASELINE or args.only is None or args.only in _words(name)}
     if len(chosen) == 1:
         raise SystemExit(f'--only {args.only!r} matches none of {list(every)[1:]}')
     return chosen
+
+
+def _words(name):
+    return name.replace(',', ' ').replace('(', ' ').replace(')', ' ').split()
 
 
 def check_iters(args, setups):
@@ -175,8 +179,8 @@ def parse_args(argv=None):
                         help='iterations per timed block (a multiple of the default intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--only', default=None,
-                        help="run only the settings whose name contains this text (and the "
-                        "no-hook baseline), e.g. '@1'")
+                        help="run only the settings whose name has this word (and the "
+                        "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
                         help="'wall' (default; what training feels, on an otherwise idle "

@@ -1,0 +1,47 @@
+"""The benchmark scripts run end to end at toy sizes and print their side-by-side tables."""
+import re
+
+import pytest
+
+
+def _rows(stdout, first_column):
+    """``{setting: [numbers]}`` of the table rows whose setting starts with ``first_column``."""
+    rows = {}
+    for line in stdout.splitlines():
+        match = re.match(r'^(\S.*?)\s{2,}([-\d.\s]+)$', line)
+        if match and match.group(1).startswith(first_column):
+            rows[match.group(1)] = [float(v) for v in match.group(2).split()]
+    return rows
+
+
+@pytest.mark.slow
+def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--base-channels', '4', '--batch-size',
+                    '4', '--img-size', '16', '--repeats', '1', '--iters', '2', '--warmup', '1',
+                    '--only', '@1', timeout=300)
+    names = ('no hook', 'StiffnessHook', 'FrequencyHook', 'both')
+    timing, memory = proc.stdout.split('peak (MiB)')
+    times, peaks = _rows(timing, names), _rows(memory, names)
+    assert set(times) == {'no hook', 'StiffnessHook @1', 'StiffnessHook @1, 8 samples',
+                          'FrequencyHook @1'}  # --only @1: no default-interval setting
+    assert times['no hook'][1] == 1.0  # the baseline's time ratio to itself
+    assert times['StiffnessHook @1'][2] > 0  # time measured inside the hook
+    assert set(peaks) == {'no hook', 'StiffnessHook @1', 'FrequencyHook @1', 'both @1'}
+    assert peaks['no hook'][1] == 1.0
+
+
+def test_bench_hooks_refuses_blocks_that_cut_an_interval(run_tool):
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--iters', '30', check=False, timeout=300)
+    assert proc.returncode != 0
+    assert '--iters 30 is not a multiple of the interval' in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('script, args', [
+    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2']),
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2']),
+])
+def test_model_benchmarks_print_ratios(run_tool, script, args):
+    proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
+                    timeout=600)
+    assert re.search(r'1\.000', proc.stdout), proc.stdout
