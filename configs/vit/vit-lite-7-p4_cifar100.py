@@ -4,63 +4,17 @@
 # (64 tokens + a class token), 7 layers, 256 channels, 4 heads, MLP 512; AdamW (lr 1e-3 for
 # batch 128, weight decay 0.05), 200 epochs, 10 warm-up epochs then cosine, label smoothing 0.1,
 # random crop (padding 4) and horizontal flip.
-_base_ = [
-    'mmpretrain::_base_/datasets/cifar100_bs16.py',
-    'mmpretrain::_base_/default_runtime.py',
-]
+_base_ = ['./vit-lite-7-p4_cifar10.py']
 
 # the folder that contains cifar-100-python/
 data_root = 'data/cifar100'
+dataset_type = 'CIFAR100'  # the name mmpretrain's CIFAR-100 configs carry
 
-model = dict(
-    type='ImageClassifier',
-    backbone=dict(
-        type='mmstiff.StepViT',
-        arch=dict(embed_dims=256, num_layers=7, num_heads=4, feedforward_channels=512),
-        img_size=32,
-        patch_size=4,
-        drop_path_rate=0.1),
-    neck=None,
-    head=dict(
-        type='VisionTransformerClsHead',
-        num_classes=100,
-        in_channels=256,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
-    ])
+# mmpretrain's CIFAR-100 pixel statistics (_base_/datasets/cifar100_bs16.py)
+data_preprocessor = dict(
+    num_classes=100, mean=[129.304, 124.070, 112.434], std=[68.170, 65.392, 70.418])
+model = dict(head=dict(num_classes=100))
 
-train_dataloader = dict(
-    batch_size=128,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR100', data_root=data_root, split='train', download=False))
-val_dataloader = dict(
-    batch_size=256,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR100', data_root=data_root, split='test', download=False))
+train_dataloader = dict(dataset=dict(type='mmstiff.CIFAR100', data_root=data_root))
+val_dataloader = dict(dataset=dict(type='mmstiff.CIFAR100', data_root=data_root))
 test_dataloader = val_dataloader
-
-optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999)),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        flat_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0)
-        }),
-    clip_grad=dict(max_norm=5.0))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=10,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=10),
-]
-train_cfg = dict(by_epoch=True, max_epochs=200, val_interval=5)
-val_cfg = dict()
-test_cfg = dict()
-auto_scale_lr = dict(base_batch_size=128)
-
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2,
-                                     save_best='auto'))

@@ -1,6 +1,5 @@
 """Log the neural stiffness of the training trajectory (METHODS.md §5; stepnet-appendix B, D)."""
 import functools
-import math
 from collections import OrderedDict
 
 import torch
@@ -86,10 +85,9 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             return scalars  # blocks seen a different number of times: no common trajectory
         stages, groups = _stage_groups(tuple(names))
         groups = groups.to(zeta.device)
+        # a non-finite NSI in a stage makes that stage's μ, ratio and TNS non-finite (inf / inf
+        # or NaN propagate), and write() leaves them out
         stats = torch.stack([s.mean(dim=0) for s in trajectory_statistics(zeta, groups)])
-        # TNS integrates over the data: undefined as soon as one sample is not finite
-        finite = ~(groups & ~torch.isfinite(zeta).all(dim=0)).any(dim=1)
-        stats[2] = torch.where(finite, stats[2], torch.full_like(stats[2], math.nan))
         for stage, mu, ratio, tns in zip(stages, *stats.tolist()):
             scalars[f'mu/{stage}'] = mu
             scalars[f'ratio/{stage}'] = ratio
