@@ -2,13 +2,15 @@
 
 One run prints side-by-side ratios. The hooks are driven exactly as the Runner drives them
 (``before_train_iter``, forward / backward / SGD step, ``after_train_iter``, with a MessageHub, a
-visualizer writing JSON and a logger) around the same model and batch. Every repeat runs each
-setting for one block of ``--iters`` iterations (iteration counter restarting at 0, so a block
-holds exactly ``iters / interval`` recorded iterations), in a rotated order (A/B interleaved);
-the table reports the median over repeats of the mean iteration time and of its ratio to the
-no-hook block of the same repeat ("time ratio"), and, steadier on a busy machine, the time spent
-inside the hooks' own code per iteration (their hook points and the per-block reductions that
-run inside the forward pass) over the median iteration without hooks ("hook ratio").
+visualizer writing JSON and a logger) around the same model and batch. Every repeat runs
+``--iters`` iterations of each setting, one iteration of each setting in turn (A/B interleaved
+per iteration, the order rotating), each setting with its own iteration counter restarting at 0
+(so it holds exactly ``iters / interval`` recorded iterations). The table reports the median
+over repeats of the mean iteration time and of its ratio to the no-hook mean of the same repeat
+("time ratio"), and the time spent inside the hooks' own code per iteration (their hook points
+and the per-block reductions that run inside the forward pass) over the median iteration
+without hooks ("hook ratio"; it leaves out what the hooks cost outside their own code, such as
+the dispatch of module hooks).
 
 Peak memory: the largest running sum, in start order, of the bytes each op allocates and frees
 itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage``, children
@@ -93,7 +95,7 @@ def _words(name):
 
 
 def check_iters(args, setups):
-    """Every timed block must hold a whole number of each hook's intervals."""
+    """Every repeat must hold a whole number of each hook's intervals."""
     for name, hooks in setups.items():
         for hook in hooks:
             if args.iters % hook.interval:
@@ -144,12 +146,22 @@ def train_iteration(runner, hooks, optimizer, images, labels):
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
 
 
-def time_block(runner, hooks, optimizer, batch, iters, clock=time.perf_counter):
-    runner.iter = 0
-    start = clock()
-    for _ in range(iters):
-        train_iteration(runner, hooks, optimizer, *batch)
-    return (clock() - start) / iters
+def time_interleaved(runners, setups, optimizer, batch, iters, clock):
+    """Mean iteration time of every setting over ``iters`` iterations each, run one iteration
+    of each setting in turn (the order rotating every iteration), so that a machine whose
+    speed drifts slows every setting alike. Each setting has its own runner, whose iteration
+    counter restarts at 0: ``iters / interval`` of its iterations are recorded ones."""
+    names = list(setups)
+    totals = dict.fromkeys(names, 0.0)
+    for runner in runners.values():
+        runner.iter = 0
+    for i in range(iters):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            start = clock()
+            train_iteration(runners[name], setups[name], optimizer, *batch)
+            totals[name] += clock() - start
+    return {name: total / iters for name, total in totals.items()}
 
 
 def peak_iteration_memory(runner, hooks, optimizer, batch):
@@ -176,7 +188,7 @@ def parse_args(argv=None):
     parser.add_argument('--img-size', type=int, default=32)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=100,
-                        help='iterations per timed block (a multiple of the default intervals)')
+                        help='iterations per setting and repeat (a multiple of the intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--only', default=None,
                         help="run only the settings whose name has this word (and the "
@@ -217,15 +229,16 @@ def main(argv=None):
     for name, hooks in setups.items():
         timers[name].instrument(hooks)
     names = list(setups)
+    runners = {name: BenchRunner(model, work_dir) for name in names}
     times = {name: [] for name in names}
     in_hooks = {name: [] for name in names}
     for repeat in range(args.repeats):
-        order = names[repeat % len(names):] + names[:repeat % len(names)]
-        for name in order:
-            before = timers[name].total
-            times[name].append(time_block(runner, setups[name], optimizer, batch, args.iters,
-                                          CLOCKS[args.clock]))
-            in_hooks[name].append((timers[name].total - before) / args.iters)
+        before = {name: timers[name].total for name in names}
+        means = time_interleaved(runners, setups, optimizer, batch, args.iters,
+                                 CLOCKS[args.clock])
+        for name in names:
+            times[name].append(means[name])
+            in_hooks[name].append((timers[name].total - before[name]) / args.iters)
         print(f'repeat {repeat + 1}/{args.repeats} done', file=sys.stderr, flush=True)
     at_one = [name for name in ('StiffnessHook @1', 'FrequencyHook @1') if name in setups]
     memory_setups = {BASELINE: [], **{name: setups[name] for name in at_one}}
@@ -239,7 +252,7 @@ def main(argv=None):
 
     print(f'ResNet_CIFAR-{args.depth} (base {args.base_channels}) batch={args.batch_size} '
           f'img={args.img_size} threads={torch.get_num_threads()} repeats={args.repeats} '
-          f'iters/block={args.iters} clock={args.clock}; peak memory: profiler live bytes of '
+          f'iters/setting={args.iters} clock={args.clock}; peak memory: profiler live bytes of '
           f'one recorded iteration')
     # end to end: A/B ratio of whole iterations; in hooks: the time measured inside the hooks'
     # code per iteration, over the median iteration without hooks (no noise from the rest)
