@@ -48,6 +48,16 @@ def _hook_count(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
+def _record_once(model, images, recorders):
+    """One forward pass of ``model`` with every recorder on, as a hook's recorded iteration."""
+    with torch.no_grad():
+        for recorder in recorders:
+            recorder.start()
+        model(images)
+        for recorder in recorders:
+            recorder.stop()
+
+
 def _trajectory_nsi(backbone, images):
     """NSI of every block of an mmpretrain ResNet_CIFAR, recomputed block by block."""
     backbone.train()
@@ -142,21 +152,11 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
     hook = StiffnessHook(interval=1)
     recorders = hook.build_recorders(backbone)
     kept = TrajectoryRecorder(backbone)  # the records themselves, for an independent summary
-    with torch.no_grad(), kept:
-        for recorder in recorders:
-            recorder.start()
-        backbone(images)
-        for recorder in recorders:
-            recorder.stop()
+    _record_once(backbone, images, recorders + [kept])
     scalars = hook.summarise(recorders)
     subset = StiffnessHook(interval=1, num_samples=2)
     sub_recorders = subset.build_recorders(backbone)
-    with torch.no_grad():
-        for recorder in sub_recorders:
-            recorder.start()
-        backbone(images)
-        for recorder in sub_recorders:
-            recorder.stop()
+    _record_once(backbone, images, sub_recorders)
     sub_scalars = subset.summarise(sub_recorders)
     correlations = 0
     for name, calls in kept.outputs.items():
@@ -241,12 +241,7 @@ def test_hooks_on_swin_blocks_and_window_attention():
     freq, stiff = FrequencyHook(interval=1, num_samples=2), StiffnessHook(interval=1)
     recorders = freq.build_recorders(swin) + stiff.build_recorders(swin)
     kept = TrajectoryRecorder(swin, level='branch')
-    with torch.no_grad(), kept:
-        for recorder in recorders:
-            recorder.start()
-        swin(images)
-        for recorder in recorders:
-            recorder.stop()
+    _record_once(swin, images, recorders + [kept])
     f_scalars = freq.summarise(recorders[:-1])
     s_scalars = stiff.summarise(recorders[-1:])
     blocks = [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]

@@ -24,6 +24,7 @@ Usage (CPU defaults take about 6 minutes on 2 idle cores):
     python tools/benchmark/bench_hooks.py --base-channels 64 --batch-size 16 --only @1 --iters 20
 """
 import argparse
+import copy
 import os.path as osp
 import statistics
 import sys
@@ -229,7 +230,8 @@ def main(argv=None):
     for name, hooks in setups.items():
         timers[name].instrument(hooks)
     names = list(setups)
-    runners = {name: BenchRunner(model, work_dir) for name in names}
+    # one iteration counter per setting; the MessageHub, visualizer and logger shared
+    runners = {name: copy.copy(runner) for name in names}
     times = {name: [] for name in names}
     in_hooks = {name: [] for name in names}
     for repeat in range(args.repeats):
