@@ -23,9 +23,8 @@ __all__ = [
     'log_amplitude_spectrum', 'tokens_to_maps', 'frequency_band_mask', 'frequency_band_noise',
     'normalised_frequency_radius', 'attention_column_cosine_similarity',
     'attention_spectral_response', 'token_cosine_similarity', 'columnwise_pearson_correlation',
-    'mean_step_size',
-    'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation', 'stiffness_event',
-    'stiffness_event_probability', 'stiffness_ratio', 'tns_per_trajectory',
-    'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics', 'StepRecord', 'TrajectoryRecorder',
-    'record_states', 'stage_of'
+    'mean_step_size', 'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation',
+    'stiffness_event', 'stiffness_event_probability', 'stiffness_ratio', 'tns_per_trajectory',
+    'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics', 'StepRecord',
+    'TrajectoryRecorder', 'record_states', 'stage_of'
 ]

@@ -16,9 +16,9 @@ The trajectory recorder needs, per block, the state before the step ``x_t`` and 
     Pre-activation blocks, ``x_{t+1} = x_t + Δ_t ⊙ f`` with no activation after the add:
     ``x_t`` is the block input or its projection ``P(...)``, as is.
 ``'transformer'``
-    Pre-norm transformer layers (ViT encoder layers, Swin blocks), two Euler steps: the MSA step from the layer input to the
-    input of the second pre-norm (``ln2`` / ``norm2``), and the MLP step from there to the
-    layer output.
+    Pre-norm transformer layers (ViT encoder layers, Swin blocks), two Euler steps: the MSA
+    step from the layer input to the input of the second pre-norm (``ln2`` / ``norm2``), and
+    the MLP step from there to the layer output.
 
 Discovery is by class (:func:`register_block_type`, pre-filled with the upstream classes when
 their packages import) or by any predicate (``is_block=`` of the recorder). Subclasses of a
