@@ -15,7 +15,7 @@ from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_d
 BATCH = 4
 
 
-def _runner(work_dir, model, hooks, max_iters=6, images=None):
+def _runner(work_dir, model, hooks, max_iters=6, images=None, log_interval=1):
     loader = toy_loader(batch_size=BATCH)
     if images is not None:
         loader.dataset.tensors = (images, loader.dataset.tensors[1])
@@ -27,7 +27,8 @@ def _runner(work_dir, model, hooks, max_iters=6, images=None):
         # lr 0: the weights stay as built, so a test can recompute the logged values
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
         custom_hooks=hooks,
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=log_interval),
+                           checkpoint=None),
         randomness=dict(seed=0),
         default_scope='mmengine',
         # unique per test: runners built within one second would otherwise share the
@@ -173,6 +174,18 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
             correlations += 1
             assert scalars[f'nsi_step_corr/{name}'] == pytest.approx(float(expected), abs=1e-6)
     assert correlations == len(kept.outputs)  # StepNet's Δ varies over the samples
+
+
+def test_console_summary_follows_the_logger_interval(tmp_path):
+    # recorded (and written to the JSON log) every iteration, printed every 2nd: the logger's
+    model = ToyClassifier(tiny_backbone(depth=18, channels=4))
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)],
+                     max_iters=4, log_interval=2)
+    runner.train()
+    assert sorted(_scalar_lines(runner, 'stiffness/')) == [1, 2, 3, 4]
+    log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
+    printed = [k for k in range(1, 5) if f'Iter(train) [{k}] stiffness/mu/' in log]
+    assert printed == [2, 4]
 
 
 @pytest.mark.slow

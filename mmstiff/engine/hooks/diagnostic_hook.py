@@ -16,7 +16,10 @@ written), then
 * stored in the MessageHub (``runner.message_hub.update_scalar``) under the same names, with
   the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
   MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
-* summarised on the console in one line.
+* summarised on the console in one line, at the recorded iterations that are also logging
+  iterations of the run's ``LoggerHook`` (every ``lcm(interval, logger interval)``
+  iterations), so that a hook at interval 1 does not print a line per iteration; every
+  recorded iteration when the run has no ``LoggerHook``.
 
 The names have no ``train/`` prefix on purpose: the LogProcessor smooths every ``train/``
 scalar over its ``window_size`` of *updates*, which for a scalar measured every ``interval``
@@ -29,7 +32,7 @@ from collections import OrderedDict
 
 import torch
 from mmengine.dist import all_reduce, get_world_size
-from mmengine.hooks import Hook
+from mmengine.hooks import Hook, LoggerHook
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.model import is_model_wrapper
 
@@ -170,6 +173,11 @@ class TrajectoryDiagnosticHook(Hook):
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
         self.recorder = self.recorders[0]
+        log_intervals = [hook.interval for hook in getattr(runner, 'hooks', [])
+                         if isinstance(hook, LoggerHook) and isinstance(hook.interval, int)
+                         and hook.interval > 0]
+        self.console_interval = (math.lcm(self.interval, log_intervals[0])
+                                 if log_intervals else self.interval)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if self.recorders and self.every_n_train_iters(runner, self.interval):
@@ -219,7 +227,8 @@ class TrajectoryDiagnosticHook(Hook):
             hub.update_scalar(name, value)
         runner.visualizer.add_scalars(dict(means), step=runner.iter + 1,
                                       file_path=f'{runner.timestamp}.json')
-        runner.logger.info(f'Iter(train) [{runner.iter + 1}] ' + self.format_summary(means))
+        if (runner.iter + 1) % getattr(self, 'console_interval', self.interval) == 0:
+            runner.logger.info(f'Iter(train) [{runner.iter + 1}] ' + self.format_summary(means))
 
 
 def mean_or_nan(values):
