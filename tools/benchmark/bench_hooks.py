@@ -198,8 +198,8 @@ def parse_args(argv=None):
     parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
                         help="'wall' (default; what training feels, on an otherwise idle "
                         "machine) or 'cpu': this process's CPU time, steadier on a machine "
-                        "busy with other work (with --threads 1: idle OpenMP workers spin and "
-                        "their spinning counts as CPU time)")
+                        "busy with other work; use it with --threads 1, as idle OpenMP "
+                        "workers spin and their spinning counts as CPU time")
     return parser.parse_args(argv)
 
 
