@@ -9,6 +9,7 @@ from mmpretrain.models import ImageClassifier
 from mmpretrain.models.backbones import ResNet
 
 from mmstiff.models.backbones import StepResNet
+from reference_weights import randomise_bn
 
 SCRIPT = (Path(__file__).parents[1] / 'tools' / 'model_converters' /
           'torchvision_to_mmpretrain_resnet.py')
@@ -26,15 +27,7 @@ converter = _load_converter()
 
 def _random_torchvision(name):
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-    return model.eval()
+    return randomise_bn(getattr(torchvision.models, name)(weights=None)).eval()
 
 
 def _torchvision_features(model, x):

@@ -6,27 +6,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.backbones import DetStepResNet
 from mmstiff.registry import MODELS
+from reference_weights import assert_same_outputs, randomise_bn
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
-
-
-def _randomise_bn(model):
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-
-
-def _assert_same_outputs(reference, model, x):
-    for mode in (False, True):
-        reference.train(mode), model.train(mode)
-        outs, refs = model(x), reference(x)
-        assert len(outs) == len(refs) == 4
-        for ref, out in zip(refs, outs):
-            assert torch.equal(ref, out)
 
 
 @pytest.mark.parametrize('depth', [
@@ -38,10 +20,10 @@ def test_constant_step_equals_mmdet_resnet(depth, adaptor):
     torch.manual_seed(depth)
     # norm_eval=False so that train mode really uses batch statistics in both networks
     reference = DetResNet(depth, norm_eval=False)
-    _randomise_bn(reference)
+    randomise_bn(reference)
     model = DetStepResNet(depth, adaptor=adaptor, norm_eval=False)
     model.load_state_dict(reference.state_dict())
-    _assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32))
+    assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32), num_outputs=4)
 
 
 def test_mmdet_plugins_still_work_inside_step_blocks():
@@ -49,10 +31,10 @@ def test_mmdet_plugins_still_work_inside_step_blocks():
     plugins = [dict(cfg=dict(type='ContextBlock', ratio=1. / 16), position='after_conv3',
                     stages=(False, True, True, True))]
     reference = DetResNet(50, plugins=plugins, norm_eval=False)
-    _randomise_bn(reference)
+    randomise_bn(reference)
     model = DetStepResNet(50, plugins=plugins, norm_eval=False)
     model.load_state_dict(reference.state_dict())
-    _assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32))
+    assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32), num_outputs=4)
     with_steps = DetStepResNet(50, plugins=plugins, adaptor=STEPNET)
     assert hasattr(with_steps.layer2[0], 'context_block')
     assert with_steps.layer2[0].step_adaptor is not None
@@ -110,7 +92,7 @@ def test_norm_eval_keeps_every_bn_and_the_adaptor_statistics_frozen():
 def test_pretrained_init_cfg_leaves_only_adaptor_keys_missing(tmp_path):
     torch.manual_seed(1)
     upstream = DetResNet(50)
-    _randomise_bn(upstream)
+    randomise_bn(upstream)
     path = tmp_path / 'resnet50.pth'
     torch.save(upstream.state_dict(), path)
     model = DetStepResNet(50, adaptor=STEPNET,

@@ -12,27 +12,10 @@ from mmpretrain.registry import MODELS as PRETRAIN_MODELS
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import ConstantStep, SEAdaptor, StepNetAdaptor
 from mmstiff.registry import MODELS
+from reference_weights import assert_same_outputs, randomise_bn
 
 SIGMOID_MINUS_ONE = 1.0 / (1.0 + math.exp(1.0))
 ALL_STAGES = (0, 1, 2, 3)
-
-
-def _randomise_bn(model):
-    """Non-trivial BN statistics and affine parameters, so eval-mode outputs mean something."""
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-
-
-def _assert_same_outputs(reference, model, x):
-    for mode in (False, True):
-        reference.train(mode), model.train(mode)
-        for ref, out in zip(reference(x), model(x)):
-            assert torch.equal(ref, out)
 
 
 @pytest.mark.parametrize('depth', [
@@ -43,12 +26,12 @@ def _assert_same_outputs(reference, model, x):
 def test_constant_step_equals_upstream_resnet(depth, adaptor):
     torch.manual_seed(depth)
     reference = ResNet(depth, out_indices=ALL_STAGES)
-    _randomise_bn(reference)
+    randomise_bn(reference)
     model = StepResNet(depth, adaptor=adaptor, out_indices=ALL_STAGES)
     model.load_state_dict(reference.state_dict())      # strict: same names, no extra keys
     if adaptor is not None:
         assert isinstance(model.layer1[0].step_adaptor, ConstantStep)
-    _assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32))
+    assert_same_outputs(reference, model, torch.randn(2, 3, 32, 32))
 
 
 def _se_weights_to_steps(state_dict):
@@ -59,7 +42,7 @@ def _se_weights_to_steps(state_dict):
 def test_se_adaptor_equals_mmpretrain_seresnet():
     torch.manual_seed(0)
     reference = SEResNet(50, out_indices=ALL_STAGES)
-    _randomise_bn(reference)
+    randomise_bn(reference)
     with torch.no_grad():    # non-zero SE biases, so the test sees them
         for name, param in reference.named_parameters():
             if 'se_layer' in name:
@@ -82,7 +65,7 @@ def test_initial_stepnet_block_is_upstream_block_with_scaled_last_norm(depth, la
     torch.manual_seed(1)
     model = StepResNet(depth, adaptor=dict(type='mmstiff.StepNetAdaptor'))
     model.init_weights()
-    _randomise_bn(model)
+    randomise_bn(model)
     reference = ResNet(depth)
     reference.load_state_dict(model.state_dict(), strict=False)
     with torch.no_grad():
@@ -127,7 +110,7 @@ def test_placement_builds_adaptors_only_where_chosen():
 def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, capsys):
     torch.manual_seed(2)
     upstream = ResNet(50)
-    _randomise_bn(upstream)
+    randomise_bn(upstream)
     path = tmp_path / 'resnet50.pth'
     torch.save({'state_dict': upstream.state_dict()}, path)
 
