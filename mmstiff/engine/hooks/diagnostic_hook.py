@@ -129,7 +129,9 @@ class TrajectoryDiagnosticHook(Hook):
             raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
         self.level = level
         self.prefix = prefix
-        self.recorder = None
+        self.recorders = []  # built in before_train
+        # iterations between console summaries; lcm with the LoggerHook's in before_train
+        self.console_interval = self.interval
         self._warned = False
 
     # ------------------------------------------------------------------ model access
@@ -172,7 +174,6 @@ class TrajectoryDiagnosticHook(Hook):
                       logger='current', level=logging.WARNING)
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
-        self.recorder = self.recorders[0]
         log_intervals = [hook.interval for hook in getattr(runner, 'hooks', [])
                          if isinstance(hook, LoggerHook) and isinstance(hook.interval, int)
                          and hook.interval > 0]
@@ -197,7 +198,7 @@ class TrajectoryDiagnosticHook(Hook):
             self.write(runner, scalars)
 
     def after_train(self, runner):
-        for recorder in getattr(self, 'recorders', None) or []:
+        for recorder in self.recorders:
             recorder.stop()
             recorder.clear()
 
@@ -227,7 +228,7 @@ class TrajectoryDiagnosticHook(Hook):
             hub.update_scalar(name, value)
         runner.visualizer.add_scalars(dict(means), step=runner.iter + 1,
                                       file_path=f'{runner.timestamp}.json')
-        if (runner.iter + 1) % getattr(self, 'console_interval', self.interval) == 0:
+        if (runner.iter + 1) % self.console_interval == 0:
             runner.logger.info(f'Iter(train) [{runner.iter + 1}] ' + self.format_summary(means))
 
 
