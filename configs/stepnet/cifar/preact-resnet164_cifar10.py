@@ -5,21 +5,11 @@ _base_ = [
     'mmpretrain::_base_/datasets/cifar10_bs16.py',
     'mmpretrain::_base_/schedules/cifar10_bs128.py',
     'mmpretrain::_base_/default_runtime.py',
+    '../../_base_/models/preact-resnet164.py',
 ]
 
 # the folder that contains cifar-10-batches-py/
 data_root = 'data/cifar10'
-
-model = dict(
-    type='ImageClassifier',
-    backbone=dict(type='mmstiff.PreActStepResNet', depth=164),
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=256,
-        loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
-        topk=(1, )))
 
 train_dataloader = dict(
     batch_size=128,

@@ -2,21 +2,13 @@
 # 8,000 test images), trained "as CIFAR" (StepNet paper, Appendix F): batch 128, 164 epochs,
 # SGD momentum 0.9, lr 0.1 divided by 10 at epochs 81 and 122, weight decay 1e-4; random crop
 # with padding and horizontal flip. The padding is CIFAR's 4 pixels scaled to 96x96 (12).
-_base_ = ['mmpretrain::_base_/default_runtime.py']
+_base_ = [
+    'mmpretrain::_base_/default_runtime.py',
+    '../../_base_/models/preact-resnet164.py',
+]
 
 # the folder that contains stl10_binary/
 data_root = 'data/stl10'
-
-model = dict(
-    type='ImageClassifier',
-    backbone=dict(type='mmstiff.PreActStepResNet', depth=164),
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=256,
-        loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
-        topk=(1, )))
 
 # STL-10 training-split pixel statistics (RGB, 0..255).
 data_preprocessor = dict(
