@@ -12,8 +12,9 @@ from .similarity import (attention_column_cosine_similarity, attention_spectral_
                          token_cosine_similarity)
 from .stiffness import (columnwise_pearson_correlation, mean_step_size, neural_stiffness_index,
                         nsi_step_correlation, pearson_correlation, stiffness_event,
-                        stiffness_event_probability, stiffness_ratio, tns_per_trajectory,
-                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
+                        stiffness_event_probability, stiffness_norms, stiffness_ratio,
+                        tns_per_trajectory, total_neural_stiffness, trajectory_mean,
+                        trajectory_statistics)
 from .trajectory import StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
     'normalised_frequency_radius', 'attention_column_cosine_similarity',
     'attention_spectral_response', 'token_cosine_similarity', 'columnwise_pearson_correlation',
     'mean_step_size', 'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation',
-    'stiffness_event', 'stiffness_event_probability', 'stiffness_ratio', 'tns_per_trajectory',
-    'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics', 'StepRecord',
-    'TrajectoryRecorder', 'record_states', 'stage_of'
+    'stiffness_event', 'stiffness_event_probability', 'stiffness_norms', 'stiffness_ratio',
+    'tns_per_trajectory', 'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics',
+    'StepRecord', 'TrajectoryRecorder', 'record_states', 'stage_of'
 ]

@@ -21,6 +21,7 @@ All functions take tensors and return tensors (per sample) or Python floats (ove
 """
 import math
 
+import numpy as np
 import torch
 
 
@@ -57,29 +58,49 @@ def neural_stiffness_index(x_t, x_next, step=None):
         that did not move (0 / 0) carry no slope information and count as 0; a zero state
         gives ``inf``; callers decide how to skip non-finite values.
     """
+    slope, state = stiffness_norms(x_t, x_next, step)
+    return slope / state
+
+
+def stiffness_norms(x_t, x_next, step=None):
+    """The numerator and denominator of the NSI, ``(||(x_next - x_t)/Δ_t||, ||x_t||)`` per sample.
+
+    :func:`neural_stiffness_index` is their ratio; keeping the two ``(B,)`` norms lets a caller
+    that reduces many steps divide them all at once. Arguments as for
+    :func:`neural_stiffness_index`.
+
+    Returns:
+        tuple[Tensor, Tensor]: two ``(B,)`` float tensors.
+    """
     _check_tensor('x_t', x_t)
     _check_tensor('x_next', x_next)
     if x_t.shape != x_next.shape:
         raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
                          f'{tuple(x_t.shape)}')
-    x_t = x_t.float()
-    diff = torch.sub(x_next.float(), x_t)  # the one full-size temporary
-    den = torch.linalg.vector_norm(x_t.flatten(1), dim=1)
     if step is not None:
         if torch.is_tensor(step):
-            step = step.float()
+            step = _as_float(step)
         elif isinstance(step, bool) or not isinstance(step, (int, float)):
             raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
                              'tensor broadcastable against x_t')
         if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
             step = None
-    if step is None:
-        return torch.linalg.vector_norm(diff.flatten(1), dim=1) / den
-    if not torch.is_tensor(step):
-        step = torch.tensor(float(step), device=diff.device)
-    if not _broadcasts_to(step.shape, diff.shape):
+    if x_t.dim() == 1:  # one number per sample
+        x_t, x_next = x_t[:, None], x_next[:, None]
+        if torch.is_tensor(step) and step.dim() == 1:
+            step = step[:, None]
+    if step is not None and not torch.is_tensor(step):
+        step = torch.tensor(float(step), device=x_t.device)
+    if step is not None and not _broadcasts_to(step.shape, x_t.shape):
         raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
-                         f'broadcasts to the states, {tuple(diff.shape)}')
+                         f'broadcasts to the states, {tuple(x_t.shape)}')
+    x_t = _as_float(x_t)
+    features = tuple(range(1, x_t.dim()))
+    # ||x_t|| first: the difference then reads x_t from the cache, not from memory
+    state = torch.linalg.vector_norm(x_t, dim=features)
+    diff = torch.sub(_as_float(x_next), x_t)  # the one full-size temporary
+    if step is None:
+        return torch.linalg.vector_norm(diff, dim=features), state
     # ||diff / Δ||: Δ is constant along the axes where it has size 1 (a per-channel Δ over
     # the spatial axes), so take the norm along those first and divide the (small) result
     step = step.reshape((1, ) * (diff.dim() - step.dim()) + tuple(step.shape))
@@ -88,7 +109,11 @@ def neural_stiffness_index(x_t, x_next, step=None):
     part = part / step
     # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
     part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    return torch.linalg.vector_norm(part.flatten(1), dim=1) / den
+    return torch.linalg.vector_norm(part.flatten(1), dim=1), state
+
+
+def _as_float(x):
+    return x if x.dtype == torch.float32 else x.float()
 
 
 def mean_step_size(step, batch_size):
@@ -139,26 +164,36 @@ def trajectory_statistics(zeta, groups=None):
             steps of trajectory ``g`` (each row non-empty). None: one trajectory of all steps.
 
     Returns:
-        tuple[Tensor, Tensor, Tensor]: ``(mu, ratio, area)``, float64, each
+        tuple[Tensor, Tensor, Tensor]: ``(mu, ratio, area)``, float64 on the CPU, each
         ``(num_samples,)``, or ``(num_samples, num_groups)`` with ``groups``.
+
+    The matrix is small (samples × steps): it is computed in NumPy, where each of the dozen
+    elementwise steps costs a fraction of a tensor op's dispatch (this runs at every recorded
+    training iteration of :class:`~mmstiff.engine.hooks.StiffnessHook`).
     """
-    zeta = _check_trajectories(zeta)
+    zeta = _check_trajectories(zeta).detach().cpu().numpy()
     if groups is None:
-        peak, mean = zeta.max(dim=1).values, zeta.mean(dim=1)
+        peak, mean = zeta.max(axis=1), zeta.mean(axis=1)
     else:
         if (not torch.is_tensor(groups) or groups.dtype != torch.bool or groups.dim() != 2
-                or groups.shape[1] != zeta.shape[1] or not groups.any(dim=1).all()):
+                or groups.shape[1] != zeta.shape[1]):
             raise ValueError(f'groups={groups!r} is not supported; expected a bool tensor '
                              f'(num_groups, {zeta.shape[1]}) with at least one step per row')
-        outside = ~groups  # (G, T), broadcast against (B, 1, T)
+        inside = groups.detach().cpu().numpy()  # (G, T), broadcast against (B, 1, T)
+        sizes = inside.sum(axis=1)
+        if not sizes.all():
+            raise ValueError(f'groups={groups!r} is not supported; expected a bool tensor '
+                             f'(num_groups, {zeta.shape[1]}) with at least one step per row')
         steps = zeta[:, None, :]
-        mean = steps.masked_fill(outside, 0.0).sum(dim=2) / groups.sum(dim=1)
-        peak = steps.masked_fill(outside, -math.inf).max(dim=2).values
-    # μ = 0 (no block moves): ratio 1 by convention; a NaN μ stays NaN
-    ratio = torch.where(mean == 0, torch.ones_like(mean),
-                        peak / mean.clamp_min(torch.finfo(mean.dtype).tiny))
-    ratio = torch.where(mean.isnan(), mean, ratio)
-    return mean, ratio, (ratio - 1.0) * peak
+        mean = np.where(inside, steps, 0.0).sum(axis=2) / sizes
+        peak = np.where(inside, steps, -np.inf).max(axis=2)
+    with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+        # μ = 0 (no block moves): ratio 1 by convention; a NaN μ stays NaN
+        ratio = np.where(mean == 0, 1.0, peak / np.maximum(mean, np.finfo(mean.dtype).tiny))
+        ratio = np.where(np.isnan(mean), mean, ratio)
+        area = (ratio - 1.0) * peak
+    return tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+                 for a in (mean, ratio, area))
 
 
 def stiffness_ratio(zeta):

@@ -228,16 +228,32 @@ class TrajectoryRecorder(RecorderBase):
         shortcut, act, norm, sources = targets
         n = self.num_samples
 
+        def cut(x):
+            x = x.detach()
+            return x if n is None else x[:n]
+
+        if shortcut is None and norm is None and not sources:
+            # a plain block: its forward hook sees the input too, no per-call scratch space
+            # (and one module hook fewer for the forward pass to dispatch)
+
+            def leave_plain(module, args, output):
+                x, out = _first_tensor(args), _first_tensor(output)
+                if x is not None and out is not None:
+                    self._keep(StepRecord(name, name, 'block', cut(x), cut(out), None))
+
+            add(block.register_forward_hook(leave_plain))
+            return
+
         def enter(module, args):
             x = _first_tensor(args)
-            frames[name] = None if x is None else _Frame(x.shape[0], x.detach()[:n])
+            frames[name] = None if x is None else _Frame(x.shape[0], cut(x))
 
         def leave(module, args, output):
             frame = frames.pop(name, None)
             out = _first_tensor(output)
             if frame is None or out is None:
                 return
-            self._emit(name, kind, frame, out.detach()[:n])
+            self._emit(name, kind, frame, cut(out))
 
         add(block.register_forward_pre_hook(enter))
         add(block.register_forward_hook(leave))
@@ -250,8 +266,8 @@ class TrajectoryRecorder(RecorderBase):
                 if frame is not None and out is not None:
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
-                    frame.shortcut = out.detach()[:n] if act is None else _apply_out_of_place(
-                        act, out.detach()[:n])
+                    frame.shortcut = cut(out) if act is None else _apply_out_of_place(
+                        act, cut(out))
 
             add(shortcut.register_forward_hook(on_shortcut))
         if norm is not None:
@@ -260,7 +276,7 @@ class TrajectoryRecorder(RecorderBase):
                 frame = frames.get(name)
                 x = _first_tensor(args)
                 if frame is not None and x is not None and frame.mid is None:
-                    frame.mid = x.detach()[:n]
+                    frame.mid = cut(x)
                     frame.phase = 1
 
             add(norm.register_forward_pre_hook(on_mid))
@@ -280,24 +296,30 @@ class TrajectoryRecorder(RecorderBase):
             add(source.register_forward_hook(on_step))
 
     def _emit(self, name, kind, frame, out):
-        records = []
         if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
-            records.append(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
-        else:
-            if self.level in ('branch', 'both') and frame.mid is not None:
-                records.append(StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                                          _single(frame.steps[0])))
-                records.append(StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out,
-                                          _single(frame.steps[1])))
-            if self.level in ('block', 'both') or frame.mid is None:
-                steps = frame.steps[0] + frame.steps[1]
-                records.append(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))
+            self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
+            return
+        if self.level in ('branch', 'both') and frame.mid is not None:
+            self._keep(StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
+                                  _single(frame.steps[0])))
+            self._keep(StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out,
+                                  _single(frame.steps[1])))
+        if self.level in ('block', 'both') or frame.mid is None:
+            steps = frame.steps[0] + frame.steps[1]
+            self._keep(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))
+
+    def _keep(self, record):
+        """Reduce one record and keep the result under its name."""
+        if record.x_t.shape != record.x_next.shape:
+            return  # not an Euler step we can read (unknown shortcut)
         with torch.no_grad():
-            for record in records:
-                if record.x_t.shape != record.x_next.shape:
-                    continue  # not an Euler step we can read (unknown shortcut)
-                self.outputs.setdefault(record.name, []).append(self.reduce(record))
+            value = self.reduce(record)
+        outputs = self.outputs.get(record.name)
+        if outputs is None:
+            self.outputs[record.name] = [value]
+        else:
+            outputs.append(value)
 
 
 def _selected(select, name):

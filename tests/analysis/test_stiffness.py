@@ -6,8 +6,8 @@ import torch
 
 from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
                               neural_stiffness_index, nsi_step_correlation, pearson_correlation,
-                              stiffness_event, stiffness_event_probability, stiffness_ratio,
-                              tns_per_trajectory, total_neural_stiffness, trajectory_mean,
+                              stiffness_event, stiffness_event_probability, stiffness_norms,
+                              stiffness_ratio, tns_per_trajectory, total_neural_stiffness, trajectory_mean,
                               trajectory_statistics)
 
 
@@ -50,6 +50,22 @@ def test_nsi_ignores_channels_whose_step_underflowed_to_zero():
     # a zero step with a displacement has no finite slope: reported as inf for callers to skip
     moved = x_t + torch.tensor([1.0, 2.0]).reshape(1, 2, 1, 1)
     assert torch.isinf(neural_stiffness_index(x_t, moved, step)).all()
+
+
+def test_stiffness_norms_are_the_two_sides_of_the_nsi():
+    # per sample: ||(x_next - x_t) / Δ|| and ||x_t||, with Δ per sample and channel
+    x_t = torch.tensor([[[[3.0]], [[4.0]]], [[[1.0]], [[0.0]]]])  # (2, 2, 1, 1)
+    x_next = x_t + torch.tensor([[[[1.0]], [[1.0]]], [[[2.0]], [[0.0]]]])
+    step = torch.tensor([[[[0.5]], [[1.0]]], [[[2.0]], [[1.0]]]])
+    slope, state = stiffness_norms(x_t, x_next, step)
+    assert torch.allclose(slope, torch.tensor([math.sqrt(2 ** 2 + 1 ** 2), 1.0]))
+    assert torch.allclose(state, torch.tensor([5.0, 1.0]))
+    assert torch.allclose(neural_stiffness_index(x_t, x_next, step), slope / state)
+    # one number per sample, with a step per sample
+    slope, state = stiffness_norms(torch.tensor([1.0, -2.0]), torch.tensor([2.0, 2.0]),
+                                   torch.tensor([0.5, 4.0]))
+    assert torch.allclose(slope, torch.tensor([2.0, 1.0]))
+    assert torch.allclose(state, torch.tensor([1.0, 2.0]))
 
 
 def test_nsi_checks_shapes_and_step_type():

@@ -37,7 +37,8 @@ def main(rank, world_size, port, work_dir):
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         custom_hooks=[dict(type='mmstiff.StiffnessHook', interval=2),
                       dict(type='mmstiff.FrequencyHook', interval=2)],
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
+        # logger interval 4: the hooks write iterations 2 and 4 together, one all_reduce
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=4), checkpoint=None),
         launcher='pytorch',
         env_cfg=dict(dist_cfg=dict(backend='gloo')),
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)),
@@ -45,16 +46,17 @@ def main(rank, world_size, port, work_dir):
     local_path = osp.join(work_dir, f'local_{rank}.jsonl')
     for hook in runner.hooks:
         if isinstance(hook, TrajectoryDiagnosticHook):
-            summarise = hook.summarise
+            write = hook.write
 
-            def recording(recorders, summarise=summarise, hook=hook):
-                scalars = summarise(recorders)
+            def recording(runner, rows, write=write, hook=hook):
+                # this rank's values, before the mean over the ranks
                 with open(local_path, 'a') as f:
-                    named = {f'{hook.prefix}/{k}': v for k, v in scalars.items()}
-                    f.write(json.dumps(dict(named, step=runner.iter + 1)) + '\n')
-                return scalars
+                    for step, scalars in rows:
+                        named = {f'{hook.prefix}/{k}': v for k, v in scalars.items()}
+                        f.write(json.dumps(dict(named, step=step)) + '\n')
+                return write(runner, rows)
 
-            hook.summarise = recording
+            hook.write = recording
     runner.train()
     with open(osp.join(work_dir, f'log_dir_{rank}.txt'), 'w') as f:
         f.write(runner.log_dir)

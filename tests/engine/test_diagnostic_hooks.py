@@ -2,6 +2,7 @@
 import glob
 import math
 import os.path as osp
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -154,11 +155,11 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
     recorders = hook.build_recorders(backbone)
     kept = TrajectoryRecorder(backbone)  # the records themselves, for an independent summary
     _record_once(backbone, images, recorders + [kept])
-    scalars = hook.summarise(recorders)
+    scalars = hook.summarise([r.outputs for r in recorders])
     subset = StiffnessHook(interval=1, num_samples=2)
     sub_recorders = subset.build_recorders(backbone)
     _record_once(backbone, images, sub_recorders)
-    sub_scalars = subset.summarise(sub_recorders)
+    sub_scalars = subset.summarise([r.outputs for r in sub_recorders])
     correlations = 0
     for name, calls in kept.outputs.items():
         record = calls[0]
@@ -186,6 +187,91 @@ def test_console_summary_follows_the_logger_interval(tmp_path):
     log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
     printed = [k for k in range(1, 5) if f'Iter(train) [{k}] stiffness/mu/' in log]
     assert printed == [2, 4]
+
+
+def test_recorded_iterations_are_written_in_batches_at_the_logger_interval(tmp_path):
+    from mmengine.hooks import Hook
+
+    class Probe(Hook):
+        """Runs after the diagnostics hook: how many rows has it written so far."""
+        priority = 'LOWEST'
+
+        def __init__(self):
+            self.written = []
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            history = runner.message_hub.log_scalars.get('stiffness/nsi/layer1.0')
+            self.written.append(0 if history is None else len(history.data[0]))
+
+    torch.manual_seed(0)
+    model = ToyClassifier(tiny_backbone(depth=18, channels=4))
+    probe = Probe()
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1), probe],
+                     max_iters=6, log_interval=4)
+    runner.train()
+    # recorded at every iteration, written at iteration 4 (1-4) and at the end (5-6)
+    assert probe.written == [0, 0, 0, 4, 4, 4]
+    lines = _scalar_lines(runner, 'stiffness/')
+    assert sorted(lines) == [1, 2, 3, 4, 5, 6]
+    history = runner.message_hub.get_scalar('stiffness/nsi/layer1.0').data[0]
+    assert list(history) == pytest.approx([lines[k]['stiffness/nsi/layer1.0'] for k in range(1, 7)])
+    # each row holds its own iteration's batch (samples 4k-4 .. 4k-1 of the unshuffled 16)
+    for step in (3, 5):
+        start = (step - 1) * BATCH % 16
+        columns, _ = _trajectory_nsi(model.backbone, toy_dataset().tensors[0][start:start + BATCH])
+        assert lines[step]['stiffness/nsi/layer2.1'] == pytest.approx(
+            float(columns['layer2.1'].mean()), rel=1e-4)
+
+
+def test_stiffness_rows_summarised_together_equal_one_at_a_time():
+    torch.manual_seed(0)
+    backbone = tiny_backbone(depth=18, channels=4)
+    backbone.train()
+    hook = StiffnessHook(interval=1)
+    rows = []
+    for seed in range(3):
+        recorders = hook.build_recorders(backbone)
+        _record_once(backbone, torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(
+            seed)), recorders)
+        rows.append([r.outputs for r in recorders])
+    together = hook.summarise_rows(rows)
+    assert len(together) == 3 and together[0] != together[1]
+    for joint, outputs in zip(together, rows):
+        alone = hook.summarise(outputs)
+        assert list(joint) == list(alone)
+        assert list(joint.values()) == pytest.approx(list(alone.values()), rel=1e-12)
+
+
+def test_stiffness_summary_of_blocks_seen_a_different_number_of_times():
+    # block 'b' ran twice in the iteration (two calls): its samples are pooled, and with
+    # steps of unequal sample counts there is no common trajectory (no μ / ratio / TNS)
+    one = (torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), None, False)
+    two = (torch.tensor([2.0, 2.0]), torch.tensor([1.0, 4.0]), None, False)
+    outputs = OrderedDict([('s.a', [one]), ('s.b', [one, two])])
+    scalars = StiffnessHook().summarise([outputs])
+    assert scalars == {'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
+                       'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)}
+
+
+def test_extend_history_equals_bounded_updates_one_by_one(monkeypatch):
+    from mmengine.logging import HistoryBuffer, MessageHub
+
+    from mmstiff.engine.hooks import diagnostic_hook
+    monkeypatch.setattr(diagnostic_hook, 'HISTORY_LENGTH', 5)
+    batched = MessageHub(name='extend_history_batched')
+    one_by_one = MessageHub(name='extend_history_one_by_one')
+    one_by_one.log_scalars['x'] = HistoryBuffer(max_length=5)
+    for values in ([1.0], [2.0, 3.0], [4.0, 5.0, 6.0, 7.0]):
+        diagnostic_hook.extend_history(batched, 'x', values)
+        for value in values:
+            one_by_one.update_scalar('x', value)
+        got, expected = batched.get_scalar('x'), one_by_one.get_scalar('x')
+        assert got.data[0].tolist() == expected.data[0].tolist()
+        assert got.data[1].tolist() == expected.data[1].tolist()
+        assert got.max_length == 5
+    assert batched.get_scalar('x').data[0].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0]
+    # kept with checkpoints like a scalar the hub updated itself
+    assert batched.state_dict()['log_scalars'].keys() == {'x'}
 
 
 @pytest.mark.slow
@@ -255,8 +341,8 @@ def test_hooks_on_swin_blocks_and_window_attention():
     recorders = freq.build_recorders(swin) + stiff.build_recorders(swin)
     kept = TrajectoryRecorder(swin, level='branch')
     _record_once(swin, images, recorders + [kept])
-    f_scalars = freq.summarise(recorders[:-1])
-    s_scalars = stiff.summarise(recorders[-1:])
+    f_scalars = freq.summarise([r.outputs for r in recorders[:-1]])
+    s_scalars = stiff.summarise([recorders[-1].outputs])
     blocks = [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
     assert {f'nsi/{b}.{branch}' for b in blocks for branch in ('msa', 'mlp')} <= set(s_scalars)
     assert {'mu/stages.0.blocks', 'mu/stages.1.blocks', 'tns/network'} <= set(s_scalars)

@@ -2,7 +2,9 @@
 
 One run prints side-by-side ratios. The hooks are driven exactly as the Runner drives them
 (``before_train_iter``, forward / backward / SGD step, ``after_train_iter``, with a MessageHub, a
-visualizer writing JSON and a logger) around the same model and batch. Every repeat runs
+visualizer writing JSON and a logger whose ``LoggerHook`` interval is ``--log-interval``, at
+whose multiples the hooks write their recorded iterations) around the same model and batch.
+Every repeat runs
 ``--iters`` iterations of each setting, one iteration of each setting in turn (A/B interleaved
 per iteration, the order rotating), each setting with its own iteration counter restarting at 0
 (so it holds exactly ``iters / interval`` recorded iterations). The table reports the median
@@ -59,10 +61,12 @@ class Classifier(nn.Module):
 class BenchRunner:
     """The public parts of a Runner that the hooks touch."""
 
-    def __init__(self, model, work_dir):
+    def __init__(self, model, work_dir, log_interval):
+        from mmengine.hooks import LoggerHook
         from mmengine.logging import MessageHub, MMLogger
         from mmengine.visualization import Visualizer
         self.model = model
+        self.hooks = [LoggerHook(interval=log_interval)]  # sets when the hooks print and write
         self.iter = 0
         self.timestamp = 'bench'
         self.message_hub = MessageHub.get_instance('bench_hooks')
@@ -96,13 +100,15 @@ def _words(name):
 
 
 def check_iters(args, setups):
-    """Every repeat must hold a whole number of each hook's intervals."""
+    """Every repeat must hold a whole number of each hook's write intervals (its interval,
+    lcm'ed with the logger's), so that it records and writes the same iterations."""
     for name, hooks in setups.items():
         for hook in hooks:
-            if args.iters % hook.interval:
-                raise SystemExit(f'--iters {args.iters} is not a multiple of the interval '
-                                 f'{hook.interval} of {name!r}; expected a multiple (or '
-                                 "--only '@1')")
+            if args.iters % hook.console_interval:
+                raise SystemExit(f'--iters {args.iters} is not a multiple of '
+                                 f'{hook.console_interval}, the interval {hook.interval} of '
+                                 f'{name!r} lcm the --log-interval {args.log_interval}; '
+                                 "expected a multiple (or --only '@1')")
 
 
 class HookTimer:
@@ -130,7 +136,7 @@ class HookTimer:
             self.wrap(hook, 'before_train_iter')
             self.wrap(hook, 'after_train_iter')
             for recorder in hook.recorders:
-                self.wrap(recorder, '_emit' if hasattr(recorder, '_emit') else '_keep')
+                self.wrap(recorder, '_keep')
 
 
 def train_iteration(runner, hooks, optimizer, images, labels):
@@ -194,6 +200,10 @@ def parse_args(argv=None):
     parser.add_argument('--only', default=None,
                         help="run only the settings whose name has this word (and the "
                         "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
+    parser.add_argument('--log-interval', type=int, default=10,
+                        help="the run's LoggerHook interval (mmengine's default 10; "
+                        "mmpretrain's configs use 100): the hooks write their recorded "
+                        "iterations in a batch at its multiples")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
                         help="'wall' (default; what training feels, on an otherwise idle "
@@ -213,7 +223,7 @@ def main(argv=None):
     batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size),
              torch.randint(0, 10, (args.batch_size, )))
     work_dir = tempfile.mkdtemp(prefix='bench_hooks_')
-    runner = BenchRunner(model, work_dir)
+    runner = BenchRunner(model, work_dir, args.log_interval)
     setups = {}
     timers = {}
     for name, factories in settings(args).items():
@@ -223,9 +233,11 @@ def main(argv=None):
         setups[name] = hooks
         timers[name] = HookTimer(CLOCKS[args.clock])
     check_iters(args, setups)
+    everything = [hook for hooks in setups.values() for hook in hooks]
     for _ in range(args.warmup):
-        train_iteration(runner, [hook for hooks in setups.values() for hook in hooks],
-                        optimizer, *batch)
+        train_iteration(runner, everything, optimizer, *batch)
+    for hook in everything:
+        hook.flush(runner)  # start the timed iterations with no recorded iteration pending
 
     for name, hooks in setups.items():
         timers[name].instrument(hooks)

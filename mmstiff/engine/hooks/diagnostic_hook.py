@@ -21,6 +21,15 @@ written), then
   iterations), so that a hook at interval 1 does not print a line per iteration; every
   recorded iteration when the run has no ``LoggerHook``.
 
+The recorded iterations are summarised and written in batches, at those console iterations,
+at the end of each training epoch and at the end of training: every recorded iteration is
+still one row, at its own step, but the code that summarises and writes runs once warm
+instead of once cold per iteration (a cold pass costs several times a warm one after the
+forward and backward passes have filled the caches; at interval 1 this halves the hook's
+cost), and under DDP one ``all_reduce`` carries the whole batch. Until its batch is written,
+a recorded iteration's values are in neither the log nor the MessageHub (so a checkpoint
+taken in between holds the MessageHub without them).
+
 The names have no ``train/`` prefix on purpose: the LogProcessor smooths every ``train/``
 scalar over its ``window_size`` of *updates*, which for a scalar measured every ``interval``
 iterations would average the last ``window_size`` measurements and repeat them at every log
@@ -30,6 +39,7 @@ import logging
 import math
 from collections import OrderedDict
 
+import numpy as np
 import torch
 from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook, LoggerHook
@@ -55,25 +65,32 @@ def reduce_scalars_across_ranks(scalars):
         tuple[OrderedDict[str, float], dict[str, int]]: the means of the names with at least
         one finite value, and for every name the number of ranks whose value was finite.
     """
-    names = sorted(scalars)
+    return reduce_rows_across_ranks([scalars])[0]
+
+
+def reduce_rows_across_ranks(rows):
+    """:func:`reduce_scalars_across_ranks` of several rows (recorded iterations) with one
+    ``all_reduce``; every rank must pass the same rows with the same names."""
+    keys = [(i, name) for i, row in enumerate(rows) for name in sorted(row)]
     if get_world_size() == 1:
-        values = [float(scalars[name]) for name in names]
-        counts = {name: int(math.isfinite(v)) for name, v in zip(names, values)}
-        return OrderedDict((n, v) for n, v in zip(names, values) if counts[n]), counts
-    values = torch.tensor([float(scalars[name]) for name in names], dtype=torch.float64)
-    finite = torch.isfinite(values)
-    packed = torch.stack([torch.where(finite, values, torch.zeros_like(values)),
-                          finite.double()])
-    if get_world_size() > 1:
+        values = [float(rows[i][name]) for i, name in keys]
+        counts = [int(math.isfinite(v)) for v in values]
+        sums = [v if c else 0.0 for v, c in zip(values, counts)]
+    else:
+        values = torch.tensor([float(rows[i][name]) for i, name in keys], dtype=torch.float64)
+        finite = torch.isfinite(values)
+        packed = torch.stack([torch.where(finite, values, torch.zeros_like(values)),
+                              finite.double()])
         all_reduce(packed, op='sum')
-    means = OrderedDict()
-    counts = {}
-    for i, name in enumerate(names):
-        count = int(round(float(packed[1, i])))
-        counts[name] = count
+        sums = packed[0].tolist()
+        counts = [int(round(c)) for c in packed[1].tolist()]
+    reduced = [(OrderedDict(), {}) for _ in rows]
+    for (i, name), total, count in zip(keys, sums, counts):
+        means, row_counts = reduced[i]
+        row_counts[name] = count
         if count > 0:
-            means[name] = float(packed[0, i]) / count
-    return means, counts
+            means[name] = total / count
+    return reduced
 
 
 def _check_positive_int(name, value):
@@ -130,6 +147,7 @@ class TrajectoryDiagnosticHook(Hook):
         self.level = level
         self.prefix = prefix
         self.recorders = []  # built in before_train
+        self._pending = []  # (step, recorder outputs) of recorded iterations not yet written
         # iterations between console summaries; lcm with the LoggerHook's in before_train
         self.console_interval = self.interval
         self._warned = False
@@ -158,8 +176,15 @@ class TrajectoryDiagnosticHook(Hook):
     def reduce_step(self, record):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def summarise(self, recorders):  # pragma: no cover - abstract
+    def summarise(self, outputs):  # pragma: no cover - abstract
+        """``{name: float}`` of one recorded iteration from its recorders' ``outputs`` (a list,
+        one dict per recorder, in the order of :meth:`build_recorders`)."""
         raise NotImplementedError
+
+    def summarise_rows(self, rows):
+        """:meth:`summarise` of several recorded iterations (``rows``: their outputs), a list
+        of dicts; subclasses may compute them together."""
+        return [self.summarise(outputs) for outputs in rows]
 
     def format_summary(self, scalars):
         """One console line; by default the scalars not per block."""
@@ -191,45 +216,79 @@ class TrajectoryDiagnosticHook(Hook):
             return
         for recorder in self.recorders:
             recorder.stop()
-        scalars = self.summarise(self.recorders)
+        self._pending.append((runner.iter + 1, [recorder.outputs for recorder in self.recorders]))
         for recorder in self.recorders:
             recorder.clear()
-        if scalars:
-            self.write(runner, scalars)
+        if (runner.iter + 1) % self.console_interval == 0:
+            self.flush(runner)
+
+    def after_train_epoch(self, runner):
+        self.flush(runner)
 
     def after_train(self, runner):
         for recorder in self.recorders:
             recorder.stop()
             recorder.clear()
+        self.flush(runner)
+
+    def flush(self, runner):
+        """Summarise the recorded iterations not yet written and write them, one row each."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        summaries = self.summarise_rows([outputs for _, outputs in pending])
+        rows = [(step, scalars) for (step, _), scalars in zip(pending, summaries) if scalars]
+        if rows:
+            self.write(runner, rows)
 
     # ------------------------------------------------------------------ logging
     def _is_optional(self, name):
         parts = name.split('/')
         return len(parts) > 1 and parts[1] in self.optional_metrics
 
-    def write(self, runner, scalars):
-        scalars = OrderedDict((f'{self.prefix}/{k}' if self.prefix else k, v)
-                              for k, v in scalars.items())
-        means, counts = reduce_scalars_across_ranks(scalars)
+    def write(self, runner, rows):
+        """Average ``rows`` (``[(step, {name: float})]``, this rank's values) over the ranks and
+        write each row at its step: MessageHub, visualizer backends, and a console line for a
+        row at a console iteration."""
+        named = [OrderedDict((f'{self.prefix}/{k}' if self.prefix else k, v)
+                             for k, v in scalars.items()) for _, scalars in rows]
         world = get_world_size()
-        bad = [k for k, c in counts.items() if c < world and not self._is_optional(k)]
-        if bad and not self._warned:
-            self._warned = True
-            print_log(
-                f'{type(self).__name__}: non-finite values at iteration {runner.iter + 1} for '
-                f'{bad[:8]}{" ..." if len(bad) > 8 else ""}; they are left out of the log '
-                '(this warning is shown once)', logger='current', level=logging.WARNING)
-        if not means:
-            return
-        hub = runner.message_hub
-        for name, value in means.items():
-            if name not in hub.log_scalars:
-                hub.log_scalars[name] = HistoryBuffer(max_length=HISTORY_LENGTH)
-            hub.update_scalar(name, value)
-        runner.visualizer.add_scalars(dict(means), step=runner.iter + 1,
-                                      file_path=f'{runner.timestamp}.json')
-        if (runner.iter + 1) % self.console_interval == 0:
-            runner.logger.info(f'Iter(train) [{runner.iter + 1}] ' + self.format_summary(means))
+        history = OrderedDict()  # name -> the values of the rows, in order
+        for (step, _), (means, counts) in zip(rows, reduce_rows_across_ranks(named)):
+            bad = [k for k, c in counts.items() if c < world and not self._is_optional(k)]
+            if bad and not self._warned:
+                self._warned = True
+                print_log(
+                    f'{type(self).__name__}: non-finite values at iteration {step} for '
+                    f'{bad[:8]}{" ..." if len(bad) > 8 else ""}; they are left out of the log '
+                    '(this warning is shown once)', logger='current', level=logging.WARNING)
+            if not means:
+                continue
+            for name, value in means.items():
+                history.setdefault(name, []).append(value)
+            runner.visualizer.add_scalars(dict(means), step=step,
+                                          file_path=f'{runner.timestamp}.json')
+            if step % self.console_interval == 0:
+                runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
+        for name, values in history.items():
+            extend_history(runner.message_hub, name, values)
+
+
+def extend_history(hub, name, values):
+    """Append ``values`` to the MessageHub's history of scalar ``name``, keeping the last
+    :data:`HISTORY_LENGTH`; the same history as ``hub.update_scalar(name, v)`` for each ``v``
+    would leave with that bound, in one array append instead of one per value."""
+    buffers = hub.log_scalars
+    if name not in buffers:
+        buffers[name] = HistoryBuffer(max_length=HISTORY_LENGTH)
+        hub.update_scalar(name, values[0])  # also marks it as resumed with checkpoints
+        values = values[1:]
+    if values:
+        logs, counts = buffers[name].data
+        buffers[name] = HistoryBuffer(np.append(logs, values)[-HISTORY_LENGTH:],
+                                      np.append(counts, np.ones(len(values), dtype=counts.dtype)
+                                                )[-HISTORY_LENGTH:],
+                                      max_length=HISTORY_LENGTH)
 
 
 def mean_or_nan(values):

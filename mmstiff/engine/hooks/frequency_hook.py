@@ -111,9 +111,9 @@ class FrequencyHook(TrajectoryDiagnosticHook):
     def _reduce_attention(name, attn):
         return float(attention_column_cosine_similarity(attn).mean())
 
-    def summarise(self, recorders):
+    def summarise(self, outputs):
         per_state = OrderedDict()
-        for calls in recorders[0].outputs.values():
+        for calls in outputs[0].values():
             for call in calls:
                 for state, metrics in call.items():
                     per_state.setdefault(state, []).append(metrics)
@@ -124,8 +124,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
                 values = [m[metric] for m in per_state[state] if metric in m]
                 if values:
                     scalars[f'{metric}/{state}'] = sum(values) / len(values)
-        for recorder in recorders[1:]:
-            for layer, values in recorder.outputs.items():
+        for attention in outputs[1:]:
+            for layer, values in attention.items():
                 scalars[f'attn_cos/{layer}'] = sum(values) / len(values)
         return scalars
 

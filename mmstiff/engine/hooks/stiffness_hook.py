@@ -5,7 +5,7 @@ from collections import OrderedDict
 import torch
 
 from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
-                              neural_stiffness_index, nsi_step_correlation, stage_of,
+                              nsi_step_correlation, stage_of, stiffness_norms,
                               trajectory_statistics)
 from mmstiff.registry import HOOKS
 from .diagnostic_hook import TrajectoryDiagnosticHook, _check_positive_int
@@ -60,38 +60,63 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             'num_samples', num_samples)
 
     def reduce_step(self, record):
-        # the recorder already kept only the first num_samples samples
-        nsi = neural_stiffness_index(record.x_t, record.x_next, record.step)
-        step = None if record.step is None else mean_step_size(record.step, nsi.shape[0])
-        return nsi, step, torch.is_tensor(record.step)
+        # the recorder already kept only the first num_samples samples; the NSI's two norms,
+        # divided for all steps at once in summarise
+        slope, state = stiffness_norms(record.x_t, record.x_next, record.step)
+        if record.step is None:
+            return slope, state, None, False
+        return slope, state, mean_step_size(record.step, slope.shape[0]), torch.is_tensor(
+            record.step)
 
-    def summarise(self, recorders):
-        outputs = recorders[0].outputs
-        names = list(outputs)
-        # a block called several times in one iteration: every call is a sample
-        columns = [_concat([c[0] for c in outputs[n]]) for n in names]
-        same_length = len({c.numel() for c in columns}) == 1
-        if same_length:
-            zeta = torch.stack(columns, dim=1).double()  # (samples, steps)
-            means = zeta.mean(dim=0).tolist()
-        else:
-            means = [float(c.double().mean()) for c in columns]
-        scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
-        for name, step, corr in self._step_scalars(outputs, names, columns):
-            scalars[f'step/{name}'] = step
-            if corr is not None:
-                scalars[f'nsi_step_corr/{name}'] = corr
-        if not same_length:
-            return scalars  # blocks seen a different number of times: no common trajectory
+    def summarise(self, outputs):
+        return self.summarise_rows([outputs])[0]
+
+    def summarise_rows(self, rows):
+        """The scalars of several recorded iterations, computed together when they share one
+        trajectory (the same steps, each seen for the same number of samples): one stack of
+        the NSI norms and one call of the stage statistics for all of them."""
+        iterations = [outputs[0] for outputs in rows]
+        names = list(iterations[0]) if iterations else []
+        columns = [[_concat([c[i] for c in it[n]]) for n in names] for i in (0, 1)
+                   for it in iterations]  # slopes of every iteration, then states
+        lengths = {c.numel() for row in columns for c in row}
+        if not names or len(lengths) != 1 or any(list(it) != names for it in iterations):
+            return [self._summarise_alone(it) for it in iterations]
+        k, t = len(iterations), len(names)
+        # (2 * iterations * steps, samples) -> NSI (iterations, samples, steps)
+        both = torch.stack([c for row in columns for c in row]).double().view(2, k, t, -1)
+        zeta = (both[0] / both[1]).transpose(1, 2)
         stages, groups = _stage_groups(tuple(names))
-        groups = groups.to(zeta.device)
         # a non-finite NSI in a stage makes that stage's μ, ratio and TNS non-finite (inf / inf
         # or NaN propagate), and write() leaves them out
-        stats = torch.stack([s.mean(dim=0) for s in trajectory_statistics(zeta, groups)])
-        for stage, mu, ratio, tns in zip(stages, *stats.tolist()):
-            scalars[f'mu/{stage}'] = mu
-            scalars[f'ratio/{stage}'] = ratio
-            scalars[f'tns/{stage}'] = tns
+        stats = trajectory_statistics(zeta.reshape(-1, t), groups.to(zeta.device))
+        stats = torch.stack(stats).view(3, k, zeta.shape[1], -1).mean(dim=2)  # (3, k, stages)
+        summaries = []
+        for it, z, means, (mus, ratios, tnss) in zip(iterations, zeta, zeta.mean(dim=1).tolist(),
+                                                     stats.transpose(0, 1).tolist()):
+            scalars = self._block_scalars(it, names, means, z.unbind(dim=1))
+            for stage, mu, ratio, tns in zip(stages, mus, ratios, tnss):
+                scalars[f'mu/{stage}'] = mu
+                scalars[f'ratio/{stage}'] = ratio
+                scalars[f'tns/{stage}'] = tns
+            summaries.append(scalars)
+        return summaries
+
+    def _summarise_alone(self, outputs):
+        """One iteration whose steps were seen for different numbers of samples (a block
+        called more often than others): per-step scalars only, no common trajectory."""
+        names = list(outputs)
+        columns = [_concat([c[0] for c in outputs[n]]).double() /
+                   _concat([c[1] for c in outputs[n]]).double() for n in names]
+        return self._block_scalars(outputs, names, [float(c.mean()) for c in columns], columns)
+
+    def _block_scalars(self, outputs, names, means, columns):
+        scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
+        if any(c[2] is not None for calls in outputs.values() for c in calls):
+            for name, step, corr in self._step_scalars(outputs, names, columns):
+                scalars[f'step/{name}'] = step
+                if corr is not None:
+                    scalars[f'nsi_step_corr/{name}'] = corr
         return scalars
 
     @staticmethod
@@ -101,10 +126,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         found = []
         for name, column in zip(names, columns):
             calls = outputs[name]
-            steps = [c[1] for c in calls if c[1] is not None]
+            steps = [c[2] for c in calls if c[2] is not None]
             if steps:
                 step = _concat(steps)
-                varies = any(c[2] for c in calls) and step.numel() == column.numel()
+                varies = any(c[3] for c in calls) and step.numel() == column.numel()
                 found.append((name, column, step, varies))
         if not found:
             return []
