@@ -19,11 +19,16 @@ itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage
 excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, over one
 *recorded* iteration (each hook at interval 1), against one iteration without hooks.
 
-Usage (CPU defaults take about 6 minutes on 2 idle cores):
+The default model is mmpretrain's CIFAR ResNet-18 as ``resnet18_8xb16_cifar10`` trains it
+(64 base channels, batch 16 per GPU).
+
+Usage (the defaults take about 20 minutes on 2 idle CPU cores):
     python tools/benchmark/bench_hooks.py
-    python tools/benchmark/bench_hooks.py --threads 1 --clock cpu   # on a busy machine
-    # mmpretrain's CIFAR ResNet-18 (resnet18_8xb16_cifar10) at its per-GPU batch, interval 1
-    python tools/benchmark/bench_hooks.py --base-channels 64 --batch-size 16 --only @1 --iters 20
+    python tools/benchmark/bench_hooks.py --only @1 --iters 20        # interval 1 only, ~5 min
+    python tools/benchmark/bench_hooks.py --threads 1 --clock cpu     # on a busy machine
+    # a narrow worst case (~6 minutes): its iteration is 4-5x faster than the default
+    # model's while the hooks' cost per recorded iteration only halves
+    python tools/benchmark/bench_hooks.py --base-channels 16 --batch-size 32 --repeats 5
 """
 import argparse
 import copy
@@ -106,9 +111,10 @@ def check_iters(args, setups):
         for hook in hooks:
             if args.iters % hook.console_interval:
                 raise SystemExit(f'--iters {args.iters} is not a multiple of '
-                                 f'{hook.console_interval}, the interval {hook.interval} of '
-                                 f'{name!r} lcm the --log-interval {args.log_interval}; '
-                                 "expected a multiple (or --only '@1')")
+                                 f'{hook.console_interval} (the lcm of the interval '
+                                 f'{hook.interval} of {name!r} and --log-interval '
+                                 f'{args.log_interval}); expected a multiple (or --only '
+                                 "'@1')")
 
 
 class HookTimer:
@@ -190,10 +196,10 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--depth', type=int, default=18, help='ResNet_CIFAR depth')
-    parser.add_argument('--base-channels', type=int, default=16)
-    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--base-channels', type=int, default=64)
+    parser.add_argument('--batch-size', type=int, default=16)
     parser.add_argument('--img-size', type=int, default=32)
-    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--iters', type=int, default=100,
                         help='iterations per setting and repeat (a multiple of the intervals)')
     parser.add_argument('--warmup', type=int, default=3)

@@ -10,10 +10,11 @@ Logging. The scalars are averaged over ranks (``mmengine.dist.all_reduce``; a va
 finite on some rank is left out of the mean, and a value not finite on every rank is not
 written), then
 
-* written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1``:
+* written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1`` of
+  the recorded iteration:
   into ``vis_data/scalars.json`` and the run's ``vis_data/<timestamp>.json`` (the JSON log),
   and into every other configured backend (TensorBoard, ...);
-* stored in the MessageHub (``runner.message_hub.update_scalar``) under the same names, with
+* stored in the MessageHub (``runner.message_hub.log_scalars``) under the same names, with
   the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
   MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
 * summarised on the console in one line, at the recorded iterations that are also logging
@@ -23,10 +24,11 @@ written), then
 
 The recorded iterations are summarised and written in batches, at those console iterations,
 at the end of each training epoch and at the end of training: every recorded iteration is
-still one row, at its own step, but the code that summarises and writes runs once warm
-instead of once cold per iteration (a cold pass costs several times a warm one after the
-forward and backward passes have filled the caches; at interval 1 this halves the hook's
-cost), and under DDP one ``all_reduce`` carries the whole batch. Until its batch is written,
+still one row, at its own step, but the summary is computed for the batch at once, the
+MessageHub histories grow by one array append per name, the code runs warm after its first
+row (right after the backward pass, each first op of a kind costs several times a repeated
+one), and under DDP one ``all_reduce`` carries the whole batch: at interval 1 this cuts the
+summarising and writing per recorded iteration by more than half. Until its batch is written,
 a recorded iteration's values are in neither the log nor the MessageHub (so a checkpoint
 taken in between holds the MessageHub without them).
 
