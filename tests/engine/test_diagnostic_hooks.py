@@ -248,9 +248,20 @@ def test_stiffness_summary_of_blocks_seen_a_different_number_of_times():
     one = (torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), None, False)
     two = (torch.tensor([2.0, 2.0]), torch.tensor([1.0, 4.0]), None, False)
     outputs = OrderedDict([('s.a', [one]), ('s.b', [one, two])])
-    scalars = StiffnessHook().summarise([outputs])
-    assert scalars == {'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
-                       'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)}
+    expected = {'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
+                'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)}
+    assert StiffnessHook().summarise([outputs]) == expected
+    # in a batch of rows, next to an iteration that has a trajectory (ζ = (0.5, 1.5) at s.a
+    # and (2.0, 0.5) at s.b: μ per sample 1.25 and 1.0, ζ* 2.0 and 1.5)
+    whole = OrderedDict([('s.a', [one]), ('s.b', [two])])
+    rows = StiffnessHook().summarise_rows([[whole], [outputs], [whole]])
+    assert rows[1] == expected
+    assert rows[0] == rows[2]
+    assert rows[0]['nsi/s.b'] == pytest.approx(1.25)
+    assert rows[0]['mu/s'] == pytest.approx((1.25 + 1.0) / 2)
+    assert rows[0]['ratio/s'] == pytest.approx((2.0 / 1.25 + 1.5 / 1.0) / 2)
+    assert rows[0]['tns/network'] == pytest.approx(((2.0 / 1.25 - 1) * 2.0 +
+                                                    (1.5 / 1.0 - 1) * 1.5) / 2)
 
 
 def test_extend_history_equals_bounded_updates_one_by_one(monkeypatch):

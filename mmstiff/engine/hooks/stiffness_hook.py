@@ -77,14 +77,19 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         the NSI norms and one call of the stage statistics for all of them."""
         iterations = [outputs[0] for outputs in rows]
         names = list(iterations[0]) if iterations else []
-        columns = [[_concat([c[i] for c in it[n]]) for n in names] for i in (0, 1)
-                   for it in iterations]  # slopes of every iteration, then states
-        lengths = {c.numel() for row in columns for c in row}
-        if not names or len(lengths) != 1 or any(list(it) != names for it in iterations):
-            return [self._summarise_alone(it) for it in iterations]
+        if all(list(it) == names and _trajectory_length(it) for it in iterations) and len(
+                {_trajectory_length(it) for it in iterations}) == 1:
+            return self._summarise_trajectories(iterations, names)
+        return [self._summarise_trajectories([it], list(it))[0] if _trajectory_length(it) else
+                self._summarise_steps(it) for it in iterations]
+
+    def _summarise_trajectories(self, iterations, names):
+        """Iterations with the same steps, each seen for the same number of samples."""
         k, t = len(iterations), len(names)
+        columns = [_concat([c[i] for c in it[n]]) for i in (0, 1) for it in iterations
+                   for n in names]  # the slopes of every iteration and step, then the states
         # (2 * iterations * steps, samples) -> NSI (iterations, samples, steps)
-        both = torch.stack([c for row in columns for c in row]).double().view(2, k, t, -1)
+        both = torch.stack(columns).double().view(2, k, t, -1)
         zeta = (both[0] / both[1]).transpose(1, 2)
         stages, groups = _stage_groups(tuple(names))
         # a non-finite NSI in a stage makes that stage's μ, ratio and TNS non-finite (inf / inf
@@ -94,7 +99,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         summaries = []
         for it, z, means, (mus, ratios, tnss) in zip(iterations, zeta, zeta.mean(dim=1).tolist(),
                                                      stats.transpose(0, 1).tolist()):
-            scalars = self._block_scalars(it, names, means, z.unbind(dim=1))
+            scalars = self._block_scalars(it, names, means, z)
             for stage, mu, ratio, tns in zip(stages, mus, ratios, tnss):
                 scalars[f'mu/{stage}'] = mu
                 scalars[f'ratio/{stage}'] = ratio
@@ -102,8 +107,8 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             summaries.append(scalars)
         return summaries
 
-    def _summarise_alone(self, outputs):
-        """One iteration whose steps were seen for different numbers of samples (a block
+    def _summarise_steps(self, outputs):
+        """An iteration whose steps were seen for different numbers of samples (a block
         called more often than others): per-step scalars only, no common trajectory."""
         names = list(outputs)
         columns = [_concat([c[0] for c in outputs[n]]).double() /
@@ -111,8 +116,12 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         return self._block_scalars(outputs, names, [float(c.mean()) for c in columns], columns)
 
     def _block_scalars(self, outputs, names, means, columns):
+        """Per-step scalars of one iteration; ``columns``: the NSI of each step, a list or the
+        columns of a (samples, steps) tensor."""
         scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
         if any(c[2] is not None for calls in outputs.values() for c in calls):
+            if torch.is_tensor(columns):
+                columns = columns.unbind(dim=1)
             for name, step, corr in self._step_scalars(outputs, names, columns):
                 scalars[f'step/{name}'] = step
                 if corr is not None:
@@ -167,6 +176,13 @@ def _stage_groups(names):
     for g, cols in enumerate(stages.values()):
         groups[g, cols] = True
     return list(stages), groups
+
+
+def _trajectory_length(outputs):
+    """The number of samples every step of one iteration was seen for (all calls of a block
+    pooled), or 0 when the steps differ in it or there is no step."""
+    lengths = {sum(c[0].numel() for c in calls) for calls in outputs.values()}
+    return lengths.pop() if len(lengths) == 1 else 0
 
 
 def _concat(tensors):
