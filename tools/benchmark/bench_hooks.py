@@ -22,11 +22,11 @@ excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, o
 The default model is mmpretrain's CIFAR ResNet-18 as ``resnet18_8xb16_cifar10`` trains it
 (64 base channels, batch 16 per GPU).
 
-Usage (the defaults take about 20 minutes on 2 idle CPU cores):
+Usage (the defaults take about 13 minutes on 2 idle CPU cores):
     python tools/benchmark/bench_hooks.py
-    python tools/benchmark/bench_hooks.py --only @1 --iters 20        # interval 1 only, ~5 min
+    python tools/benchmark/bench_hooks.py --only @1 --iters 20        # interval 1 only, ~2 min
     python tools/benchmark/bench_hooks.py --threads 1 --clock cpu     # on a busy machine
-    # a narrow worst case (~6 minutes): its iteration is 4-5x faster than the default
+    # a narrow worst case (~7 minutes): its iteration is 4-5x faster than the default
     # model's while the hooks' cost per recorded iteration only halves
     python tools/benchmark/bench_hooks.py --base-channels 16 --batch-size 32 --repeats 5
 """
