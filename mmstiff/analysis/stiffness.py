@@ -167,24 +167,22 @@ def trajectory_statistics(zeta, groups=None):
         tuple[Tensor, Tensor, Tensor]: ``(mu, ratio, area)``, float64 on the CPU, each
         ``(num_samples,)``, or ``(num_samples, num_groups)`` with ``groups``.
 
-    The matrix is small (samples × steps): it is computed in NumPy, where each of the dozen
-    elementwise steps costs a fraction of a tensor op's dispatch (this runs at every recorded
-    training iteration of :class:`~mmstiff.engine.hooks.StiffnessHook`).
+    The matrix is small (samples × steps) and this runs at every recorded training iteration
+    of :class:`~mmstiff.engine.hooks.StiffnessHook`: it is computed in NumPy, whose small-array
+    operations cost less than tensor ops.
     """
     zeta = _check_trajectories(zeta).detach().cpu().numpy()
     if groups is None:
         peak, mean = zeta.max(axis=1), zeta.mean(axis=1)
     else:
-        if (not torch.is_tensor(groups) or groups.dtype != torch.bool or groups.dim() != 2
-                or groups.shape[1] != zeta.shape[1]):
+        well_formed = (torch.is_tensor(groups) and groups.dtype == torch.bool
+                       and groups.dim() == 2 and groups.shape[1] == zeta.shape[1])
+        inside = groups.detach().cpu().numpy() if well_formed else None  # (G, T)
+        sizes = None if inside is None else inside.sum(axis=1)
+        if sizes is None or not sizes.all():
             raise ValueError(f'groups={groups!r} is not supported; expected a bool tensor '
                              f'(num_groups, {zeta.shape[1]}) with at least one step per row')
-        inside = groups.detach().cpu().numpy()  # (G, T), broadcast against (B, 1, T)
-        sizes = inside.sum(axis=1)
-        if not sizes.all():
-            raise ValueError(f'groups={groups!r} is not supported; expected a bool tensor '
-                             f'(num_groups, {zeta.shape[1]}) with at least one step per row')
-        steps = zeta[:, None, :]
+        steps = zeta[:, None, :]  # broadcast against the (G, T) membership
         mean = np.where(inside, steps, 0.0).sum(axis=2) / sizes
         peak = np.where(inside, steps, -np.inf).max(axis=2)
     with np.errstate(divide='ignore', invalid='ignore', over='ignore'):

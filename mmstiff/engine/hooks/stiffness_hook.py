@@ -76,12 +76,13 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         trajectory (the same steps, each seen for the same number of samples): one stack of
         the NSI norms and one call of the stage statistics for all of them."""
         iterations = [outputs[0] for outputs in rows]
+        lengths = [_trajectory_length(it) for it in iterations]
         names = list(iterations[0]) if iterations else []
-        if all(list(it) == names and _trajectory_length(it) for it in iterations) and len(
-                {_trajectory_length(it) for it in iterations}) == 1:
+        if all(lengths) and len(set(lengths)) == 1 and all(list(it) == names
+                                                            for it in iterations):
             return self._summarise_trajectories(iterations, names)
-        return [self._summarise_trajectories([it], list(it))[0] if _trajectory_length(it) else
-                self._summarise_steps(it) for it in iterations]
+        return [self._summarise_trajectories([it], list(it))[0] if length else
+                self._summarise_steps(it) for it, length in zip(iterations, lengths)]
 
     def _summarise_trajectories(self, iterations, names):
         """Iterations with the same steps, each seen for the same number of samples."""
