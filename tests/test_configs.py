@@ -1,21 +1,43 @@
-"""Every config in configs/ builds and trains two iterations on tiny generated data.
+"""Every config in configs/ builds and trains two iterations on tiny generated data, and its
+file name tells its real batch and schedule.
 
 Only data settings are overridden: where the data lives (``data_root``, annotation files), the
 batch size and workers, the detection input scale (a data-pipeline setting, kept small so the
 suite runs on 2 CPU cores), a pretrained checkpoint that cannot be downloaded here, and the
 loop length. A new config is covered automatically; a config whose dataset type has no tiny
 writer yet fails here with a message saying so.
+
+Names follow OpenMMLab: ``{model}_{N}xb{B}[-{E}e]_{data}.py`` (mmpretrain: N processes of B
+samples, E epochs) or ``{model}_..._{k}x_{data}.py`` (mmdet: k x 12 epochs).
 """
 import glob
 import os.path as osp
+import re
 
 import pytest
 from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: folders that hold no training configs: shared bases (any ``_base_``), and the reproduction
+#: studies of tools/reproduce.py
+NOT_CONFIGS = ('_base_', 'studies')
 CONFIGS = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
-    if f'{osp.sep}_base_{osp.sep}' not in p)
+    if not set(osp.relpath(p, REPO).split(osp.sep)[1:-1]) & set(NOT_CONFIGS))
+
+#: configs kept under an earlier documented name: each only inherits the config it names, so it
+#: is checked to resolve to exactly that config and is not trained a second time
+ALIASES = {
+    'configs/faster_rcnn_r50_stepnet_coco.py':
+        'configs/faster_rcnn/faster-rcnn_r50-stepnet_fpn_1x_coco.py',
+}
+TRAINED = [c for c in CONFIGS if c not in ALIASES]
+
+#: ``8xb32`` or ``8xb32-120e`` (with other ``-`` tags allowed around the epochs)
+MMPRETRAIN_TRAINING = re.compile(r'^(?P<gpus>\d+)xb(?P<batch>\d+)(?:-.*)?$')
+EPOCHS_TAG = re.compile(r'(?:^|-)(?P<epochs>\d+)e(?:-|$)')
+#: mmdet's schedules: ``1x`` = 12 epochs, ``2x`` = 24, ``ms-3x`` = 36, ...
+MMDET_SCHEDULE = re.compile(r'(?:^|-)(?P<times>\d+)x$')
 
 #: dataset type (with or without the mmstiff. scope) -> tiny-data kind of tests/conftest.py
 DATASET_KINDS = {
@@ -100,12 +122,73 @@ def shorten(cfg, work_dir):
             hook.interval = 1
 
 
+def name_claims(config):
+    """What the file name of ``config`` states: a dict with any of ``gpus``, ``batch``
+    (samples per process) and ``epochs``."""
+    claims = {}
+    for part in osp.splitext(osp.basename(config))[0].split('_')[1:]:
+        training = MMPRETRAIN_TRAINING.match(part)
+        if training:
+            claims.update(gpus=int(training['gpus']), batch=int(training['batch']))
+            epochs = EPOCHS_TAG.search(part[len(f"{training['gpus']}xb{training['batch']}"):])
+            if epochs:
+                claims['epochs'] = int(epochs['epochs'])
+        schedule = MMDET_SCHEDULE.search(part)
+        if schedule:
+            claims['epochs'] = 12 * int(schedule['times'])
+    return claims
+
+
 def test_config_folder_is_not_empty():
     assert CONFIGS, 'configs/ holds no config'
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize('name, claims', [
+    ('configs/stepnet/preact-resnet164-stepnet_1xb128-164e_cifar10.py',
+     dict(gpus=1, batch=128, epochs=164)),
+    ('configs/stepnet/resnet50_8xb32-120e_in1k.py', dict(gpus=8, batch=32, epochs=120)),
+    ('configs/vit/deit-small_4xb256_in1k.py', dict(gpus=4, batch=256)),
+    ('configs/x/resnet50_8xb256-rsb-a1-600e_in1k.py', dict(gpus=8, batch=256, epochs=600)),
+    ('configs/faster_rcnn/faster-rcnn_r50-stepnet_fpn_1x_coco.py', dict(epochs=12)),
+    ('configs/x/faster-rcnn_r50_fpn_2x_coco.py', dict(epochs=24)),
+    ('configs/x/faster-rcnn_r101_fpn_ms-3x_coco.py', dict(epochs=36)),
+    ('configs/faster_rcnn_r50_stepnet_coco.py', dict()),
+])
+def test_name_claims_read_openmmlab_names(name, claims):
+    assert name_claims(name) == claims
+
+
 @pytest.mark.parametrize('config', CONFIGS)
+def test_config_name_states_its_batch_and_schedule(config):
+    """``8xb32-120e`` in the name: 32 samples per process, 256 in all for the learning-rate
+    scaling, 120 epochs."""
+    claims = name_claims(config)
+    if not claims:
+        pytest.skip(f'{config} states no batch or schedule in its name')
+    cfg = Config.fromfile(osp.join(REPO, config))
+    if 'batch' in claims:
+        assert cfg.train_dataloader.batch_size == claims['batch'], (
+            f'{config}: train_dataloader.batch_size is {cfg.train_dataloader.batch_size}, '
+            f'the name says {claims["batch"]}')
+        if cfg.get('auto_scale_lr'):
+            total = claims['gpus'] * claims['batch']
+            assert cfg.auto_scale_lr.base_batch_size == total, (
+                f'{config}: auto_scale_lr.base_batch_size is {cfg.auto_scale_lr.base_batch_size}, '
+                f'the name says {claims["gpus"]} x {claims["batch"]} = {total}')
+    if 'epochs' in claims:
+        assert cfg.train_cfg.max_epochs == claims['epochs'], (
+            f'{config}: train_cfg.max_epochs is {cfg.train_cfg.max_epochs}, '
+            f'the name says {claims["epochs"]}')
+
+
+@pytest.mark.parametrize('alias, target', sorted(ALIASES.items()))
+def test_alias_is_the_config_it_names(alias, target):
+    assert Config.fromfile(osp.join(REPO, alias)).to_dict() == \
+        Config.fromfile(osp.join(REPO, target)).to_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('config', TRAINED)
 def test_config_trains_two_iterations(config, tiny_data, tmp_path):
     import mmstiff  # noqa: F401
     from mmengine.runner import Runner

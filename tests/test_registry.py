@@ -36,7 +36,7 @@ def test_mmstiff_registries_are_children_of_the_roots(scope):
     import mmstiff.registry as reg
     from mmengine import registry as root
 
-    for name in ('MODELS', 'HOOKS', 'DATASETS', 'TRANSFORMS', 'METRICS'):
+    for name in ('MODELS', 'HOOKS', 'DATASETS'):
         child = getattr(reg, name)
         assert child.scope == 'mmstiff'
         assert child.parent is getattr(root, name)
@@ -45,6 +45,25 @@ def test_mmstiff_registries_are_children_of_the_roots(scope):
         from mmengine.registry import MODELS
         step = MODELS.build(dict(type='mmstiff.ConstantStep'))
     assert step.step == 1.0
+
+
+def test_each_registry_is_filled_from_its_locations():
+    """Every declared registry holds something, and only from the modules its locations name."""
+    import mmstiff.registry as reg
+    from mmengine.registry import Registry
+
+    declared = {name: value for name, value in vars(reg).items()
+                if isinstance(value, Registry) and value.scope == 'mmstiff'}
+    assert sorted(declared) == ['DATASETS', 'HOOKS', 'MODELS']
+    for name, registry in declared.items():
+        registry.import_from_location()
+        assert registry.module_dict, f'{name} is declared but nothing is registered in it'
+        for key, cls in registry.module_dict.items():
+            assert cls.__module__.startswith(tuple(f'{loc}.' for loc in registry._locations)), \
+                (name, key, cls.__module__, registry._locations)
+    assert {'StepResNet', 'StepNetAdaptor', 'IEBN'} <= set(reg.MODELS.module_dict)
+    assert {'StiffnessHook', 'FrequencyHook'} <= set(reg.HOOKS.module_dict)
+    assert {'STL10', 'CIFAR10', 'CIFAR100'} <= set(reg.DATASETS.module_dict)
 
 
 def test_unknown_mmstiff_type_fails_naming_it():

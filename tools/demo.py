@@ -22,7 +22,8 @@ TOOLS = osp.dirname(osp.abspath(__file__))
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--config', default='configs/demo/fashion_mnist_stepnet.py')
+    parser.add_argument(
+        '--config', default='configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py')
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data-root', default='data/fashion_mnist')
     parser.add_argument('--cfg-options', nargs='+', default=[],
@@ -48,7 +49,8 @@ def main(argv=None):
     args = parse_args(argv)
     if not osp.isdir(args.data_root):
         sys.exit(f'error: --data-root {args.data_root!r} does not exist; run '
-                 f'"python tools/prepare_fashion_mnist.py --dst {args.data_root}" first')
+                 f'"python tools/prepare_fashion_mnist.py --dst {args.data_root}" first (add '
+                 '--install-with-apt to let it install Debian\'s dataset-fashion-mnist)')
     overrides = [f'{loader}.dataset.data_root={args.data_root}'
                  for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
     overrides += list(args.cfg_options)

@@ -9,8 +9,11 @@
 Only load checkpoints you trust: MMEngine checkpoints are unpickled in full.
 """
 import argparse
+import sys
 
-from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, add_common_args, build_runner,
+from mmengine.config import DictAction
+
+from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner,
                                    shutdown_distributed)
 
 
@@ -21,14 +24,26 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='the directory to save the file containing '
                         'evaluation metrics')
     parser.add_argument('--out', help='dump predictions (.pkl) or metrics (.json/.yaml) to FILE')
-    return add_common_args(parser).parse_args(argv)
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin memory in the dataloaders')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value pairs such as '
+        'test_dataloader.batch_size=32')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser.parse_args(argv)
 
 
 def main(argv=None):
     from mmengine.fileio import dump
 
     args = parse_args(argv)
-    runner = build_runner(args, mode='test')
+    try:
+        runner = build_runner(args, mode='test')
+    except ConfigError as err:
+        sys.exit(f'error: {err}')
     metrics = runner.test()
     if args.out and args.out.lower().endswith(METRIC_DUMP_SUFFIXES) and runner.rank == 0:
         dump({k: float(v) if hasattr(v, '__float__') else v for k, v in metrics.items()},

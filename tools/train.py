@@ -8,8 +8,11 @@ Same flags and behaviour as mmpretrain's and mmdet's ``tools/train.py``; mmstiff
 (``type='mmstiff.X'``) resolve without ``custom_imports``.
 """
 import argparse
+import sys
 
-from mmstiff.utils.runtime import add_common_args, build_runner, shutdown_distributed
+from mmengine.config import DictAction
+
+from mmstiff.utils.runtime import ConfigError, build_runner, shutdown_distributed
 
 
 def parse_args(argv=None):
@@ -26,13 +29,27 @@ def parse_args(argv=None):
                         help='do not evaluate checkpoints during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual total batch size')
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin memory in the dataloaders')
     parser.add_argument('--no-persistent-workers', action='store_true',
                         help='do not use persistent workers in the dataloaders')
-    return add_common_args(parser).parse_args(argv)
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value pairs such as '
+        'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser.parse_args(argv)
 
 
 def main(argv=None):
-    build_runner(parse_args(argv), mode='train').train()
+    args = parse_args(argv)
+    try:
+        runner = build_runner(args, mode='train')
+    except ConfigError as err:
+        sys.exit(f'error: {err}')
+    runner.train()
     shutdown_distributed()
 
 

@@ -1,4 +1,4 @@
-# 24-layer DeiT-S (drop path 0.2) with AttnScale in every layer (METHODS.md §6);
+# 24-layer DeiT-S (drop path 0.2) with AttnScale in every layer (docs/methods.md §6);
 # paper, Table 1: 81.1 top-1.
 _base_ = ['./deit-small-24layer_4xb256_in1k.py']
 

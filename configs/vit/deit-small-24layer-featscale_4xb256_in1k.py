@@ -1,4 +1,4 @@
-# 24-layer DeiT-S (drop path 0.2) with FeatScale in every layer (METHODS.md §7);
+# 24-layer DeiT-S (drop path 0.2) with FeatScale in every layer (docs/methods.md §7);
 # paper, Table 1: 81.3 top-1.
 _base_ = ['./deit-small-24layer_4xb256_in1k.py']
 

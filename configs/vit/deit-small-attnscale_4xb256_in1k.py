@@ -1,6 +1,8 @@
-# DeiT-S (12 layers) with AttnScale in every layer (anti-oversmoothing §3.1, METHODS.md §6):
+# DeiT-S (12 layers) with AttnScale in every layer (anti-oversmoothing §3.1, docs/methods.md §6):
 # Â = A_LP + (1 + ω) A_HP per layer and head, ω initialised to 0. DeiT recipe of mmpretrain
 # (300 epochs, AdamW, batch 1024, Mixup/CutMix, RandAugment); paper, Table 1: 80.7 top-1.
+# Anti-oversmoothing paper: Wang et al., "Anti-Oversmoothing in Deep Vision Transformers via
+# the Fourier Domain Analysis: From Theory to Practice", ICLR 2022.
 _base_ = ['mmpretrain::deit/deit-small_4xb256_in1k.py']
 
 # the folder with train/ and val/ (and meta/ when annotation lists are used)

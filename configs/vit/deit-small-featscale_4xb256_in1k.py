@@ -1,4 +1,4 @@
-# DeiT-S (12 layers) with FeatScale in every layer (anti-oversmoothing §3.2, METHODS.md §7):
+# DeiT-S (12 layers) with FeatScale in every layer (anti-oversmoothing §3.2, docs/methods.md §7):
 # X <- X_DC (1 + s) + X_HC (1 + t) on the MSA output, s, t initialised to 0. DeiT recipe of
 # mmpretrain (300 epochs, AdamW, batch 1024); paper, Table 1: 80.9 top-1.
 _base_ = ['mmpretrain::deit/deit-small_4xb256_in1k.py']

@@ -1,4 +1,4 @@
-# Swin-S with AttnScale in every block (METHODS.md §6): window attention with relative position
+# Swin-S with AttnScale in every block (docs/methods.md §6): window attention with relative position
 # bias and shift masks, Â = A_LP + (1 + ω) A_HP with A_LP the mean over the window's tokens.
 # Swin recipe of mmpretrain (300 epochs, AdamW, batch 1024, drop path 0.3; 1-D parameters,
 # ω included, get no weight decay); paper, Table 1: 83.4 top-1.

@@ -1,4 +1,4 @@
-# Swin-S with FeatScale in every block (METHODS.md §7): DC = mean over the whole feature map of
+# Swin-S with FeatScale in every block (docs/methods.md §7): DC = mean over the whole feature map of
 # the merged window-attention output, as the public Swin code. Swin recipe of mmpretrain
 # (300 epochs, AdamW, batch 1024, drop path 0.3; 1-D parameters, s and t included, get no
 # weight decay); paper, Table 1: 83.5 top-1.

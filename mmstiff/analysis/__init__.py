@@ -1,21 +1,23 @@
 """Training diagnostics as pure functions, plus recorders of the trajectory a network follows.
 
-Nothing here depends on MMEngine: tensors in, numbers out (METHODS.md §5 and §8).
+Nothing here depends on MMEngine: tensors in, numbers out (docs/methods.md §5 and §8).
 """
-from .attention import AttentionRecorder, attention_from_qkv, attention_modules
-from .blocks import (block_kind, find_blocks, is_residual_block, register_block_type,
-                     step_sources)
+from .attention import AttentionModule, AttentionRecorder, attention_from_qkv, attention_modules
+from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block,
+                     register_block_type, register_step_gate, register_step_type, step_sources)
 from .frequency import (as_maps, delta_log_amplitude, diagonal_frequencies, high_frequency_ratio,
                         log_amplitude_profile, log_amplitude_spectrum, tokens_to_maps)
+from .layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
                          token_cosine_similarity)
-from .stiffness import (columnwise_pearson_correlation, mean_step_size, neural_stiffness_index,
-                        nsi_step_correlation, pearson_correlation, stiffness_event,
+from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson_correlation,
+                        mean_step_size, neural_stiffness_index, nsi_step_correlation,
+                        pearson_correlation, stiffness_event,
                         stiffness_event_probability, stiffness_norms, stiffness_ratio,
                         tns_per_trajectory, total_neural_stiffness, trajectory_mean,
                         trajectory_statistics)
-from .trajectory import StepRecord, TrajectoryRecorder, record_states, stage_of
+from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
     'AttentionRecorder', 'attention_from_qkv', 'attention_modules', 'block_kind', 'find_blocks',
@@ -28,4 +30,9 @@ __all__ = [
     'stiffness_event', 'stiffness_event_probability', 'stiffness_norms', 'stiffness_ratio',
     'tns_per_trajectory', 'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics',
     'StepRecord', 'TrajectoryRecorder', 'record_states', 'stage_of'
+]
+__all__ += [
+    'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',
+    'check_layout', 'infer_layout', 'pool_state', 'StiffnessNorms', 'TrajectoryStatistics',
+    'BlockTaps'
 ]

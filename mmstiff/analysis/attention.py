@@ -1,4 +1,4 @@
-"""Attention maps of transformer layers, for the over-smoothing diagnostics (METHODS.md §8).
+"""Attention maps of transformer layers, for the over-smoothing diagnostics (docs/methods.md §8).
 
 mmpretrain's ``MultiheadAttention`` runs the fused ``scaled_dot_product_attention`` kernel and
 never materialises the attention map ``A = softmax(q kᵀ · scale)``. :class:`AttentionRecorder`
@@ -15,12 +15,13 @@ Swin's window attention (mmpretrain's and mmdet's ``WindowMSA``, inside ``ShiftW
 ``w_msa``) applies an ``nn.Softmax`` module after adding the relative position bias and the
 shift mask: its output *is* the map, ``(B · windows, H, n, n)``, and is read as such.
 """
-import fnmatch
 from collections import OrderedDict
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 
+from mmstiff.utils.checks import check_patterns, matches_any
 from .blocks import find_blocks
 from .trajectory import RecorderBase
 
@@ -47,19 +48,26 @@ def attention_from_qkv(qkv, num_heads, scale=None):
     return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
 
 
+class AttentionModule(NamedTuple):
+    """The attention module of a transformer layer, under the layer's name."""
+    name: str
+    module: nn.Module
+
+
 def attention_modules(model, select=None):
-    """``[(layer name, attention module)]`` of the transformer layers of ``model``."""
+    """:class:`AttentionModule` ``(layer name, attention module)`` records of the transformer
+    layers of ``model`` whose names match the ``fnmatch`` patterns ``select`` (None: all)."""
+    patterns = check_patterns('select', select, what='layer names')
     found = []
-    for name, block, kind in find_blocks(model):
-        if kind != 'transformer':
+    for block in find_blocks(model):
+        if block.kind != 'transformer' or not matches_any(block.name, patterns):
             continue
-        if select is not None and not any(fnmatch.fnmatchcase(name, p) for p in select):
-            continue
-        attn = getattr(block, 'attn', None)
+        attn = getattr(block.module, 'attn', None)
         if not isinstance(attn, nn.Module):
             continue
         window = getattr(attn, 'w_msa', None)  # Swin: the window attention inside the shift
-        found.append((name, window if isinstance(window, nn.Module) else attn))
+        found.append(AttentionModule(block.name, window if isinstance(window, nn.Module)
+                                     else attn))
     return found
 
 
@@ -81,9 +89,6 @@ class AttentionRecorder(RecorderBase):
     """
 
     def __init__(self, model, reduce=None, select=None):
-        if select is not None and (isinstance(select, str) or not hasattr(select, '__iter__')):
-            raise ValueError(f'select={select!r} is not supported; expected None or a sequence '
-                             'of fnmatch patterns of layer names')
         self.modules = attention_modules(model, select)
         if not self.modules:
             raise ValueError(f'{type(model).__name__} has no transformer layer with an `attn` '
@@ -100,8 +105,8 @@ class AttentionRecorder(RecorderBase):
     def start(self):
         if self.active:
             return self
-        for name, attn in self.modules:
-            self._hook(name, attn)
+        for found in self.modules:
+            self._hook(found.name, found.module)
         return self
 
     def stop(self):

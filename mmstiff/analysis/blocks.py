@@ -1,4 +1,4 @@
-"""Which modules of a network are Euler steps, and how to read their states (METHODS.md §0).
+"""Which modules of a network are Euler steps, and how to read their states (docs/methods.md §0).
 
 A *residual block* is a module whose forward computes ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``.
 The trajectory recorder needs, per block, the state before the step ``x_t`` and after it
@@ -20,16 +20,21 @@ The trajectory recorder needs, per block, the state before the step ``x_t`` and 
     step from the layer input to the input of the second pre-norm (``ln2`` / ``norm2``), and
     the MLP step from there to the layer output.
 
-Discovery is by class (:func:`register_block_type`, pre-filled with the upstream classes when
-their packages import) or by any predicate (``is_block=`` of the recorder). Subclasses of a
-registered class are blocks of the same kind (mmstiff's step blocks subclass the upstream ones).
+Discovery is by class or by any predicate (``is_block=`` of the recorder). Each backbone
+module declares its block classes with :func:`register_block_type` (mmstiff's backbones also
+declare the upstream mmpretrain and mmdet blocks they build on); subclasses of a declared class
+are blocks of the same kind (mmstiff's step blocks subclass the upstream ones). This module
+imports no backbone: the declarations import it, and it imports their package only lazily, at
+the first lookup (:data:`DECLARING_PACKAGE`).
 
-A block's *step size* is the output of the :class:`~mmstiff.models.steps.StepAdaptor` inside
-it. mmpretrain's ``SELayer`` is read as a step-size source too: its gate
-``sigmoid(W2 relu(W1 GAP(f)))`` is the step size Δ_t of the SE block (METHODS.md §0, §3;
-stepnet-appendix Appendix D measures NSI against exactly these attention values).
+A block's *step size* is the output of the step-size adaptor inside it (a class declared with
+:func:`register_step_type`). mmpretrain's ``SELayer`` is read as a step-size source too
+(declared with :func:`register_step_gate`): its gate
+``sigmoid(W2 relu(W1 GAP(f)))`` is the step size Δ_t of the SE block (docs/methods.md §0, §3;
+the StepNet paper's Appendix D measures NSI against exactly these attention values).
 """
 import importlib
+from typing import NamedTuple
 
 import torch.nn as nn
 
@@ -38,55 +43,82 @@ BLOCK_KINDS = ('conv', 'preact', 'transformer')
 SHORTCUT_NAMES = ('downsample', 'shortcut')
 #: names of a transformer layer's second pre-norm (the input of the MLP branch), tried in order.
 SECOND_NORM_NAMES = ('ln2', 'norm2')
+#: the package whose modules declare the block and step-size classes (mmstiff's backbones and
+#: adaptors, and the upstream blocks they build on). It imports this module to declare them,
+#: so it is imported here only lazily, once, at the first lookup: a script that imports
+#: nothing but :mod:`mmstiff.analysis` still finds every declared block.
+DECLARING_PACKAGE = 'mmstiff.models'
 
 _BLOCK_TYPES = {}  # class -> kind
+_BLOCK_NAMES = {}  # 'module.QualName' of a class not imported at declaration -> kind
+_STEP_TYPES = []  # classes whose forward output is a step size
+_GATE_TYPES = {}  # class -> name of its submodule whose output is a step size (SE gates)
+_declared = False
 
-_UPSTREAM_BLOCKS = (
-    ('mmpretrain.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
-    ('mmpretrain.models.backbones.vision_transformer', ('TransformerEncoderLayer', ),
-     'transformer'),
-    ('mmpretrain.models.backbones.swin_transformer', ('SwinBlock', ), 'transformer'),
-    ('mmdet.models.backbones.resnet', ('BasicBlock', 'Bottleneck'), 'conv'),
-    ('mmdet.models.backbones.swin', ('SwinBlock', ), 'transformer'),
-    ('mmstiff.models.backbones.preact_resnet', ('PreActBasicBlock', 'PreActBottleneck'),
-     'preact'),
-)
-_upstream_loaded = False
+
+class ResidualBlock(NamedTuple):
+    """A residual block found in a network: its module name, the module and its kind."""
+    name: str
+    module: nn.Module
+    kind: str
+
+
+def _check_module_class(cls):
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        raise ValueError(f'cls={cls!r} is not supported; expected an nn.Module subclass')
+    return cls
 
 
 def register_block_type(cls, kind='conv'):
     """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'``,
-    ``'preact'`` or ``'transformer'``); see the module docstring for what each kind reads."""
-    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
-        raise ValueError(f'cls={cls!r} is not supported; expected an nn.Module subclass')
+    ``'preact'`` or ``'transformer'``); see the module docstring for what each kind reads.
+
+    Backbones declare their block classes (and the upstream ones they build on) when their
+    module is imported; returns ``cls``. ``cls`` may also be given by its full name
+    (``'mmdet.models.backbones.resnet.Bottleneck'``), for a class of an optional package that
+    the declaring module does not import.
+    """
     if kind not in BLOCK_KINDS:
         raise ValueError(f'kind={kind!r} is not supported; expected one of {BLOCK_KINDS}')
-    _BLOCK_TYPES[cls] = kind
+    if isinstance(cls, str) and '.' in cls:
+        _BLOCK_NAMES[cls] = kind
+    else:
+        _BLOCK_TYPES[_check_module_class(cls)] = kind
     return cls
 
 
-def _load_upstream():
-    global _upstream_loaded
-    if _upstream_loaded:
-        return
-    _upstream_loaded = True
-    for module_name, names, kind in _UPSTREAM_BLOCKS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for name in names:
-            cls = getattr(module, name, None)
-            if cls is not None:
-                register_block_type(cls, kind)
+def register_step_type(cls):
+    """Declare ``cls`` (and its subclasses) a step-size source: the output of its forward is
+    the step size Δ_t of the block it sits in (the step-size adaptors). Returns ``cls``."""
+    if _check_module_class(cls) not in _STEP_TYPES:
+        _STEP_TYPES.append(cls)
+    return cls
+
+
+def register_step_gate(cls, gate):
+    """Declare the submodule ``gate`` of every ``cls`` module a step-size source (the sigmoid
+    gate of an SE layer, read with ``read_se_gates``). Returns ``cls``."""
+    _check_module_class(cls)
+    if not isinstance(gate, str) or not gate:
+        raise ValueError(f'gate={gate!r} is not supported; expected the name of a submodule')
+    _GATE_TYPES[cls] = gate
+    return cls
+
+
+def _load_declarations():
+    global _declared
+    if not _declared:
+        _declared = True
+        importlib.import_module(DECLARING_PACKAGE)
 
 
 def block_kind(module):
     """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
-    _load_upstream()
+    _load_declarations()
     for cls in type(module).__mro__:
-        if cls in _BLOCK_TYPES:
-            return _BLOCK_TYPES[cls]
+        kind = _BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(f'{cls.__module__}.{cls.__qualname__}')
+        if kind:
+            return kind
     return None
 
 
@@ -95,32 +127,33 @@ def is_residual_block(module):
     return block_kind(module) is not None
 
 
-def shortcut_of(block):
-    """The projection shortcut submodule of a conv block, or None (identity shortcut)."""
-    for name in SHORTCUT_NAMES:
-        sub = getattr(block, name, None)
+def _first_submodule(module, names):
+    """The first of the attributes ``names`` of ``module`` that is a module, or None."""
+    for name in names:
+        sub = getattr(module, name, None)
         if isinstance(sub, nn.Module):
             return sub
     return None
+
+
+def shortcut_of(block):
+    """The projection shortcut submodule of a conv block, or None (identity shortcut)."""
+    return _first_submodule(block, SHORTCUT_NAMES)
 
 
 def activation_of(block):
     """The activation module applied after the add of a post-activation block, or None."""
-    act = getattr(block, 'relu', None)
-    return act if isinstance(act, nn.Module) else None
+    return _first_submodule(block, ('relu', ))
 
 
 def second_norm_of(layer):
     """The pre-norm of a transformer layer's MLP branch, or None if it has none we know."""
-    for name in SECOND_NORM_NAMES:
-        sub = getattr(layer, name, None)
-        if isinstance(sub, nn.Module):
-            return sub
-    return None
+    return _first_submodule(layer, SECOND_NORM_NAMES)
 
 
 def find_blocks(model, is_block=None):
-    """``[(name, module, kind)]`` of the residual blocks of ``model``, outermost first.
+    """:class:`ResidualBlock` ``(name, module, kind)`` records of the residual blocks of
+    ``model``, outermost first.
 
     Blocks nested inside a found block are not listed again.
 
@@ -141,41 +174,31 @@ def find_blocks(model, is_block=None):
             if kind not in BLOCK_KINDS:
                 raise ValueError(f'is_block returned {kind!r} for {name!r}; expected one of '
                                  f'{BLOCK_KINDS}, True, or a false value')
-            found.append((name, module, kind))
+            found.append(ResidualBlock(name, module, kind))
             inside.append(name)
     return found
 
 
-def _step_source_types():
-    types = []
-    try:
-        from mmstiff.models.steps.base import StepAdaptor
-        types.append(StepAdaptor)
-    except ImportError:  # pragma: no cover - the package always ships it
-        pass
-    return tuple(types)
-
-
 def _se_gate_modules(block):
-    """The gate submodules (output = Δ) of mmpretrain ``SELayer`` modules inside ``block``."""
-    try:
-        from mmpretrain.models.utils import SELayer
-    except ImportError:
-        return []
+    """The gate submodules (output = Δ) of the SE layers (declared gates) inside ``block``."""
     gates = []
     for module in block.modules():
-        if isinstance(module, SELayer) and isinstance(getattr(module, 'conv2', None), nn.Module):
-            gates.append(module.conv2)
+        for cls, name in _GATE_TYPES.items():
+            gate = getattr(module, name, None) if isinstance(module, cls) else None
+            if isinstance(gate, nn.Module):
+                gates.append(gate)
+                break
     return gates
 
 
 def step_sources(block, read_se_gates=True):
     """Submodules of ``block`` whose forward output is a step size Δ_t, in registration order.
 
-    These are the :class:`StepAdaptor` modules, plus (with ``read_se_gates``) the sigmoid gate
-    of each mmpretrain ``SELayer``.
+    These are the step-size adaptors (outermost ones), plus (with ``read_se_gates``) the sigmoid
+    gate of each SE layer (mmpretrain's ``SELayer``).
     """
-    adaptor_types = _step_source_types()
+    _load_declarations()
+    adaptor_types = tuple(_STEP_TYPES)
     sources, names = [], []
     for name, module in block.named_modules():
         if adaptor_types and isinstance(module, adaptor_types) and not any(

@@ -1,11 +1,12 @@
-"""Frequency diagnostics of feature maps and token matrices (METHODS.md §8).
+"""Frequency diagnostics of feature maps and token matrices (docs/methods.md §8).
 
 * High-frequency ratio ``||HC[X]||_F / ||X||_F`` with ``HC[X] = X - DC[X]``, the DC component
   being the mean over tokens (anti-oversmoothing §2, Appendix G.3, Fig. 11) or, for CNN maps,
   over spatial positions.
 * Relative log amplitude of the 2-D Fourier transform of a feature map along the diagonal from
   the centre (frequency 0) to the corner (frequency 1.0π), and its value at 1.0π, the
-  "Δ log amplitude" of how-do-vits-work §3, Fig. 2a and Fig. 8.
+  "Δ log amplitude" of *How Do Vision Transformers Work?* (arXiv:2202.06709), §3,
+  Fig. 2a and Fig. 8.
 
 Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` tokens.
 """
@@ -14,34 +15,19 @@ import math
 
 import torch
 
+from .layout import infer_layout, pool_state
+
 LOG_EPS = 1e-6
-
-
-def infer_layout(x):
-    """``'nchw'`` for a 4-D tensor, ``'nlc'`` for a 3-D one."""
-    if not torch.is_tensor(x):
-        raise ValueError(f'x must be a torch.Tensor, got {type(x).__name__}')
-    if x.dim() == 4:
-        return 'nchw'
-    if x.dim() == 3:
-        return 'nlc'
-    raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) feature maps or '
-                     '(B, N, C) tokens')
 
 
 def dc_component(x, layout=None):
     """``DC[X]``: the mean over tokens (``'nlc'``) or spatial positions (``'nchw'``), kept
-    broadcastable against ``x``."""
-    layout = layout or infer_layout(x)
-    if layout == 'nchw':
-        return x.mean(dim=(2, 3), keepdim=True)
-    if layout == 'nlc':
-        return x.mean(dim=1, keepdim=True)
-    raise ValueError(f"layout={layout!r} is not supported; expected 'nchw' or 'nlc'")
+    broadcastable against ``x``; the layout is inferred from ``x.dim()`` when None."""
+    return pool_state(x, layout or infer_layout(x))
 
 
 def high_frequency_ratio(x, layout=None):
-    """Per-sample ``||HC[X]||_F / ||X||_F`` (METHODS.md §8; anti-oversmoothing Appendix G.3).
+    """Per-sample ``||HC[X]||_F / ||X||_F`` (docs/methods.md §8; anti-oversmoothing Appendix G.3).
 
     Args:
         x (Tensor): ``(B, C, H, W)`` feature maps or ``(B, N, C)`` tokens (all tokens, the class
@@ -85,7 +71,7 @@ def tokens_to_maps(x, num_extra_tokens=0, grid=None):
 def log_amplitude_spectrum(maps):
     """``mean_{batch, channels} fftshift(log(|fft2(maps)| + 1e-6))``, an ``(H, W)`` tensor.
 
-    The reference code of how-do-vits-work (Fig. 2a, 8) computes exactly this before taking
+    The How-do-ViTs paper's reference code (Fig. 2a, 8) computes exactly this before taking
     the diagonal.
     """
     if maps.dim() != 4:
@@ -123,7 +109,7 @@ def diagonal_log_amplitude(maps):
 
 
 def log_amplitude_profile(maps):
-    """Relative log amplitude along the diagonal from frequency 0 to 1.0π (METHODS.md §8).
+    """Relative log amplitude along the diagonal from frequency 0 to 1.0π (docs/methods.md §8).
 
     Takes the diagonal of :func:`log_amplitude_spectrum` from the centre towards the
     top-left corner and subtracts its value at the centre (the DC term). After ``fftshift``
@@ -157,7 +143,7 @@ def delta_log_amplitude(maps):
     """Δ log amplitude at 1.0π: the last element of :func:`log_amplitude_profile`.
 
     Negative when high frequencies are weaker than the DC term; a layer that lowers it acts as a
-    low-pass filter (how-do-vits-work Fig. 8: MSAs lower it, MLPs and Convs raise it).
+    low-pass filter (How-do-ViTs paper, Fig. 8: MSAs lower it, MLPs and Convs raise it).
 
     Only the two ends of the diagonal are needed, ``F(0, 0)`` (the sum of each map) and
     ``F(k, k)`` with ``k = size // 2``, so both come from one product of the flattened maps

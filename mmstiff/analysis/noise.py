@@ -1,4 +1,5 @@
-"""Frequency-band noise (METHODS.md §8; how-do-vits-work §3, Fig. 2b).
+"""Frequency-band noise (docs/methods.md §8; *How Do Vision Transformers Work?*,
+arXiv:2202.06709, §3, Fig. 2b).
 
     x_noise = x + Re(F^{-1}(M_f ⊙ F(δ))),    δ = ε · sign(N(0, 1)),
 

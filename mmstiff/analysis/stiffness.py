@@ -1,6 +1,6 @@
-"""Neural stiffness index (NSI) and total neural stiffness (TNS) (METHODS.md §5).
+"""Neural stiffness index (NSI) and total neural stiffness (TNS) (docs/methods.md §5).
 
-stepnet-appendix.txt, Appendix B, Lemma 1: a residual network with blocks
+StepNet paper (arXiv:2308.09939), Appendix B, Lemma 1: a residual network with blocks
 ``x_{t+1} = x_t + Δ_t ⊙ f(x_t; θ_t)`` has, per block ``t`` and per sample,
 
     ζ_NSI(x_t) = || (x_{t+1} - x_t) / Δ_t ||_2 / || x_t ||_2,
@@ -20,9 +20,34 @@ closed form ``TNS = E_x[(ζ*/μ - 1) · ζ*]`` implemented by :func:`total_neura
 All functions take tensors and return tensors (per sample) or Python floats (over the data).
 """
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
+
+
+class StiffnessNorms(NamedTuple):
+    """The two per-sample norms of the NSI, ``ζ = slope / state`` (:func:`stiffness_norms`).
+
+    Attributes:
+        slope (Tensor): ``(B,)`` ``||(x_{t+1} - x_t) / Δ_t||``.
+        state (Tensor): ``(B,)`` ``||x_t||``.
+    """
+    slope: torch.Tensor
+    state: torch.Tensor
+
+
+class TrajectoryStatistics(NamedTuple):
+    """The per-trajectory numbers of :func:`trajectory_statistics`, float64 on the CPU.
+
+    Attributes:
+        mu (Tensor): μ = mean_t ζ_t.
+        ratio (Tensor): the max/mean ratio ζ*/μ.
+        area (Tensor): the TNS area ``(ζ*/μ - 1) · ζ*``.
+    """
+    mu: torch.Tensor
+    ratio: torch.Tensor
+    area: torch.Tensor
 
 
 def _check_tensor(name, value, min_dim=1):
@@ -42,7 +67,7 @@ def _broadcasts_to(shape, target):
 
 
 def neural_stiffness_index(x_t, x_next, step=None):
-    """Per-sample NSI of one Euler step, ζ_NSI(x_t) (Appendix B, Lemma 1; METHODS.md §5).
+    """Per-sample NSI of one Euler step, ζ_NSI(x_t) (Appendix B, Lemma 1; docs/methods.md §5).
 
     Args:
         x_t (Tensor): the state before the step, ``(B, ...)`` (for a block that downsamples,
@@ -58,8 +83,8 @@ def neural_stiffness_index(x_t, x_next, step=None):
         that did not move (0 / 0) carry no slope information and count as 0; a zero state
         gives ``inf``; callers decide how to skip non-finite values.
     """
-    slope, state = stiffness_norms(x_t, x_next, step)
-    return slope / state
+    norms = stiffness_norms(x_t, x_next, step)
+    return norms.slope / norms.state
 
 
 def stiffness_norms(x_t, x_next, step=None):
@@ -70,7 +95,7 @@ def stiffness_norms(x_t, x_next, step=None):
     :func:`neural_stiffness_index`.
 
     Returns:
-        tuple[Tensor, Tensor]: two ``(B,)`` float tensors.
+        StiffnessNorms: ``(slope, state)``, two ``(B,)`` float tensors.
     """
     _check_tensor('x_t', x_t)
     _check_tensor('x_next', x_next)
@@ -100,7 +125,7 @@ def stiffness_norms(x_t, x_next, step=None):
     state = torch.linalg.vector_norm(x_t, dim=features)
     diff = torch.sub(_as_float(x_next), x_t)  # the one full-size temporary
     if step is None:
-        return torch.linalg.vector_norm(diff, dim=features), state
+        return StiffnessNorms(torch.linalg.vector_norm(diff, dim=features), state)
     # ||diff / Δ||: Δ is constant along the axes where it has size 1 (a per-channel Δ over
     # the spatial axes), so take the norm along those first and divide the (small) result
     step = step.reshape((1, ) * (diff.dim() - step.dim()) + tuple(step.shape))
@@ -109,7 +134,7 @@ def stiffness_norms(x_t, x_next, step=None):
     part = part / step
     # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
     part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    return torch.linalg.vector_norm(part.flatten(1), dim=1), state
+    return StiffnessNorms(torch.linalg.vector_norm(part.flatten(1), dim=1), state)
 
 
 def _as_float(x):
@@ -164,7 +189,7 @@ def trajectory_statistics(zeta, groups=None):
             steps of trajectory ``g`` (each row non-empty). None: one trajectory of all steps.
 
     Returns:
-        tuple[Tensor, Tensor, Tensor]: ``(mu, ratio, area)``, float64 on the CPU, each
+        TrajectoryStatistics: ``(mu, ratio, area)``, float64 on the CPU, each
         ``(num_samples,)``, or ``(num_samples, num_groups)`` with ``groups``.
 
     The matrix is small (samples × steps) and this runs at every recorded training iteration
@@ -190,8 +215,8 @@ def trajectory_statistics(zeta, groups=None):
         ratio = np.where(mean == 0, 1.0, peak / np.maximum(mean, np.finfo(mean.dtype).tiny))
         ratio = np.where(np.isnan(mean), mean, ratio)
         area = (ratio - 1.0) * peak
-    return tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
-                 for a in (mean, ratio, area))
+    return TrajectoryStatistics(*(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
+                                  for a in (mean, ratio, area)))
 
 
 def stiffness_ratio(zeta):
@@ -200,7 +225,7 @@ def stiffness_ratio(zeta):
     1 for a trajectory whose blocks are all equally stiff; large when one block dominates.
     A trajectory with μ = 0 has ratio 1 by convention (no block is stiffer than another).
     """
-    return trajectory_statistics(zeta)[1]
+    return trajectory_statistics(zeta).ratio
 
 
 def stiffness_event(zeta, m1, m2):
@@ -224,14 +249,14 @@ def stiffness_event_probability(zeta, m1, m2):
 def tns_per_trajectory(zeta):
     """Area of the threshold set with a stiffness event, ``(ζ*/μ - 1) · ζ*`` per trajectory.
 
-    Its mean over the data is TNS (METHODS.md §5, closed form). A trajectory with ζ* = 0 has
+    Its mean over the data is TNS (docs/methods.md §5, closed form). A trajectory with ζ* = 0 has
     area 0.
     """
-    return trajectory_statistics(zeta)[2]
+    return trajectory_statistics(zeta).area
 
 
 def total_neural_stiffness(zeta):
-    """TNS = ∬ δ(M) dM = E_x[(ζ*/μ - 1) · ζ*] (Appendix B, Theorem 1; METHODS.md §5).
+    """TNS = ∬ δ(M) dM = E_x[(ζ*/μ - 1) · ζ*] (Appendix B, Theorem 1; docs/methods.md §5).
 
     Args:
         zeta (Tensor): ``(num_samples, num_steps)`` NSI of every block of the trajectory (a

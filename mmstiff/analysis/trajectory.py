@@ -20,12 +20,13 @@ Example:
     ...     backbone(images)
     >>> recorder.outputs['layer1.0'][0]  # (B,) NSI of block layer1.0 on this batch
 """
-import fnmatch
 from collections import OrderedDict
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 import torch
+import torch.nn as nn
 
+from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
 
 LEVELS = ('block', 'branch', 'both')
@@ -52,6 +53,24 @@ class StepRecord(NamedTuple):
     x_t: torch.Tensor
     x_next: torch.Tensor
     step: Optional[Union[torch.Tensor, float]]
+
+
+class BlockTaps(NamedTuple):
+    """The submodules of one block whose hooks read its states and step sizes.
+
+    Attributes:
+        shortcut (nn.Module | None): the projection shortcut of a conv block (its output is
+            ``x_t``), None for an identity shortcut or a transformer layer.
+        activation (nn.Module | None): the activation after the add of a post-activation
+            block, through which the projected ``x_t`` is taken.
+        second_norm (nn.Module | None): the pre-norm of a transformer layer's MLP branch (its
+            input is the state between the MSA and the MLP step).
+        step_sources (list[nn.Module]): the modules whose output is a step size.
+    """
+    shortcut: Optional[nn.Module]
+    activation: Optional[nn.Module]
+    second_norm: Optional[nn.Module]
+    step_sources: Sequence[nn.Module]
 
 
 def keep_record(record):
@@ -147,11 +166,7 @@ class TrajectoryRecorder(RecorderBase):
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
                  read_se_gates=True, num_samples=None):
-        if num_samples is not None and (isinstance(num_samples, bool) or
-                                        not isinstance(num_samples, int) or num_samples < 1):
-            raise ValueError(f'num_samples={num_samples!r} is not supported; expected None or '
-                             'a positive int')
-        self.num_samples = num_samples
+        self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if level not in LEVELS:
             raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
         if reduce is not None and not callable(reduce):
@@ -161,19 +176,18 @@ class TrajectoryRecorder(RecorderBase):
         self.reduce = reduce or keep_record
         self.level = level
         self.read_se_gates = read_se_gates
+        selected = select if callable(select) else _pattern_predicate(select)
         blocks = find_blocks(model, is_block)
         if not blocks:
             raise ValueError(f'{type(model).__name__} has no residual block the recorder knows; '
                              'register its block class with mmstiff.analysis.register_block_type '
                              'or pass is_block=')
-        self.blocks = [(name, module, kind) for name, module, kind in blocks
-                       if _selected(select, name)]
+        self.blocks = [block for block in blocks if selected(block.name)]
         if not self.blocks:
             raise ValueError(f'select={select!r} matches none of the blocks '
-                             f'{[name for name, _, _ in blocks]}')
+                             f'{[block.name for block in blocks]}')
         # the submodules each block's hooks go on, looked up once (start() runs per iteration)
-        self._targets = [(name, block, kind, self._hook_targets(block, kind))
-                         for name, block, kind in self.blocks]
+        self._taps = [self._block_taps(block.module, block.kind) for block in self.blocks]
         self.outputs = OrderedDict()
         self._handles = []
         self._frames = {}
@@ -188,19 +202,19 @@ class TrajectoryRecorder(RecorderBase):
     def record_names(self):
         """Names of the records one forward pass produces, in trajectory order."""
         names = []
-        for name, _, kind in self.blocks:
-            if kind == 'transformer' and self.level in ('branch', 'both'):
-                names.extend(f'{name}.{branch}' for branch in BRANCH_NAMES)
-            if kind != 'transformer' or self.level in ('block', 'both'):
-                names.append(name)
+        for block in self.blocks:
+            if block.kind == 'transformer' and self.level in ('branch', 'both'):
+                names.extend(f'{block.name}.{branch}' for branch in BRANCH_NAMES)
+            if block.kind != 'transformer' or self.level in ('block', 'both'):
+                names.append(block.name)
         return names
 
     def start(self):
         """Register the hooks (idempotent)."""
         if self.active:
             return self
-        for name, block, kind, targets in self._targets:
-            self._hook_block(name, block, kind, targets)
+        for block, taps in zip(self.blocks, self._taps):
+            self._hook_block(block.name, block.module, block.kind, taps)
         return self
 
     def stop(self):
@@ -212,27 +226,27 @@ class TrajectoryRecorder(RecorderBase):
         return self
 
     # ------------------------------------------------------------------ hooks
-    def _hook_targets(self, block, kind):
-        """``(shortcut, activation, second norm, step sources)`` of one block."""
+    def _block_taps(self, block, kind):
+        """The :class:`BlockTaps` of one block."""
         shortcut = act = norm = None
         if kind in ('conv', 'preact'):
             shortcut = shortcut_of(block)
             act = activation_of(block) if kind == 'conv' else None
         else:
             norm = second_norm_of(block)
-        return shortcut, act, norm, step_sources(block, self.read_se_gates)
+        return BlockTaps(shortcut, act, norm, step_sources(block, self.read_se_gates))
 
-    def _hook_block(self, name, block, kind, targets):
+    def _hook_block(self, name, block, kind, taps):
         frames = self._frames
         add = self._handles.append
-        shortcut, act, norm, sources = targets
+        shortcut, act, norm = taps.shortcut, taps.activation, taps.second_norm
         n = self.num_samples
 
         def cut(x):
             x = x.detach()
             return x if n is None else x[:n]
 
-        if shortcut is None and norm is None and not sources:
+        if shortcut is None and norm is None and not taps.step_sources:
             # a plain block: its forward hook sees the input too, no per-call scratch space
             # (and one module hook fewer for the forward pass to dispatch)
 
@@ -281,7 +295,7 @@ class TrajectoryRecorder(RecorderBase):
 
             add(norm.register_forward_pre_hook(on_mid))
 
-        for source in sources:
+        for source in taps.step_sources:
 
             def on_step(module, args, output):
                 frame = frames.get(name)
@@ -322,19 +336,10 @@ class TrajectoryRecorder(RecorderBase):
             outputs.append(value)
 
 
-def _selected(select, name):
-    if select is None:
-        return True
-    if callable(select):
-        return bool(select(name))
-    if isinstance(select, str):
-        select = [select]
-    try:
-        patterns = list(select)
-    except TypeError:
-        raise ValueError(f'select={select!r} is not supported; expected None, a sequence of '
-                         'fnmatch patterns of block names, or a callable name -> bool') from None
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+def _pattern_predicate(select):
+    """``name -> bool`` of the ``fnmatch`` patterns ``select`` (None: every name)."""
+    patterns = check_patterns('select', select)
+    return lambda name: matches_any(name, patterns)
 
 
 def stage_of(name):
@@ -357,5 +362,5 @@ def record_states(model, inputs, **kwargs):
     return OrderedDict((name, values[-1]) for name, values in recorder.outputs.items())
 
 
-__all__ = ['StepRecord', 'TrajectoryRecorder', 'keep_record', 'record_states', 'stage_of',
-           'LEVELS', 'BRANCH_NAMES']
+__all__ = ['StepRecord', 'BlockTaps', 'TrajectoryRecorder', 'keep_record', 'record_states',
+           'stage_of', 'LEVELS', 'BRANCH_NAMES']

@@ -1,3 +1,3 @@
-"""Datasets mmstiff adds, and writers of tiny datasets in the real on-disk formats."""
+"""Datasets mmstiff adds, and the format checks of the datasets it reads from disk."""
 from .cifar import CIFAR10, CIFAR100  # noqa: F401
 from .stl10 import STL10  # noqa: F401

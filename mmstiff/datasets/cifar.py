@@ -3,7 +3,7 @@
 mmpretrain's ``CIFAR10`` and ``CIFAR100`` accept only the official files (md5-checked) and
 download when a check fails. ``mmstiff.CIFAR10`` / ``mmstiff.CIFAR100`` take the same
 arguments but check what the loader relies on, so the official files and the tiny ones of
-:func:`mmstiff.datasets.tiny.write_cifar` both load:
+:func:`mmstiff.testing.write_cifar` both load:
 
 * every file of the official layout exists (else ``FileNotFoundError`` naming the missing
   paths and how to get the data; nothing is downloaded unless ``download=True``, in which
@@ -132,7 +132,7 @@ class _FormatChecked:
                 f'{type(self).__name__}: missing {", ".join(missing)}. Download {self.url} '
                 f'and extract it into {self.data_prefix["root"] or "."} (it creates '
                 f'{self.base_folder}/), pass download=True to let mmpretrain download it, or '
-                'write tiny test data with mmstiff.datasets.tiny.write_cifar().')
+                'write tiny test data with mmstiff.testing.write_cifar().')
         if not missing:
             self.check_format()
         return super().load_data_list()

@@ -1,6 +1,6 @@
 """STL-10 for mmpretrain (Coates, Lee & Ng, AISTATS 2011; the StepNet paper's 96×96 benchmark).
 
-Reads the official binary release, ``stl10_binary/`` (see :mod:`mmstiff.datasets.tiny.stl10` for
+Reads the official binary release, ``stl10_binary/`` (see :mod:`mmstiff.testing.stl10` for
 the byte layout): 5,000 labelled training images, 8,000 test images, 100,000 unlabelled images,
 96 × 96 RGB, ten classes. Every split loads into memory as HWC uint8 arrays, like mmpretrain's
 ``CIFAR10``, so the pipelines need no ``LoadImageFromFile``. The dataset is never downloaded;
@@ -70,7 +70,7 @@ class STL10(BaseDataset):
         **kwargs: other arguments of mmpretrain's ``BaseDataset`` (``pipeline``, ``indices``…).
 
     Example:
-        >>> from mmstiff.datasets.tiny.stl10 import write_stl10
+        >>> from mmstiff.testing.stl10 import write_stl10
         >>> ds = STL10(data_root=write_stl10('/tmp/stl'), split='test')
         >>> ds[0]['img'].shape, len(ds.CLASSES)
         ((96, 96, 3), 10)

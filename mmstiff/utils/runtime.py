@@ -1,7 +1,11 @@
 """What ``tools/train.py`` and ``tools/test.py`` do to a config before the Runner sees it.
 
-The command-line behaviour follows mmpretrain's and mmdet's own tools. On top of it, this
-module works around the known breakages of the pinned stack (see the README):
+The tools parse their own command lines (as mmpretrain's and mmdet's tools do) and hand the
+parsed arguments here; every function takes them as plain attributes (``args.work_dir``,
+``args.cfg_options`` as a dict, ...) and raises :class:`ConfigError` for a value it cannot run
+with, which the tools print as ``error: ...``. The config handling follows mmpretrain's and
+mmdet's own tools. On top of it, this module works around the known breakages of the pinned
+stack (see the README):
 
 * torch >= 2.6 loads checkpoints with ``weights_only=True``; MMEngine 0.10.7 checkpoints hold
   non-tensor objects (``HistoryBuffer``, numpy scalars), so ``--resume``, ``load_from`` and
@@ -15,11 +19,10 @@ module works around the known breakages of the pinned stack (see the README):
 """
 import os
 import os.path as osp
-import sys
 from copy import deepcopy
 
 import torch
-from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.config import Config, ConfigDict
 
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
@@ -221,24 +224,11 @@ def prepare_runner_cfg(cfg, args, mode):
     return cfg
 
 
-def add_common_args(parser):
-    """The flags ``tools/train.py`` and ``tools/test.py`` share (as upstream's tools do)."""
-    parser.add_argument('--no-pin-memory', action='store_true',
-                        help='do not pin memory in the dataloaders')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value pairs such as '
-        'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    return parser
-
-
 def build_runner(args, mode):
     """Load ``args.config``, apply the tool's flags and checks, and build the Runner.
 
-    Bad input ends the process with ``error: ...`` naming the value, before any work starts.
+    Raises:
+        ConfigError: for bad input, naming the value, before any work starts.
     """
     import mmstiff  # noqa: F401  (registers mmstiff's modules)
     from mmengine.registry import RUNNERS
@@ -246,11 +236,8 @@ def build_runner(args, mode):
 
     os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
     trust_checkpoints()
-    try:
-        cfg = load_config(args.config)
-        prepare_runner_cfg(cfg, args, mode)
-    except ConfigError as err:
-        sys.exit(f'error: {err}')
+    cfg = load_config(args.config)
+    prepare_runner_cfg(cfg, args, mode)
     return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
 
 

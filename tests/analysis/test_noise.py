@@ -1,4 +1,4 @@
-"""Frequency-band masks and noise (how-do-vits-work Fig. 2b) against hand-counted bins."""
+"""Frequency-band masks and noise (How-do-ViTs paper, Fig. 2b) against hand-counted bins."""
 import pytest
 import torch
 

@@ -163,6 +163,7 @@ def test_attention_recorder_rebuilds_softmax_maps():
     assert _hook_count(vit) == 0
 
 
+@pytest.mark.det
 def test_mmdet_resnet_blocks():
     from mmdet.models.backbones import ResNet as DetResNet
     torch.manual_seed(0)
@@ -358,6 +359,7 @@ def test_swin_blocks_are_two_euler_steps_with_window_attention_maps():
     assert _hook_count(swin) == 0
 
 
+@pytest.mark.det
 def test_step_swin_attnscale_maps_and_mmdet_swin_blocks():
     from mmdet.models.backbones import SwinTransformer as DetSwin
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmstiff.datasets.cifar import CIFAR10, CIFAR100
-from mmstiff.datasets.tiny import write_cifar
+from mmstiff.testing import write_cifar
 
 
 @pytest.fixture(scope='module')
@@ -73,6 +73,7 @@ def test_upstream_md5_check_rejects_what_mmstiff_accepts(c10_root):
         UpstreamCIFAR10(data_root=c10_root, split='train', download=False)
 
 
+@pytest.mark.det
 def test_built_from_mmpretrain_and_mmdet_scopes(c10_root):
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import DATASETS as MMPRE_DATASETS

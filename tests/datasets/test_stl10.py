@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mmstiff.datasets.stl10 import STL10
-from mmstiff.datasets.tiny.stl10 import write_stl10, write_stl10_split
+from mmstiff.testing.stl10 import write_stl10, write_stl10_split
 
 OFFICIAL_NAMES = ['airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship',
                   'truck']

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmstiff.datasets.tiny import (COCO_CATEGORIES, write_cifar, write_coco, write_imagenet,
-                                   write_mnist)
-from mmstiff.datasets.tiny.shapes import (SHAPE_KINDS, class_colour, class_grey, mask_bbox,
-                                          polygon, polygon_mask)
+from mmstiff.testing import (COCO_CATEGORIES, write_cifar, write_coco, write_imagenet,
+                             write_mnist)
+from mmstiff.testing.shapes import (SHAPE_KINDS, class_colour, class_grey, mask_bbox, polygon,
+                                    polygon_mask)
 
 
 def unpickle_bytes(path):
@@ -273,6 +273,7 @@ def coco_root(tmp_path_factory):
                       size=(120, 90), seed=7)
 
 
+@pytest.mark.det
 def test_coco_categories_match_mmdet():
     from mmdet.datasets import CocoDataset
     assert [name for _, name, _ in COCO_CATEGORIES] == list(CocoDataset.METAINFO['classes'])
@@ -281,6 +282,7 @@ def test_coco_categories_match_mmdet():
     assert set(range(1, 91)) - set(ids) == {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
 
 
+@pytest.mark.det
 def test_coco_json_read_by_pycocotools(coco_root):
     from pycocotools.coco import COCO
     coco = COCO(osp.join(coco_root, 'annotations', 'instances_val2017.json'))
@@ -326,6 +328,7 @@ def test_coco_boxes_are_tight_around_drawn_objects(coco_root):
             assert ann['area'] == pytest.approx(inside.sum(), rel=0.15)
 
 
+@pytest.mark.det
 def test_coco_read_by_mmdet(coco_root):
     from mmdet.datasets import CocoDataset
     with open(osp.join(coco_root, 'annotations', 'instances_train2017.json')) as f:

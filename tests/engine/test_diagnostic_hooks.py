@@ -10,7 +10,8 @@ from mmengine.runner import Runner
 
 from mmstiff.analysis import high_frequency_ratio, neural_stiffness_index, total_neural_stiffness
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
-from mmstiff.engine.hooks.diagnostic_hook import HISTORY_LENGTH
+from mmstiff.engine.hooks.diagnostic_hook import HISTORY_LENGTH, TRAJECTORY
+from mmstiff.engine.hooks.stiffness_hook import StepStiffness
 from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_dataset, toy_loader
 
 BATCH = 4
@@ -48,6 +49,11 @@ def _scalar_lines(runner, prefix):
 
 def _hook_count(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _outputs(recorders):
+    """A recorded iteration's outputs as a hook keeps them: ``{role: recorder outputs}``."""
+    return {role: recorder.outputs for role, recorder in recorders.items()}
 
 
 def _record_once(model, images, recorders):
@@ -154,12 +160,12 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
     hook = StiffnessHook(interval=1)
     recorders = hook.build_recorders(backbone)
     kept = TrajectoryRecorder(backbone)  # the records themselves, for an independent summary
-    _record_once(backbone, images, recorders + [kept])
-    scalars = hook.summarise([r.outputs for r in recorders])
+    _record_once(backbone, images, list(recorders.values()) + [kept])
+    scalars = hook.summarise(_outputs(recorders))
     subset = StiffnessHook(interval=1, num_samples=2)
     sub_recorders = subset.build_recorders(backbone)
-    _record_once(backbone, images, sub_recorders)
-    sub_scalars = subset.summarise([r.outputs for r in sub_recorders])
+    _record_once(backbone, images, sub_recorders.values())
+    sub_scalars = subset.summarise(_outputs(sub_recorders))
     correlations = 0
     for name, calls in kept.outputs.items():
         record = calls[0]
@@ -232,8 +238,8 @@ def test_stiffness_rows_summarised_together_equal_one_at_a_time():
     for seed in range(3):
         recorders = hook.build_recorders(backbone)
         _record_once(backbone, torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(
-            seed)), recorders)
-        rows.append([r.outputs for r in recorders])
+            seed)), recorders.values())
+        rows.append(_outputs(recorders))
     together = hook.summarise_rows(rows)
     assert len(together) == 3 and together[0] != together[1]
     for joint, outputs in zip(together, rows):
@@ -245,16 +251,17 @@ def test_stiffness_rows_summarised_together_equal_one_at_a_time():
 def test_stiffness_summary_of_blocks_seen_a_different_number_of_times():
     # block 'b' ran twice in the iteration (two calls): its samples are pooled, and with
     # steps of unequal sample counts there is no common trajectory (no μ / ratio / TNS)
-    one = (torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), None, False)
-    two = (torch.tensor([2.0, 2.0]), torch.tensor([1.0, 4.0]), None, False)
+    one = StepStiffness(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), None, False)
+    two = StepStiffness(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 4.0]), None, False)
     outputs = OrderedDict([('s.a', [one]), ('s.b', [one, two])])
     expected = {'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
                 'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)}
-    assert StiffnessHook().summarise([outputs]) == expected
+    assert StiffnessHook().summarise({TRAJECTORY: outputs}) == expected
     # in a batch of rows, next to an iteration that has a trajectory (ζ = (0.5, 1.5) at s.a
     # and (2.0, 0.5) at s.b: μ per sample 1.25 and 1.0, ζ* 2.0 and 1.5)
     whole = OrderedDict([('s.a', [one]), ('s.b', [two])])
-    rows = StiffnessHook().summarise_rows([[whole], [outputs], [whole]])
+    rows = StiffnessHook().summarise_rows([{TRAJECTORY: whole}, {TRAJECTORY: outputs},
+                                           {TRAJECTORY: whole}])
     assert rows[1] == expected
     assert rows[0] == rows[2]
     assert rows[0]['nsi/s.b'] == pytest.approx(1.25)
@@ -349,11 +356,12 @@ def test_hooks_on_swin_blocks_and_window_attention():
     swin.eval()
     images = torch.randn(3, 3, 32, 32)
     freq, stiff = FrequencyHook(interval=1, num_samples=2), StiffnessHook(interval=1)
-    recorders = freq.build_recorders(swin) + stiff.build_recorders(swin)
+    f_recorders, s_recorders = freq.build_recorders(swin), stiff.build_recorders(swin)
+    assert list(f_recorders) == ['trajectory', 'attention'] and list(s_recorders) == [TRAJECTORY]
     kept = TrajectoryRecorder(swin, level='branch')
-    _record_once(swin, images, recorders + [kept])
-    f_scalars = freq.summarise([r.outputs for r in recorders[:-1]])
-    s_scalars = stiff.summarise([recorders[-1].outputs])
+    _record_once(swin, images, [*f_recorders.values(), *s_recorders.values(), kept])
+    f_scalars = freq.summarise(_outputs(f_recorders))
+    s_scalars = stiff.summarise(_outputs(s_recorders))
     blocks = [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
     assert {f'nsi/{b}.{branch}' for b in blocks for branch in ('msa', 'mlp')} <= set(s_scalars)
     assert {'mu/stages.0.blocks', 'mu/stages.1.blocks', 'tns/network'} <= set(s_scalars)

@@ -1,4 +1,4 @@
-"""AttnScale (METHODS.md §6): closed form against the explicit A_LP + (1 + ω) A_HP."""
+"""AttnScale (docs/methods.md §6): closed form against the explicit A_LP + (1 + ω) A_HP."""
 import pytest
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-"""Block-circulant linear layer and augmented shortcuts (METHODS.md §9)."""
+"""Block-circulant linear layer and augmented shortcuts (docs/methods.md §9)."""
 import pytest
 import torch
 import torch.nn as nn

@@ -1,6 +1,10 @@
-"""DetStepResNet: mmdet's ResNet contract with step-size adaptors (METHODS.md §1, §4)."""
+"""DetStepResNet: mmdet's ResNet contract with step-size adaptors (docs/methods.md §1, §4)."""
 import pytest
 import torch
+
+pytestmark = pytest.mark.det
+pytest.importorskip('mmdet.models', reason='needs mmdet: pip install "mmstiff[det]"')
+
 from mmdet.models.backbones import ResNet as DetResNet
 from torch.nn.modules.batchnorm import _BatchNorm
 

@@ -1,4 +1,4 @@
-"""FeatScale (METHODS.md §7): X <- X_DC (1 + s) + X_HC (1 + t)."""
+"""FeatScale (docs/methods.md §7): X <- X_DC (1 + s) + X_HC (1 + t)."""
 import pytest
 import torch
 

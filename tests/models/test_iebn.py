@@ -1,4 +1,4 @@
-"""IEBN (METHODS.md §2): its formula on a hand-built case, and its use as a norm layer."""
+"""IEBN (docs/methods.md §2): its formula on a hand-built case, and its use as a norm layer."""
 import math
 
 import torch

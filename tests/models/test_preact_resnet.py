@@ -1,4 +1,4 @@
-"""Pre-activation CIFAR ResNets with step-size adaptors (METHODS.md §0, §1, §4, §11)."""
+"""Pre-activation CIFAR ResNets with step-size adaptors (docs/methods.md §0, §1, §4, §11)."""
 import math
 
 import pytest
@@ -110,7 +110,7 @@ def test_block_equals_explicit_preactivation_formula(cls, ref, in_c, out_c, stri
 
 
 def test_block_with_stepnet_scales_residual_by_sigmoid_minus_one():
-    """x_{t+1} - x_t = sigmoid(-1) f at initialisation (W_IE = 0, b_IE = -1), METHODS.md §1."""
+    """x_{t+1} - x_t = sigmoid(-1) f at initialisation (W_IE = 0, b_IE = -1), docs/methods.md §1."""
     torch.manual_seed(0)
     net = PreActStepResNet(depth=20, block='bottleneck', base_channels=4,
                            adaptor=dict(type='mmstiff.StepNetAdaptor'))

@@ -1,7 +1,11 @@
-"""StepPlugin: an SE step-size adaptor through mmdet ResNet's own ``plugins`` (METHODS.md §3)."""
+"""StepPlugin: an SE step-size adaptor in mmdet ResNet's own ``plugins`` (docs/methods.md §3)."""
 import pytest
 import torch
 from mmcv.cnn import build_plugin_layer
+
+pytestmark = pytest.mark.det
+pytest.importorskip('mmdet.models', reason='needs mmdet: pip install "mmstiff[det]"')
+
 from mmdet.models.backbones import ResNet as DetResNet
 
 from mmstiff.models.backbones import DetStepResNet

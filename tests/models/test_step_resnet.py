@@ -1,4 +1,4 @@
-"""StepResNet (mmpretrain ResNet with step-size adaptors, METHODS.md §0-§4)."""
+"""StepResNet (mmpretrain ResNet with step-size adaptors, docs/methods.md §0-§4)."""
 import math
 import re
 

@@ -1,4 +1,4 @@
-"""StepResNet_CIFAR: ResNet_CIFAR with step-size adaptors (METHODS.md §0, §1, §4)."""
+"""StepResNet_CIFAR: ResNet_CIFAR with step-size adaptors (docs/methods.md §0, §1, §4)."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Step-size adaptors (METHODS.md §1, §3) and their placement (§4)."""
+"""Step-size adaptors (docs/methods.md §1, §3) and their placement (§4)."""
 import math
 
 import pytest
@@ -8,7 +8,6 @@ from mmpretrain.models.utils import SELayer
 from mmstiff.models.layers import IEBN
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, adaptor_placement, apply_step,
                                   grouped_pointwise, interleave_states, pool_state)
-from mmstiff.models.steps.stepnet import pooled_channels
 from mmstiff.registry import MODELS
 
 SIGMOID_MINUS_ONE = 1.0 / (1.0 + math.exp(1.0))
@@ -49,11 +48,15 @@ def test_interleave_pairs_each_channel():
 
 
 @pytest.mark.parametrize('layout, shape', [('nchw', (2, 3, 4, 5)), ('nlc', (2, 7, 3))])
-def test_pooled_channels_is_the_mean_and_backpropagates_it(layout, shape):
+def test_pool_state_is_the_mean_and_backpropagates_it(layout, shape):
     x = torch.randn(*shape, requires_grad=True)
     weights = torch.randn(2, 3)
-    pooled = pooled_channels(x, layout)
-    torch.testing.assert_close(pooled, pool_state(x, layout).flatten(1))
+    pooled = pool_state(x, layout, keepdim=False)
+    dims = (2, 3) if layout == 'nchw' else (1, )
+    torch.testing.assert_close(pooled, x.mean(dim=dims))
+    torch.testing.assert_close(pool_state(x, layout), x.mean(dim=dims, keepdim=True))
+    half = x.detach().half()  # float16: the mean itself, whose intermediate cannot overflow
+    assert torch.equal(pool_state(half, layout, keepdim=False), half.mean(dim=dims))
     (pooled * weights).sum().backward()
     count = x[0].numel() / 3
     expected = weights.view(2, 3, 1, 1) if layout == 'nchw' else weights.view(2, 1, 3)

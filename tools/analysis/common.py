@@ -5,9 +5,13 @@ Every tool takes ``CONFIG CHECKPOINT [--out-dir DIR] [--cfg-options k=v ...] [--
 ``default_scope`` (mmpretrain or mmdet), loads ``CHECKPOINT`` on the CPU and iterates over the
 first ``N`` batches of the split's dataloader.
 
+The tools run as scripts (``python tools/analysis/tns.py ...``), so this folder is first on
+``sys.path`` and they ``import common`` directly. Configs load through
+:func:`mmstiff.utils.runtime.load_config`, as in ``tools/train.py`` and ``tools/test.py``.
+
 MMEngine 0.10.7 checkpoints hold non-tensor objects, which ``torch.load`` refuses by default
-since torch 2.6; the tools allow full unpickling for their own process. Only load checkpoints
-you trust.
+since torch 2.6; the tools allow full unpickling for their own process
+(:func:`mmstiff.utils.runtime.trust_checkpoints`). Only load checkpoints you trust.
 """
 import argparse
 import json
@@ -15,20 +19,11 @@ import os
 import os.path as osp
 import sys
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+from mmengine.config import DictAction
+
+from mmstiff.utils.runtime import ConfigError, codebase_of, load_config, trust_checkpoints
 
 SPLITS = ('test', 'val', 'train')
-
-
-def trust_checkpoints():
-    try:
-        from mmstiff.utils.runtime import trust_checkpoints as _trust
-    except ImportError:
-        os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
-    else:
-        _trust()
 
 
 def positive_int(text):
@@ -39,7 +34,6 @@ def positive_int(text):
 
 
 def base_parser(description, num_batches=10):
-    from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('config', help='config file the checkpoint was trained with')
     parser.add_argument('checkpoint', help='checkpoint file (only load checkpoints you trust)')
@@ -65,17 +59,16 @@ def out_dir_of(args, tool):
 
 
 def load_cfg(args):
-    from mmengine.config import Config
-    if not osp.isfile(args.config):
-        sys.exit(f'error: config file {args.config!r} does not exist')
-    if not osp.isfile(args.checkpoint):
-        sys.exit(f'error: checkpoint {args.checkpoint!r} does not exist')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    scope = cfg.get('default_scope')
-    if scope not in ('mmpretrain', 'mmdet'):
-        sys.exit(f'error: default_scope={scope!r} in {args.config}; expected mmpretrain or mmdet')
+    """The config of ``args.config`` with ``--cfg-options`` merged; bad input exits naming it."""
+    try:
+        cfg = load_config(args.config)
+        if not osp.isfile(args.checkpoint):
+            raise ConfigError(f'checkpoint {args.checkpoint!r} does not exist')
+        if args.cfg_options:
+            cfg.merge_from_dict(args.cfg_options)
+            codebase_of(cfg)
+    except ConfigError as err:
+        sys.exit(f'error: {err}')
     return cfg
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Accuracy drop of a classifier under frequency-band noise (how-do-vits-work Fig. 2b; §8).
+"""Accuracy drop of a classifier under frequency-band noise (How-do-ViTs paper, Fig. 2b;
+docs/methods.md §8).
 
     python tools/analysis/freq_noise.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
         [--freqs 0 0.1 ... 1.0] [--eps 0.1] [--width 0.1] [--seed 0] [--cfg-options k=v ...]
@@ -12,8 +13,7 @@ top-1 accuracy against the clean images on the same batches. Writes ``freq_noise
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 DEFAULT_FREQS = [round(0.1 * i, 1) for i in range(11)]
 
@@ -74,7 +74,7 @@ def main(argv=None):
     result.update(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   eps=args.eps, width=args.width, seed=args.seed)
 
-    from mmstiff.analysis import plots
+    from mmstiff.visualization import plots
     figure = plots.noise_robustness(
         [b['freq'] for b in result['bands']],
         {f'ε = {args.eps}, band width {args.width}π': [b['drop'] for b in result['bands']]},

@@ -20,8 +20,7 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 #: metric group -> (y-axis label, title)
 GROUPS = {
@@ -106,7 +105,7 @@ def main(argv=None):
                  "custom_hooks=[dict(type='mmstiff.StiffnessHook'), "
                  "dict(type='mmstiff.FrequencyHook')]")
 
-    from mmstiff.analysis import plots
+    from mmstiff.visualization import plots
     files = []
     for group, curves in groups.items():
         ylabel, title = GROUPS.get(group) or REFERENCE[group]

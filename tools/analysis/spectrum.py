@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fourier diagnostics of a trained network's trajectory (METHODS.md §8).
+"""Fourier diagnostics of a trained network's trajectory (docs/methods.md §8).
 
     python tools/analysis/spectrum.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
                                       [--split test] [--cfg-options k=v ...]
@@ -11,16 +11,14 @@ steps of transformer layers separately) writes
   relative log-amplitude profile; for transformers also the token cosine similarity M_feat, and
   per layer the attention-column cosine similarity M_attn and the spectral response ||Λ_i|| of
   the attention maps;
-* ``dlogamp_profiles.png`` (how-do-vits-work Fig. 2a), ``dlogamp_per_block.png`` (Fig. 8, MSA
+* ``dlogamp_profiles.png`` (How-do-ViTs paper, Fig. 2a), ``dlogamp_per_block.png`` (Fig. 8, MSA
   steps shaded), ``hf_ratio_per_block.png`` (anti-oversmoothing Fig. 11), and for transformers
   ``attention_spectra.png`` (Fig. 2, 5) and ``cosine_similarity.png`` (Fig. 4).
 """
 import math
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 INPUT = 'input'
 
@@ -126,7 +124,7 @@ def analyse(model, batches):
 
 
 def plot(out_dir, states, layers):
-    from mmstiff.analysis import plots
+    from mmstiff.visualization import plots
     names = list(states)
     files = [plots.per_block_lines(
         names, {'||HC[X]|| / ||X||': [states[n]['hf_ratio'] or math.nan for n in names]},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Total neural stiffness of a trained network over a dataset split (METHODS.md §5).
+"""Total neural stiffness of a trained network over a dataset split (docs/methods.md §5).
 
     python tools/analysis/tns.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
                                  [--split test] [--cfg-options k=v ...]
@@ -8,17 +8,15 @@ Records every residual step of the backbone on the first N batches and writes
 
 * ``tns.json``: per block the mean / std NSI, mean step size and NSI–step correlation; per stage
   and for the whole network μ, the max/mean ratio ζ*/μ and TNS = E[(ζ*/μ - 1) ζ*];
-* ``nsi_heatmap.png``: NSI, blocks × samples (stepnet-appendix Fig. 3);
+* ``nsi_heatmap.png``: NSI, blocks × samples (StepNet paper, Appendix E, Fig. 3);
 * ``nsi_per_block.png``: mean NSI per block, with the mean step size where blocks report one;
 * ``tns_per_stage.png``: TNS per stage and for the whole network;
 * ``nsi_vs_step.png``: NSI against the mean step size per sample, one colour per block with an
   adaptor (Appendix D), when the network has step-size adaptors.
 """
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 HEATMAP_SAMPLES = 64
 
@@ -74,7 +72,7 @@ def analyse(model, batches):
 
 
 def plot(out_dir, names, nsi, steps, blocks, trajectories):
-    from mmstiff.analysis import plots
+    from mmstiff.visualization import plots
     files = [
         plots.nsi_heatmap(nsi[:HEATMAP_SAMPLES], names, osp.join(out_dir, 'nsi_heatmap.png'),
                           title=f'NSI per block (first {min(len(nsi), HEATMAP_SAMPLES)} samples)'),

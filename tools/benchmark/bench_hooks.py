@@ -141,7 +141,7 @@ class HookTimer:
         for hook in hooks:
             self.wrap(hook, 'before_train_iter')
             self.wrap(hook, 'after_train_iter')
-            for recorder in hook.recorders:
+            for recorder in hook.recorders.values():
                 self.wrap(recorder, '_keep')
 
 

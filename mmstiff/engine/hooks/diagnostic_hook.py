@@ -40,6 +40,7 @@ step. Written directly, each value appears exactly once, at the iteration it was
 import logging
 import math
 from collections import OrderedDict
+from typing import Dict, NamedTuple
 
 import numpy as np
 import torch
@@ -50,10 +51,41 @@ from mmengine.model import is_model_wrapper
 
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.trajectory import LEVELS
+from mmstiff.utils.checks import check_patterns, check_positive_int
 
 #: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
 #: other hooks to read; the whole series is in the JSON log.
 HISTORY_LENGTH = 1000
+#: role of the recorder every diagnostic hook has: the trajectory of the residual steps.
+TRAJECTORY = 'trajectory'
+
+
+class RankMeans(NamedTuple):
+    """One row's scalars averaged over the ranks.
+
+    Attributes:
+        means (OrderedDict[str, float]): the mean of each name with at least one finite value.
+        counts (dict[str, int]): for every name, the number of ranks whose value was finite.
+    """
+    means: Dict[str, float]
+    counts: Dict[str, int]
+
+
+class RecordedIteration(NamedTuple):
+    """What a recorded iteration leaves until its row is written.
+
+    Attributes:
+        step (int): the step it is logged at (``iter + 1``).
+        outputs (dict[str, OrderedDict]): each recorder's outputs, by recorder role.
+    """
+    step: int
+    outputs: Dict[str, dict]
+
+
+class ScalarRow(NamedTuple):
+    """The scalars of one recorded iteration, to be written at ``step``."""
+    step: int
+    scalars: Dict[str, float]
 
 
 def reduce_scalars_across_ranks(scalars):
@@ -64,15 +96,16 @@ def reduce_scalars_across_ranks(scalars):
             (they come from the model's structure, so they do).
 
     Returns:
-        tuple[OrderedDict[str, float], dict[str, int]]: the means of the names with at least
-        one finite value, and for every name the number of ranks whose value was finite.
+        RankMeans: ``(means, counts)``, the means of the names with at least one finite value,
+        and for every name the number of ranks whose value was finite.
     """
     return reduce_rows_across_ranks([scalars])[0]
 
 
 def reduce_rows_across_ranks(rows):
     """:func:`reduce_scalars_across_ranks` of several rows (recorded iterations) with one
-    ``all_reduce``; every rank must pass the same rows with the same names."""
+    ``all_reduce``, a :class:`RankMeans` per row; every rank must pass the same rows with the
+    same names."""
     keys = [(i, name) for i, row in enumerate(rows) for name in sorted(row)]
     if get_world_size() == 1:
         values = [float(rows[i][name]) for i, name in keys]
@@ -86,38 +119,27 @@ def reduce_rows_across_ranks(rows):
         all_reduce(packed, op='sum')
         sums = packed[0].tolist()
         counts = [int(round(c)) for c in packed[1].tolist()]
-    reduced = [(OrderedDict(), {}) for _ in rows]
+    reduced = [RankMeans(OrderedDict(), {}) for _ in rows]
     for (i, name), total, count in zip(keys, sums, counts):
-        means, row_counts = reduced[i]
-        row_counts[name] = count
+        row = reduced[i]
+        row.counts[name] = count
         if count > 0:
-            means[name] = total / count
+            row.means[name] = total / count
     return reduced
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{name}={value!r} is not supported; expected a positive int')
-    return value
-
-
-def _check_blocks(blocks):
-    if blocks is None:
-        return None
-    if isinstance(blocks, str):
-        blocks = [blocks]
-    if not isinstance(blocks, (list, tuple)) or not all(isinstance(b, str) for b in blocks):
-        raise ValueError(f'blocks={blocks!r} is not supported; expected None (every residual '
-                         "block) or a list of fnmatch patterns of block names, e.g. "
-                         "['layer1.*', 'layer3.0']")
-    return list(blocks)
 
 
 class TrajectoryDiagnosticHook(Hook):
     """Base class: record the trajectory every ``interval`` training iterations and log scalars.
 
-    Subclasses implement :meth:`reduce_step` (per recorded step, during the forward pass) and
-    :meth:`summarise` (after the iteration, per rank, ``{name: float}``).
+    The base class drives: it starts and stops the recorders, keeps the recorded iterations
+    and writes their rows. Subclasses implement its narrow hooks:
+
+    * :meth:`reduce_step` (required): what to keep of each recorded step, during the forward
+      pass;
+    * :meth:`summarise_rows` (required): the ``{name: float}`` scalars of several recorded
+      iterations (per rank), from the recorders' outputs;
+    * :meth:`extra_recorders`: recorders besides the trajectory's, by role (none by default);
+    * :meth:`format_summary`: the console line (by default every scalar).
 
     Args:
         interval (int): record on the training batch of every ``interval``-th iteration.
@@ -138,8 +160,8 @@ class TrajectoryDiagnosticHook(Hook):
     optional_metrics = ()
 
     def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix=''):
-        self.interval = _check_positive_int('interval', interval)
-        self.blocks = _check_blocks(blocks)
+        self.interval = check_positive_int('interval', interval)
+        self.blocks = check_patterns('blocks', blocks)
         if module is not None and not isinstance(module, str):
             raise ValueError(f'module={module!r} is not supported; expected None or an '
                              "attribute path such as 'backbone'")
@@ -148,8 +170,8 @@ class TrajectoryDiagnosticHook(Hook):
             raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
         self.level = level
         self.prefix = prefix
-        self.recorders = []  # built in before_train
-        self._pending = []  # (step, recorder outputs) of recorded iterations not yet written
+        self.recorders = {}  # role -> recorder, built in before_train
+        self._pending = []  # RecordedIteration of the iterations not yet written
         # iterations between console summaries; lcm with the LoggerHook's in before_train
         self.console_interval = self.interval
         self._warned = False
@@ -170,23 +192,34 @@ class TrajectoryDiagnosticHook(Hook):
         return model
 
     def build_recorders(self, target):
-        """The recorders to start on a recorded iteration (a list)."""
-        return [TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
-                                   select=self.blocks, num_samples=self.num_samples)]
+        """The recorders to start on a recorded iteration, by role: the trajectory's
+        (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
+        :meth:`extra_recorders`."""
+        trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
+                                        select=self.blocks, num_samples=self.num_samples)
+        recorders = OrderedDict([(TRAJECTORY, trajectory)])
+        recorders.update(self.extra_recorders(target, trajectory))
+        return recorders
 
-    # ------------------------------------------------------------------ subclass API
+    def summarise(self, outputs):
+        """``{name: float}`` of one recorded iteration from its recorders' ``outputs``
+        (``{role: recorder outputs}``)."""
+        return self.summarise_rows([outputs])[0]
+
+    # ------------------------------------------------------------------ subclass hooks
     def reduce_step(self, record):  # pragma: no cover - abstract
+        """What to keep of one recorded step (a :class:`~mmstiff.analysis.StepRecord`)."""
         raise NotImplementedError
 
-    def summarise(self, outputs):  # pragma: no cover - abstract
-        """``{name: float}`` of one recorded iteration from its recorders' ``outputs`` (a list,
-        one dict per recorder, in the order of :meth:`build_recorders`)."""
+    def summarise_rows(self, rows):  # pragma: no cover - abstract
+        """The ``{name: float}`` scalars of several recorded iterations, one dict per row;
+        ``rows``: each iteration's ``{role: recorder outputs}``."""
         raise NotImplementedError
 
-    def summarise_rows(self, rows):
-        """:meth:`summarise` of several recorded iterations (``rows``: their outputs), a list
-        of dicts; subclasses may compute them together."""
-        return [self.summarise(outputs) for outputs in rows]
+    def extra_recorders(self, target, trajectory):
+        """Recorders besides the trajectory's, ``{role: recorder}``, on the module ``target``;
+        ``trajectory`` is the trajectory recorder already built. None by default."""
+        return {}
 
     def format_summary(self, scalars):
         """One console line; by default the scalars not per block."""
@@ -209,17 +242,18 @@ class TrajectoryDiagnosticHook(Hook):
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if self.recorders and self.every_n_train_iters(runner, self.interval):
-            for recorder in self.recorders:
+            for recorder in self.recorders.values():
                 recorder.clear()
                 recorder.start()
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        if not self.recorders or not self.recorders[0].active:
+        if not self.recorders or not self.recorders[TRAJECTORY].active:
             return
-        for recorder in self.recorders:
+        for recorder in self.recorders.values():
             recorder.stop()
-        self._pending.append((runner.iter + 1, [recorder.outputs for recorder in self.recorders]))
-        for recorder in self.recorders:
+        self._pending.append(RecordedIteration(runner.iter + 1, {
+            role: recorder.outputs for role, recorder in self.recorders.items()}))
+        for recorder in self.recorders.values():
             recorder.clear()
         if (runner.iter + 1) % self.console_interval == 0:
             self.flush(runner)
@@ -228,7 +262,7 @@ class TrajectoryDiagnosticHook(Hook):
         self.flush(runner)
 
     def after_train(self, runner):
-        for recorder in self.recorders:
+        for recorder in self.recorders.values():
             recorder.stop()
             recorder.clear()
         self.flush(runner)
@@ -238,8 +272,9 @@ class TrajectoryDiagnosticHook(Hook):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        summaries = self.summarise_rows([outputs for _, outputs in pending])
-        rows = [(step, scalars) for (step, _), scalars in zip(pending, summaries) if scalars]
+        summaries = self.summarise_rows([iteration.outputs for iteration in pending])
+        rows = [ScalarRow(iteration.step, scalars)
+                for iteration, scalars in zip(pending, summaries) if scalars]
         if rows:
             self.write(runner, rows)
 
@@ -249,15 +284,17 @@ class TrajectoryDiagnosticHook(Hook):
         return len(parts) > 1 and parts[1] in self.optional_metrics
 
     def write(self, runner, rows):
-        """Average ``rows`` (``[(step, {name: float})]``, this rank's values) over the ranks and
-        write each row at its step: MessageHub, visualizer backends, and a console line for a
-        row at a console iteration."""
+        """Average ``rows`` (:class:`ScalarRow`, this rank's values) over the ranks and write
+        each row at its step: MessageHub, visualizer backends, and a console line for a row at
+        a console iteration."""
         named = [OrderedDict((f'{self.prefix}/{k}' if self.prefix else k, v)
-                             for k, v in scalars.items()) for _, scalars in rows]
+                             for k, v in row.scalars.items()) for row in rows]
         world = get_world_size()
         history = OrderedDict()  # name -> the values of the rows, in order
-        for (step, _), (means, counts) in zip(rows, reduce_rows_across_ranks(named)):
-            bad = [k for k, c in counts.items() if c < world and not self._is_optional(k)]
+        for row, reduced in zip(rows, reduce_rows_across_ranks(named)):
+            step, means = row.step, reduced.means
+            bad = [k for k, c in reduced.counts.items()
+                   if c < world and not self._is_optional(k)]
             if bad and not self._warned:
                 self._warned = True
                 print_log(
@@ -291,8 +328,3 @@ def extend_history(hub, name, values):
                                       np.append(counts, np.ones(len(values), dtype=counts.dtype)
                                                 )[-HISTORY_LENGTH:],
                                       max_length=HISTORY_LENGTH)
-
-
-def mean_or_nan(values):
-    """Mean of a list of floats, ``nan`` for an empty list."""
-    return sum(values) / len(values) if values else math.nan

@@ -1,14 +1,34 @@
-"""Log frequency diagnostics of the training trajectory (METHODS.md §8)."""
+"""Log frequency diagnostics of the training trajectory (docs/methods.md §8)."""
 import math
 from collections import OrderedDict
+from typing import NamedTuple, Optional
 
 from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similarity,
                               delta_log_amplitude, high_frequency_ratio, token_cosine_similarity,
                               tokens_to_maps)
 from mmstiff.registry import HOOKS
-from .diagnostic_hook import TrajectoryDiagnosticHook, _check_positive_int
+from mmstiff.utils.checks import check_non_negative_int, check_positive_int
+from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
 
+#: the name of the input state of the first recorded step among the steps' names.
 INPUT = 'input'
+#: role of the recorder of the transformer layers' attention maps.
+ATTENTION = 'attention'
+#: the per-state metrics, in the order they are logged.
+STATE_METRICS = ('hf_ratio', 'dlogamp', 'token_cos')
+
+
+class StateFrequency(NamedTuple):
+    """The frequency metrics of one state, averaged over the recorded samples.
+
+    Attributes:
+        hf_ratio (float): ``||HC[X]||_F / ||X||_F``.
+        dlogamp (float): Δ log amplitude at 1.0π; ``nan`` where the state has no square map.
+        token_cos (float | None): the token cosine similarity; None for feature maps.
+    """
+    hf_ratio: float
+    dlogamp: float
+    token_cos: Optional[float]
 
 
 def _grid_of(target, num_patches):
@@ -29,8 +49,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
     samples of the batch and over the ranks:
 
     * ``freq/hf_ratio/<block>``: ``||HC[X]||_F / ||X||_F`` (anti-oversmoothing Appendix G.3);
-    * ``freq/dlogamp/<block>``: Δ log amplitude at 1.0π of the feature map (how-do-vits-work
-      Fig. 8); square maps only;
+    * ``freq/dlogamp/<block>``: Δ log amplitude at 1.0π of the feature map (How-do-ViTs
+      paper, Fig. 8); square maps only;
     * ``freq/token_cos/<block>``: M_feat, the token cosine similarity (token states only);
     * ``freq/attn_cos/<layer>``: M_attn, the attention-column cosine similarity of each
       transformer layer (with ``attention=True``).
@@ -57,49 +77,45 @@ class FrequencyHook(TrajectoryDiagnosticHook):
                  num_samples=8, num_extra_tokens=None, attention=True):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
                          prefix='freq')
-        self.num_samples = _check_positive_int('num_samples', num_samples)
-        if num_extra_tokens is not None and (isinstance(num_extra_tokens, bool) or
-                                             not isinstance(num_extra_tokens, int) or
-                                             num_extra_tokens < 0):
-            raise ValueError(f'num_extra_tokens={num_extra_tokens!r} is not supported; '
-                             'expected None or an int >= 0')
-        self.num_extra_tokens = num_extra_tokens
+        self.num_samples = check_positive_int('num_samples', num_samples)
+        self.num_extra_tokens = check_non_negative_int('num_extra_tokens', num_extra_tokens,
+                                                       optional=True)
         self.attention = bool(attention)
         self._target = None
         self._first = None
 
-    def build_recorders(self, target):
+    def extra_recorders(self, target, trajectory):
         self._target = target
         if self.num_extra_tokens is None:
             extra = getattr(target, 'num_extra_tokens', 0)
             self.num_extra_tokens = extra if isinstance(extra, int) else 0
-        recorders = super().build_recorders(target)
-        self._first = recorders[0].record_names[0]
+        self._first = trajectory.record_names[0]
         if self.attention:
             try:
-                recorders.append(AttentionRecorder(target, reduce=self._reduce_attention,
-                                                   select=self.blocks))
+                return {ATTENTION: AttentionRecorder(target, reduce=self._reduce_attention,
+                                                     select=self.blocks)}
             except ValueError:
                 pass  # no transformer layer: nothing to log
-        return recorders
+        return {}
 
     def _state_metrics(self, x):
-        """The metrics of one state (the recorder kept its first ``num_samples`` samples)."""
-        metrics = {'hf_ratio': float(high_frequency_ratio(x).double().mean())}
-        maps = None
+        """The :class:`StateFrequency` of one state (the recorder kept its first
+        ``num_samples`` samples)."""
+        hf_ratio = float(high_frequency_ratio(x).double().mean())
+        maps = token_cos = None
         if x.dim() == 4:
             maps = x
         elif x.dim() == 3:
-            metrics['token_cos'] = float(token_cosine_similarity(x).mean())
+            token_cos = float(token_cosine_similarity(x).mean())
             num_patches = x.shape[1] - self.num_extra_tokens
             grid = _grid_of(self._target, num_patches) if num_patches > 0 else None
             if grid is not None:
                 maps = tokens_to_maps(x, self.num_extra_tokens, grid)
         if maps is not None and maps.shape[-1] == maps.shape[-2] and maps.shape[-1] > 1:
-            metrics['dlogamp'] = delta_log_amplitude(maps)
+            dlogamp = delta_log_amplitude(maps)
         else:
-            metrics['dlogamp'] = math.nan
-        return metrics
+            dlogamp = math.nan
+        return StateFrequency(hf_ratio, dlogamp, token_cos)
 
     def reduce_step(self, record):
         out = {record.name: self._state_metrics(record.x_next)}
@@ -111,22 +127,28 @@ class FrequencyHook(TrajectoryDiagnosticHook):
     def _reduce_attention(name, attn):
         return float(attention_column_cosine_similarity(attn).mean())
 
-    def summarise(self, outputs):
+    def summarise_rows(self, rows):
+        return [self._summarise_iteration(outputs) for outputs in rows]
+
+    @staticmethod
+    def _summarise_iteration(outputs):
+        """The scalars of one recorded iteration: each metric of each state, averaged over
+        the calls of its step, the input first; then M_attn of each transformer layer."""
         per_state = OrderedDict()
-        for calls in outputs[0].values():
+        for calls in outputs[TRAJECTORY].values():
             for call in calls:
                 for state, metrics in call.items():
                     per_state.setdefault(state, []).append(metrics)
         order = ([INPUT] if INPUT in per_state else []) + [k for k in per_state if k != INPUT]
         scalars = OrderedDict()
-        for metric in ('hf_ratio', 'dlogamp', 'token_cos'):
+        for metric in STATE_METRICS:
             for state in order:
-                values = [m[metric] for m in per_state[state] if metric in m]
+                values = [getattr(m, metric) for m in per_state[state]]
+                values = [v for v in values if v is not None]
                 if values:
                     scalars[f'{metric}/{state}'] = sum(values) / len(values)
-        for attention in outputs[1:]:
-            for layer, values in attention.items():
-                scalars[f'attn_cos/{layer}'] = sum(values) / len(values)
+        for layer, values in outputs.get(ATTENTION, {}).items():
+            scalars[f'attn_cos/{layer}'] = sum(values) / len(values)
         return scalars
 
     def format_summary(self, scalars):

@@ -1,6 +1,10 @@
-"""Log the neural stiffness of the training trajectory (METHODS.md §5; stepnet-appendix B, D)."""
+"""Log the neural stiffness of the training trajectory.
+
+docs/methods.md §5; StepNet paper, Appendices B (NSI, TNS) and D (NSI against step size).
+"""
 import functools
 from collections import OrderedDict
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -8,10 +12,42 @@ from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
                               nsi_step_correlation, stage_of, stiffness_norms,
                               trajectory_statistics)
 from mmstiff.registry import HOOKS
-from .diagnostic_hook import TrajectoryDiagnosticHook, _check_positive_int
+from mmstiff.utils.checks import check_positive_int
+from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
 
 #: name of the whole-network trajectory among the per-stage ones.
 NETWORK = 'network'
+
+
+class StepStiffness(NamedTuple):
+    """What :class:`StiffnessHook` keeps of one recorded step (one call of a block).
+
+    Attributes:
+        slope (Tensor): ``(B,)`` ``||(x_{t+1} - x_t) / Δ_t||`` per sample, the NSI's numerator.
+        state (Tensor): ``(B,)`` ``||x_t||`` per sample, its denominator.
+        step_size (Tensor | None): ``(B,)`` mean step size Δ_t per sample; None for a step
+            without an adaptor (Δ_t = 1).
+        step_varies (bool): whether Δ_t is a tensor (it may vary over the samples, so its
+            correlation with the NSI is defined).
+    """
+    slope: torch.Tensor
+    state: torch.Tensor
+    step_size: Optional[torch.Tensor]
+    step_varies: bool
+
+
+class StepSizeSummary(NamedTuple):
+    """The step-size scalars of one step of one recorded iteration."""
+    name: str
+    mean: float
+    nsi_correlation: Optional[float]  # None: Δ_t does not vary over the samples
+
+
+class _AdaptedStep(NamedTuple):
+    name: str
+    nsi: torch.Tensor  # (B,) per-sample NSI
+    step_size: torch.Tensor  # (B,) per-sample mean step size
+    varies: bool
 
 
 @HOOKS.register_module()
@@ -56,26 +92,23 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
                          prefix='stiffness')
         self.log_blocks = bool(log_blocks)
-        self.num_samples = None if num_samples is None else _check_positive_int(
-            'num_samples', num_samples)
+        self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
 
     def reduce_step(self, record):
         # the recorder already kept only the first num_samples samples; the NSI's two norms,
-        # divided for all steps at once in summarise
-        slope, state = stiffness_norms(record.x_t, record.x_next, record.step)
+        # divided for all steps at once in summarise_rows
+        norms = stiffness_norms(record.x_t, record.x_next, record.step)
         if record.step is None:
-            return slope, state, None, False
-        return slope, state, mean_step_size(record.step, slope.shape[0]), torch.is_tensor(
-            record.step)
-
-    def summarise(self, outputs):
-        return self.summarise_rows([outputs])[0]
+            return StepStiffness(norms.slope, norms.state, None, False)
+        return StepStiffness(norms.slope, norms.state,
+                             mean_step_size(record.step, norms.slope.shape[0]),
+                             torch.is_tensor(record.step))
 
     def summarise_rows(self, rows):
         """The scalars of several recorded iterations, computed together when they share one
         trajectory (the same steps, each seen for the same number of samples): one stack of
         the NSI norms and one call of the stage statistics for all of them."""
-        iterations = [outputs[0] for outputs in rows]
+        iterations = [outputs[TRAJECTORY] for outputs in rows]
         lengths = [_trajectory_length(it) for it in iterations]
         names = list(iterations[0]) if iterations else []
         if all(lengths) and len(set(lengths)) == 1 and all(list(it) == names
@@ -87,21 +120,23 @@ class StiffnessHook(TrajectoryDiagnosticHook):
     def _summarise_trajectories(self, iterations, names):
         """Iterations with the same steps, each seen for the same number of samples."""
         k, t = len(iterations), len(names)
-        columns = [_concat([c[i] for c in it[n]]) for i in (0, 1) for it in iterations
-                   for n in names]  # the slopes of every iteration and step, then the states
+        calls = [it[n] for it in iterations for n in names]  # every iteration's steps
+        slopes = [_concat([c.slope for c in step_calls]) for step_calls in calls]
+        states = [_concat([c.state for c in step_calls]) for step_calls in calls]
         # (2 * iterations * steps, samples) -> NSI (iterations, samples, steps)
-        both = torch.stack(columns).double().view(2, k, t, -1)
+        both = torch.stack(slopes + states).double().view(2, k, t, -1)
         zeta = (both[0] / both[1]).transpose(1, 2)
         stages, groups = _stage_groups(tuple(names))
         # a non-finite NSI in a stage makes that stage's μ, ratio and TNS non-finite (inf / inf
         # or NaN propagate), and write() leaves them out
         stats = trajectory_statistics(zeta.reshape(-1, t), groups.to(zeta.device))
-        stats = torch.stack(stats).view(3, k, zeta.shape[1], -1).mean(dim=2)  # (3, k, stages)
+        # (k, stages) means over the samples of each statistic
+        mus, ratios, tnss = (s.view(k, zeta.shape[1], -1).mean(dim=1).tolist()
+                             for s in (stats.mu, stats.ratio, stats.area))
         summaries = []
-        for it, z, means, (mus, ratios, tnss) in zip(iterations, zeta, zeta.mean(dim=1).tolist(),
-                                                     stats.transpose(0, 1).tolist()):
+        for i, (it, z, means) in enumerate(zip(iterations, zeta, zeta.mean(dim=1).tolist())):
             scalars = self._block_scalars(it, names, means, z)
-            for stage, mu, ratio, tns in zip(stages, mus, ratios, tnss):
+            for stage, mu, ratio, tns in zip(stages, mus[i], ratios[i], tnss[i]):
                 scalars[f'mu/{stage}'] = mu
                 scalars[f'ratio/{stage}'] = ratio
                 scalars[f'tns/{stage}'] = tns
@@ -112,49 +147,49 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         """An iteration whose steps were seen for different numbers of samples (a block
         called more often than others): per-step scalars only, no common trajectory."""
         names = list(outputs)
-        columns = [_concat([c[0] for c in outputs[n]]).double() /
-                   _concat([c[1] for c in outputs[n]]).double() for n in names]
+        columns = [_concat([c.slope for c in outputs[n]]).double() /
+                   _concat([c.state for c in outputs[n]]).double() for n in names]
         return self._block_scalars(outputs, names, [float(c.mean()) for c in columns], columns)
 
     def _block_scalars(self, outputs, names, means, columns):
         """Per-step scalars of one iteration; ``columns``: the NSI of each step, a list or the
         columns of a (samples, steps) tensor."""
         scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
-        if any(c[2] is not None for calls in outputs.values() for c in calls):
+        if any(c.step_size is not None for calls in outputs.values() for c in calls):
             if torch.is_tensor(columns):
                 columns = columns.unbind(dim=1)
-            for name, step, corr in self._step_scalars(outputs, names, columns):
-                scalars[f'step/{name}'] = step
-                if corr is not None:
-                    scalars[f'nsi_step_corr/{name}'] = corr
+            for summary in self._step_scalars(outputs, names, columns):
+                scalars[f'step/{summary.name}'] = summary.mean
+                if summary.nsi_correlation is not None:
+                    scalars[f'nsi_step_corr/{summary.name}'] = summary.nsi_correlation
         return scalars
 
     @staticmethod
     def _step_scalars(outputs, names, columns):
-        """``(name, mean step size, NSI-step correlation or None)`` of the steps with an
-        adaptor; the correlations of all of them in one vectorised call."""
+        """A :class:`StepSizeSummary` of each step with an adaptor; the correlations of all
+        of them in one vectorised call."""
         found = []
         for name, column in zip(names, columns):
             calls = outputs[name]
-            steps = [c[2] for c in calls if c[2] is not None]
+            steps = [c.step_size for c in calls if c.step_size is not None]
             if steps:
                 step = _concat(steps)
-                varies = any(c[3] for c in calls) and step.numel() == column.numel()
-                found.append((name, column, step, varies))
+                varies = any(c.step_varies for c in calls) and step.numel() == column.numel()
+                found.append(_AdaptedStep(name, column, step, varies))
         if not found:
             return []
-        means = torch.stack([step.double().mean() for _, _, step, _ in found]).tolist()
-        pairs = [(column, step) for _, column, step, varies in found if varies]
+        means = torch.stack([f.step_size.double().mean() for f in found]).tolist()
+        varying = [f for f in found if f.varies]
         corrs = []
-        if pairs and len({c.numel() for c, _ in pairs}) == 1:
-            corrs = columnwise_pearson_correlation(torch.stack([c for c, _ in pairs], dim=1),
-                                                   torch.stack([s for _, s in pairs],
-                                                               dim=1)).tolist()
-        elif pairs:
-            corrs = [nsi_step_correlation(c, s) for c, s in pairs]
+        if varying and len({f.nsi.numel() for f in varying}) == 1:
+            corrs = columnwise_pearson_correlation(
+                torch.stack([f.nsi for f in varying], dim=1),
+                torch.stack([f.step_size for f in varying], dim=1)).tolist()
+        elif varying:
+            corrs = [nsi_step_correlation(f.nsi, f.step_size) for f in varying]
         corrs = iter(corrs)
-        return [(name, mean, next(corrs) if varies else None)
-                for (name, _, _, varies), mean in zip(found, means)]
+        return [StepSizeSummary(f.name, mean, next(corrs) if f.varies else None)
+                for f, mean in zip(found, means)]
 
     def format_summary(self, scalars):
         items = []
@@ -182,7 +217,7 @@ def _stage_groups(names):
 def _trajectory_length(outputs):
     """The number of samples every step of one iteration was seen for (all calls of a block
     pooled), or 0 when the steps differ in it or there is no step."""
-    lengths = {sum(c[0].numel() for c in calls) for calls in outputs.values()}
+    lengths = {sum(c.slope.numel() for c in calls) for calls in outputs.values()}
     return lengths.pop() if len(lengths) == 1 else 0
 
 

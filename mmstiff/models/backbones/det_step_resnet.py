@@ -1,4 +1,4 @@
-"""The detection ResNet with step-size adaptors (METHODS.md §1, §4; StepNet COCO experiments).
+"""The detection ResNet with step-size adaptors (docs/methods.md §1, §4; StepNet COCO experiments).
 
 :class:`DetStepResNet` subclasses mmdet's ``ResNet`` and keeps its whole contract:
 ``out_indices=(0, 1, 2, 3)``, ``frozen_stages``, ``norm_eval=True`` (which also freezes the
@@ -13,39 +13,35 @@ adaptor here works in BasicBlock depths (18, 34) too and gives StepNet the ``x_t
 from mmdet.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.registry import MODELS
-from .step_resnet import StepBasicBlock, StepBlockMixin, StepPlacementMixin
+from .step_resnet import StepBasicBlock, StepBlockMixin, StepPlacementMixin, step_arch_settings
 
 
 class DetStepBasicBlock(StepBlockMixin, BasicBlock):
     """mmdet ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    # mmdet's and mmpretrain's BasicBlock name their layers alike: one forward serves both
-    forward = StepBasicBlock.forward
+    # mmdet's and mmpretrain's BasicBlock name their layers alike: one branch serves both
+    residual_branch = StepBasicBlock.residual_branch
 
 
 class DetStepBottleneck(StepBlockMixin, Bottleneck):
     """mmdet ``Bottleneck`` (``dcn`` and ``plugins`` included) whose residual update is
     ``x_t + Δ_t ⊙ f``; the adaptor comes after the ``after_conv3`` plugins."""
 
-    def forward(self, x):
-
-        def _inner_forward(x):
-            out = self.relu(self.norm1(self.conv1(x)))
-            if self.with_plugins:
-                out = self.forward_plugin(out, self.after_conv1_plugin_names)
-            out = self.relu(self.norm2(self.conv2(out)))
-            if self.with_plugins:
-                out = self.forward_plugin(out, self.after_conv2_plugin_names)
-            out = self.norm3(self.conv3(out))
-            if self.with_plugins:
-                out = self.forward_plugin(out, self.after_conv3_plugin_names)
-            identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, out)
-
-        return self.run_block(_inner_forward, x)
+    def residual_branch(self, x):
+        out = self.relu(self.norm1(self.conv1(x)))
+        if self.with_plugins:
+            out = self.forward_plugin(out, self.after_conv1_plugin_names)
+        out = self.relu(self.norm2(self.conv2(out)))
+        if self.with_plugins:
+            out = self.forward_plugin(out, self.after_conv2_plugin_names)
+        out = self.norm3(self.conv3(out))
+        if self.with_plugins:
+            out = self.forward_plugin(out, self.after_conv3_plugin_names)
+        return out
 
 
-@MODELS.register_module()
+# force: takes the name over from the placeholder of lazy_det.py
+@MODELS.register_module(force=True)
 class DetStepResNet(StepPlacementMixin, ResNet):
     """mmdet ResNet (depth 18/34/50/101/152) whose blocks are adaptive Euler steps.
 
@@ -60,18 +56,12 @@ class DetStepResNet(StepPlacementMixin, ResNet):
             ``frozen_stages``, ``norm_eval``, ``dcn``, ``plugins``, ``init_cfg``, ...).
     """
 
-    arch_settings = {
-        18: (DetStepBasicBlock, (2, 2, 2, 2)),
-        34: (DetStepBasicBlock, (3, 4, 6, 3)),
-        50: (DetStepBottleneck, (3, 4, 6, 3)),
-        101: (DetStepBottleneck, (3, 4, 23, 3)),
-        152: (DetStepBottleneck, (3, 8, 36, 3))
-    }
+    arch_settings = step_arch_settings(ResNet.arch_settings, {
+        BasicBlock: DetStepBasicBlock,
+        Bottleneck: DetStepBottleneck
+    })
 
-    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 **kwargs):
-        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
-                            adaptor_blocks)
+    def __init__(self, depth, **kwargs):
         super().__init__(depth, **kwargs)
         # mmdet picks the zero-init of the last norm by ``block is BasicBlock``; restore it
         # for the subclassed blocks so a from-scratch init matches mmdet's ResNet.

@@ -1,4 +1,4 @@
-"""Pre-activation CIFAR ResNets with step-size adaptors (METHODS.md §0, §1, §11).
+"""Pre-activation CIFAR ResNets with step-size adaptors (docs/methods.md §0, §1, §11).
 
 The CIFAR family of He et al., *Identity Mappings in Deep Residual Networks* (ECCV 2016): a 3×3
 stem convolution, three stages of pre-activation blocks (widths 16, 32, 64 for ``base_channels=16``,
@@ -21,9 +21,11 @@ from mmengine.model import BaseModule
 from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
-from mmstiff.models.steps import adaptor_placement
+from mmstiff.analysis.blocks import register_block_type
+from mmstiff.models.steps import adaptor_placement, resolve_adaptor
 from mmstiff.registry import MODELS
-from .step_resnet import StepBlockMixin, attach_adaptors, resolve_adaptor
+from mmstiff.utils.checks import check_positive_int
+from .step_resnet import StepBlockMixin, attach_adaptors
 
 BLOCK_CHOICES = ('basic', 'bottleneck')
 
@@ -160,11 +162,14 @@ class PreActBottleneck(PreActBasicBlock):
 
 
 BLOCKS = dict(basic=PreActBasicBlock, bottleneck=PreActBottleneck)
+# the trajectory recorder reads both (the bottleneck subclasses the basic block) as
+# pre-activation Euler steps
+register_block_type(PreActBasicBlock, 'preact')
 
 
 @MODELS.register_module()
 class PreActStepResNet(BaseBackbone):
-    """Pre-activation CIFAR ResNet whose blocks are adaptive Euler steps (METHODS.md §0, §1, §4).
+    """Pre-activation CIFAR ResNet of adaptive Euler steps (docs/methods.md §0, §1, §4).
 
     Args:
         depth (int): ``6n + 2`` (basic) or ``9n + 2`` (bottleneck); see :func:`preact_arch`.
@@ -262,9 +267,8 @@ class PreActStepResNet(BaseBackbone):
         self._freeze_stages()
 
     def _check_args(self, in_channels, base_channels, strides, out_indices, frozen_stages):
-        for name, value in (('in_channels', in_channels), ('base_channels', base_channels)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f'{name}={value!r} is not supported; expected a positive int')
+        check_positive_int('in_channels', in_channels)
+        check_positive_int('base_channels', base_channels)
         if len(strides) != self.num_stages:
             raise ValueError(f'strides={strides!r} has {len(strides)} entries; expected '
                              f'{self.num_stages} (one per stage)')

@@ -1,4 +1,4 @@
-"""ResNet with a step-size adaptor in its residual blocks (METHODS.md §0, §1, §3, §4).
+"""ResNet with a step-size adaptor in its residual blocks (docs/methods.md §0, §1, §3, §4).
 
 Each block is one Euler step ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``: ``f`` is the residual branch
 up to its last norm, ``x_t`` the (downsampled) shortcut, and Δ_t comes from the block's
@@ -8,47 +8,28 @@ up to its last norm, ``x_t`` the (downsampled) shortcut, and Δ_t comes from the
 so an mmpretrain (or converted torchvision) ResNet checkpoint loads with exactly the adaptor
 parameters (``layerI.J.step_adaptor.*``) missing.
 """
-from collections.abc import Mapping
-
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
-from mmstiff.models.steps import StepAdaptor, adaptor_placement, apply_step
+from mmstiff.analysis.blocks import register_block_type
+from mmstiff.models.steps import adaptor_placement, apply_step, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
 
-
-def resolve_adaptor(adaptor):
-    """Check an ``adaptor`` config at build time; return it with ``type`` resolved to a class.
-
-    Resolving the class here, in mmstiff's registry, makes the build independent of the
-    runner's default scope (mmpretrain or mmdet), and makes an unknown type fail before any
-    layer is built.
-    """
-    if adaptor is None:
-        return None
-    if not isinstance(adaptor, Mapping) or 'type' not in adaptor:
-        raise ValueError(f'adaptor={adaptor!r} is not supported; expected None or a dict with '
-                         "a 'type', e.g. dict(type='mmstiff.StepNetAdaptor')")
-    adaptor = dict(adaptor)
-    for key in ('channels', 'layout'):
-        if key in adaptor:
-            raise ValueError(f'adaptor={adaptor!r} sets {key!r}; the backbone sets it for '
-                             'each block, remove it from the config')
-    adaptor_type = adaptor['type']
-    cls = adaptor_type if isinstance(adaptor_type, type) else MODELS.get(adaptor_type)
-    if cls is None:
-        raise ValueError(f'adaptor type {adaptor_type!r} is not registered; expected a '
-                         "step-size adaptor such as 'mmstiff.StepNetAdaptor', "
-                         "'mmstiff.SEAdaptor' or 'mmstiff.ConstantStep'")
-    if not (isinstance(cls, type) and issubclass(cls, StepAdaptor)):
-        raise ValueError(f'adaptor type {adaptor_type!r} builds {cls!r}, which is not a '
-                         'StepAdaptor (a module (x_t, f) -> Δ_t)')
-    adaptor['type'] = cls
-    return adaptor
+# the trajectory recorder reads the ResNet blocks of mmpretrain (and so these, their
+# subclasses) and of mmdet as post-activation Euler steps; mmdet's by name, as mmdet is
+# optional and imported only by the detection backbone
+register_block_type(BasicBlock, 'conv')
+register_block_type(Bottleneck, 'conv')
+register_block_type('mmdet.models.backbones.resnet.BasicBlock', 'conv')
+register_block_type('mmdet.models.backbones.resnet.Bottleneck', 'conv')
 
 
 class StepBlockMixin:
-    """The Euler step shared by the step blocks: ``x_t + Δ_t ⊙ f``.
+    """The Euler step shared by the step blocks: ``act(x_t + Δ_t ⊙ f)``.
+
+    A post-activation block implements :meth:`residual_branch` (``f``) and inherits the
+    forward pass; the pre-activation blocks have their own forward and use
+    :meth:`residual_step` only.
 
     A block gets its adaptor from :func:`attach_adaptors`; without one, ``step_adaptor`` is
     None and the block computes the plain ``x_t + f``, exactly the upstream ResNet block.
@@ -72,12 +53,22 @@ class StepBlockMixin:
             f = drop_path(f)
         return apply_step(x_t, step, f)
 
-    def run_block(self, inner_forward, x):
-        """Upstream ``with_cp`` handling, then the block's activation."""
+    def residual_branch(self, x):  # pragma: no cover - abstract
+        """The residual branch ``f`` of the block input ``x``, up to its last norm."""
+        raise NotImplementedError
+
+    def forward(self, x):
+        """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling."""
+
+        def _inner_forward(x):
+            f = self.residual_branch(x)
+            identity = x if self.downsample is None else self.downsample(x)
+            return self.residual_step(identity, f)
+
         if self.with_cp and x.requires_grad:
-            out = cp.checkpoint(inner_forward, x, use_reentrant=False)
+            out = cp.checkpoint(_inner_forward, x, use_reentrant=False)
         else:
-            out = inner_forward(x)
+            out = _inner_forward(x)
         return self.relu(out)
 
 
@@ -87,42 +78,46 @@ def attach_adaptors(res_layer, adaptor, flags):
         return res_layer
     for block, flag in zip(res_layer, flags):
         if flag:
-            block.step_adaptor = MODELS.build(
-                dict(adaptor, channels=block.residual_channels, layout='nchw'))
+            block.step_adaptor = build_adaptor(adaptor, block.residual_channels, 'nchw')
     return res_layer
 
 
 class StepBasicBlock(StepBlockMixin, BasicBlock):
     """mmpretrain ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def forward(self, x):
-
-        def _inner_forward(x):
-            out = self.relu(self.norm1(self.conv1(x)))
-            out = self.norm2(self.conv2(out))
-            identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, out)
-
-        return self.run_block(_inner_forward, x)
+    def residual_branch(self, x):
+        return self.norm2(self.conv2(self.relu(self.norm1(self.conv1(x)))))
 
 
 class StepBottleneck(StepBlockMixin, Bottleneck):
     """mmpretrain ``Bottleneck`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def forward(self, x):
+    def residual_branch(self, x):
+        out = self.relu(self.norm1(self.conv1(x)))
+        out = self.relu(self.norm2(self.conv2(out)))
+        return self.norm3(self.conv3(out))
 
-        def _inner_forward(x):
-            out = self.relu(self.norm1(self.conv1(x)))
-            out = self.relu(self.norm2(self.conv2(out)))
-            out = self.norm3(self.conv3(out))
-            identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, out)
 
-        return self.run_block(_inner_forward, x)
+def step_arch_settings(arch_settings, step_blocks):
+    """An upstream ResNet's ``arch_settings`` with each block class replaced by its step block.
+
+    Args:
+        arch_settings (dict): ``{depth: (block class, blocks per stage)}`` of the upstream.
+        step_blocks (dict): ``{upstream block class: step block class}``.
+    """
+    return {depth: (step_blocks[block], stages)
+            for depth, (block, stages) in arch_settings.items()}
 
 
 class StepPlacementMixin:
-    """Validates depth, adaptor and placement before the upstream ResNet builds its layers."""
+    """Validates depth, adaptor and placement before the upstream ResNet builds its layers,
+    then gives each chosen block its adaptor (the arguments of :class:`StepResNet`)."""
+
+    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
+                 **kwargs):
+        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
+                            adaptor_blocks)
+        super().__init__(depth, **kwargs)
 
     def _prepare_steps(self, depth, num_stages, adaptor, adaptor_stages, adaptor_blocks):
         if depth not in self.arch_settings:
@@ -156,20 +151,11 @@ class StepResNet(StepPlacementMixin, ResNet):
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the
-    shortcut output as ``x_t`` (METHODS.md §1). Bad settings (depth, adaptor type, stage mask
+    shortcut output as ``x_t`` (docs/methods.md §1). Bad settings (depth, adaptor type, stage mask
     length, block index) raise ``ValueError`` naming the value before any layer is built.
     """
 
-    arch_settings = {
-        18: (StepBasicBlock, (2, 2, 2, 2)),
-        34: (StepBasicBlock, (3, 4, 6, 3)),
-        50: (StepBottleneck, (3, 4, 6, 3)),
-        101: (StepBottleneck, (3, 4, 23, 3)),
-        152: (StepBottleneck, (3, 8, 36, 3))
-    }
-
-    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 **kwargs):
-        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
-                            adaptor_blocks)
-        super().__init__(depth, **kwargs)
+    arch_settings = step_arch_settings(ResNet.arch_settings, {
+        BasicBlock: StepBasicBlock,
+        Bottleneck: StepBottleneck
+    })

@@ -1,4 +1,4 @@
-"""mmpretrain's ``ResNet_CIFAR`` with step-size adaptors in its blocks (METHODS.md §0, §1, §4).
+"""mmpretrain's ``ResNet_CIFAR`` with step-size adaptors in its blocks (docs/methods.md §0, §1, §4).
 
 The CIFAR variant differs from :class:`~mmstiff.models.backbones.StepResNet` only in its stem (a
 3×3 stride-1 convolution, no max-pool), so it reuses the step blocks of ``step_resnet``: each block
@@ -35,9 +35,3 @@ class StepResNet_CIFAR(StepPlacementMixin, ResNet_CIFAR):
     """
 
     arch_settings = StepResNet.arch_settings
-
-    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 **kwargs):
-        self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
-                            adaptor_blocks)
-        super().__init__(depth, **kwargs)

@@ -1,4 +1,7 @@
-"""Swin Transformer with AttnScale and FeatScale (METHODS.md §6, §7; anti-oversmoothing Table 1).
+"""Swin Transformer with AttnScale and FeatScale (docs/methods.md §6, §7).
+
+Swin-S with either switch is one of the backbones of Table 1 of the anti-oversmoothing paper
+(arXiv:2203.05962).
 
 Window attention with relative position bias and, in shifted blocks, the additive shift mask:
 the softmax still normalises every row over the window's ``n`` tokens, so ``A 1 = 1`` and
@@ -22,13 +25,19 @@ initial value the outputs equal mmpretrain's.
 """
 import torch.nn as nn
 from mmcv.cnn.bricks.drop import DropPath
-from mmpretrain.models.backbones.swin_transformer import SwinTransformer
+from mmpretrain.models.backbones.swin_transformer import SwinBlock, SwinTransformer
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
+from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.registry import MODELS
 from .step_vit import select_layers
+
+# the trajectory recorder reads the Swin blocks of mmpretrain (StepSwin's) and of mmdet (its
+# detection backbone; by name, as mmdet is optional) as two pre-norm Euler steps
+register_block_type(SwinBlock, 'transformer')
+register_block_type('mmdet.models.backbones.swin.SwinBlock', 'transformer')
 
 
 class StepWindowMSA(WindowMSA, AttentionMapMixin):
@@ -102,7 +111,7 @@ class StepShiftWindowMSA(ShiftWindowMSA):
 
 @MODELS.register_module()
 class StepSwin(SwinTransformer):
-    """Swin Transformer with AttnScale and FeatScale (METHODS.md §6, §7).
+    """Swin Transformer with AttnScale and FeatScale (docs/methods.md §6, §7).
 
     Every argument of mmpretrain's :class:`SwinTransformer` is accepted unchanged. Blocks are
     numbered across stages (Swin-S: 0..23); each switch takes ``None`` (off), ``'all'`` or a

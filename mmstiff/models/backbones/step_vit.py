@@ -1,6 +1,6 @@
 """ViT / DeiT with AttnScale, FeatScale, step-size adaptors and augmented shortcuts.
 
-A ViT block is two explicit-Euler steps (METHODS.md §0),
+A ViT block is two explicit-Euler steps (docs/methods.md §0),
 
     x' = x + Δ_msa ⊙ MSA(LN1 x),     x'' = x' + Δ_mlp ⊙ MLP(LN2 x'),
 
@@ -8,7 +8,7 @@ and this backbone adds, each switch on its own set of layers:
 
 * AttnScale (§6): per-head ω in the attention, closed form on the fused kernel's output;
 * FeatScale (§7): per-channel s, t on the MSA output;
-* a step-size adaptor (§0, §1; StepNet on ViT, stepnet-appendix Appendix G) on the MSA and/or
+* a step-size adaptor (§0, §1; StepNet on ViT, StepNet paper, Appendix G) on the MSA and/or
   the MLP branch, ``Δ = adaptor(x, f)`` with ``layout='nlc'``;
 * augmented shortcuts (§9): ``Σ_i GELU(LN(x) Θ_i)`` beside the identity of either branch.
 
@@ -18,7 +18,7 @@ off, or AttnScale / FeatScale at their initial value (ω = s = t = 0), the outpu
 mmpretrain's. (Adaptors and augmented shortcuts change the function from the start: StepNet's
 Δ starts at sigmoid(-1), the circulant paths at random weights.)
 """
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -28,11 +28,17 @@ from mmpretrain.models.backbones.vision_transformer import (TransformerEncoderLa
                                                             VisionTransformer)
 from mmpretrain.models.utils import MultiheadAttention
 
+from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
-from mmstiff.models.steps.base import apply_step
+from mmstiff.models.steps import apply_step, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
+from mmstiff.utils.checks import check_indices
+
+# the trajectory recorder reads mmpretrain's ViT layers (and so these, their subclasses) as two
+# pre-norm Euler steps
+register_block_type(TransformerEncoderLayer, 'transformer')
 
 AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
 BRANCHES = ('msa', 'mlp')
@@ -46,26 +52,16 @@ def select_layers(field, value, num_layers):
     Raises:
         ValueError: naming ``field``, the bad value and what is expected.
     """
-    expected = "expected None, 'all' or a sequence of layer indices"
     if value is None:
         return frozenset()
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        if value == 'all':
-            return frozenset(range(num_layers))
-        raise ValueError(f'{field}={value!r} is not supported; {expected}')
-    selected = set()
-    for index in value:
-        if isinstance(index, bool) or not isinstance(index, int) \
-                or not -num_layers <= index < num_layers:
-            raise ValueError(f'{field} holds {index!r}, which is not a layer index of a '
-                             f'{num_layers}-layer backbone; expected ints in '
-                             f'[{-num_layers}, {num_layers - 1}]')
-        selected.add(index % num_layers)
-    return frozenset(selected)
+    if isinstance(value, str) and value == 'all':
+        return frozenset(range(num_layers))
+    return check_indices(field, value, num_layers, what='layers',
+                         alternatives=('None', "'all'"))
 
 
 def check_aug_shortcut(cfg):
-    """Validate an ``aug_shortcut`` dict and fill its defaults (METHODS.md §9)."""
+    """Validate an ``aug_shortcut`` dict and fill its defaults (docs/methods.md §9)."""
     if cfg is None:
         return None
     if not isinstance(cfg, Mapping):
@@ -95,10 +91,10 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
     """mmpretrain's :class:`MultiheadAttention` with optional AttnScale and FeatScale.
 
     The fused ``scaled_dot_product_attention`` stays in use; AttnScale is applied to its output
-    in closed form (METHODS.md §6). The explicit-matrix path (``Â`` materialised) is taken only
+    in closed form (docs/methods.md §6). The explicit-matrix path (``Â`` materialised) is taken only
     while attention maps are recorded, or in training with attention dropout and AttnScale (so
     that dropout acts on ``Â``, as in the paper). FeatScale acts on the projected output before
-    LayerScale and drop-path (METHODS.md §7).
+    LayerScale and drop-path (docs/methods.md §7).
 
     Args:
         embed_dims (int), num_heads (int), **kwargs: as :class:`MultiheadAttention`
@@ -205,8 +201,10 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             layer_scale_init_value=layer_scale_init_value,
             attn_scale=attn_scale,
             feat_scale=feat_scale)
-        self.msa_adaptor = self._build_adaptor(msa_adaptor, embed_dims)
-        self.mlp_adaptor = self._build_adaptor(mlp_adaptor, embed_dims)
+        self.msa_adaptor = build_adaptor(resolve_adaptor(msa_adaptor, 'msa_adaptor'), embed_dims,
+                                         'nlc')
+        self.mlp_adaptor = build_adaptor(resolve_adaptor(mlp_adaptor, 'mlp_adaptor'), embed_dims,
+                                         'nlc')
         aug_shortcut = check_aug_shortcut(aug_shortcut)
         self.msa_aug = self.mlp_aug = None
         self.aug_scale = 1.0
@@ -222,15 +220,6 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             and self.aug_scale == 1.0
         self._plain_mlp = self.mlp_adaptor is None and self.mlp_aug is None \
             and self.aug_scale == 1.0
-
-    @staticmethod
-    def _build_adaptor(cfg, channels):
-        if cfg is None:
-            return None
-        if not isinstance(cfg, Mapping) or 'type' not in cfg:
-            raise ValueError(f'adaptor={cfg!r} is not supported; expected None or a config '
-                             "dict with a 'type', e.g. dict(type='mmstiff.StepNetAdaptor')")
-        return MODELS.build(dict(cfg, channels=channels, layout='nlc'))
 
     def _ffn_branch(self, h):
         """The MLP branch output ``f`` alone (LayerScale and drop-path included)."""
@@ -266,15 +255,15 @@ class StepViT(VisionTransformer):
 
     Args:
         arch (str | dict): as :class:`VisionTransformer`, e.g. ``'deit-small'``.
-        attn_scale_layers: layers with AttnScale (METHODS.md §6, ω init 0). Default None.
-        feat_scale_layers: layers with FeatScale (METHODS.md §7, s, t init 0). Default None.
+        attn_scale_layers: layers with AttnScale (docs/methods.md §6, ω init 0). Default None.
+        feat_scale_layers: layers with FeatScale (docs/methods.md §7, s, t init 0). Default None.
         msa_adaptor (dict, optional): step-size adaptor on the MSA branch, e.g.
             ``dict(type='mmstiff.StepNetAdaptor')``; built per layer with
             ``channels=embed_dims, layout='nlc'``. Default None.
         msa_adaptor_layers: layers that get ``msa_adaptor``. Default ``'all'``.
         mlp_adaptor (dict, optional): the same for the MLP branch. Default None.
         mlp_adaptor_layers: layers that get ``mlp_adaptor``. Default ``'all'``.
-        aug_shortcut (dict, optional): augmented shortcuts (METHODS.md §9), keys
+        aug_shortcut (dict, optional): augmented shortcuts (docs/methods.md §9), keys
             ``num_paths`` (T, default 2), ``num_blocks`` (circulant blocks per side, default 4),
             ``act`` (default ``'gelu'``), ``scale`` (1.0, or 0.75 as the public
             implementation: the whole block update is multiplied by it) and ``branches``
@@ -297,6 +286,8 @@ class StepViT(VisionTransformer):
                  aug_shortcut=None,
                  aug_shortcut_layers='all',
                  **kwargs):
+        msa_adaptor = resolve_adaptor(msa_adaptor, 'msa_adaptor')
+        mlp_adaptor = resolve_adaptor(mlp_adaptor, 'mlp_adaptor')
         super().__init__(arch=arch, **kwargs)
         n = self.num_layers
         attn_scale = select_layers('attn_scale_layers', attn_scale_layers, n)

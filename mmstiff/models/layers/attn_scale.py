@@ -1,4 +1,4 @@
-"""AttnScale: make self-attention an all-pass filter (METHODS.md §6).
+"""AttnScale: make self-attention an all-pass filter (docs/methods.md §6).
 
 Anti-oversmoothing paper, §3.1, Eq. (8)-(9). Per layer ``l`` and head ``h``, after the softmax
 and before attention dropout,
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from mmstiff.utils.checks import check_positive_int
 
 def attn_scale_matrix(attn, omega):
     """Explicit AttnScale ``Â = A_LP + (1 + ω) (A - A_LP)`` of attention ``attn`` (..., H, n, n).
@@ -77,7 +78,7 @@ def attn_scale_output(out, v, omega):
 
 
 class AttnScale(nn.Module):
-    """The per-head AttnScale weights ω of one attention layer (METHODS.md §6).
+    """The per-head AttnScale weights ω of one attention layer (docs/methods.md §6).
 
     Args:
         num_heads (int): number of attention heads ``H``.
@@ -88,9 +89,7 @@ class AttnScale(nn.Module):
 
     def __init__(self, num_heads):
         super().__init__()
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f'num_heads={num_heads!r} is not supported; expected a positive int')
-        self.num_heads = num_heads
+        self.num_heads = check_positive_int('num_heads', num_heads)
         self.omega = nn.Parameter(torch.zeros(num_heads))
 
     def forward(self, out, v):

@@ -1,4 +1,4 @@
-"""Augmented shortcuts: parallel learnable paths beside the identity (METHODS.md §9).
+"""Augmented shortcuts: parallel learnable paths beside the identity (docs/methods.md §9).
 
 Augmented shortcuts for vision transformers (Tang et al., NeurIPS 2021), Eq. (6)/(10) and the
 supplement:
@@ -17,13 +17,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmstiff.utils.checks import check_positive_int
 from .circulant import CirculantLinear
 
 ACTIVATIONS = {'gelu': nn.GELU, 'relu': nn.ReLU, 'identity': nn.Identity}
 
 
 class AugmentedShortcut(nn.Module):
-    """``Σ_{i=1..T} σ(x Θ_i + b_i)`` for tokens ``x`` (..., d) (METHODS.md §9).
+    """``Σ_{i=1..T} σ(x Θ_i + b_i)`` for tokens ``x`` (..., d) (docs/methods.md §9).
 
     Args:
         channels (int): the token width ``d`` (input and output).
@@ -36,8 +37,7 @@ class AugmentedShortcut(nn.Module):
 
     def __init__(self, channels, num_paths=2, num_blocks=4, act='gelu', bias=True):
         super().__init__()
-        if isinstance(num_paths, bool) or not isinstance(num_paths, int) or num_paths < 1:
-            raise ValueError(f'num_paths={num_paths!r} is not supported; expected a positive int')
+        check_positive_int('num_paths', num_paths)
         if act not in ACTIVATIONS:
             raise ValueError(f'act={act!r} is not supported; expected one of '
                              f'{sorted(ACTIVATIONS)}')

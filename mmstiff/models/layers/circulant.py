@@ -1,4 +1,4 @@
-"""Block-circulant linear layer, the Θ of augmented shortcuts (METHODS.md §9).
+"""Block-circulant linear layer, the Θ of augmented shortcuts (docs/methods.md §9).
 
 A block-circulant matrix is a grid of ``P × Q`` blocks, each a ``b × b`` circulant matrix: block
 ``(I, J)`` is fully described by one vector ``c[I, J] ∈ R^b`` and holds
@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmstiff.utils.checks import check_positive_int
 
 def circulant_index(block_size):
     """Index matrix ``(b, b)`` with entry ``(i - j) mod b``: ``c[index]`` is the circulant of c."""
@@ -43,7 +44,7 @@ def block_circulant_matrix(vectors):
 
 
 class CirculantLinear(nn.Module):
-    """``y = x Θᵀ + bias`` with a block-circulant ``Θ`` (augmented shortcuts, METHODS.md §9).
+    """``y = x Θᵀ + bias`` with a block-circulant ``Θ`` (augmented shortcuts, docs/methods.md §9).
 
     The block size follows the public implementation of augmented shortcuts: the smaller of the
     two feature sizes is cut into ``num_blocks`` circulant blocks, so ``b = min(d_in, d_out) /
@@ -64,10 +65,9 @@ class CirculantLinear(nn.Module):
 
     def __init__(self, in_features, out_features, num_blocks=4, bias=True):
         super().__init__()
-        for name, value in (('in_features', in_features), ('out_features', out_features),
-                            ('num_blocks', num_blocks)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f'{name}={value!r} is not supported; expected a positive int')
+        check_positive_int('in_features', in_features)
+        check_positive_int('out_features', out_features)
+        check_positive_int('num_blocks', num_blocks)
         smaller = min(in_features, out_features)
         if smaller % num_blocks:
             raise ValueError(f'num_blocks={num_blocks} does not divide min(in_features, '

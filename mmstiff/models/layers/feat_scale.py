@@ -1,4 +1,4 @@
-"""FeatScale: re-weight the DC and high-frequency parts of the MSA output (METHODS.md §7).
+"""FeatScale: re-weight the DC and high-frequency parts of the MSA output (docs/methods.md §7).
 
 Anti-oversmoothing paper, §3.2, Eq. (10). For a token matrix ``X`` (n tokens × d channels),
 
@@ -17,6 +17,7 @@ take, which is most of FeatScale's training cost.
 import torch
 import torch.nn as nn
 
+from mmstiff.utils.checks import check_positive_int
 
 def split_frequencies(x):
     """``(X_DC, X_HC)`` of tokens ``x`` (..., n, d): the token mean and the remainder."""
@@ -62,7 +63,7 @@ def feat_scale(x, dc_scale, hc_scale):
 
 
 class FeatScale(nn.Module):
-    """Learnable FeatScale for one layer (METHODS.md §7).
+    """Learnable FeatScale for one layer (docs/methods.md §7).
 
     Args:
         channels (int): the token width ``d``.
@@ -75,9 +76,7 @@ class FeatScale(nn.Module):
 
     def __init__(self, channels):
         super().__init__()
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(f'channels={channels!r} is not supported; expected a positive int')
-        self.channels = channels
+        self.channels = check_positive_int('channels', channels)
         self.dc_scale = nn.Parameter(torch.zeros(channels))
         self.hc_scale = nn.Parameter(torch.zeros(channels))
 

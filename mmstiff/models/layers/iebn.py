@@ -1,4 +1,4 @@
-"""Instance Enhancement Batch Normalization (IEBN, Liang et al., AAAI 2020; METHODS.md §2).
+"""Instance Enhancement Batch Normalization (IEBN, Liang et al., AAAI 2020; docs/methods.md §2).
 
     a = sigmoid(w ⊙ GAP(x) + b)               # w init 0, b init -1, GAP of the pre-norm input
     y = BN_without_affine(x) ⊙ (γ ⊙ a) + β    # γ init 1, β init 0; all per-channel
@@ -13,19 +13,20 @@ it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
 import torch
 import torch.nn as nn
 
+from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
 
 
 def instance_enhancement(x, ie_weight, ie_bias):
-    """The IEBN gate ``a = sigmoid(w ⊙ GAP(x) + b)`` of shape (B, C, 1, 1), METHODS.md §2."""
-    pooled = x.mean(dim=(2, 3), keepdim=True)
+    """The IEBN gate ``a = sigmoid(w ⊙ GAP(x) + b)`` of shape (B, C, 1, 1), docs/methods.md §2."""
+    pooled = pool_state(x, 'nchw')
     return torch.sigmoid(torch.addcmul(ie_bias.view(1, -1, 1, 1), ie_weight.view(1, -1, 1, 1),
                                        pooled))
 
 
 @MODELS.register_module()
 class IEBN(nn.BatchNorm2d):
-    """Batch normalisation whose affine scale is gated per sample (IEBN, METHODS.md §2).
+    """Batch normalisation whose affine scale is gated per sample (IEBN, docs/methods.md §2).
 
     Args:
         num_features (int): channels C of the (B, C, H, W) input.

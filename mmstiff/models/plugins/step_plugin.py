@@ -1,4 +1,4 @@
-"""A step-size adaptor as an mmdet ResNet plugin (METHODS.md §3).
+"""A step-size adaptor as an mmdet ResNet plugin (docs/methods.md §3).
 
 mmdet's ``ResNet`` inserts plugins into its Bottleneck blocks by position; at
 ``position='after_conv3'`` a plugin maps the residual ``f`` (after ``norm3``) to ``Δ ⊙ f``
@@ -16,11 +16,9 @@ reads ``x_t``) therefore lives inside the block: use ``mmstiff.DetStepResNet`` (
 ``mmstiff.StepResNet`` (classification), which also work for BasicBlock depths 18 and 34,
 where mmdet accepts no plugins at all.
 """
-from collections.abc import Mapping
-
 from mmengine.model import BaseModule
 
-from mmstiff.models.steps import StepAdaptor, StepNetAdaptor
+from mmstiff.models.steps import StepNetAdaptor, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
 
 
@@ -43,20 +41,15 @@ class StepPlugin(BaseModule):
 
     def __init__(self, in_channels, adaptor=dict(type='mmstiff.SEAdaptor'), init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        if not isinstance(adaptor, Mapping) or 'type' not in adaptor:
-            raise ValueError(f'adaptor={adaptor!r} is not supported; expected a dict with a '
-                             "'type', e.g. dict(type='mmstiff.SEAdaptor')")
-        adaptor_type = adaptor['type']
-        cls = adaptor_type if isinstance(adaptor_type, type) else MODELS.get(adaptor_type)
-        if cls is None or not (isinstance(cls, type) and issubclass(cls, StepAdaptor)):
-            raise ValueError(f'adaptor type {adaptor_type!r} is not a registered step-size '
-                             "adaptor; expected e.g. 'mmstiff.SEAdaptor'")
-        if issubclass(cls, StepNetAdaptor):
-            raise ValueError(f'adaptor type {adaptor_type!r} needs the state x_t, which a '
+        if adaptor is None:
+            raise ValueError("adaptor=None is not supported; expected a dict with a 'type', "
+                             "e.g. dict(type='mmstiff.SEAdaptor')")
+        resolved = resolve_adaptor(adaptor)
+        if issubclass(resolved['type'], StepNetAdaptor):
+            raise ValueError(f"adaptor type {adaptor['type']!r} needs the state x_t, which a "
                              "plugin never sees; use backbone type='mmstiff.DetStepResNet' "
                              "with adaptor=dict(type='mmstiff.StepNetAdaptor') instead")
-        self.step_adaptor = MODELS.build(
-            dict(adaptor, type=cls, channels=in_channels, layout='nchw'))
+        self.step_adaptor = build_adaptor(resolved, in_channels, 'nchw')
 
     def forward(self, f):
         step = self.step_adaptor(None, f)

@@ -1,9 +1,10 @@
 """Step-size adaptors ``(x_t, f) -> Δ_t``: constant (plain ResNet), SE, StepNet."""
-from .base import ConstantStep, StepAdaptor, apply_step, pool_state
+from mmstiff.analysis.layout import pool_state
+from .base import ConstantStep, StepAdaptor, apply_step, build_adaptor, resolve_adaptor
 from .placement import adaptor_placement
 from .se import SEAdaptor
 from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states
 
 __all__ = ['StepAdaptor', 'ConstantStep', 'apply_step', 'pool_state']
 __all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states',
-            'grouped_pointwise']
+            'grouped_pointwise', 'build_adaptor', 'resolve_adaptor']

@@ -1,4 +1,4 @@
-"""The step-size adaptor abstraction (METHODS.md §0).
+"""The step-size adaptor abstraction (docs/methods.md §0).
 
 A residual block is one explicit-Euler step of an ODE,
 
@@ -24,28 +24,16 @@ Contract for every adaptor:
 import torch
 from mmengine.model import BaseModule
 
+from mmstiff.analysis.blocks import register_step_type
+from mmstiff.analysis.layout import check_layout
 from mmstiff.registry import MODELS
+from mmstiff.utils.checks import check_config
 
-LAYOUTS = ('nchw', 'nlc')
-
-
-def check_layout(layout):
-    """Validate an adaptor's ``layout`` argument, naming the bad value."""
-    if layout not in LAYOUTS:
-        raise ValueError(f'layout={layout!r} is not supported; expected one of {LAYOUTS}')
-    return layout
+#: keys of an adaptor config that the backbone fills in for each block.
+BUILD_KEYS = ('channels', 'layout')
 
 
-def pool_state(x, layout):
-    """Global average pooling of a state over its non-channel axes, kept broadcastable.
-
-    ``'nchw'``: (B, C, H, W) -> (B, C, 1, 1); ``'nlc'``: (B, N, C) -> (B, 1, C).
-    """
-    if layout == 'nchw':
-        return x.mean(dim=(2, 3), keepdim=True)
-    return x.mean(dim=1, keepdim=True)
-
-
+@register_step_type
 class StepAdaptor(BaseModule):
     """Base class of step-size adaptors ``(x_t, f) -> Δ_t``.
 
@@ -60,6 +48,46 @@ class StepAdaptor(BaseModule):
 
     def forward(self, x_t, f):  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def resolve_adaptor(adaptor, name='adaptor'):
+    """Check an adaptor config at build time; return it with ``type`` resolved to a class.
+
+    The config is None (no adaptor) or a dict with a ``'type'`` that names a registered
+    :class:`StepAdaptor` (or is one), without ``channels`` or ``layout``: the backbone fills
+    those in for each block. Resolving the class here, in mmstiff's registry, makes the build
+    independent of the runner's default scope (mmpretrain or mmdet), and makes an unknown type
+    fail before any layer is built.
+
+    Args:
+        adaptor (dict | None): the config.
+        name (str): the field, for the messages (``'adaptor'``, ``'msa_adaptor'``, ...).
+
+    Raises:
+        ValueError: naming the field, the bad value and what was expected.
+    """
+    adaptor = check_config(name, adaptor, reserved=BUILD_KEYS,
+                           example="dict(type='mmstiff.StepNetAdaptor')")
+    if adaptor is None:
+        return None
+    adaptor_type = adaptor['type']
+    cls = adaptor_type if isinstance(adaptor_type, type) else MODELS.get(adaptor_type)
+    if cls is None:
+        raise ValueError(f'{name} type {adaptor_type!r} is not registered; expected a '
+                         "step-size adaptor such as 'mmstiff.StepNetAdaptor', "
+                         "'mmstiff.SEAdaptor' or 'mmstiff.ConstantStep'")
+    if not (isinstance(cls, type) and issubclass(cls, StepAdaptor)):
+        raise ValueError(f'{name} type {adaptor_type!r} builds {cls!r}, which is not a '
+                         'StepAdaptor (a module (x_t, f) -> Δ_t)')
+    adaptor['type'] = cls
+    return adaptor
+
+
+def build_adaptor(adaptor, channels, layout):
+    """One adaptor module from a config checked by :func:`resolve_adaptor` (None: None)."""
+    if adaptor is None:
+        return None
+    return MODELS.build(dict(adaptor, channels=channels, layout=layout))
 
 
 @MODELS.register_module()

@@ -1,4 +1,4 @@
-"""Which residual blocks get a step-size adaptor (METHODS.md §4, LTH4SA).
+"""Which residual blocks get a step-size adaptor (docs/methods.md §4, LTH4SA).
 
 The lottery ticket hypothesis for self-attention says a few adaptors, well placed, give most of
 the gain. Backbones therefore take two optional knobs and turn them into one boolean per block
@@ -6,6 +6,8 @@ with :func:`adaptor_placement`; a block whose flag is ``False`` builds no adapto
 and computes the plain step ``x_t + f`` (Δ ≡ 1), so it costs nothing.
 """
 from collections.abc import Sequence
+
+from mmstiff.utils.checks import check_indices
 
 
 def _check_sequence(name, value, length, what):
@@ -63,19 +65,9 @@ def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
     for stage, (num_blocks, chosen, indices) in enumerate(
             zip(stage_blocks, adaptor_stages, adaptor_blocks)):
         if indices is None:
-            selected = set(range(num_blocks))
+            selected = range(num_blocks)
         else:
-            if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
-                raise ValueError(f'adaptor_blocks[{stage}]={indices!r} is not supported; '
-                                 'expected None or a sequence of block indices')
-            selected = set()
-            for index in indices:
-                if isinstance(index, bool) or not isinstance(index, int) \
-                        or not -num_blocks <= index < num_blocks:
-                    raise ValueError(
-                        f'adaptor_blocks[{stage}] holds {index!r}, out of range for stage '
-                        f'{stage} with {num_blocks} blocks; expected an int in '
-                        f'[{-num_blocks}, {num_blocks - 1}]')
-                selected.add(index % num_blocks)
+            selected = check_indices(f'adaptor_blocks[{stage}]', indices, num_blocks,
+                                     what=f'blocks of stage {stage}', alternatives=('None', ))
         placement.append([chosen and j in selected for j in range(num_blocks)])
     return placement

@@ -1,4 +1,4 @@
-"""The Squeeze-and-Excitation step-size adaptor (METHODS.md §3; Hu et al., SENet).
+"""The Squeeze-and-Excitation step-size adaptor (docs/methods.md §3; Hu et al., SENet).
 
     Δ = sigmoid(W2 · relu(W1 · GAP(f)))        # reduction ratio 16 by default
     out = act(x_t + Δ ⊙ f)
@@ -9,15 +9,21 @@ the residual ``f`` alone (StepNet paper Eq. 7). The layers mirror mmpretrain's `
 :class:`mmstiff.models.backbones.StepResNet` with this adaptor reproduces ``SEResNet``.
 """
 from mmcv.cnn import ConvModule
-from mmpretrain.models.utils import make_divisible
+from mmpretrain.models.utils import SELayer, make_divisible
 
+from mmstiff.analysis.blocks import register_step_gate
+from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
-from .base import StepAdaptor, pool_state
+from mmstiff.utils.checks import check_positive_int
+from .base import StepAdaptor
+
+# mmpretrain's SE layer computes the same step size: its sigmoid gate is read as one
+register_step_gate(SELayer, 'conv2')
 
 
 @MODELS.register_module()
 class SEAdaptor(StepAdaptor):
-    """Δ_t = sigmoid(W2 relu(W1 GAP(f))), a step size from the residual alone (METHODS.md §3).
+    """Δ_t = sigmoid(W2 relu(W1 GAP(f))), a step size from the residual alone (docs/methods.md §3).
 
     Args:
         channels (int): channels C of ``f``.
@@ -35,16 +41,11 @@ class SEAdaptor(StepAdaptor):
     def __init__(self, channels, layout='nchw', ratio=16, divisor=8, squeeze_channels=None,
                  init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(f'channels={channels!r} is not supported; expected a positive int')
+        check_positive_int('channels', channels)
         if squeeze_channels is None:
-            if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
-                raise ValueError(f'ratio={ratio!r} is not supported; expected a positive int')
-            squeeze_channels = make_divisible(channels // ratio, divisor)
-        if isinstance(squeeze_channels, bool) or not isinstance(squeeze_channels, int) \
-                or squeeze_channels < 1:
-            raise ValueError(f'squeeze_channels={squeeze_channels!r} is not supported; '
-                             'expected a positive int')
+            squeeze_channels = make_divisible(channels // check_positive_int('ratio', ratio),
+                                              divisor)
+        check_positive_int('squeeze_channels', squeeze_channels)
         self.channels = channels
         self.squeeze_channels = squeeze_channels
         self.conv1 = ConvModule(channels, squeeze_channels, kernel_size=1,

@@ -1,4 +1,4 @@
-"""The StepNet step-size adaptor (METHODS.md §1; StepNet paper Eq. 10 and Appendix F).
+"""The StepNet step-size adaptor (docs/methods.md §1; StepNet paper Eq. 10 and Appendix F).
 
 The step size is computed from the current state AND the next one, a finer estimate of the local
 stiffness than the residual ``f`` alone:
@@ -15,31 +15,17 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from mmstiff.analysis.layout import pool_state
 from mmstiff.models.layers.iebn import IEBN
 from mmstiff.registry import MODELS
+from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor
 
 NORMS = ('bn_ie', 'iebn')
 
 
-def pooled_channels(x, layout):
-    """GAP of a state to (B, C): ``pool_state(x, layout).flatten(1)``, as a sum times 1/N.
-
-    Same value as the mean; its backward is a broadcast view of the (B, C) gradient instead of
-    a full-size division, which saves one pass over the feature map per pooled tensor. float16
-    keeps the mean, whose intermediate cannot overflow.
-    """
-    dims = (2, 3) if layout == 'nchw' else (1, )
-    if x.dtype == torch.float16:
-        return x.mean(dim=dims)
-    count = 1
-    for dim in dims:
-        count *= x.shape[dim]
-    return x.sum(dim=dims) * (1.0 / count)
-
-
 def interleave_states(u, v):
-    """(B, C) and (B, C) -> (B, 2C) as ``u_0, v_0, u_1, v_1, ...`` (METHODS.md §1)."""
+    """(B, C) and (B, C) -> (B, 2C) as ``u_0, v_0, u_1, v_1, ...`` (docs/methods.md §1)."""
     return torch.stack((u, v), dim=2).flatten(1)
 
 
@@ -72,7 +58,7 @@ def _frozen_statistics(norm):
 
 @MODELS.register_module()
 class StepNetAdaptor(StepAdaptor):
-    """Δ_t = sigmoid(IE(BN(GroupConv(interleave(GAP(x_t), GAP(x_t + f)))))) (METHODS.md §1).
+    """Δ_t = sigmoid(IE(BN(GroupConv(interleave(GAP(x_t), GAP(x_t + f)))))) (docs/methods.md §1).
 
     Args:
         channels (int): channels C of ``x_t`` and ``f``.
@@ -82,7 +68,7 @@ class StepNetAdaptor(StepAdaptor):
             ``None`` (default) means C: each channel's step depends only on its own
             ``(u_c, v_c)``. ``groups=1`` mixes every channel.
         norm (str): ``'bn_ie'`` (default) is BN followed by the per-channel IE affine
-            ``W_IE ⊙ z + b_IE``; ``'iebn'`` uses the literal IEBN layer of METHODS.md §2
+            ``W_IE ⊙ z + b_IE``; ``'iebn'`` uses the literal IEBN layer of docs/methods.md §2
             (:class:`mmstiff.models.layers.IEBN`) instead, whose output then goes through the
             sigmoid directly.
         ie_weight_init (float): initial ``W_IE``. Default 0.0.
@@ -104,11 +90,9 @@ class StepNetAdaptor(StepAdaptor):
     def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie',
                  ie_weight_init=0.0, ie_bias_init=-1.0, init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(f'channels={channels!r} is not supported; expected a positive int')
-        groups = channels if groups is None else groups
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 \
-                or channels % groups:
+        check_positive_int('channels', channels)
+        groups = channels if groups is None else check_positive_int('groups', groups)
+        if channels % groups:
             raise ValueError(f'groups={groups!r} is not supported for channels={channels}; '
                              'expected a positive int that divides channels')
         if norm not in NORMS:
@@ -131,8 +115,8 @@ class StepNetAdaptor(StepAdaptor):
         return self.norm(z)
 
     def forward(self, x_t, f):
-        u = pooled_channels(x_t, self.layout)                # (B, C)
-        v = u + pooled_channels(f, self.layout)              # GAP(x_t + f)
+        u = pool_state(x_t, self.layout, keepdim=False)      # (B, C)
+        v = u + pool_state(f, self.layout, keepdim=False)    # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
         z = self._normalise(z)                               # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':

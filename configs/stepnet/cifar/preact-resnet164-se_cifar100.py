@@ -1,5 +1,0 @@
-# Pre-activation ResNet-164 with an SE step-size adaptor in every block on CIFAR-100
-# (METHODS.md §3).
-_base_ = ['./preact-resnet164_cifar100.py']
-
-model = dict(backbone=dict(adaptor=dict(type='mmstiff.SEAdaptor', ratio=16, divisor=1)))

@@ -1,5 +1,0 @@
-# Pre-activation ResNet-164 with the StepNet step-size adaptor in every block on CIFAR-100
-# (METHODS.md §1); the paper reports its largest gain here.
-_base_ = ['./preact-resnet164_cifar100.py']
-
-model = dict(backbone=dict(adaptor=dict(type='mmstiff.StepNetAdaptor')))

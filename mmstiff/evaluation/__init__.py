@@ -1,1 +1,0 @@
-"""Metrics mmstiff adds (imported for registration)."""

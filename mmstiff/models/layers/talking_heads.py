@@ -1,0 +1,103 @@
+"""Talking-heads self-attention (CaiT's patch layers) with optional AttnScale and FeatScale.
+
+Talking-heads attention (Shazeer et al., 2020, https://arxiv.org/abs/2003.02436), as CaiT
+(Touvron et al., 2021, https://arxiv.org/abs/2103.17239) uses it in its patch layers, mixes the
+heads twice, with learned ``H × H`` maps (and biases) acting on the head axis of the ``n × n``
+maps:
+
+    L = P_l · (q kᵀ / √d),     A = P_w · softmax(L),     out = A V,
+
+``P_l`` (``proj_l``) before the softmax, ``P_w`` (``proj_w``) after it. The heads are mixed, so
+the map is materialised in every case: there is no fused kernel to keep.
+
+AttnScale (anti-oversmoothing §3.1, Eq. 8-9; docs/methods.md §6) goes after the post-softmax
+head mixing ``P_w`` and before attention dropout, where the authors' CaiT code puts it:
+
+    Â = A_LP + (1 + ω_h) (A - A_LP),     A_LP = (1/n) 1 1ᵀ,
+
+with ``A`` the map that multiplies ``V``. After ``P_w`` a row of ``A`` need not sum to 1, but the
+expression is linear in ``A``, so the closed form ``Â V = (1 + ω)(A V) - ω · mean_tokens(V)``
+still holds and spares an ``n × n`` tensor per layer in training (the explicit ``Â`` is formed
+only while maps are recorded, or under attention dropout so that dropout acts on ``Â``). The
+authors' A_LP divides by ``n``, the number of patches (no class token in these layers).
+
+FeatScale (§3.2, Eq. 10; docs/methods.md §7) acts on the projected output, before the layer's
+LayerScale and drop-path.
+
+Parameter names are timm's ``TalkingHeadAttn`` (``qkv``, ``proj_l``, ``proj_w``, ``proj``).
+"""
+import torch
+import torch.nn as nn
+
+from mmstiff.utils.checks import check_positive_int
+from .attn_scale import AttentionMapMixin, AttnScale
+from .feat_scale import FeatScale
+
+
+def mix_heads(proj, attn):
+    """Apply the linear map ``proj`` (H -> H) along the head axis of maps ``(B, H, n, n)``."""
+    return proj(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
+    """Multi-head self-attention with talking heads, optional AttnScale and FeatScale.
+
+    Args:
+        embed_dims (int): token width ``C``.
+        num_heads (int): number of heads ``H``; must divide ``embed_dims``.
+        qkv_bias (bool): bias of the ``qkv`` projection. Default True.
+        attn_drop (float): dropout on the attention map. Default 0.
+        proj_drop (float): dropout after the output projection. Default 0.
+        attn_scale (bool): add per-head ω (after ``proj_w``). Default False.
+        feat_scale (bool): add per-channel s, t on the projected output. Default False.
+    """
+
+    def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.,
+                 attn_scale=False, feat_scale=False):
+        super().__init__()
+        check_positive_int('embed_dims', embed_dims)
+        check_positive_int('num_heads', num_heads)
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims={embed_dims} is not a multiple of '
+                             f'num_heads={num_heads}')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.scale = self.head_dims**-0.5
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj_l = nn.Linear(num_heads, num_heads)
+        self.proj_w = nn.Linear(num_heads, num_heads)
+        self.attn_drop = float(attn_drop)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.attn_scale = AttnScale(num_heads) if attn_scale else None
+        self.feat_scale = FeatScale(embed_dims) if feat_scale else None
+
+    def mixed_attention(self, q, k):
+        """``A = P_w softmax(P_l q kᵀ / √d)`` of queries and keys ``(B, H, n, d)``."""
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        return mix_heads(self.proj_w, mix_heads(self.proj_l, logits).softmax(dim=-1))
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = self.mixed_attention(q, k)
+        attn_drop = self.attn_drop if self.training else 0.
+        explicit = self.attn_scale is not None and (self.keep_attn_map or attn_drop > 0)
+        if explicit:
+            attn = self.attn_scale.scale_matrix(attn)
+        if self.keep_attn_map:
+            self._store_attn_map(attn)
+        if attn_drop > 0:
+            attn = torch.dropout(attn, attn_drop, True)
+        x = attn @ v
+        if self.attn_scale is not None and not explicit:
+            x = self.attn_scale(x, v)
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
+        if self.feat_scale is not None:
+            x = self.feat_scale(x)
+        return x
+
+    def extra_repr(self):
+        return f'embed_dims={self.embed_dims}, num_heads={self.num_heads}'
