@@ -114,3 +114,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker('det') is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def mmpretrain_default_scope():
+    """Start every test in the mmpretrain scope, whatever scope an earlier test left current.
+
+    A Runner built from an mmdet config makes ``mmdet`` the current default scope for the rest
+    of the process; upstream classes built afterwards by bare name (``ImageClassifier`` and its
+    ``LinearClsHead``) would then be looked up in mmdet's registry.
+    """
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        yield

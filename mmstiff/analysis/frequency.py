@@ -9,15 +9,50 @@
   Fig. 2a and Fig. 8.
 
 Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` tokens.
+
+Conventions (``convention=``, docs/methods.md §8): ``'exact'`` (default) walks the shifted
+diagonal from the centre to the top-left corner, ``size // 2 + 1`` points ending at the Nyquist
+frequency 1.0π; ``'paper'`` reproduces the authors' notebook (github.com/xxxnell/how-do-vits-work,
+``fourier_analysis.ipynb``), which walks from the centre towards the bottom-right corner for
+``size - size // 2`` points and labels them ``linspace(0, 1)``: on even sizes its last point,
+labelled 1.0π, is the bin ``(1 - 2 / size)π``. On odd sizes the values agree, only the labels
+differ.
 """
 import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .layout import infer_layout, pool_state
 
 LOG_EPS = 1e-6
+CONVENTIONS = ('exact', 'paper')
+
+
+def check_convention(convention):
+    """``convention`` if it is ``'exact'`` or ``'paper'``; else ``ValueError``."""
+    if not isinstance(convention, str) or convention not in CONVENTIONS:
+        raise ValueError(f'convention={convention!r} is not supported; expected one of '
+                         f"{CONVENTIONS} ('exact': ends at the Nyquist bin 1.0π; 'paper': the "
+                         "How-do-ViTs authors' indexing)")
+    return convention
+
+
+def diagonal_length(size, convention='exact'):
+    """Number of points of the centre-to-corner diagonal: ``size // 2 + 1`` (``'exact'``) or
+    ``size - size // 2`` (``'paper'``: the notebook's ``diag()[int(h/2):]``)."""
+    return size // 2 + 1 if check_convention(convention) == 'exact' else size - size // 2
+
+
+def diagonal_indices(size, convention='exact'):
+    """Row (= column) indices, in a ``fftshift``-ed ``size × size`` spectrum, of the diagonal
+    points from the centre outwards: towards the top-left corner (``'exact'``) or the
+    bottom-right one (``'paper'``)."""
+    centre = size // 2
+    if check_convention(convention) == 'paper':
+        return torch.arange(centre, size)
+    return torch.arange(centre, -1, -1)
 
 
 def dc_component(x, layout=None):
@@ -81,14 +116,22 @@ def log_amplitude_spectrum(maps):
     return torch.fft.fftshift(log_amp)
 
 
-def diagonal_frequencies(size):
+def diagonal_frequencies(size, convention='exact'):
     """Normalised frequencies (in units of π) of the centre-to-corner diagonal of a shifted
-    ``size × size`` spectrum: ``2k / size`` for ``k = 0 .. size // 2``."""
+    ``size × size`` spectrum: ``2k / size`` for ``k = 0 .. size // 2``.
+
+    With ``convention='paper'`` the authors' labels instead, ``linspace(0, 1)`` over the
+    ``size - size // 2`` points (point ``k`` is the bin ``2k / size``, labelled
+    ``k / (size - size // 2 - 1)``).
+    """
+    if check_convention(convention) == 'paper':
+        return torch.linspace(0.0, 1.0, diagonal_length(size, convention), dtype=torch.float64)
     return torch.arange(size // 2 + 1, dtype=torch.float64) * 2.0 / size
 
 
-def diagonal_log_amplitude(maps):
-    """``mean_{batch, channels} log(|F(-k, -k)| + 1e-6)`` for ``k = 0 .. size // 2``.
+def diagonal_log_amplitude(maps, convention='exact'):
+    """``mean_{batch, channels} log(|F(-k, -k)| + 1e-6)`` for ``k = 0 .. size // 2``
+    (``convention='paper'``: ``k = 0 .. size - size // 2 - 1``, the notebook's points).
 
     The diagonal of :func:`log_amplitude_spectrum` from the centre to the top-left corner,
     without the 2-D transform: ``F(k, k) = Σ_{y,x} x[y, x] e^{-2πi k (y + x) / n}`` is the 1-D
@@ -104,11 +147,11 @@ def diagonal_log_amplitude(maps):
     anti_diagonal = ((pos[:, None] + pos[None, :]) % size).flatten()
     flat = maps.float().flatten(2)
     folded = flat.new_zeros(*flat.shape[:2], size).index_add_(2, anti_diagonal, flat)
-    diag = torch.fft.fft(folded)[..., :size // 2 + 1]
+    diag = torch.fft.fft(folded)[..., :diagonal_length(size, convention)]
     return torch.log(diag.abs() + LOG_EPS).mean(dim=(0, 1)).double()
 
 
-def log_amplitude_profile(maps):
+def log_amplitude_profile(maps, convention='exact'):
     """Relative log amplitude along the diagonal from frequency 0 to 1.0π (docs/methods.md §8).
 
     Takes the diagonal of :func:`log_amplitude_spectrum` from the centre towards the
@@ -120,27 +163,107 @@ def log_amplitude_profile(maps):
 
     Args:
         maps (Tensor): ``(B, C, H, W)`` with ``H == W``.
+        convention (str): ``'exact'`` (default) or ``'paper'``, the notebook's points and
+            labels (see the module docstring).
 
     Returns:
-        tuple[Tensor, Tensor]: ``(freqs, profile)``, both ``(size // 2 + 1,)``: frequencies in
-        units of π and log amplitudes relative to the DC term (``profile[0] == 0``).
+        tuple[Tensor, Tensor]: ``(freqs, profile)``, both of :func:`diagonal_length` points
+        (``size // 2 + 1`` by default): frequencies in units of π and log amplitudes relative
+        to the DC term (``profile[0] == 0``).
     """
-    diag = diagonal_log_amplitude(maps)
-    return diagonal_frequencies(maps.shape[-1]), diag - diag[0]
+    diag = diagonal_log_amplitude(maps, convention)
+    return diagonal_frequencies(maps.shape[-1], convention), diag - diag[0]
 
 
 @functools.lru_cache(maxsize=16)
-def _end_bin_weights(size, device, dtype):
+def _end_bin_weights(size, device, dtype, k=None):
     """``(size * size, 3)``: ones, and the cosine and sine of the diagonal bin
-    ``k = size // 2``, ``2π k (y + x) / size`` at each position (row-major)."""
+    ``k`` (default ``size // 2``), ``2π k (y + x) / size`` at each position (row-major)."""
+    k = size // 2 if k is None else k
     pos = torch.arange(size, dtype=torch.float64)
-    angle = (pos[:, None] + pos[None, :]).flatten() * (2.0 * math.pi * (size // 2) / size)
+    angle = (pos[:, None] + pos[None, :]).flatten() * (2.0 * math.pi * k / size)
     weights = torch.stack([torch.ones_like(angle), torch.cos(angle), torch.sin(angle)], dim=1)
     return weights.to(device=device, dtype=dtype)
 
 
-def delta_log_amplitude(maps):
+@functools.lru_cache(maxsize=16)
+def _end_bin_rows(size, device, dtype, k):
+    """:func:`_end_bin_weights` as ``(3, size * size)`` rows, contiguous: ``F.linear`` reads
+    them several times faster than a ``(..., n) @ (n, 3)`` product reads the columns."""
+    return _end_bin_weights(size, device, dtype, k).t().contiguous()
+
+
+def _square_side(num_patches, num_extra_tokens, grid):
+    if grid is None:
+        side = math.isqrt(num_patches)
+        if side * side != num_patches:
+            raise ValueError(f'{num_patches} patch tokens (after dropping num_extra_tokens='
+                             f'{num_extra_tokens}) do not form a square grid; pass grid=(H, W)')
+        return side
+    h, w = grid
+    if h * w != num_patches or h != w:
+        raise ValueError(f'grid={tuple(grid)} is not supported; expected a square grid of '
+                         f'{num_patches} patch tokens')
+    return h
+
+
+def diagonal_end_bins(x, num_extra_tokens=0, grid=None, convention='exact'):
+    """The two ends of the diagonal of every channel's 2-D spectrum, ``(B, C, 3)`` float32.
+
+    Column 0 is ``F(0, 0)``, the sum of the map; columns 1 and 2 are the real and imaginary
+    parts of ``F(k, k)`` at the last point of the diagonal, ``k = diagonal_length(size,
+    convention) - 1`` (the Nyquist bin ``size // 2`` by default). That is all
+    :func:`delta_log_amplitude` needs: one product of the state with three weight rows, one
+    pass over it. Token states are read in place, without forming their maps.
+
+    Args:
+        x (Tensor): ``(B, C, H, W)`` maps with ``H == W``, or ``(B, N, C)`` tokens whose patch
+            tokens (after the first ``num_extra_tokens``) form a square grid, row-major as
+            :func:`tokens_to_maps` lays them out.
+        num_extra_tokens (int): leading non-patch tokens of a token state.
+        grid (tuple[int, int], optional): the patch grid of a token state (square); inferred
+            when None.
+        convention (str): ``'exact'`` or ``'paper'`` (see the module docstring).
+    """
+    if not torch.is_tensor(x) or x.is_complex():
+        raise ValueError('x must be a real tensor; the diagonal uses |F(-k, -k)| = |F(k, k)|')
+    if x.dim() == 4:
+        if x.shape[-1] != x.shape[-2]:
+            raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) with H == W')
+        size = x.shape[-1]
+        rows = _end_bin_rows(size, x.device, torch.float32,
+                             diagonal_length(size, convention) - 1)
+        return F.linear(x.float().flatten(2), rows)
+    if x.dim() == 3:
+        patches = x[:, num_extra_tokens:]
+        size = _square_side(patches.shape[1], num_extra_tokens, grid)
+        rows = _end_bin_rows(size, x.device, torch.float32,
+                             diagonal_length(size, convention) - 1)
+        return torch.matmul(rows, patches.float()).transpose(1, 2)
+    raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or (B, N, C) '
+                     'tokens')
+
+
+def delta_log_amplitudes(bins):
+    """Δ log amplitude from :func:`diagonal_end_bins`: ``(..., B, C, 3)`` -> ``(...)`` float64.
+
+    ``mean_{B, C} log(|F(k, k)| + 1e-6) - mean_{B, C} log(|F(0, 0)| + 1e-6)``, the value of
+    :func:`delta_log_amplitude`. States of one shape stacked on leading axes are computed in one
+    call (a recorded training iteration computes all of its states' values at once).
+    """
+    if not torch.is_tensor(bins) or bins.dim() < 3 or bins.shape[-1] != 3:
+        raise ValueError(f'bins has shape {tuple(getattr(bins, "shape", ()))}; expected '
+                         '(..., B, C, 3) from diagonal_end_bins')
+    low = torch.log(bins[..., 0].abs() + LOG_EPS).double().mean(dim=(-2, -1))
+    high = torch.log(torch.hypot(bins[..., 1], bins[..., 2]) + LOG_EPS)
+    return high.double().mean(dim=(-2, -1)) - low
+
+
+def delta_log_amplitude(maps, convention='exact'):
     """Δ log amplitude at 1.0π: the last element of :func:`log_amplitude_profile`.
+
+    With ``convention='paper'`` the value the authors' notebook labels 1.0π: the bin
+    ``k = (size - 1) // 2``, one short of the Nyquist bin on even sizes.
 
     Negative when high frequencies are weaker than the DC term; a layer that lowers it acts as a
     low-pass filter (How-do-ViTs paper, Fig. 8: MSAs lower it, MLPs and Convs raise it).
@@ -148,18 +271,14 @@ def delta_log_amplitude(maps):
     Only the two ends of the diagonal are needed, ``F(0, 0)`` (the sum of each map) and
     ``F(k, k)`` with ``k = size // 2``, so both come from one product of the flattened maps
     with three weight vectors (ones, and the real and imaginary parts of the Fourier basis
-    function of that bin): no transform, one pass over the maps.
+    function of that bin): no transform, one pass over the maps
+    (:func:`diagonal_end_bins`, then :func:`delta_log_amplitudes`).
     """
     if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
         raise ValueError(f'maps has shape {tuple(maps.shape)}; expected (B, C, H, W) with H == W')
     if maps.is_complex():
         raise ValueError('maps must be real; the diagonal uses |F(-k, -k)| = |F(k, k)|')
-    maps = maps.float()
-    weights = _end_bin_weights(maps.shape[-1], maps.device, maps.dtype)
-    bins = maps.flatten(2) @ weights  # (B, C, 3)
-    low = torch.log(bins[..., 0].abs() + LOG_EPS).mean()
-    high = torch.log(torch.hypot(bins[..., 1], bins[..., 2]) + LOG_EPS).mean()
-    return float(high.double() - low.double())
+    return float(delta_log_amplitudes(diagonal_end_bins(maps, convention=convention)))
 
 
 def as_maps(x, num_extra_tokens=0, grid=None):

@@ -8,8 +8,22 @@ where ``M_f`` keeps the 2-D frequencies whose normalised Chebyshev radius
 ``w = 0.1`` around ``f``). Each axis' normalised frequency is ``2 · fftfreq(n)``, in [-1, 1).
 The accuracy drop of a classifier under this noise, band by band, shows which frequencies it
 relies on (ViTs are hurt by low-frequency noise, ResNets by high-frequency noise).
+
+``convention='paper'`` builds the mask as the authors' ``FreqAttack``
+(github.com/xxxnell/how-do-vits-work, ``ops/adversarial.py``) does, for square images of even
+size ``n``: with ``f = freq · π`` and ``s = width_band / 2 · π`` (so the band is
+``[f - s, f + s]``), two centred squares of sides ``a = 2 ⌊(f + s) n / 2π⌋`` and
+``b = 2 ⌊(f - s) n / 2π⌋`` (each clipped to ``[0, n]``, the floor rounding towards zero as
+Python's ``int``) keep the integer frequencies ``-a/2 ≤ k_y, k_x < a/2`` that are not also in
+``-b/2 ≤ k_y, k_x < b/2``. The sides are rounded down to whole bins, so a band may miss its
+nominal frequencies or hold the DC term, and ``k = -a/2`` is kept while ``k = +a/2`` is not.
+An empty band is not refused there (the authors' code then adds no noise).
 """
+import math
+
 import torch
+
+from .frequency import check_convention
 
 
 def normalised_frequency_radius(height, width):
@@ -19,23 +33,48 @@ def normalised_frequency_radius(height, width):
     return torch.maximum(fy[:, None], fx[None, :])
 
 
-def frequency_band_mask(height, width, freq, width_band=0.1):
+def centred_squares_mask(size, freq, width_band):
+    """The authors' ``FreqAttack`` band (``convention='paper'``, module docstring): a boolean
+    ``(size, size)`` mask, unshifted FFT layout, for an even ``size``."""
+    f, s = freq * math.pi, width_band / 2.0 * math.pi
+
+    def half_side(edge):  # int(...) * 2 as in the authors' code, clipped to [0, size], halved
+        return min(max(int((edge * size) / (2 * math.pi)) * 2, 0), size) // 2
+
+    outer, inner = half_side(f + s), half_side(f - s)
+    k = torch.fft.fftfreq(size, 1.0 / size).round().long()  # 0, 1, …, n/2 - 1, -n/2, …, -1
+    in_outer = (k >= -outer) & (k < outer)
+    in_inner = (k >= -inner) & (k < inner)
+    return (in_outer[:, None] & in_outer[None, :]) & ~(in_inner[:, None] & in_inner[None, :])
+
+
+def frequency_band_mask(height, width, freq, width_band=0.1, convention='exact'):
     """Boolean ``(H, W)`` mask of the band ``[freq - width_band/2, freq + width_band/2)``.
 
     Args:
         height, width (int): spatial size of the images.
         freq (float): centre of the band, normalised frequency in [0, 1] (units of π).
         width_band (float): width of the band in units of π. Default 0.1.
+        convention (str): ``'exact'`` (default), the Chebyshev-radius band, or ``'paper'``,
+            the authors' floor-rounded centred squares (module docstring; square images of even
+            size only).
 
     Raises:
-        ValueError: a frequency outside [0, 1], a non-positive width, or a band that holds no
-            frequency of an image of this size (pick a wider band).
+        ValueError: a frequency outside [0, 1], a non-positive width, an unknown convention,
+            or (``'exact'``) a band that holds no frequency of an image of this size (pick a
+            wider band).
     """
     if not 0.0 <= freq <= 1.0:
         raise ValueError(f'freq={freq!r} is not supported; expected a normalised frequency in '
                          '[0, 1] (units of π)')
     if not width_band > 0:
         raise ValueError(f'width_band={width_band!r} is not supported; expected > 0')
+    if check_convention(convention) == 'paper':
+        if height != width or height % 2:
+            raise ValueError(f"convention='paper' is not supported for {height}x{width} "
+                             'images; expected square images of even size (the authors\' '
+                             'centred squares are n x n with even sides)')
+        return centred_squares_mask(height, freq, width_band)
     radius = normalised_frequency_radius(height, width)
     half = width_band / 2.0
     tol = 1e-9  # radii are exact multiples of 2/n; keep the half-open band stable
@@ -47,7 +86,8 @@ def frequency_band_mask(height, width, freq, width_band=0.1):
     return mask
 
 
-def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype=torch.float32):
+def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype=torch.float32,
+                         convention='exact'):
     """Noise confined to one frequency band: ``Re(F^{-1}(M_f ⊙ F(ε · sign(N(0, 1)))))``.
 
     Args:
@@ -57,6 +97,8 @@ def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype
         width_band (float): band width in units of π. Default 0.1.
         generator (torch.Generator, optional): for reproducible noise.
         dtype (torch.dtype): dtype of the returned noise.
+        convention (str): how the band is drawn, ``'exact'`` (default) or ``'paper'``
+            (:func:`frequency_band_mask`).
 
     Returns:
         Tensor: real noise of ``shape``; add it to the (normalised) images.
@@ -65,7 +107,7 @@ def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype
         raise ValueError(f'shape={tuple(shape)} is not supported; expected (..., H, W)')
     if not eps >= 0:
         raise ValueError(f'eps={eps!r} is not supported; expected >= 0')
-    mask = frequency_band_mask(shape[-2], shape[-1], freq, width_band)
+    mask = frequency_band_mask(shape[-2], shape[-1], freq, width_band, convention)
     delta = eps * torch.sign(torch.randn(shape, generator=generator, dtype=torch.float64))
     spectrum = torch.fft.fft2(delta) * mask
     return torch.fft.ifft2(spectrum).real.to(dtype)

@@ -9,3 +9,6 @@ package imports it, so training and the metrics never load matplotlib. Import th
 #: the figure modules: ``plots`` (the diagnostics of one run) and ``overlays`` (the variants of a
 #: reproduction study, one line per variant, for tools/reproduce.py)
 __all__ = ['plots', 'overlays']
+#: ``instruments``: the How-do-ViTs paper's Hessian spectrum, loss landscape and feature-map
+#: variance figures (tools/analysis/hessian.py, loss_landscape.py, feature_variance.py)
+__all__ += ['instruments']

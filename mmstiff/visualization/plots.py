@@ -77,7 +77,7 @@ def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
         pairs (dict[str, tuple[Tensor, Tensor]]): block name -> ``(nsi (S,), step (S,))``;
             the legend shows each block's Pearson r.
     """
-    from .stiffness import pearson_correlation
+    from mmstiff.analysis.stiffness import pearson_correlation
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     cmap = plt.get_cmap('viridis')

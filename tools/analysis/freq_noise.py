@@ -3,12 +3,15 @@
 docs/methods.md §8).
 
     python tools/analysis/freq_noise.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
-        [--freqs 0 0.1 ... 1.0] [--eps 0.1] [--width 0.1] [--seed 0] [--cfg-options k=v ...]
+        [--freqs 0 0.1 ... 1.0] [--eps 0.1] [--width 0.1] [--seed 0]
+        [--convention {exact,paper}] [--cfg-options k=v ...]
 
 Adds ``Re(F^{-1}(M_f ⊙ F(ε · sign(N(0, 1)))))`` to the preprocessed (normalised) images, one
 band of width ``--width`` (units of π) around each frequency of ``--freqs``, and measures the
 top-1 accuracy against the clean images on the same batches. Writes ``freq_noise.json`` and
-``freq_noise.png``. Classification models (mmpretrain) only.
+``freq_noise.png``. Classification models (mmpretrain) only. ``--convention paper`` draws the
+bands as the authors' ``FreqAttack`` does (floor-rounded centred squares, even square images
+only; docs/methods.md §8).
 """
 import os.path as osp
 import sys
@@ -26,7 +29,7 @@ def _correct(model, inputs, data_samples):
     return int((pred == gt).sum())
 
 
-def analyse(model, batches, freqs, eps, width, seed):
+def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
     import torch
 
     from mmstiff.analysis import frequency_band_mask, frequency_band_noise
@@ -38,12 +41,13 @@ def analyse(model, batches, freqs, eps, width, seed):
         for inputs, data_samples in batches:
             if bins is None:
                 h, w = inputs.shape[-2:]
-                bins = [int(frequency_band_mask(h, w, f, width).sum()) for f in freqs]
+                bins = [int(frequency_band_mask(h, w, f, width, convention).sum())
+                        for f in freqs]
             total += inputs.shape[0]
             clean += _correct(model, inputs, data_samples)
             for i, freq in enumerate(freqs):
                 noise = frequency_band_noise(inputs.shape, freq, eps, width, generator,
-                                             dtype=inputs.dtype)
+                                             dtype=inputs.dtype, convention=convention)
                 noisy[i] += _correct(model, inputs + noise, data_samples)
     clean_acc = 100.0 * clean / total
     bands = [dict(freq=f, num_bins=n, accuracy=100.0 * c / total,
@@ -59,6 +63,10 @@ def main(argv=None):
                         help='amplitude of the sign noise on the normalised images')
     parser.add_argument('--width', type=float, default=0.1, help='band width in units of π')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--convention', choices=('exact', 'paper'), default='exact',
+                        help="frequency bands: 'exact' Chebyshev-radius bands (default) or "
+                        "'paper', the How-do-ViTs authors' floor-rounded centred squares "
+                        '(docs/methods.md §8)')
     args = parser.parse_args(argv)
     for f in args.freqs:
         if not 0.0 <= f <= 1.0:
@@ -70,9 +78,9 @@ def main(argv=None):
         sys.exit('error: freq_noise.py measures top-1 accuracy; it needs a classification '
                  f'(mmpretrain) config, got default_scope={cfg.default_scope!r}')
     result = analyse(model, common.iterate(model, loader, args.num_batches), args.freqs,
-                     args.eps, args.width, args.seed)
+                     args.eps, args.width, args.seed, args.convention)
     result.update(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  eps=args.eps, width=args.width, seed=args.seed)
+                  eps=args.eps, width=args.width, seed=args.seed, convention=args.convention)
 
     from mmstiff.visualization import plots
     figure = plots.noise_robustness(

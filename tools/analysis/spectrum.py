@@ -2,7 +2,8 @@
 """Fourier diagnostics of a trained network's trajectory (docs/methods.md §8).
 
     python tools/analysis/spectrum.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
-                                      [--split test] [--cfg-options k=v ...]
+                                      [--split test] [--convention {exact,paper}]
+                                      [--cfg-options k=v ...]
 
 For the input of the first residual step and the state after every step (the MSA and MLP
 steps of transformer layers separately) writes
@@ -14,6 +15,9 @@ steps of transformer layers separately) writes
 * ``dlogamp_profiles.png`` (How-do-ViTs paper, Fig. 2a), ``dlogamp_per_block.png`` (Fig. 8, MSA
   steps shaded), ``hf_ratio_per_block.png`` (anti-oversmoothing Fig. 11), and for transformers
   ``attention_spectra.png`` (Fig. 2, 5) and ``cosine_similarity.png`` (Fig. 4).
+
+``--convention paper`` takes the profile's points and labels as the authors' notebook does
+(on even-sized maps its "1.0π" is the bin ``(1 - 2 / size)π``; docs/methods.md §8).
 """
 import math
 import os.path as osp
@@ -26,7 +30,8 @@ INPUT = 'input'
 class StateStats:
     """Running sums over samples of one state's diagnostics."""
 
-    def __init__(self):
+    def __init__(self, convention='exact'):
+        self.convention = convention
         self.count = 0
         self.hf = 0.0
         self.cos = 0.0
@@ -52,17 +57,17 @@ class StateStats:
             self.spectrum_count += b
 
     def result(self):
-        import torch
+        from mmstiff.analysis.frequency import diagonal_frequencies, diagonal_indices
         out = dict(hf_ratio=common.finite(self.hf / self.count))
         if self.cos_count:
             out['token_cos'] = common.finite(self.cos / self.cos_count)
         if self.spectrum is not None:
             spectrum = self.spectrum / self.spectrum_count
             size = spectrum.shape[-1]
-            idx = torch.arange(size // 2, -1, -1)
+            idx = diagonal_indices(size, self.convention)
             diag = spectrum[idx, idx]
             profile = diag - diag[0]
-            out['freqs'] = [float(f) for f in torch.arange(len(idx)) * 2.0 / size]
+            out['freqs'] = [float(f) for f in diagonal_frequencies(size, self.convention)]
             out['profile'] = [float(v) for v in profile]
             out['dlogamp'] = float(profile[-1])
         return out
@@ -73,7 +78,7 @@ def _grid(backbone):
     return tuple(grid) if isinstance(grid, (tuple, list)) and len(grid) == 2 else None
 
 
-def analyse(model, batches):
+def analyse(model, batches, convention='exact'):
     import torch
 
     from mmstiff.analysis import (AttentionRecorder, TrajectoryRecorder,
@@ -89,8 +94,8 @@ def analyse(model, batches):
         if not first:
             first.append(record.name)
         if record.name == first[0]:
-            stats.setdefault(INPUT, StateStats()).add(record.x_t, extra, grid)
-        stats.setdefault(record.name, StateStats()).add(record.x_next, extra, grid)
+            stats.setdefault(INPUT, StateStats(convention)).add(record.x_t, extra, grid)
+        stats.setdefault(record.name, StateStats(convention)).add(record.x_next, extra, grid)
 
     attention = {}
 
@@ -164,12 +169,17 @@ def plot(out_dir, states, layers):
 
 def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
+    parser.add_argument('--convention', choices=('exact', 'paper'), default='exact',
+                        help="diagonal of the log-amplitude profile: 'exact' ends at the "
+                        "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
+                        'points and labels (docs/methods.md §8)')
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = common.setup(args, 'spectrum')
-    states, layers = analyse(model, common.iterate(model, loader, args.num_batches))
+    states, layers = analyse(model, common.iterate(model, loader, args.num_batches),
+                             args.convention)
     files = plot(out_dir, states, layers)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  states=states, attention=layers, figures=[osp.basename(f) for f in files])
+                  convention=args.convention, states=states, attention=layers, figures=[osp.basename(f) for f in files])
     path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
     if dla:

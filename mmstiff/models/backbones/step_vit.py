@@ -10,7 +10,23 @@ and this backbone adds, each switch on its own set of layers:
 * FeatScale (§7): per-channel s, t on the MSA output;
 * a step-size adaptor (§0, §1; StepNet on ViT, StepNet paper, Appendix G) on the MSA and/or
   the MLP branch, ``Δ = adaptor(x, f)`` with ``layout='nlc'``;
+* the MSA branch without its attention matrix (``replace_attention_layers``, reading B below);
 * augmented shortcuts (§9): ``Σ_i GELU(LN(x) Θ_i)`` beside the identity of either branch.
+
+StepNet on ViT, two readings (docs/methods.md §13). Appendix G "directly replace[s] the
+attention modules in ViT with StepNet" and gives no code:
+
+* **Reading A** (``msa_adaptor=dict(type='mmstiff.StepNetAdaptor')``): the MSA stays and a
+  StepNet adaptor sets its step size, ``x' = x + Δ ⊙ MSA(LN1 x)``, ``Δ`` from
+  ``(x, x + MSA(LN1 x))``. StepNet replaces the implicit step size 1 of the MSA branch.
+* **Reading B** (the same ``msa_adaptor`` plus ``replace_attention_layers``): the token-mixing
+  attention matrix is removed and the branch keeps its value and output projections,
+  ``x' = x + Δ ⊙ f(LN1 x)`` with ``f(h) = W_o (W_v h + b_v) + b_o``
+  (:class:`~mmstiff.models.layers.value_branch.ValueBranch`) and ``Δ`` from ``(x, x + f)``:
+  the step size takes the attention's place. ``W_v``, ``b_v`` are the value rows of the
+  MSA's ``qkv`` and ``W_o``, ``b_o`` its ``proj``, so ViT checkpoints still load (their query
+  and key rows are loaded and unused). A replaced layer needs an MSA adaptor (any one:
+  ``ConstantStep`` gives the attention-free control with Δ ≡ 1).
 
 Parameter names are those of mmpretrain's :class:`VisionTransformer`, so mmpretrain and
 timm-converted DeiT checkpoints load with only the new parameters missing. With the switches
@@ -32,6 +48,7 @@ from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
+from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import apply_step, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
@@ -58,6 +75,28 @@ def select_layers(field, value, num_layers):
         return frozenset(range(num_layers))
     return check_indices(field, value, num_layers, what='layers',
                          alternatives=('None', "'all'"))
+
+
+def check_replaced_layers(replaced, msa_adaptor_layers, attn_scale_layers):
+    """Check that every layer of ``replaced`` (StepNet on ViT, reading B) has an MSA adaptor
+    and no AttnScale; all three are sets of layer indices.
+
+    Raises:
+        ValueError: naming ``replace_attention_layers``, the offending layers and the fix.
+    """
+    without_step = sorted(replaced - msa_adaptor_layers)
+    if without_step:
+        raise ValueError(
+            f'replace_attention_layers holds the layers {without_step}, which have no '
+            'msa_adaptor; expected each replaced layer to get one (the step size takes the '
+            "attention's place): set msa_adaptor, e.g. dict(type='mmstiff.StepNetAdaptor') "
+            "(dict(type='mmstiff.ConstantStep') for the attention-free control), and "
+            'msa_adaptor_layers to include them')
+    scaled = sorted(replaced & attn_scale_layers)
+    if scaled:
+        raise ValueError(f'replace_attention_layers and attn_scale_layers share the layers '
+                         f'{scaled}; expected disjoint sets (a replaced layer has no attention '
+                         'matrix to scale)')
 
 
 def check_aug_shortcut(cfg):
@@ -153,6 +192,9 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             ``channels=embed_dims, layout='nlc'``; ``Δ = adaptor(x, f)`` scales the branch
             output ``f`` (after drop-path / LayerScale).
         mlp_adaptor (dict, optional): the same for the MLP branch.
+        replace_attention (bool): drop the attention matrix of the MSA branch, which becomes
+            :class:`ValueBranch`, ``f = proj(V(LN1 x))`` (StepNet on ViT, reading B, module
+            docstring); needs ``msa_adaptor`` and excludes ``attn_scale``. Default False.
         aug_shortcut (dict, optional): checked by :func:`check_aug_shortcut`; the paths read
             the branch's LN output and are added beside the identity, outside the step size:
             ``x' = scale · (x + Σ_i σ(LN(x) Θ_i) + Δ ⊙ f)``.
@@ -175,8 +217,16 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
                  feat_scale=False,
                  msa_adaptor=None,
                  mlp_adaptor=None,
+                 replace_attention=False,
                  aug_shortcut=None,
                  init_cfg=None):
+        if replace_attention and msa_adaptor is None:
+            raise ValueError('replace_attention=True needs an msa_adaptor (the step size that '
+                             "takes the attention's place), got msa_adaptor=None; expected e.g. "
+                             "dict(type='mmstiff.StepNetAdaptor')")
+        if replace_attention and attn_scale:
+            raise ValueError('attn_scale=True is not supported with replace_attention=True; '
+                             'expected attn_scale=False (there is no attention matrix to scale)')
         super().__init__(
             embed_dims,
             num_heads,
@@ -191,7 +241,7 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             act_cfg=act_cfg,
             norm_cfg=norm_cfg,
             init_cfg=init_cfg)
-        self.attn = StepMultiheadAttention(
+        attn_args = dict(
             embed_dims=embed_dims,
             num_heads=num_heads,
             attn_drop=attn_drop_rate,
@@ -199,8 +249,9 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate),
             qkv_bias=qkv_bias,
             layer_scale_init_value=layer_scale_init_value,
-            attn_scale=attn_scale,
             feat_scale=feat_scale)
+        self.attn = ValueBranch(**attn_args) if replace_attention else \
+            StepMultiheadAttention(**attn_args, attn_scale=attn_scale)
         self.msa_adaptor = build_adaptor(resolve_adaptor(msa_adaptor, 'msa_adaptor'), embed_dims,
                                          'nlc')
         self.mlp_adaptor = build_adaptor(resolve_adaptor(mlp_adaptor, 'mlp_adaptor'), embed_dims,
@@ -263,6 +314,11 @@ class StepViT(VisionTransformer):
         msa_adaptor_layers: layers that get ``msa_adaptor``. Default ``'all'``.
         mlp_adaptor (dict, optional): the same for the MLP branch. Default None.
         mlp_adaptor_layers: layers that get ``mlp_adaptor``. Default ``'all'``.
+        replace_attention_layers: layers whose MSA branch loses its attention matrix and keeps
+            the value and output projections, ``x' = x + Δ ⊙ proj(V(LN1 x))`` (StepNet on ViT,
+            reading B, see the module docstring and docs/methods.md §13). Each must be among
+            the ``msa_adaptor_layers`` of an ``msa_adaptor`` and none may have AttnScale.
+            Checkpoint keys are unchanged. Default None.
         aug_shortcut (dict, optional): augmented shortcuts (docs/methods.md §9), keys
             ``num_paths`` (T, default 2), ``num_blocks`` (circulant blocks per side, default 4),
             ``act`` (default ``'gelu'``), ``scale`` (1.0, or 0.75 as the public
@@ -283,6 +339,7 @@ class StepViT(VisionTransformer):
                  msa_adaptor_layers='all',
                  mlp_adaptor=None,
                  mlp_adaptor_layers='all',
+                 replace_attention_layers=None,
                  aug_shortcut=None,
                  aug_shortcut_layers='all',
                  **kwargs):
@@ -296,6 +353,8 @@ class StepViT(VisionTransformer):
             if msa_adaptor is not None else frozenset()
         mlp = select_layers('mlp_adaptor_layers', mlp_adaptor_layers, n) \
             if mlp_adaptor is not None else frozenset()
+        replace = select_layers('replace_attention_layers', replace_attention_layers, n)
+        check_replaced_layers(replace, msa, attn_scale)
         aug_shortcut = check_aug_shortcut(aug_shortcut)
         aug = select_layers('aug_shortcut_layers', aug_shortcut_layers, n) \
             if aug_shortcut is not None else frozenset()
@@ -308,6 +367,7 @@ class StepViT(VisionTransformer):
                 feat_scale=i in feat_scale,
                 msa_adaptor=msa_adaptor if i in msa else None,
                 mlp_adaptor=mlp_adaptor if i in mlp else None,
+                replace_attention=i in replace,
                 aug_shortcut=aug_shortcut if i in aug else None) for i in range(n))
         if self.frozen_stages > 0:
             self._freeze_stages()

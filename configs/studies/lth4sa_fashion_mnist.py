@@ -1,0 +1,33 @@
+# Reproduction study: the lottery ticket hypothesis for self-attention (LTH4SA) on the demo model.
+#
+#   make data
+#   make reproduce STUDY=configs/studies/lth4sa_fashion_mnist.py
+#
+# The demo pre-activation ResNet-20 (3 stages × 3 blocks, 3 epochs on Fashion-MNIST) with a
+# StepNet adaptor in every block (the config's default) against one adaptor per stage, in the
+# first block of each stage (the downsampling step, where the state changes most), and against
+# the plain network. 3 variants × 3 seeds. Results: docs/results/lth4sa_fashion_mnist/.
+_config = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
+
+name = 'lth4sa_fashion_mnist'
+claim = dict(
+    quote=('The lottery ticket hypothesis in self-attention (LTH4SA): only a few blocks need '
+           'the self-attention module; "For each trajectory, only a few features can cause '
+           'SP ... we argue that LTH4SA may also be an intrinsic property of the SAM."'),
+    source=('Huang et al., "Understanding Self-attention Mechanism via Dynamical System '
+            'Perspective", ICCV 2023, Section 3 (https://arxiv.org/abs/2308.09939)'),
+    tested=('on the demo pre-activation ResNet-20 trained 3 epochs on Fashion-MNIST, StepNet '
+            'adaptors in one block per stage (3 of 9 blocks) give most of the test top-1 '
+            'gain of adaptors in every block over the plain network.'))
+seeds = [0, 1, 2]
+analysis = ['tns']
+analysis_args = dict(tns=['--num-batches', '4'])
+runs = [
+    dict(label='plain', config=_config, cfg_options=['model.backbone.adaptor=None'],
+         baseline=True),
+    dict(label='stepnet-every-block', config=_config, baseline='plain'),
+    dict(label='stepnet-one-per-stage', config=_config,
+         cfg_options=['model.backbone.adaptor_blocks=[[0],[0],[0]]'],
+         baseline=['plain', 'stepnet-every-block']),
+]
+verdict = None

@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""Run a reproduction study: every variant × seed trained, tested and analysed, then its page.
+
+    python tools/reproduce.py STUDY [--jobs N] [--report-only] [--dry-run]
+                              [--work-dir work_dirs/studies] [--results-dir docs/results]
+
+``STUDY`` is a study file (``configs/studies/<name>.py`` or ``.yaml``; its fields are described
+in ``tools/study_spec.py``) or its name. Every run (variant, seed) goes through
+``tools/train.py`` (seed: ``--cfg-options randomness.seed=S``), ``tools/test.py CONFIG CKPT
+--out metrics.json`` and the study's analysis tools, each a separate process, in the run's own
+work dir ``<work dir>/<study>/<variant>/seed<S>/``; ``--jobs N`` runs N runs at a time. A
+progress line per finished run gives an ETA from the mean wall time of the finished runs.
+
+The study is resumable: ``<work dir>/<study>/state.json`` records every run's status, stages,
+commands, wall times and numbers. Running the same command again skips the finished runs and
+resumes an interrupted one (``tools/train.py --resume``, from the last checkpoint of its work
+dir); stop a study with Ctrl-C. After every run the numbers go to
+``<results dir>/<study>/runs.json`` (the raw data to commit), the page
+``<results dir>/<study>/README.md`` with its figures is written from it (tools/study_report.py),
+and ``<results dir>/README.md`` indexes the studies. ``--report-only`` rewrites the page and
+the index from the existing runs.json without running anything (same bytes for the same
+runs.json and study file); do that after filling in the study's ``verdict``.
+
+A study file with a bad field (unknown file, missing config, repeated label, a seed that is not
+an int, an unknown analysis tool, ...) stops the runner before any work, naming the field.
+"""
+import argparse
+import concurrent.futures
+import math
+import os
+import os.path as osp
+import platform
+import shlex
+import sys
+import threading
+from importlib import metadata
+
+from study_report import fmt_duration, write_index, write_page, write_runs
+from study_runs import check_against_state, execute, needs_work, plan_runs, stop_all
+from study_spec import REPO, StudyError, load_study, repo_relative
+from study_state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
+
+PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet')
+_print_lock = threading.Lock()
+
+
+def say(text):
+    with _print_lock:
+        print(text, flush=True)
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
+    return value
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument('study', help='study file (configs/studies/<name>.py|.yaml) or its name')
+    parser.add_argument('--jobs', type=positive_int, default=1,
+                        help='runs at a time (default 1); each run is one process at a time')
+    parser.add_argument('--report-only', action='store_true',
+                        help='only rewrite the page and the index from the existing runs.json')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='print the runs and their commands, run nothing')
+    parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
+                        help='root of the runs\' work dirs (default work_dirs/studies)')
+    parser.add_argument('--results-dir', default=osp.join(REPO, 'docs', 'results'),
+                        help='where runs.json, the page and the index go (default docs/results)')
+    return parser.parse_args(argv)
+
+
+def environment():
+    """The machine and the versions a run used, in one line."""
+    versions = []
+    for package in PACKAGES:
+        try:
+            versions.append(f'{package} {metadata.version(package)}')
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        import torch
+        device = (f'GPU {torch.cuda.get_device_name(0)}' if torch.cuda.is_available()
+                  else f'CPU, {os.cpu_count()} cores')
+    except ImportError:
+        device = 'CPU'
+    return f'{device}; Python {platform.python_version()}, ' + ', '.join(versions)
+
+
+def runs_json(study, plans, state):
+    """The raw data of the results page: the study as run and every run's entry."""
+    entries = state.runs()
+    runs = []
+    for plan in plans:
+        entry = entries.get(plan.key, {})
+        runs.append(dict(
+            key=plan.key, variant=plan.variant.label, seed=plan.seed, work_dir=plan.work_dir,
+            status=entry.get('status', PENDING), error=entry.get('error'),
+            started=entry.get('started'), finished=entry.get('finished'),
+            wall_time_s=entry.get('wall_time_s'), checkpoint=entry.get('checkpoint'),
+            environment=entry.get('environment'),
+            stages=[dict(name=s['name'], status=s.get('status'), attempts=s.get('attempts', []))
+                    for s in entry.get('stages', [])],
+            record=entry.get('record') or dict(metrics={}, curves={}, profiles={})))
+    common = len(study.cfg_options)
+    variants = [dict(label=v.label, config=v.config, cfg_options=list(v.cfg_options[common:]),
+                     is_baseline=v.is_baseline, compare_to=list(v.compare_to),
+                     seeds=list(v.seeds), analysis=list(v.analysis)) for v in study.variants]
+    return dict(format=1, study=dict(
+        name=study.name, file=repo_relative(study.file), claim=study.claim._asdict(),
+        cfg_options=list(study.cfg_options), variants=variants,
+        analysis_args={k: list(v) for k, v in study.analysis_args.items()}), runs=runs)
+
+
+def write_report(study, results_dir, strict=True):
+    page = write_page(results_dir, study.name, study.claim._asdict(), study.verdict,
+                      repo_relative(study.file), strict)
+    return page, write_index(results_dir)
+
+
+def publish(study, plans, state, results_dir):
+    """Write runs.json from the state, then the page and the index from runs.json."""
+    write_runs(results_dir, runs_json(study, plans, state))
+    return write_report(study, results_dir, strict=False)
+
+
+def _stage_times(entry):
+    parts = []
+    for stage in entry.get('stages', []):
+        attempts = stage.get('attempts', [])
+        times = [a['wall_time_s'] for a in attempts if a.get('wall_time_s') is not None]
+        note = f' ({len(attempts)} attempts)' if len(attempts) > 1 else ''
+        parts.append(f'{stage["name"]} {fmt_duration(sum(times)) if times else "–"}{note}')
+    return ', '.join(parts)
+
+
+class Progress:
+    """``[done/total] run: status in T (stages); R left, ETA E`` lines, ETA from the mean wall
+    time of every finished run (this invocation's and earlier ones')."""
+
+    def __init__(self, plans, state, jobs):
+        self.total = len(plans)
+        self.state = state
+        self.jobs = jobs
+        self.left = sum(1 for p in plans if needs_work(p, state.run(p.key)))
+
+    def finished(self, key, entry):
+        self.left -= 1
+        runs = self.state.runs().values()
+        done = [r for r in runs if r.get('status') == DONE]
+        times = [r['wall_time_s'] for r in done if r.get('wall_time_s')]
+        eta = (fmt_duration(sum(times) / len(times) * math.ceil(self.left / self.jobs))
+               if times and self.left else ('0 s' if not self.left else 'unknown'))
+        status = entry.get('status')
+        what = (f'done in {fmt_duration(entry.get("wall_time_s"))}' if status == DONE
+                else f'FAILED ({entry.get("error")})')
+        say(f'[{len(done)}/{self.total}] {key}: {what} ({_stage_times(entry)}); '
+            f'{self.left} left, ETA {eta}')
+
+
+def dry_run(plans):
+    for plan in plans:
+        say(f'{plan.key}  ({plan.work_dir})')
+        commands = [plan.train_command(), plan.test_command('CKPT')]
+        commands += [plan.analysis_command(tool, 'CKPT') for tool in plan.variant.analysis]
+        for command in commands:
+            say('  ' + shlex.join(command))
+
+
+def run_study(study, plans, state, args, results_dir):
+    check_against_state(plans, state)
+    todo = [p for p in plans if needs_work(p, state.run(p.key))]
+    say(f'study {study.name}: {len(plans)} runs, {len(plans) - len(todo)} finished, '
+        f'{len(todo)} to run ({args.jobs} at a time); state: '
+        f'{repo_relative(state.path)}')
+    if not todo:
+        return []
+    machine = environment()
+    progress = Progress(plans, state, args.jobs)
+    failed = []
+
+    def work(plan):
+        entry = state.run(plan.key)
+        resuming = entry.get('status') not in (None, PENDING)
+        say(f'start {plan.key}{" (resuming)" if resuming else ""}: {plan.work_dir}')
+        return execute(plan, state, machine)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = {pool.submit(work, plan): plan for plan in todo}
+        for future in concurrent.futures.as_completed(futures):
+            plan = futures[future]
+            entry = future.result()
+            if entry.get('status') != DONE:
+                failed.append(plan.key)
+            progress.finished(plan.key, entry)
+            publish(study, plans, state, results_dir)
+    except BaseException:
+        stop_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return failed
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    results_dir = osp.abspath(args.results_dir)
+    try:
+        study = load_study(args.study)
+        if args.report_only:
+            page, index = write_report(study, results_dir)
+            say(f'wrote {repo_relative(page)} and {repo_relative(index)}')
+            return 0
+        plans = plan_runs(study, osp.abspath(args.work_dir))
+        if args.dry_run:
+            dry_run(plans)
+            return 0
+        study_dir = osp.join(osp.abspath(args.work_dir), study.name)
+        with RunnerLock(study_dir):
+            state = StudyState(osp.join(study_dir, STATE_FILE), study.name)
+            failed = run_study(study, plans, state, args, results_dir)
+            page, index = publish(study, plans, state, results_dir)
+    except (StudyError, RuntimeError) as err:
+        sys.exit(f'error: {err}')
+    except KeyboardInterrupt:
+        sys.exit('interrupted; run the same command again to resume')
+    say(f'wrote {repo_relative(osp.join(results_dir, study.name, "runs.json"))}, '
+        f'{repo_relative(page)} and {repo_relative(index)}')
+    if failed:
+        say(f'{len(failed)} run(s) failed: {", ".join(failed)}; their logs are '
+            f'<work dir>/reproduce.log; run the same command again to retry them')
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
