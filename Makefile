@@ -1,26 +1,51 @@
 # mmstiff: one-command set-up, demo and tests. Every target creates the environment first.
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
-DEMO_CONFIG ?= configs/demo/fashion_mnist_stepnet.py
+DEMO_CONFIG ?= configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py
 DEMO_DIR    ?= work_dirs/demo
 DATA_DIR    ?= data/fashion_mnist
 PYTEST_ARGS ?=
+LIGHT_VENV  ?= .venv-light
+# what test-light runs: the library's tests (classification, the ViT family, the diagnostics,
+# datasets, registries, packaging); config trainings and tools run in `make test` only
+LIGHT_TESTS ?= tests/models tests/engine tests/analysis tests/datasets tests/test_registry.py \
+               tests/test_packaging.py tests/test_package_boundaries.py
 
 export MMSTIFF_VENV := $(abspath $(VENV))
 
-.PHONY: env data demo test test-fast clean-env
+.PHONY: env env-light data demo test test-fast test-light clean-env
 
 ## env: create .venv with the pinned OpenMMLab stack (idempotent; seconds when up to date)
 env:
 	@bash tools/setup_env.sh
 
-## data: make the real Fashion-MNIST available in $(DATA_DIR)
+## env-light: create $(LIGHT_VENV): the same torch, mmengine and mmpretrain, but mmcv-lite (no
+## compiled ops) and no mmdet, as a user who only classifies has (about 2 minutes)
+env-light:
+	@MMSTIFF_LIGHT_VENV=$(abspath $(LIGHT_VENV)) bash tools/setup_light_env.sh
+
+## data: make the real Fashion-MNIST available in $(DATA_DIR); installs Debian's
+## dataset-fashion-mnist with apt-get when it is missing (the tool prints the commands first)
 data: env
-	@$(PY) tools/prepare_fashion_mnist.py --dst $(DATA_DIR)
+	@$(PY) tools/prepare_fashion_mnist.py --dst $(DATA_DIR) --install-with-apt
 
 ## demo: train and evaluate the demo model on Fashion-MNIST, then print where everything is
 demo: data
 	@$(PY) tools/demo.py --config $(DEMO_CONFIG) --work-dir $(DEMO_DIR) --data-root $(DATA_DIR)
+
+STUDY          ?=
+JOBS           ?= 1
+REPRODUCE_ARGS ?=
+ifneq ($(filter reproduce,$(MAKECMDGOALS)),)
+ifeq ($(STUDY),)
+$(error usage: make reproduce STUDY=configs/studies/<name>.py [JOBS=N] [REPRODUCE_ARGS=...])
+endif
+endif
+.PHONY: reproduce
+## reproduce: run a reproduction study, resumable, and write docs/results/<study>/:
+## make reproduce STUDY=configs/studies/<name>.py [JOBS=2] [REPRODUCE_ARGS=--report-only]
+reproduce: env
+	@$(PY) tools/reproduce.py $(STUDY) --jobs $(JOBS) $(REPRODUCE_ARGS)
 
 ## test: the whole test suite
 test: env
@@ -30,5 +55,9 @@ test: env
 test-fast: env
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
+## test-light: in $(LIGHT_VENV), the tests not marked det: proves mmstiff needs no mmdet there
+test-light: env-light
+	$(LIGHT_VENV)/bin/python -m pytest -m "not det and not install" $(LIGHT_TESTS) $(PYTEST_ARGS)
+
 clean-env:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LIGHT_VENV)

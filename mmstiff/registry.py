@@ -22,7 +22,8 @@ def _child(name, parent, locations):
 
 #: Backbones, step-size adaptors, normalisation layers, plugins.
 MODELS = _child('model', MMENGINE_MODELS, ['mmstiff.models'])
-#: Training diagnostics (StiffnessHook, FrequencyHook).
+#: Training diagnostics (StiffnessHook, FrequencyHook, HessianHook) and safeguards
+#: (SafeCheckpointHook, DivergenceHook).
 HOOKS = _child('hook', MMENGINE_HOOKS, ['mmstiff.engine'])
-#: Datasets mmpretrain lacks (STL-10) and format-checking variants (CIFAR).
+#: Datasets mmpretrain lacks (STL-10) and checking variants (CIFAR, MNIST, COCO).
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['mmstiff.datasets'])

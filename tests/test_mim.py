@@ -99,6 +99,7 @@ def one_config_per_folder():
 
 RESOLVE = r'''
 import json, sys
+import mmstiff  # noqa: F401  (teaches MMEngine the mmstiff:: prefix)
 from mmengine.config import Config
 base, mine = sys.argv[1:]
 path, scope = Config._get_cfg_path('mmstiff::' + base, mine)
@@ -107,21 +108,89 @@ print(json.dumps(dict(path=path, scope=scope, cfg=cfg.to_dict()), default=str))
 '''
 
 
+def expected_config(base, **overrides):
+    """The repository's config ``base`` with ``overrides``, as JSON would carry it."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(REPO, 'configs', base))
+    cfg.merge_from_dict(overrides)
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('base', one_config_per_folder())
 def test_mmstiff_base_resolves_to_the_installed_config(site, base, tmp_path):
     """``_base_ = 'mmstiff::FOLDER/NAME.py'`` in a config outside the repository gives the
-    config of the repository, with the overrides of the outer config on top."""
-    from mmengine.config import Config
+    config of the repository, with the overrides of the outer config on top, read from the
+    installed package's ``.mim/configs`` and with no ``_scope_`` added to its dicts."""
     mine = tmp_path / 'mine.py'
     mine.write_text(f"_base_ = 'mmstiff::{base}'\nrandomness = dict(seed=1234)\n")
     out = json.loads(run(site, '-c', RESOLVE, base, str(mine), cwd=str(tmp_path)).stdout
                      .strip().splitlines()[-1])
     assert out['path'] == osp.join(site, 'mmstiff', '.mim', 'configs', base)
-    assert out['scope'] == 'mmstiff'
-    expected = Config.fromfile(osp.join(REPO, 'configs', base))
-    expected.merge_from_dict(dict(randomness=dict(seed=1234)))
-    assert out['cfg'] == json.loads(json.dumps(expected.to_dict(), default=str))
+    assert out['scope'] is None
+    assert out['cfg'] == expected_config(base, randomness=dict(seed=1234))
+
+
+def test_mmstiff_base_in_this_environment_builds_the_model(tmp_path):
+    """The same in this process (an editable install: ``.mim`` links to the checkout), down
+    to building the model in the config's own default scope."""
+    import mmstiff  # noqa: F401
+    from mmengine.config import Config
+    from mmengine.registry import MODELS, DefaultScope
+
+    base = 'vit/vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py'
+    mine = tmp_path / 'mine.py'
+    mine.write_text(f"_base_ = 'mmstiff::{base}'\n"
+                    'model = dict(backbone=dict(drop_path_rate=0.0))\n')
+    path, scope = Config._get_cfg_path(f'mmstiff::{base}', str(mine))
+    assert osp.realpath(path) == osp.join(REPO, 'configs', base) and scope is None
+    cfg = Config.fromfile(str(mine))
+    assert json.loads(json.dumps(cfg.to_dict(), default=str)) == expected_config(
+        base, model=dict(backbone=dict(drop_path_rate=0.0)))
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        model = MODELS.build(cfg.model)
+    assert type(model).__name__ == 'ImageClassifier'
+    assert type(model.backbone).__module__ == 'mmstiff.models.backbones.step_vit'
+
+
+def test_unknown_mmstiff_base_names_the_missing_file(tmp_path):
+    import mmstiff  # noqa: F401
+    from mmengine.config import Config
+    mine = tmp_path / 'mine.py'
+    mine.write_text("_base_ = 'mmstiff::vit/no-such-config.py'\n")
+    with pytest.raises(FileNotFoundError, match=r"'mmstiff::vit/no-such-config.py' is not an "
+                                                r'mmstiff config: .*no-such-config.py does not'):
+        Config.fromfile(str(mine))
+
+
+NO_PKG_RESOURCES = r'''
+import json, sys
+
+class Gone:  # setuptools >= 82 ships no pkg_resources
+    def find_spec(self, name, path=None, target=None):
+        if name == 'pkg_resources':
+            raise ModuleNotFoundError("No module named 'pkg_resources'", name=name)
+
+sys.meta_path.insert(0, Gone())
+import mmstiff  # noqa: F401
+from mmengine.config import Config
+print(json.dumps(Config._get_cfg_path(sys.argv[1], sys.argv[2])))
+'''
+
+
+@pytest.mark.slow
+def test_upstream_bases_resolve_without_pkg_resources(tmp_path):
+    """Where setuptools >= 82 took pkg_resources away, ``mmpretrain::`` bases (which every
+    mmstiff config uses) resolve to the file MMEngine itself finds where it is present."""
+    import mmstiff  # noqa: F401
+    from mmengine.config import Config
+    base = 'mmpretrain::_base_/default_runtime.py'
+    expected = list(Config._get_cfg_path(base, str(tmp_path / 'mine.py')))
+    proc = subprocess.run([sys.executable, '-c', NO_PKG_RESOURCES, base, str(tmp_path / 'x.py')],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    assert expected[1] == 'mmpretrain' and osp.isfile(expected[0])
 
 
 def indexed_models():
@@ -138,7 +207,7 @@ def indexed_models():
 def test_model_index_covers_every_config_once():
     assert model_index.check() == []
     models = indexed_models()
-    configs = {osp.relpath(p, REPO) for p in model_index.config_files()}
+    configs = set(model_index.config_files())
     assert {m['Config'] for m in models.values()} == configs
     assert len(models) == len(configs)  # one entry, one name, per config
     for name, model in models.items():
@@ -165,13 +234,13 @@ def test_measured_complexity_of_deit_small_matches_the_paper():
 def test_mim_search_lists_the_index_of_the_installed_package(site, tmp_path):
     out = tmp_path / 'search.json'
     run(site, '-m', 'mim', 'search', 'mmstiff', '--json', str(out), cwd=str(tmp_path))
-    found = json.loads(out.read_text())
+    found = json.loads(out.read_text())  # {field: {model name: value}}
     models = indexed_models()
-    assert set(found) == set(models)
-    row = found['deit-small-attnscale_4xb256_in1k']
-    assert row['imagenet-1k/top_1_accuracy_(paper)'] == 80.7
-    assert row['parameters'] == models['deit-small-attnscale_4xb256_in1k']['Metadata'][
-        'Parameters']
+    assert found['config'] == {name: model['Config'] for name, model in models.items()}
+    name = 'deit-small-attnscale_4xb256_in1k'
+    assert found['imagenet-1k/top_1_accuracy_(paper)'][name] == 80.7
+    assert found['parameters'][name] == models[name]['Metadata']['Parameters']
+    assert found['model'][name] == 'attnscale and featscale'  # its collection, lower-cased
 
 
 @pytest.mark.slow

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Create (or refresh) the project virtualenv in .venv/ with the pinned OpenMMLab stack.
+# Create (or refresh) the project virtualenv in .venv/ with the exact stack the tests run against.
 #
-# Idempotent: a second run on the same machine only checks what is there. The mmcv wheel
-# (built from source with its CPU ops, ~10 min on 2 cores) is cached outside the checkout in
+# The versions come from requirements/constraints.txt (`pip install -c`); mmstiff itself declares
+# only ranges (setup.py), so this script is the one place that pins. Idempotent: a second run on
+# the same machine only checks what is there. The mmcv wheel (built from source with its CPU ops,
+# ~10 min on 2 cores) is cached outside the checkout in
 # ${MMSTIFF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmstiff}, keyed on mmcv, torch and Python
 # versions, so a fresh clone on the same machine reuses it and a torch change rebuilds it.
 set -euo pipefail
@@ -10,18 +12,26 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${MMSTIFF_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
-TORCH_VERSION=2.14.1
-TORCHVISION_VERSION=0.29.1
-MMCV_VERSION=2.1.0
+CONSTRAINTS=$ROOT/requirements/constraints.txt
 CACHE=${MMSTIFF_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/mmstiff}
 STAMP=$VENV/.mmstiff-env-ok
 
 log() { printf '[setup_env] %s\n' "$*" >&2; }
 die() { printf '[setup_env] ERROR: %s\n' "$*" >&2; exit 1; }
+pin() {  # pin NAME -> the version NAME==VERSION in constraints.txt
+  local v
+  v=$(sed -n "s/^$1==\([^ #]*\).*/\1/p" "$CONSTRAINTS")
+  [[ -n $v ]] || die "requirements/constraints.txt has no '$1==VERSION' line"
+  printf '%s' "$v"
+}
+
+TORCH_VERSION=$(pin torch)
+TORCHVISION_VERSION=$(pin torchvision)
+MMCV_VERSION=$(pin mmcv)
 
 # Hash of everything that decides what the environment should hold.
-want=$(cat "$ROOT/requirements/runtime.txt" "$ROOT/requirements/tests.txt" "$ROOT/setup.py" \
-       "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)
+want=$(cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" "$ROOT/MANIFEST.in" "${BASH_SOURCE[0]}" \
+       | sha256sum | cut -c1-16)
 
 if [[ -f $STAMP && $(cat "$STAMP") == "$want" ]] && "$VENV/bin/python" -c 'import mmstiff' 2>/dev/null; then
   log "environment in $VENV is up to date"
@@ -38,20 +48,20 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 have() {  # have PKG VERSION -> true if PKG==VERSION is installed in the venv
-  [[ $("$VENV/bin/python" - "$1" <<'EOF' 2>/dev/null
+  [[ $("$VENV/bin/python" - "$1" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
 print(version(sys.argv[1]).split('+')[0])
-EOF
+PY
 ) == "$2" ]]
 }
 
 # 1. torch first: mmcv builds against it without build isolation.
 if ! have torch "$TORCH_VERSION" || ! have torchvision "$TORCHVISION_VERSION"; then
   log "installing torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
-  "${PIP[@]}" install "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+  "${PIP[@]}" install -c "$CONSTRAINTS" torch torchvision
 fi
-"${PIP[@]}" install -q 'setuptools>=77,<82' wheel ninja
+"${PIP[@]}" install -q -c "$CONSTRAINTS" setuptools wheel ninja
 
 # 2. mmcv with ops, from the per-machine cache or built from the sdist.
 PYTAG=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -78,16 +88,15 @@ if ! have mmcv "$MMCV_VERSION"; then
   "${PIP[@]}" install --no-deps "$WHEEL_DIR"/mmcv-*.whl
 fi
 
-# 3. The rest of the stack, mmstiff itself (editable) and the test tools.
-"${PIP[@]}" install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
-"${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
+# 3. mmstiff itself (editable) with detection, the test tools and the mim extra (whose mmcv
+#    range must admit the mmcv above); every version held to constraints.txt.
+"${PIP[@]}" install -q -c "$CONSTRAINTS" --no-build-isolation -e "$ROOT[det,tests,mim]"
 
 # 4. Check the result before declaring it good.
 log "checking the environment"
-"$VENV/bin/python" - <<'EOF' || die "the environment is broken (see the traceback above); remove .venv and run 'make env' again"
+"$VENV/bin/python" - <<'PY' || die "the environment is broken (see the traceback above); remove .venv and run 'make env' again"
 import torch, mmcv, mmengine, mmdet, mmpretrain
 from mmcv.ops import nms, RoIAlign  # compiled ops must be present
-import torch
 boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
 keep = nms(boxes, torch.tensor([0.9, 0.8]), 0.5)[1]
 assert keep.tolist() == [0], keep
@@ -95,6 +104,7 @@ import mmstiff
 from mmstiff.registry import MODELS
 print(f'torch {torch.__version__}, mmcv {mmcv.__version__}, mmengine {mmengine.__version__}, '
       f'mmdet {mmdet.__version__}, mmpretrain {mmpretrain.__version__}, mmstiff {mmstiff.__version__}')
-EOF
+PY
+"${PIP[@]}" check >&2 || die "pip check found broken requirements (above)"
 echo "$want" > "$STAMP"
 log "environment ready: $VENV"

@@ -2,18 +2,22 @@
 """Evaluate a checkpoint with an mmpretrain or mmdet config (picked by its default_scope).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE]
+                         [--trust-checkpoint] [--allow-partial-load]
                          [--cfg-options KEY=VALUE ...] [--launcher pytorch]
 
 ``--out results.pkl`` dumps the predictions (mmpretrain ``DumpResults`` / mmdet
 ``DumpDetResults``); ``--out metrics.json`` (or .yaml) writes the metrics.
-Only load checkpoints you trust: MMEngine checkpoints are unpickled in full.
+The checkpoint loads weights-only (``--trust-checkpoint``: unpickled in full, only for files
+you trust) and strictly: keys or shapes that do not match the config's model are an error
+before any evaluation (``--allow-partial-load`` loads the matching part, with a warning).
+``--out`` is checked writable before the evaluation starts.
 """
 import argparse
 import sys
 
 from mmengine.config import DictAction
 
-from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner,
+from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner, cfg_option,
                                    shutdown_distributed)
 
 
@@ -27,9 +31,17 @@ def parse_args(argv=None):
     parser.add_argument('--no-pin-memory', action='store_true',
                         help='do not pin memory in the dataloaders')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--cfg-options', nargs='+', action=DictAction, type=cfg_option,
         help='override settings in the config, key=value pairs such as '
         'test_dataloader.batch_size=32')
+    parser.add_argument(
+        '--trust-checkpoint', action='store_true',
+        help='unpickle CHECKPOINT in full; only for files from a source you trust (a pickle '
+        'can run code). By default it loads weights-only')
+    parser.add_argument(
+        '--allow-partial-load', action='store_true',
+        help='evaluate even when CHECKPOINT does not match the model (missing, unexpected or '
+        'differently shaped parameters keep their initial values); by default an error')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)

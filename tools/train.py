@@ -1,28 +1,38 @@
 #!/usr/bin/env python
 """Train a model from an mmpretrain or mmdet config (picked by the config's default_scope).
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--no-validate]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] | --resume-or-start]
+                          [--amp] [--no-validate]
                           [--auto-scale-lr] [--cfg-options KEY=VALUE ...] [--launcher pytorch]
 
 Same flags and behaviour as mmpretrain's and mmdet's ``tools/train.py``; mmstiff's types
-(``type='mmstiff.X'``) resolve without ``custom_imports``.
+(``type='mmstiff.X'``) resolve without ``custom_imports``. Unlike them, checkpoints are written
+crash-safe, a diverged run (non-finite loss) stops with exit status 1, and ``--resume`` with
+nothing to resume is an error instead of a silent new run (README, "Failure behaviour").
 """
 import argparse
 import sys
 
 from mmengine.config import DictAction
 
-from mmstiff.utils.runtime import ConfigError, build_runner, shutdown_distributed
+from mmstiff.engine import DivergenceError
+from mmstiff.utils.checkpoint import CheckpointError
+from mmstiff.utils.runtime import ConfigError, build_runner, cfg_option, shutdown_distributed
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
-    parser.add_argument(
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument(
         '--resume', nargs='?', type=str, const='auto',
-        help='resume from the given checkpoint, or from the latest checkpoint in the work '
-        'dir when no path is given')
+        help='resume from the given checkpoint, or, with no path, from the newest complete '
+        'checkpoint in the work dir; stops with an error (writing nothing) when there is none')
+    resume.add_argument(
+        '--resume-or-start', action='store_true',
+        help='resume like --resume when the work dir has a complete checkpoint, else start '
+        'a new run (for job scripts that rerun the same command after a preemption)')
     parser.add_argument('--amp', action='store_true',
                         help='enable automatic mixed precision training (needs CUDA)')
     parser.add_argument('--no-validate', action='store_true',
@@ -34,9 +44,13 @@ def parse_args(argv=None):
     parser.add_argument('--no-persistent-workers', action='store_true',
                         help='do not use persistent workers in the dataloaders')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--cfg-options', nargs='+', action=DictAction, type=cfg_option,
         help='override settings in the config, key=value pairs such as '
         'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
+    parser.add_argument(
+        '--trust-checkpoint', action='store_true',
+        help='unpickle the --resume / load_from checkpoint in full; only for files from a '
+        'source you trust (a pickle can run code). By default checkpoints load weights-only')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -49,7 +63,12 @@ def main(argv=None):
         runner = build_runner(args, mode='train')
     except ConfigError as err:
         sys.exit(f'error: {err}')
-    runner.train()
+    try:
+        runner.train()
+    except DivergenceError as err:  # already in the log; no traceback for a diverged run
+        sys.exit(f'error: {err}')
+    except CheckpointError as err:  # --resume / load_from refused before the first iteration
+        sys.exit(f'error: {err}')
     shutdown_distributed()
 
 

@@ -23,8 +23,9 @@ model = dict(
         # no adaptor: every block is the plain step x_t + f, exactly mmdet's ResNet
         init_cfg=dict(type='Pretrained', checkpoint=backbone_checkpoint)))
 
-train_dataloader = dict(dataset=dict(data_root=data_root))
-val_dataloader = dict(dataset=dict(data_root=data_root))
+# mmdet's CocoDataset, but it reports the boxes it drops and fails when no box is left
+train_dataloader = dict(dataset=dict(type='mmstiff.CocoDataset', data_root=data_root))
+val_dataloader = dict(dataset=dict(type='mmstiff.CocoDataset', data_root=data_root))
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator

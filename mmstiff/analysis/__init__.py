@@ -2,11 +2,14 @@
 
 Nothing here depends on MMEngine: tensors in, numbers out (docs/methods.md §5 and §8).
 """
-from .attention import AttentionModule, AttentionRecorder, attention_from_qkv, attention_modules
+from .attention import (AttentionModule, AttentionRecorder, attention_from_qkv, attention_modules,
+                        softmax_column_cosine_similarity)
 from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block,
                      register_block_type, register_step_gate, register_step_type, step_sources)
-from .frequency import (as_maps, delta_log_amplitude, diagonal_frequencies, high_frequency_ratio,
-                        log_amplitude_profile, log_amplitude_spectrum, tokens_to_maps)
+from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_log_amplitudes,
+                        diagonal_end_bins, diagonal_frequencies, frequency_summary,
+                        high_frequency_ratio, log_amplitude_profile, log_amplitude_spectrum,
+                        tokens_to_maps)
 from .layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
@@ -34,5 +37,6 @@ __all__ = [
 __all__ += [
     'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',
     'check_layout', 'infer_layout', 'pool_state', 'StiffnessNorms', 'TrajectoryStatistics',
-    'BlockTaps'
+    'BlockTaps', 'diagonal_end_bins', 'delta_log_amplitudes', 'frequency_summary',
+    'FrequencySummary', 'softmax_column_cosine_similarity'
 ]

@@ -45,7 +45,45 @@ def attention_from_qkv(qkv, num_heads, scale=None):
     qkv = qkv.reshape(b, n, 3, num_heads, -1).permute(2, 0, 3, 1, 4)
     q, k = qkv[0].float(), qkv[1].float()
     scale = q.shape[-1]**-0.5 if scale is None else scale
-    return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+    # the scale on q (B, heads, N, head_dim), not on the N x N logits: one pass fewer over them
+    return torch.softmax((q * scale) @ k.transpose(-2, -1), dim=-1)
+
+
+def softmax_column_cosine_similarity(attn, eps=1e-12):
+    """M_attn of attention maps with non-negative entries (softmax outputs), in O(N²) a map.
+
+    The value of :func:`~mmstiff.analysis.attention_column_cosine_similarity` (anti-oversmoothing
+    Eq. 75, averaged over heads) without the ``N × N`` matrix of column cosines: between
+    non-negative columns every cosine is non-negative, so ``|cos| = cos`` and, with
+    ``û_j = A[:, j] / max(||A[:, j]||, eps)``,
+
+        Σ_{i≠j} cos(A[:, i], A[:, j]) = ||Σ_j û_j||² - Σ_j ||û_j||².
+
+    ``Σ_j û_j`` is one matrix-vector product. The maps are read in their own precision
+    (float32); the sums over the columns are taken in float64. Maps with negative entries
+    (AttnScale's ``Â`` may have them) need the general function.
+
+    Args:
+        attn (Tensor): ``(B, H, N, N)`` or ``(H, N, N)`` maps (rows: queries), entries >= 0.
+        eps (float): the norm floor of ``torch.nn.functional.normalize``, as the general
+            function uses.
+
+    Returns:
+        Tensor: ``(B,)`` (or 0-d) float64.
+    """
+    if not torch.is_tensor(attn) or attn.dim() not in (3, 4) or attn.shape[-1] != attn.shape[-2]:
+        raise ValueError(f'attn has shape {tuple(getattr(attn, "shape", ()))}; expected '
+                         '(B, H, N, N) or (H, N, N) square attention maps')
+    n = attn.shape[-1]
+    if n < 2:
+        raise ValueError(f'{n} column(s) given; the pairwise cosine similarity needs at least 2')
+    attn = attn if attn.dtype in (torch.float32, torch.float64) else attn.float()
+    square = (attn * attn).sum(dim=-2)  # (..., N) squared norm of each column
+    norm = square.sqrt().clamp_min(eps)
+    total = torch.matmul(attn, (1.0 / norm).unsqueeze(-1)).squeeze(-1).double()  # Σ_j û_j
+    units = (square.double() / norm.double()**2).sum(dim=-1)  # Σ_j ||û_j||²
+    pairs = (total * total).sum(dim=-1) - units
+    return (pairs / (n * (n - 1))).mean(dim=-1)
 
 
 class AttentionModule(NamedTuple):
@@ -95,8 +133,18 @@ class AttentionRecorder(RecorderBase):
                              f'module (select={select!r})')
         self.reduce = reduce or (lambda name, attn: attn)
         self.outputs = OrderedDict()
+        #: names of the layers whose maps are read from a softmax (entries >= 0): rebuilt from
+        #: ``qkv``, or the output of a window attention's softmax module
+        self.softmax_layers = set()
         self._handles = []
-        self._restore = []
+        # made once, used at every start(): the (module, pre-hook?, hook) registrations, and
+        # the modules that hand out their maps with the sink they write into. The same objects
+        # at every recorded iteration keep a compiled model's guards and its side effects on
+        # what the recorder reads (see TrajectoryRecorder._block_hooks).
+        self._module_hooks = []
+        self._map_sinks = []
+        for found in self.modules:
+            self._add_hooks(found.name, found.module)
 
     @property
     def active(self):
@@ -105,39 +153,43 @@ class AttentionRecorder(RecorderBase):
     def start(self):
         if self.active:
             return self
-        for found in self.modules:
-            self._hook(found.name, found.module)
+        for module, sink in self._map_sinks:
+            module.keep_attn_map = True
+            module._attn_map_sink = sink
+        for module, before, hook in self._module_hooks:
+            self._handles.append(module.register_forward_pre_hook(hook) if before else
+                                 module.register_forward_hook(hook))
         return self
 
     def stop(self):
         for handle in self._handles:
             handle.remove()
-        for restore in self._restore:
-            restore()
+        for module, sink in self._map_sinks:
+            module.keep_attn_map = False
+            module._attn_map_sink = None
+            sink[0].clear()
         self._handles = []
-        self._restore = []
         return self
 
     def _keep(self, name, attn):
         with torch.no_grad():
             self.outputs.setdefault(name, []).append(self.reduce(name, attn.detach()))
 
-    def _hook(self, name, attn):
+    def _add_hooks(self, name, attn):
+        """Make the hooks that read the maps of one attention module."""
+
+        def add(module, before, hook):
+            self._module_hooks.append((module, before, torch.compiler.disable(hook)))
+
         if hasattr(attn, 'keep_attn_map') and callable(getattr(attn, '_store_attn_map', None)):
-            sink = {}
+            sink = ({}, name)  # the module stores its map as sink[0][name]
 
             def on_output(module, args, output):
-                if name in sink:
-                    self._keep(name, sink.pop(name))
+                if name in sink[0]:
+                    self._keep(name, sink[0].pop(name))
 
-            def restore(module=attn):
-                module.keep_attn_map = False
-                module._attn_map_sink = None
-
-            attn.keep_attn_map = True
-            attn._attn_map_sink = (sink, name)
-            self._restore.append(restore)
-            self._handles.append(attn.register_forward_hook(on_output))
+            self._map_sinks.append((attn, sink))
+            add(attn, False, on_output)
             return
         if callable(getattr(attn, 'attention_map', None)):
 
@@ -145,15 +197,16 @@ class AttentionRecorder(RecorderBase):
                 with torch.no_grad():
                     self._keep(name, module.attention_map(args[0].detach()))
 
-            self._handles.append(attn.register_forward_pre_hook(on_input))
+            add(attn, True, on_input)
             return
         softmax = getattr(attn, 'softmax', None)
         if isinstance(softmax, nn.Softmax):  # window attention: the map itself, bias and mask in
+            self.softmax_layers.add(name)
 
             def on_softmax(module, args, output):
                 self._keep(name, output)
 
-            self._handles.append(softmax.register_forward_hook(on_softmax))
+            add(softmax, False, on_softmax)
             return
         qkv = getattr(attn, 'qkv', None)
         num_heads = getattr(attn, 'num_heads', None)
@@ -161,9 +214,10 @@ class AttentionRecorder(RecorderBase):
             raise ValueError(f'attention module {name}.attn ({type(attn).__name__}) has neither '
                              'attention_map(x) nor a fused `qkv` projection with `num_heads`')
         scale = _scale_of(attn)
+        self.softmax_layers.add(name)
 
         def on_qkv(module, args, output):
             with torch.no_grad():
                 self._keep(name, attention_from_qkv(output.detach(), num_heads, scale))
 
-        self._handles.append(qkv.register_forward_hook(on_qkv))
+        add(qkv, False, on_qkv)

@@ -20,6 +20,7 @@ differ.
 """
 import functools
 import math
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -189,8 +190,11 @@ def _end_bin_weights(size, device, dtype, k=None):
 @functools.lru_cache(maxsize=16)
 def _end_bin_rows(size, device, dtype, k):
     """:func:`_end_bin_weights` as ``(3, size * size)`` rows, contiguous: ``F.linear`` reads
-    them several times faster than a ``(..., n) @ (n, 3)`` product reads the columns."""
-    return _end_bin_weights(size, device, dtype, k).t().contiguous()
+    them several times faster than a ``(..., n) @ (n, 3)`` product reads the columns. Made on
+    ``device`` itself: no copy from the host, which on a GPU would wait for it."""
+    pos = torch.arange(size, dtype=torch.float64, device=device)
+    angle = (pos[:, None] + pos[None, :]).flatten() * (2.0 * math.pi * k / size)
+    return torch.stack([torch.ones_like(angle), torch.cos(angle), torch.sin(angle)]).to(dtype)
 
 
 def _square_side(num_patches, num_extra_tokens, grid):
@@ -242,6 +246,66 @@ def diagonal_end_bins(x, num_extra_tokens=0, grid=None, convention='exact'):
         return torch.matmul(rows, patches.float()).transpose(1, 2)
     raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or (B, N, C) '
                      'tokens')
+
+
+class FrequencySummary(NamedTuple):
+    """Per-sample frequency numbers of one state (:func:`frequency_summary`).
+
+    Attributes:
+        hf_ratio (Tensor): ``(B,)`` :func:`high_frequency_ratio`.
+        end_bins (Tensor | None): ``(B, C, 3)`` :func:`diagonal_end_bins`; None where the state
+            has no square map (a non-square grid, or a 1 × 1 map).
+    """
+    hf_ratio: torch.Tensor
+    end_bins: Optional[torch.Tensor]
+
+
+def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
+    """:func:`high_frequency_ratio` and :func:`diagonal_end_bins` of one state, together.
+
+    Fewer passes over the state than the two functions one after the other: a map's DC
+    component is its column ``F(0, 0)`` of the end bins over ``H · W``, so the bins' one product
+    replaces the mean. Token states keep their mean over all tokens (the class token included,
+    as :func:`high_frequency_ratio` takes it) and read the end bins of the patch tokens.
+
+    Args:
+        x (Tensor): ``(B, C, H, W)`` maps or ``(B, N, C)`` tokens.
+        num_extra_tokens (int): leading non-patch tokens of a token state.
+        grid (tuple[int, int], optional): the patch grid of a token state; a square grid is
+            inferred when None, and a state whose patch tokens do not form one gets no bins.
+        convention (str): ``'exact'`` or ``'paper'`` (see the module docstring).
+
+    Returns:
+        FrequencySummary: ``(hf_ratio, end_bins)``.
+    """
+    x = x.float()
+    if x.dim() == 4:
+        flat = x.flatten(2)  # (B, C, H W)
+        size = x.shape[-1]
+        if x.shape[-2] == size and size > 1:
+            rows = _end_bin_rows(size, x.device, torch.float32,
+                                 diagonal_length(size, convention) - 1)
+            bins = F.linear(flat, rows)
+            dc = bins[..., :1] * (1.0 / flat.shape[-1])
+        else:
+            bins, dc = None, pool_state(x, 'nchw').flatten(2)
+    elif x.dim() == 3:
+        flat = x
+        dc = pool_state(x, 'nlc')
+        bins = None
+        num_patches = x.shape[1] - num_extra_tokens
+        if grid is None and num_patches > 0:
+            side = math.isqrt(num_patches)
+            grid = (side, side) if side * side == num_patches else None
+        if grid is not None and grid[0] == grid[1] and grid[0] > 1 and \
+                grid[0] * grid[1] == num_patches:
+            bins = diagonal_end_bins(x, num_extra_tokens, grid, convention)
+    else:
+        raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or '
+                         '(B, N, C) tokens')
+    hf_ratio = (torch.linalg.vector_norm(flat - dc, dim=(1, 2)) /
+                torch.linalg.vector_norm(flat, dim=(1, 2)))
+    return FrequencySummary(hf_ratio, bins)
 
 
 def delta_log_amplitudes(bins):

@@ -108,14 +108,14 @@ def stiffness_norms(x_t, x_next, step=None):
         elif isinstance(step, bool) or not isinstance(step, (int, float)):
             raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
                              'tensor broadcastable against x_t')
-        if not (torch.is_tensor(step) and step.numel() > 1) and float(step) == 1.0:
-            step = None
+        if not torch.is_tensor(step) and float(step) == 1.0:
+            step = None  # (a tensor is not read on the host: that would wait for the device)
     if x_t.dim() == 1:  # one number per sample
         x_t, x_next = x_t[:, None], x_next[:, None]
         if torch.is_tensor(step) and step.dim() == 1:
             step = step[:, None]
     if step is not None and not torch.is_tensor(step):
-        step = torch.tensor(float(step), device=x_t.device)
+        step = torch.full((), float(step), device=x_t.device)  # filled there, not copied
     if step is not None and not _broadcasts_to(step.shape, x_t.shape):
         raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
                          f'broadcasts to the states, {tuple(x_t.shape)}')
@@ -123,7 +123,10 @@ def stiffness_norms(x_t, x_next, step=None):
     features = tuple(range(1, x_t.dim()))
     # ||x_t|| first: the difference then reads x_t from the cache, not from memory
     state = torch.linalg.vector_norm(x_t, dim=features)
-    diff = torch.sub(_as_float(x_next), x_t)  # the one full-size temporary
+    # the one full-size temporary (float32: a float16 / bfloat16 state under autocast is
+    # converted once, and the difference taken in place, exactly)
+    diff = (torch.sub(x_next, x_t) if x_next.dtype == torch.float32 else
+            x_next.float().sub_(x_t))
     if step is None:
         return StiffnessNorms(torch.linalg.vector_norm(diff, dim=features), state)
     # ||diff / Δ||: Δ is constant along the axes where it has size 1 (a per-channel Δ over
@@ -141,11 +144,12 @@ def _as_float(x):
     return x if x.dtype == torch.float32 else x.float()
 
 
-def mean_step_size(step, batch_size):
+def mean_step_size(step, batch_size, device=None):
     """Per-sample mean of a step size Δ_t over its non-batch elements, ``(B,)``.
 
     A Python number or a tensor with a batch axis of 1 (a step shared by all samples) is
-    broadcast to ``batch_size`` samples.
+    broadcast to ``batch_size`` samples; a number's values are made on ``device`` (default the
+    CPU), a tensor's stay on its own.
     """
     if torch.is_tensor(step):
         step = step.detach().float()
@@ -159,7 +163,7 @@ def mean_step_size(step, batch_size):
         return flat
     if isinstance(step, bool) or not isinstance(step, (int, float)):
         raise ValueError(f'step={step!r} is not supported; expected a number or a tensor')
-    return torch.full((batch_size, ), float(step))
+    return torch.full((batch_size, ), float(step), device=device)
 
 
 def _check_trajectories(zeta):

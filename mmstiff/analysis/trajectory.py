@@ -191,6 +191,11 @@ class TrajectoryRecorder(RecorderBase):
         self.outputs = OrderedDict()
         self._handles = []
         self._frames = {}
+        # (module, pre-hook?, hook) of every block, made once: start() registers the same
+        # functions at every recorded iteration
+        self._module_hooks = [hook for block, taps in zip(self.blocks, self._taps)
+                              for hook in self._block_hooks(block.name, block.module,
+                                                            block.kind, taps)]
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -213,8 +218,9 @@ class TrajectoryRecorder(RecorderBase):
         """Register the hooks (idempotent)."""
         if self.active:
             return self
-        for block, taps in zip(self.blocks, self._taps):
-            self._hook_block(block.name, block.module, block.kind, taps)
+        for module, before, hook in self._module_hooks:
+            self._handles.append(module.register_forward_pre_hook(hook) if before else
+                                 module.register_forward_hook(hook))
         return self
 
     def stop(self):
@@ -236,9 +242,19 @@ class TrajectoryRecorder(RecorderBase):
             norm = second_norm_of(block)
         return BlockTaps(shortcut, act, norm, step_sources(block, self.read_se_gates))
 
-    def _hook_block(self, name, block, kind, taps):
+    def _block_hooks(self, name, block, kind, taps):
+        """The ``(module, pre-hook?, hook)`` registrations that record one block.
+
+        Every hook is opaque to ``torch.compile`` (:func:`torch.compiler.disable`): a compiled
+        model calls it as it is, at every recorded iteration, instead of tracing it once into
+        a graph whose recorded side effects would go to the outputs of that first iteration.
+        """
         frames = self._frames
-        add = self._handles.append
+        hooks = []
+
+        def add(module, before, hook):
+            hooks.append((module, before, torch.compiler.disable(hook)))
+
         shortcut, act, norm = taps.shortcut, taps.activation, taps.second_norm
         n = self.num_samples
 
@@ -255,8 +271,8 @@ class TrajectoryRecorder(RecorderBase):
                 if x is not None and out is not None:
                     self._keep(StepRecord(name, name, 'block', cut(x), cut(out), None))
 
-            add(block.register_forward_hook(leave_plain))
-            return
+            add(block, False, leave_plain)
+            return hooks
 
         def enter(module, args):
             x = _first_tensor(args)
@@ -269,8 +285,8 @@ class TrajectoryRecorder(RecorderBase):
                 return
             self._emit(name, kind, frame, cut(out))
 
-        add(block.register_forward_pre_hook(enter))
-        add(block.register_forward_hook(leave))
+        add(block, True, enter)
+        add(block, False, leave)
 
         if shortcut is not None:
 
@@ -283,7 +299,7 @@ class TrajectoryRecorder(RecorderBase):
                     frame.shortcut = cut(out) if act is None else _apply_out_of_place(
                         act, cut(out))
 
-            add(shortcut.register_forward_hook(on_shortcut))
+            add(shortcut, False, on_shortcut)
         if norm is not None:
 
             def on_mid(module, args):
@@ -293,7 +309,7 @@ class TrajectoryRecorder(RecorderBase):
                     frame.mid = cut(x)
                     frame.phase = 1
 
-            add(norm.register_forward_pre_hook(on_mid))
+            add(norm, True, on_mid)
 
         for source in taps.step_sources:
 
@@ -307,7 +323,8 @@ class TrajectoryRecorder(RecorderBase):
                     if step is not None:
                         frame.steps[frame.phase].append(step)
 
-            add(source.register_forward_hook(on_step))
+            add(source, False, on_step)
+        return hooks
 
     def _emit(self, name, kind, frame, out):
         if kind in ('conv', 'preact'):

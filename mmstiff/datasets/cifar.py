@@ -10,31 +10,37 @@ arguments but check what the loader relies on, so the official files and the tin
   case mmpretrain's download runs);
 * each file of the requested split unpickles to a dict with ``data`` (uint8, N x 3072) and
   N integer labels (``labels`` for CIFAR-10, ``fine_labels`` for CIFAR-100) in range;
+* the split holds at least one image;
 * the meta file, when read, lists one name per class.
 
-A bad file raises ``ValueError`` naming the file, the field and what was expected. The
-split's files are read twice (checked here, then loaded by mmpretrain's code); for the
-official CIFAR that costs well under a second.
+Every file is unpickled with a restricted unpickler that builds only plain data and numpy
+arrays (:mod:`mmstiff.datasets.safe_pickle`), so a crafted file cannot run code; mmpretrain's
+own (plain) unpickling of the split's files runs only after they passed. A bad file raises
+``ValueError`` naming the file, the field and what was expected. The split's files are read
+twice (checked here, then loaded by mmpretrain's code); for the official CIFAR that costs
+well under a second.
 
 Use them in configs as ``type='mmstiff.CIFAR10'`` / ``type='mmstiff.CIFAR100'``.
 """
-import pickle
-
 import numpy as np
 from mmengine.fileio import exists, get, join_path
 from mmpretrain.datasets import CIFAR10 as _UpstreamCIFAR10
 from mmpretrain.datasets import CIFAR100 as _UpstreamCIFAR100
 
 from mmstiff.registry import DATASETS
+from .safe_pickle import UnsafePickleError, loads_numpy_data
 
 #: Values per CIFAR image row: 3 planes of 32 x 32.
 ROW_LENGTH = 3 * 32 * 32
 
 
 def load_cifar_pickle(path):
-    """Unpickle a CIFAR file as mmpretrain does (``encoding='latin1'``); it must be a dict."""
+    """Unpickle a CIFAR file as mmpretrain does (``encoding='latin1'``), but building only
+    plain data and numpy arrays; it must be a dict."""
     try:
-        entry = pickle.loads(get(path), encoding='latin1')
+        entry = loads_numpy_data(get(path), encoding='latin1')
+    except UnsafePickleError as exc:
+        raise ValueError(f'{path} is not a CIFAR pickle file: {exc}') from None
     except Exception as exc:  # any unpickling failure means a bad file
         raise ValueError(f'{path} is not a CIFAR pickle file: unpickling failed with '
                          f'{type(exc).__name__}: {exc}') from exc
@@ -120,10 +126,17 @@ class _FormatChecked:
         return not self._missing_files()
 
     def check_format(self):
-        """Check every file of the current split; raise ``ValueError`` on the first bad one."""
-        for filename, _ in self._split_files():
-            path = self._path(filename)
-            check_cifar_batch(load_cifar_pickle(path), path, self.label_key, self.num_classes)
+        """Check every file of the current split; raise ``ValueError`` on the first bad one,
+        or when the split holds no image."""
+        total = 0
+        paths = [self._path(filename) for filename, _ in self._split_files()]
+        for path in paths:
+            total += check_cifar_batch(load_cifar_pickle(path), path, self.label_key,
+                                       self.num_classes)
+        if not total:
+            split = getattr(self, 'split', 'test' if self.test_mode else 'train')
+            raise ValueError(f'{type(self).__name__} split {split!r} holds no image: '
+                             f"{', '.join(paths)} have 0 rows of 'data'; expected at least one")
 
     def load_data_list(self):
         missing = self._missing_files()

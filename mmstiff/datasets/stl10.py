@@ -4,7 +4,7 @@ Reads the official binary release, ``stl10_binary/`` (see :mod:`mmstiff.testing.
 the byte layout): 5,000 labelled training images, 8,000 test images, 100,000 unlabelled images,
 96 × 96 RGB, ten classes. Every split loads into memory as HWC uint8 arrays, like mmpretrain's
 ``CIFAR10``, so the pipelines need no ``LoadImageFromFile``. The dataset is never downloaded;
-missing or truncated files raise an error that names the file.
+missing, truncated or empty files raise an error that names the file.
 """
 import os.path as osp
 
@@ -110,7 +110,11 @@ class STL10(BaseDataset):
 
     def load_data_list(self):
         """Decode ``{split}_X.bin`` (and ``{split}_y.bin``) into ``img`` / ``gt_label`` dicts."""
-        images = decode_stl10_images(*self._read(f'{self.split}_X.bin'))
+        buffer, path = self._read(f'{self.split}_X.bin')
+        images = decode_stl10_images(buffer, path)
+        if not len(images):
+            raise ValueError(f'{path} holds no image (0 bytes); expected at least one '
+                             f'{STL10_IMAGE_BYTES}-byte STL-10 image')
         if self.split == 'unlabeled':
             labels = np.full(len(images), -1, dtype=np.int64)
         else:

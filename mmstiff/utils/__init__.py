@@ -8,7 +8,7 @@ from .checks import (check_config, check_indices, check_non_negative_int, check_
                      check_positive_int, matches_any)
 
 _RUNTIME = ('ConfigError', 'codebase_of', 'init_cpu_distributed', 'load_config',
-            'prepare_runner_cfg', 'trust_checkpoints')
+            'prepare_runner_cfg')
 
 __all__ = ['check_config', 'check_indices', 'check_non_negative_int', 'check_patterns',
            'check_positive_int', 'matches_any', *_RUNTIME]

@@ -9,16 +9,25 @@ stack (see the README):
 
 * torch >= 2.6 loads checkpoints with ``weights_only=True``; MMEngine 0.10.7 checkpoints hold
   non-tensor objects (``HistoryBuffer``, numpy scalars), so ``--resume``, ``load_from`` and
-  ``test.py CHECKPOINT`` fail. :func:`trust_checkpoints` restores full unpickling for the tool's
-  process; only load checkpoints you trust.
+  ``test.py CHECKPOINT`` fail. :func:`build_runner` makes MMEngine load local checkpoints
+  weights-only with an allow-list of exactly those objects
+  (:mod:`mmstiff.utils.checkpoint`); ``--trust-checkpoint`` unpickles them in full instead.
+* MMEngine loads ``test.py CHECKPOINT`` non-strictly: a checkpoint of another model gives the
+  numbers of a partly random model. ``build_runner(mode='test')`` loads it strictly first
+  (``--allow-partial-load`` allows a mismatch).
 * On a machine without CUDA, MMEngine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
   wrapper passes ``device_ids=[local_rank]``. :func:`init_cpu_distributed` creates a gloo process
   group first and makes the wrapper CPU-friendly.
 * ``--amp`` and ``persistent_workers`` with ``num_workers=0`` fail deep inside the Runner on CPU;
   here they fail before any work starts, with a message that says what to change.
+
+Every training run is also protected against crashes and divergence
+(:func:`install_safeguards`), and ``--resume`` resumes only from a checkpoint checked complete,
+or stops when there is none (:func:`resolve_resume`); see "Failure behaviour" in the README.
 """
 import os
 import os.path as osp
+import tempfile
 from copy import deepcopy
 
 import torch
@@ -38,15 +47,6 @@ class ConfigError(ValueError):
     """A config or command-line value the tools cannot run with."""
 
 
-def trust_checkpoints():
-    """Let ``torch.load`` unpickle MMEngine checkpoints (torch >= 2.6 defaults to weights only).
-
-    Sets ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` for this process and its children, unless the
-    user already set it. Only use it with checkpoints from a source you trust.
-    """
-    os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
-
-
 def codebase_of(cfg):
     """Return the codebase (``'mmpretrain'`` or ``'mmdet'``) named by ``cfg.default_scope``."""
     scope = cfg.get('default_scope')
@@ -58,13 +58,77 @@ def codebase_of(cfg):
     return scope
 
 
+def cfg_option(text):
+    """One ``--cfg-options`` item, checked to have the form ``key=value`` (the tools pass this
+    as the argparse ``type``; argparse then reports ``invalid key=value value: 'text'``)."""
+    key, sep, _ = text.partition('=')
+    if not sep or not key.strip():
+        raise ValueError(f'--cfg-options item {text!r} is not of the form key=value')
+    return text
+
+
+cfg_option.__name__ = 'key=value'
+
+
+def _config_file_of(exc, default):
+    """The config file MMEngine was reading when ``exc`` was raised (the innermost
+    ``Config._file2dict`` frame of its traceback: a base config, or ``default``)."""
+    found, tb = default, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == '_file2dict':
+            found = osp.normpath(tb.tb_frame.f_locals.get('filename', found))
+        tb = tb.tb_next
+    return found
+
+
 def load_config(path):
-    """Load a config file, failing clearly for a missing path or an unsupported codebase."""
+    """Load a config file, failing clearly for a missing path, a file that does not load
+    (a syntax error, a missing base config; the message names the file and the line) or an
+    unsupported codebase."""
     if not osp.isfile(path):
         raise ConfigError(f'config file {path!r} does not exist')
-    cfg = Config.fromfile(path)
+    try:
+        cfg = Config.fromfile(path)
+    except SyntaxError as exc:
+        where = exc.filename if exc.filename not in (None, '<unknown>') else \
+            _config_file_of(exc, path)
+        line = f', line {exc.lineno}' if exc.lineno else ''
+        text = f': {exc.text.strip()}' if exc.text else ''
+        raise ConfigError(f'config file {path!r} has a syntax error: {exc.msg} '
+                          f'({where}{line}){text}') from None
+    except Exception as exc:
+        raise ConfigError(f'config file {path!r} could not be loaded: '
+                          f'{type(exc).__name__}: {exc}') from exc
     codebase_of(cfg)
     return cfg
+
+
+def check_writable(field, path):
+    """Fail before any work when the file ``path`` (the value of ``field``) cannot be written:
+    a directory, an existing file without write permission, or no writable folder to create
+    it in (missing folders are created later, as MMEngine's ``dump`` does)."""
+    full = osp.abspath(path)
+    if osp.isdir(full):
+        raise ConfigError(f'{field} {path!r} is a directory; expected a file path')
+    if osp.exists(full):
+        try:
+            with open(full, 'a'):
+                pass
+        except OSError as exc:
+            raise ConfigError(f'{field} {path!r} cannot be written: {exc.strerror}') from None
+        return
+    parent = osp.dirname(full)
+    while not osp.exists(parent):
+        parent = osp.dirname(parent)
+    if not osp.isdir(parent):
+        raise ConfigError(f'{field} {path!r} cannot be created: {parent!r} is a file, not a '
+                          'directory')
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise ConfigError(f'{field} {path!r} cannot be created: the directory {parent!r} is '
+                          f'not writable ({exc.strerror})') from None
 
 
 def default_work_dir(config_path):
@@ -130,7 +194,12 @@ def merge_train_args(cfg, args):
                               f'AmpOptimWrapper, got {optim_wrapper!r}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    if args.resume == 'auto':
+    if getattr(args, 'resume_or_start', False):
+        if args.resume is not None:
+            raise ConfigError('--resume and --resume-or-start were both given; give one')
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
     elif args.resume is not None:
@@ -162,6 +231,7 @@ def merge_test_args(cfg, args):
             raise ConfigError(
                 f'--out {args.out!r} has suffix {suffix!r}; expected one of '
                 f'{PREDICTION_DUMP_SUFFIXES} (predictions) or {METRIC_DUMP_SUFFIXES} (metrics)')
+        check_writable('--out', args.out)
         if suffix in PREDICTION_DUMP_SUFFIXES:
             evaluators = cfg.test_evaluator
             if not isinstance(evaluators, (list, tuple)):
@@ -171,6 +241,86 @@ def merge_test_args(cfg, args):
     for field in DATALOADERS:
         _set_dataloader_defaults(cfg, field, getattr(args, 'no_pin_memory', False))
     return cfg
+
+
+#: types of ``default_hooks.checkpoint`` that :func:`install_safeguards` replaces.
+PLAIN_CHECKPOINT_HOOKS = ('CheckpointHook', 'mmengine.CheckpointHook')
+SAFE_CHECKPOINT_HOOK = 'mmstiff.SafeCheckpointHook'
+DIVERGENCE_HOOK = 'mmstiff.DivergenceHook'
+
+
+def _is_divergence_hook(hook):
+    hook_type = hook.get('type') if isinstance(hook, dict) else None
+    name = hook_type if isinstance(hook_type, str) else getattr(hook_type, '__name__', '')
+    return name.split('.')[-1] == 'DivergenceHook'
+
+
+def install_safeguards(cfg):
+    """Protect a training run (in place): crash-safe checkpoints and a divergence check.
+
+    * ``default_hooks.checkpoint`` of type ``CheckpointHook`` becomes
+      ``mmstiff.SafeCheckpointHook`` with the same arguments (atomic writes, old checkpoints
+      removed only after the new one is complete);
+    * ``mmstiff.DivergenceHook`` is appended to ``custom_hooks`` unless the config has one,
+      with the settings of the config's ``divergence=dict(action=..., max_skips=...)``.
+    """
+    checkpoint = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if isinstance(checkpoint, dict) and checkpoint.get('type') in PLAIN_CHECKPOINT_HOOKS:
+        checkpoint['type'] = SAFE_CHECKPOINT_HOOK
+    divergence = cfg.get('divergence')
+    if divergence is not None and not isinstance(divergence, dict):
+        raise ConfigError(f'divergence={divergence!r} in the config is not supported; expected '
+                          "a dict such as dict(action='skip', max_skips=10)")
+    hooks = list(cfg.get('custom_hooks') or [])
+    if any(_is_divergence_hook(hook) for hook in hooks):
+        if divergence is not None:
+            raise ConfigError('the config sets divergence=... and also has a DivergenceHook in '
+                              'custom_hooks; give the settings in one place')
+        return cfg
+    hooks.append(dict(type=DIVERGENCE_HOOK, **(divergence or {})))
+    cfg.custom_hooks = hooks
+    return cfg
+
+
+def resolve_resume(cfg, args):
+    """Decide what a training run resumes from, before the Runner is built.
+
+    With ``cfg.resume`` set (``--resume``, ``--resume-or-start`` or the config) this sets
+    ``cfg.load_from`` to a checked, complete checkpoint: the one given, or the one
+    :func:`mmstiff.engine.find_resume_checkpoint` finds in the work dir. Returns a line for
+    the log saying what was chosen and why (None when not resuming).
+
+    Raises:
+        ConfigError: the given checkpoint is damaged, or ``--resume`` finds nothing to resume
+            (``--resume-or-start`` and a config's ``resume=True`` start a new run instead).
+    """
+    from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
+
+    if not cfg.get('resume'):
+        return None
+    given = cfg.get('load_from')
+    resume_arg = getattr(args, 'resume', None)
+    flag = '--resume' if resume_arg not in (None, 'auto') else 'load_from'
+    if given:
+        problem = checkpoint_problem(given)
+        if problem is not None:
+            newest = find_resume_checkpoint(osp.dirname(given) or '.').path
+            hint = (f'; the newest complete checkpoint beside it is {newest}' if newest else '')
+            raise ConfigError(f'{flag} checkpoint {given!r} {problem}; it cannot be resumed '
+                              f'from{hint}')
+        return f'Resuming from {given} (given as {flag}).'
+    search = find_resume_checkpoint(cfg.work_dir)
+    if search.path is not None:
+        cfg.load_from = search.path
+        return f'Resuming from {search.path}: {search.why()}.'
+    if resume_arg == 'auto':
+        raise ConfigError(
+            f'--resume: nothing to resume in the work dir {cfg.work_dir!r}: {search.why()}. '
+            'Check --work-dir; to start a new run there, drop --resume, or use '
+            '--resume-or-start, which resumes when it can and starts a new run otherwise. '
+            'Nothing was written.')
+    cfg.resume = False
+    return f'Nothing to resume in {cfg.work_dir}: {search.why()}. Starting a new run.'
 
 
 def check_runtime(cfg):
@@ -219,6 +369,8 @@ def prepare_runner_cfg(cfg, args, mode):
         raise ValueError(f"mode={mode!r}; expected 'train' or 'test'")
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    if mode == 'train':
+        install_safeguards(cfg)
     check_runtime(cfg)
     init_cpu_distributed(cfg)
     return cfg
@@ -227,6 +379,10 @@ def prepare_runner_cfg(cfg, args, mode):
 def build_runner(args, mode):
     """Load ``args.config``, apply the tool's flags and checks, and build the Runner.
 
+    Local checkpoints load weights-only (``args.trust_checkpoint``: in full). In test mode the
+    checkpoint is loaded into the model strictly here, before any work
+    (``args.allow_partial_load`` allows a mismatch, with a warning listing it).
+
     Raises:
         ConfigError: for bad input, naming the value, before any work starts.
     """
@@ -234,11 +390,31 @@ def build_runner(args, mode):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
+    from .checkpoint import CheckpointError, install_checkpoint_loader, load_checkpoint_into
+
     os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
-    trust_checkpoints()
+    trust = getattr(args, 'trust_checkpoint', False)
+    install_checkpoint_loader(trust=trust)
     cfg = load_config(args.config)
     prepare_runner_cfg(cfg, args, mode)
-    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    note = None
+    if mode == 'train':
+        try:
+            note = resolve_resume(cfg, args)
+        except ConfigError:
+            if torch.distributed.is_initialized():  # every rank fails alike
+                torch.distributed.destroy_process_group()
+            raise
+    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    if note:
+        runner.logger.info(note)
+    if mode == 'test':
+        try:
+            load_checkpoint_into(runner.model, args.checkpoint, trust=trust,
+                                 strict=not getattr(args, 'allow_partial_load', False))
+        except (CheckpointError, FileNotFoundError) as err:
+            raise ConfigError(str(err)) from None
+    return runner
 
 
 def shutdown_distributed():

@@ -104,9 +104,12 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     ax = fig.add_subplot(projection='3d')
     a, b = torch.meshgrid(torch.as_tensor(_as_list(alphas), dtype=torch.float64),
                           torch.as_tensor(_as_list(betas), dtype=torch.float64), indexing='xy')
-    surface = ax.plot_surface(a.numpy(), b.numpy(), _grid(losses), cmap='plasma',
+    z = _grid(losses)
+    finite = z[z == z]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    surface = ax.plot_surface(a.numpy(), b.numpy(), z, cmap='plasma', vmin=low, vmax=high,
                               linewidth=0, antialiased=True)
-    fig.colorbar(surface, ax=ax, shrink=0.6, label='loss (nats per sample)')
+    fig.colorbar(surface, ax=ax, shrink=0.6, pad=0.15, label='loss (nats per sample)')
     ax.set_xlabel('α (along d₁)')
     ax.set_ylabel('β (along d₂)')
     ax.set_zlabel('loss (nats per sample)')

@@ -79,7 +79,8 @@ def test_frozen_stages_freezes_adaptors_of_frozen_stages():
 
 
 def test_norm_eval_keeps_every_bn_and_the_adaptor_statistics_frozen():
-    model = DetStepResNet(18, adaptor=STEPNET)       # mmdet default: norm_eval=True
+    # mmdet default: norm_eval=True; adaptor_norm='follow' freezes the adaptors' BN with it
+    model = DetStepResNet(18, adaptor=STEPNET, adaptor_norm='follow')
     assert model.norm_eval
     model.train()
     bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]

@@ -136,8 +136,10 @@ def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, caps
 
 
 def test_frozen_stages_and_norm_eval_reach_the_adaptors():
+    # adaptor_norm='follow': the adaptors' BN follows norm_eval (see tests/models/test_graft.py
+    # for 'auto', which lets statistics no checkpoint held keep learning)
     model = StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor'), frozen_stages=1,
-                       norm_eval=True)
+                       norm_eval=True, adaptor_norm='follow')
     model.train()
     assert not any(p.requires_grad for p in model.layer1.parameters())
     assert all(p.requires_grad for p in model.layer2[0].step_adaptor.parameters())

@@ -9,9 +9,10 @@ The tools run as scripts (``python tools/analysis/tns.py ...``), so this folder 
 ``sys.path`` and they ``import common`` directly. Configs load through
 :func:`mmstiff.utils.runtime.load_config`, as in ``tools/train.py`` and ``tools/test.py``.
 
-MMEngine 0.10.7 checkpoints hold non-tensor objects, which ``torch.load`` refuses by default
-since torch 2.6; the tools allow full unpickling for their own process
-(:func:`mmstiff.utils.runtime.trust_checkpoints`). Only load checkpoints you trust.
+``CHECKPOINT`` loads weights-only, with the allow-list of the objects MMEngine checkpoints hold
+(:mod:`mmstiff.utils.checkpoint`; ``--trust-checkpoint`` unpickles it in full), and strictly:
+keys or shapes that do not match the config's model are an error naming them
+(``--allow-partial-load`` loads the matching part, with a warning).
 """
 import argparse
 import json
@@ -21,9 +22,13 @@ import sys
 
 from mmengine.config import DictAction
 
-from mmstiff.utils.runtime import ConfigError, codebase_of, load_config, trust_checkpoints
+from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader,
+                                      load_checkpoint_into)
+from mmstiff.utils.runtime import ConfigError, cfg_option, codebase_of, load_config
 
 SPLITS = ('test', 'val', 'train')
+#: ``--trust-checkpoint`` and ``--allow-partial-load`` of the command line, set by load_cfg.
+LOAD_OPTIONS = dict(trust=False, allow_partial=False)
 
 
 def positive_int(text):
@@ -36,7 +41,7 @@ def positive_int(text):
 def base_parser(description, num_batches=10):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('config', help='config file the checkpoint was trained with')
-    parser.add_argument('checkpoint', help='checkpoint file (only load checkpoints you trust)')
+    parser.add_argument('checkpoint', help='checkpoint file (loaded weights-only and strictly)')
     parser.add_argument('--out-dir', default=None,
                         help='where to write the JSON and PNG files (default: '
                         '<checkpoint dir>/analysis/<tool>)')
@@ -47,7 +52,13 @@ def base_parser(description, num_batches=10):
     parser.add_argument('--batch-size', type=positive_int, default=None,
                         help='override the dataloader batch size')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
-                        help='override config settings, key=value')
+                        type=cfg_option, help='override config settings, key=value')
+    parser.add_argument('--trust-checkpoint', action='store_true',
+                        help='unpickle the checkpoint in full; only for files from a source '
+                        'you trust (a pickle can run code)')
+    parser.add_argument('--allow-partial-load', action='store_true',
+                        help='analyse even when the checkpoint does not match the model '
+                        '(parameters it lacks keep their initial values); by default an error')
     return parser
 
 
@@ -69,24 +80,36 @@ def load_cfg(args):
             codebase_of(cfg)
     except ConfigError as err:
         sys.exit(f'error: {err}')
+    LOAD_OPTIONS.update(trust=getattr(args, 'trust_checkpoint', False),
+                        allow_partial=getattr(args, 'allow_partial_load', False))
+    install_checkpoint_loader(trust=LOAD_OPTIONS['trust'])  # for any other MMEngine load
     return cfg
 
 
-def load_model(cfg, checkpoint):
-    """Build ``cfg.model`` in the config's scope and load ``checkpoint`` on the CPU (eval mode)."""
+def load_model(cfg, checkpoint, trust=None, allow_partial=None):
+    """Build ``cfg.model`` in the config's scope and load ``checkpoint`` on the CPU (eval mode),
+    weights-only unless ``trust`` and strictly unless ``allow_partial`` (None: the command
+    line's flags, :data:`LOAD_OPTIONS`); a refused or mismatched checkpoint exits naming it."""
+    trust = LOAD_OPTIONS['trust'] if trust is None else trust
+    allow_partial = LOAD_OPTIONS['allow_partial'] if allow_partial is None else allow_partial
     import mmstiff  # noqa: F401  (registers mmstiff's modules through its registry locations)
     from mmengine.registry import MODELS, init_default_scope
-    from mmengine.runner import load_checkpoint
-    trust_checkpoints()
     init_default_scope(cfg.default_scope)
     model_cfg = cfg.model.copy()
     if cfg.get('data_preprocessor') is not None:
         # as the Runner does: mmpretrain configs keep the normalisation at top level
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     model = MODELS.build(model_cfg)
-    load_checkpoint(model, checkpoint, map_location='cpu', logger='current')
+    try:
+        load_checkpoint_into(model, checkpoint, strict=not allow_partial, trust=trust)
+    except CheckpointError as err:
+        sys.exit(f'error: {err}')
     model.eval()
     return model
+
+
+#: :func:`load_model` is strict unless ``--allow-partial-load`` is given
+load_model_strict = load_model
 
 
 def build_loader(cfg, split, batch_size=None):

@@ -12,15 +12,29 @@ over repeats of the mean iteration time and of its ratio to the no-hook mean of 
 ("time ratio"), and the time spent inside the hooks' own code per iteration (their hook points
 and the per-block reductions that run inside the forward pass) over the median iteration
 without hooks ("hook ratio"; it leaves out what the hooks cost outside their own code, such as
-the dispatch of module hooks).
+the dispatch of module hooks). The last two columns divide the hooks' cost by the number of
+residual blocks the hook records: the extra time per iteration from the time ratio, and the
+time inside the hooks' code. On CUDA, the time inside the hooks' code is host time (launching
+kernels); the device runs their kernels asynchronously, and the iteration time, measured with a
+synchronisation at its end, holds what they cost there.
 
-Peak memory: the largest running sum, in start order, of the bytes each op allocates and frees
-itself (``torch.profiler`` with ``profile_memory=True``: ``self_cpu_memory_usage``, children
-excluded, plus the frees between ops), i.e. the allocator's live tensor bytes, over one
-*recorded* iteration (each hook at interval 1), against one iteration without hooks.
+Peak memory: on the CPU, the largest running sum, in start order, of the bytes each op
+allocates and frees itself (``torch.profiler`` with ``profile_memory=True``:
+``self_cpu_memory_usage``, children excluded, plus the frees between ops), i.e. the allocator's
+live tensor bytes; on CUDA, ``max_memory_allocated`` above the allocation at the start. Over
+one *recorded* iteration (each hook at interval 1), against one iteration without hooks.
 
-The default model is mmpretrain's CIFAR ResNet-18 as ``resnet18_8xb16_cifar10`` trains it
-(64 base channels, batch 16 per GPU).
+Models (``--arch``, ``--depth``):
+
+* ``cifar`` (default): mmpretrain's ``ResNet_CIFAR`` of ``--depth`` 18, 34, 50, 101 or 152;
+  ``--depth 164`` is mmstiff's pre-activation ResNet-164 (``PreActStepResNet``, no adaptor).
+  The default is the CIFAR ResNet-18 as ``resnet18_8xb16_cifar10`` trains it (64 base
+  channels, batch 16 per GPU).
+* ``resnet``: mmpretrain's ImageNet ``ResNet`` of ``--depth`` 18, 34, 50, 101 or 152.
+* ``vit``: mmpretrain's ``VisionTransformer`` with DeiT-S's 6 heads and MLP ratio 4,
+  ``--depth`` layers of width ``--embed-dims``: by default 24 layers of width 96 on 32x32
+  images in 4x4 patches (a deep, narrow DeiT-S); ``--depth 12 --embed-dims 384 --img-size 224
+  --patch-size 16`` is DeiT-S itself.
 
 Usage (the defaults take about 13 minutes on 2 idle CPU cores):
     python tools/benchmark/bench_hooks.py
@@ -29,6 +43,15 @@ Usage (the defaults take about 13 minutes on 2 idle CPU cores):
     # a narrow worst case (~7 minutes): its iteration is 4-5x faster than the default
     # model's while the hooks' cost per recorded iteration only halves
     python tools/benchmark/bench_hooks.py --base-channels 16 --batch-size 32 --repeats 5
+    # deep models: 33 blocks (ResNet_CIFAR-101), 54 (pre-activation ResNet-164), 24 layers
+    python tools/benchmark/bench_hooks.py --depth 101 --base-channels 16 --only @1 --iters 20
+    python tools/benchmark/bench_hooks.py --depth 164 --base-channels 16 --only @1 --iters 20
+    python tools/benchmark/bench_hooks.py --arch vit --only @1 --iters 20
+    # on a GPU: ResNet-50 at 224x224, batch 64; DeiT-S, batch 128
+    python tools/benchmark/bench_hooks.py --device cuda --arch resnet --depth 50 \
+        --img-size 224 --batch-size 64 --iters 100
+    python tools/benchmark/bench_hooks.py --device cuda --arch vit --depth 12 \
+        --embed-dims 384 --img-size 224 --patch-size 16 --batch-size 128 --iters 100
 """
 import argparse
 import copy
@@ -49,18 +72,52 @@ from mmstiff.engine.hooks import FrequencyHook, StiffnessHook  # noqa: E402
 BASELINE = 'no hook'
 
 
-class Classifier(nn.Module):
-    """A CIFAR-style ResNet (mmpretrain ``ResNet_CIFAR``), global pooling and a linear head."""
+CIFAR_DEPTHS = (18, 34, 50, 101, 152)
+PREACT_DEPTH = 164
+IMAGENET_DEPTHS = (18, 34, 50, 101, 152)
+ARCHS = ('cifar', 'resnet', 'vit')
+#: per architecture: default depth, width (base channels or embedding width), image size
+ARCH_DEFAULTS = {'cifar': (18, 64, 32), 'resnet': (50, 64, 224), 'vit': (24, 96, 32)}
 
-    def __init__(self, depth, base_channels, num_classes=10):
+
+class Classifier(nn.Module):
+    """A backbone, global pooling (or the class token) and a linear head."""
+
+    def __init__(self, backbone, feat_dim, num_classes=10):
         super().__init__()
-        from mmpretrain.models.backbones import ResNet_CIFAR
-        self.backbone = ResNet_CIFAR(depth=depth, stem_channels=base_channels,
-                                     base_channels=base_channels)
-        self.head = nn.Linear(self.backbone.feat_dim, num_classes)
+        self.backbone = backbone
+        self.head = nn.Linear(feat_dim, num_classes)
 
     def forward(self, x):
-        return self.head(self.backbone(x)[-1].mean((2, 3)))
+        out = self.backbone(x)[-1]
+        return self.head(out.mean((2, 3)) if out.dim() == 4 else out)
+
+
+def build_model(args):
+    """The classifier ``--arch`` / ``--depth`` / ``--base-channels`` / ``--embed-dims`` name,
+    and a one-line description."""
+    if args.arch == 'vit':
+        from mmpretrain.models.backbones import VisionTransformer
+        width = args.embed_dims
+        backbone = VisionTransformer(
+            arch=dict(embed_dims=width, num_layers=args.depth, num_heads=6,
+                      feedforward_channels=4 * width),
+            img_size=args.img_size, patch_size=args.patch_size, out_type='cls_token')
+        return (Classifier(backbone, width),
+                f'ViT ({args.depth} layers, width {width}, 6 heads, patch {args.patch_size})')
+    width = args.base_channels
+    if args.arch == 'resnet':
+        from mmpretrain.models.backbones import ResNet
+        backbone = ResNet(depth=args.depth, base_channels=width, stem_channels=width)
+        return Classifier(backbone, backbone.feat_dim), f'ResNet-{args.depth} (base {width})'
+    if args.depth == PREACT_DEPTH:
+        from mmstiff.models.backbones import PreActStepResNet
+        backbone = PreActStepResNet(depth=args.depth, base_channels=width)
+        return (Classifier(backbone, backbone.feat_dim),
+                f'pre-activation ResNet-{args.depth} (base {width})')
+    from mmpretrain.models.backbones import ResNet_CIFAR
+    backbone = ResNet_CIFAR(depth=args.depth, stem_channels=width, base_channels=width)
+    return Classifier(backbone, backbone.feat_dim), f'ResNet_CIFAR-{args.depth} (base {width})'
 
 
 class BenchRunner:
@@ -159,6 +216,11 @@ def train_iteration(runner, hooks, optimizer, images, labels):
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
 
 
+def synchronize(device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
 def time_interleaved(runners, setups, optimizer, batch, iters, clock):
     """Mean iteration time of every setting over ``iters`` iterations each, run one iteration
     of each setting in turn (the order rotating every iteration), so that a machine whose
@@ -166,20 +228,32 @@ def time_interleaved(runners, setups, optimizer, batch, iters, clock):
     counter restarts at 0: ``iters / interval`` of its iterations are recorded ones."""
     names = list(setups)
     totals = dict.fromkeys(names, 0.0)
+    device = batch[0].device
     for runner in runners.values():
         runner.iter = 0
     for i in range(iters):
         k = i % len(names)
         for name in names[k:] + names[:k]:
+            synchronize(device)
             start = clock()
             train_iteration(runners[name], setups[name], optimizer, *batch)
+            synchronize(device)
             totals[name] += clock() - start
     return {name: total / iters for name, total in totals.items()}
 
 
 def peak_iteration_memory(runner, hooks, optimizer, batch):
-    """Peak live bytes of one recorded iteration (hooks due at ``runner.iter = 0``)."""
+    """Peak bytes of one recorded iteration (hooks due at ``runner.iter = 0``) above what is
+    allocated at its start."""
     runner.iter = 0
+    device = batch[0].device
+    if device.type == 'cuda':
+        synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        train_iteration(runner, hooks, optimizer, *batch)
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         train_iteration(runner, hooks, optimizer, *batch)
@@ -195,10 +269,20 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--depth', type=int, default=18, help='ResNet_CIFAR depth')
-    parser.add_argument('--base-channels', type=int, default=64)
+    parser.add_argument('--arch', choices=ARCHS, default='cifar',
+                        help="'cifar' (ResNet_CIFAR; --depth 164: pre-activation ResNet-164), "
+                        "'resnet' (ImageNet ResNet) or 'vit' (a DeiT-S-style ViT)")
+    parser.add_argument('--depth', type=int, default=None,
+                        help=f'cifar: one of {CIFAR_DEPTHS + (PREACT_DEPTH, )} (default 18); '
+                        f'resnet: one of {IMAGENET_DEPTHS} (default 50); vit: the number of '
+                        'layers (default 24)')
+    parser.add_argument('--base-channels', type=int, default=64, help='ResNet base width')
+    parser.add_argument('--embed-dims', type=int, default=96, help='ViT width (6 heads)')
+    parser.add_argument('--patch-size', type=int, default=4, help='ViT patch size')
     parser.add_argument('--batch-size', type=int, default=16)
-    parser.add_argument('--img-size', type=int, default=32)
+    parser.add_argument('--img-size', type=int, default=None,
+                        help='default: 32 (cifar, vit), 224 (resnet)')
+    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--iters', type=int, default=100,
                         help='iterations per setting and repeat (a multiple of the intervals)')
@@ -216,18 +300,41 @@ def parse_args(argv=None):
                         "machine) or 'cpu': this process's CPU time, steadier on a machine "
                         "busy with other work; use it with --threads 1, as idle OpenMP "
                         "workers spin and their spinning counts as CPU time")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    depth, _, img_size = ARCH_DEFAULTS[args.arch]
+    args.depth = depth if args.depth is None else args.depth
+    args.img_size = img_size if args.img_size is None else args.img_size
+    depths = {'cifar': CIFAR_DEPTHS + (PREACT_DEPTH, ), 'resnet': IMAGENET_DEPTHS}.get(args.arch)
+    if depths is not None and args.depth not in depths:
+        parser.error(f'--depth {args.depth} is not supported with --arch {args.arch}; '
+                     f'expected one of {depths}')
+    for field in ('depth', 'base_channels', 'embed_dims', 'patch_size', 'batch_size',
+                  'img_size', 'repeats', 'iters', 'log_interval'):
+        if getattr(args, field) < 1:
+            parser.error(f'--{field.replace("_", "-")} {getattr(args, field)} is not '
+                         'supported; expected a positive integer')
+    if args.arch == 'vit' and args.img_size % args.patch_size:
+        parser.error(f'--img-size {args.img_size} is not a multiple of --patch-size '
+                     f'{args.patch_size}')
+    if args.device.startswith('cuda') and not torch.cuda.is_available():
+        parser.error(f'--device {args.device} was given but CUDA is not available')
+    if args.clock == 'cpu' and not args.device.startswith('cpu'):
+        parser.error(f'--clock cpu measures host CPU time; it cannot time --device '
+                     f'{args.device}')
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     torch.manual_seed(0)
-    model = Classifier(args.depth, args.base_channels).train()
+    model, description = build_model(args)
+    model = model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size),
-             torch.randint(0, 10, (args.batch_size, )))
+    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
+             torch.randint(0, 10, (args.batch_size, ), device=device))
     work_dir = tempfile.mkdtemp(prefix='bench_hooks_')
     runner = BenchRunner(model, work_dir, args.log_interval)
     setups = {}
@@ -244,6 +351,8 @@ def main(argv=None):
         train_iteration(runner, everything, optimizer, *batch)
     for hook in everything:
         hook.flush(runner)  # start the timed iterations with no recorded iteration pending
+    blocks = {name: max([len(hook.recorders['trajectory'].blocks) for hook in hooks] or [0])
+              for name, hooks in setups.items()}
 
     for name, hooks in setups.items():
         timers[name].instrument(hooks)
@@ -270,23 +379,30 @@ def main(argv=None):
             peaks[name].append(peak_iteration_memory(runner, hooks, optimizer, batch))
     memory = {name: statistics.median(values) for name, values in peaks.items()}
 
-    print(f'ResNet_CIFAR-{args.depth} (base {args.base_channels}) batch={args.batch_size} '
-          f'img={args.img_size} threads={torch.get_num_threads()} repeats={args.repeats} '
-          f'iters/setting={args.iters} clock={args.clock}; peak memory: profiler live bytes of '
-          f'one recorded iteration')
+    threads = f'threads={torch.get_num_threads()} ' if device.type == 'cpu' else ''
+    what = ('cuda max_memory_allocated' if device.type == 'cuda' else
+            'profiler live bytes')
+    print(f'{description} batch={args.batch_size} img={args.img_size} device={device} '
+          f'{threads}repeats={args.repeats} iters/setting={args.iters} clock={args.clock}; '
+          f'{blocks[names[-1]]} blocks; peak memory: {what} of one recorded iteration')
     # end to end: A/B ratio of whole iterations; in hooks: the time measured inside the hooks'
-    # code per iteration, over the median iteration without hooks (no noise from the rest)
+    # code per iteration, over the median iteration without hooks (no noise from the rest);
+    # per block: both divided by the number of blocks the hooks record
     header = (f'{"setting":<34}{"iter (ms)":>11}{"time ratio":>12}{"in hooks (ms)":>15}'
-              f'{"hook ratio":>12}')
+              f'{"hook ratio":>12}{"extra/block (us)":>18}{"in hooks/block (us)":>21}')
     print(header)
     print('-' * len(header))
     plain = statistics.median(times[BASELINE])
     for name in names:
         ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
+        ratio = statistics.median(ratios)
         hook_ms = statistics.median(in_hooks[name])
+        per_block = max(blocks[name], 1)
         print(f'{name:<34}{statistics.median(times[name]) * 1e3:>11.2f}'
-              f'{statistics.median(ratios):>12.3f}{hook_ms * 1e3:>15.3f}'
-              f'{(plain + hook_ms) / plain:>12.4f}')
+              f'{ratio:>12.3f}{hook_ms * 1e3:>15.3f}'
+              f'{(plain + hook_ms) / plain:>12.4f}'
+              f'{(ratio - 1) * plain / per_block * 1e6:>18.1f}'
+              f'{hook_ms / per_block * 1e6:>21.1f}')
     header = f'{"setting":<34}{"peak (MiB)":>11}{"mem ratio":>12}'
     print(header)
     print('-' * len(header))

@@ -1,7 +1,11 @@
 """Training diagnostics hooks (registered in mmstiff's HOOKS; use ``type='mmstiff.Name'``)."""
 from .diagnostic_hook import TrajectoryDiagnosticHook, reduce_scalars_across_ranks
+from .divergence_hook import DivergenceError, DivergenceHook
 from .frequency_hook import FrequencyHook
+from .hessian_hook import HessianHook
+from .safe_checkpoint_hook import SafeCheckpointHook
 from .stiffness_hook import StiffnessHook
 
 __all__ = ['TrajectoryDiagnosticHook', 'reduce_scalars_across_ranks', 'StiffnessHook',
-           'FrequencyHook']
+           'FrequencyHook', 'HessianHook']
+__all__ += ['SafeCheckpointHook', 'DivergenceHook', 'DivergenceError']

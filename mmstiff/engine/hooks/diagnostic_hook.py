@@ -88,6 +88,45 @@ class ScalarRow(NamedTuple):
     scalars: Dict[str, float]
 
 
+class BatchedReductions:
+    """Reductions of many small tensors (a few per step and recorded iteration), computed with
+    one stacked call per group of equal shapes and brought to the host in one transfer.
+
+    :meth:`add` registers ``reduce`` of a tensor and returns the index of its value in the list
+    :meth:`compute` returns; the tensors stay where they are (the model's device) until then,
+    so a recorded iteration costs no synchronisation with the device.
+    """
+
+    def __init__(self):
+        self._groups = OrderedDict()  # (reduce, shape, dtype, device) -> (tensors, indices)
+        self._count = 0
+
+    def add(self, tensor, reduce):
+        """Register ``reduce(tensor)``; ``reduce`` maps a stack ``(k, *tensor.shape)`` to ``k``
+        values (``(k,)``). Returns the value's index."""
+        key = (reduce, tuple(tensor.shape), tensor.dtype, tensor.device)
+        tensors, indices = self._groups.setdefault(key, ([], []))
+        tensors.append(tensor)
+        indices.append(self._count)
+        self._count += 1
+        return self._count - 1
+
+    def compute(self):
+        """Every registered value, as Python floats in the order they were added."""
+        parts, order = [], []
+        for (reduce, *_), (tensors, indices) in self._groups.items():
+            parts.append(reduce(torch.stack(tensors)).reshape(-1).double())
+            order.extend(indices)
+        if not parts:
+            return []
+        if len({part.device for part in parts}) > 1:
+            parts = [part.cpu() for part in parts]
+        values = [math.nan] * self._count
+        for index, value in zip(order, torch.cat(parts).tolist()):  # the one transfer
+            values[index] = value
+        return values
+
+
 def reduce_scalars_across_ranks(scalars):
     """Mean of each scalar over the ranks that have a finite value.
 
@@ -146,8 +185,8 @@ class TrajectoryDiagnosticHook(Hook):
         blocks (list[str], optional): fnmatch patterns of block names to record (names relative
             to ``module``, e.g. ``'layer1.*'``); None records every residual block.
         module (str, optional): attribute path of the submodule to record in the (unwrapped)
-            model; ``'backbone'`` by default, None for the whole model. A model without that
-            attribute is recorded whole.
+            model; ``'backbone'`` by default, None for the whole model. A model without a
+            backbone is recorded whole; any other missing path is an error.
         level (str): ``'block'``, ``'branch'`` (the MSA and MLP steps of transformer layers
             separately) or ``'both'``.
         prefix (str): first component of the logged names.
@@ -178,18 +217,34 @@ class TrajectoryDiagnosticHook(Hook):
 
     # ------------------------------------------------------------------ model access
     def target_module(self, runner):
-        """The module the recorder hooks: ``module`` of the unwrapped model, or the model."""
+        """The module the recorder hooks: ``module`` of the unwrapped model, or the model.
+
+        A ``module`` path that does not exist raises ``ValueError`` naming the part that is
+        missing and the submodules there; only the default ``'backbone'`` on a model without
+        one records the whole model, saying so in the log.
+        """
         model = runner.model
         if is_model_wrapper(model):
             model = model.module
-        if self.module:
-            sub = model
-            for attr in self.module.split('.'):
-                sub = getattr(sub, attr, None)
-                if sub is None:
-                    return model
-            return sub
-        return model
+        if not self.module:
+            return model
+        parts = self.module.split('.')
+        sub = model
+        for depth, attr in enumerate(parts):
+            child = getattr(sub, attr, None)
+            if isinstance(child, torch.nn.Module):
+                sub = child
+                continue
+            if parts == ['backbone']:
+                print_log(f'{type(self).__name__}: {type(model).__name__} has no backbone; '
+                          'recording the whole model', logger='current', level=logging.INFO)
+                return model
+            where = '.'.join(parts[:depth]) or 'the model'
+            names = [name for name, _ in sub.named_children()]
+            raise ValueError(f'module={self.module!r} is not a submodule: {where} '
+                             f'({type(sub).__name__}) has no submodule {attr!r}; expected one '
+                             f'of {names}, or module=None for the whole model')
+        return sub
 
     def build_recorders(self, target):
         """The recorders to start on a recorded iteration, by role: the trajectory's
@@ -234,6 +289,7 @@ class TrajectoryDiagnosticHook(Hook):
                       logger='current', level=logging.WARNING)
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
+        watch_hooks_when_compiled(runner)
         log_intervals = [hook.interval for hook in getattr(runner, 'hooks', [])
                          if isinstance(hook, LoggerHook) and isinstance(hook.interval, int)
                          and hook.interval > 0]
@@ -311,6 +367,26 @@ class TrajectoryDiagnosticHook(Hook):
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
         for name, values in history.items():
             extend_history(runner.message_hub, name, values)
+
+
+def watch_hooks_when_compiled(runner):
+    """Make a run compiled by MMEngine (``compile=True``) see the recorders' module hooks.
+
+    ``torch.compile`` does not guard on module hooks by default
+    (``torch._dynamo.config.skip_nnmodule_hook_guards``): hooks registered after the first
+    compiled iteration, as a recorder's are at each recorded iteration, would never run. With
+    the guards on, the compiled ``train_step`` gets a second graph for the recorded iterations
+    (cut at each hooked block, whose hooks run as they are) and keeps its graph for the others.
+    """
+    cfg = getattr(runner, 'cfg', None)
+    if not (cfg is not None and hasattr(cfg, 'get') and cfg.get('compile')):
+        return
+    import torch._dynamo
+    if torch._dynamo.config.skip_nnmodule_hook_guards:
+        torch._dynamo.config.skip_nnmodule_hook_guards = False
+        print_log('the diagnostics hooks register module hooks at their recorded iterations: '
+                  'torch._dynamo.config.skip_nnmodule_hook_guards set to False so that the '
+                  'compiled model runs them', logger='current', level=logging.INFO)
 
 
 def extend_history(hub, name, values):

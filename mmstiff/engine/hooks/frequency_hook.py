@@ -1,14 +1,23 @@
-"""Log frequency diagnostics of the training trajectory (docs/methods.md §8)."""
+"""Log frequency diagnostics of the training trajectory (docs/methods.md §8).
+
+During the recorded forward pass each state is reduced to a few numbers per recorded sample
+(its high-frequency ratio, the two ends of its spectrum's diagonal, its token cosine
+similarity), left on the model's device; when the recorded iterations are written, the Δ log
+amplitudes and the means over the samples of every state of every iteration are computed
+together, one stacked call per group of equal shapes, and brought to the host in one transfer.
+"""
 import math
 from collections import OrderedDict
 from typing import NamedTuple, Optional
 
+import torch
+
 from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similarity,
-                              delta_log_amplitude, high_frequency_ratio, token_cosine_similarity,
-                              tokens_to_maps)
+                              delta_log_amplitudes, frequency_summary,
+                              softmax_column_cosine_similarity, token_cosine_similarity)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
-from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
+from .diagnostic_hook import TRAJECTORY, BatchedReductions, TrajectoryDiagnosticHook
 
 #: the name of the input state of the first recorded step among the steps' names.
 INPUT = 'input'
@@ -19,16 +28,23 @@ STATE_METRICS = ('hf_ratio', 'dlogamp', 'token_cos')
 
 
 class StateFrequency(NamedTuple):
-    """The frequency metrics of one state, averaged over the recorded samples.
+    """What :class:`FrequencyHook` keeps of one state: per recorded sample, on its device.
 
     Attributes:
-        hf_ratio (float): ``||HC[X]||_F / ||X||_F``.
-        dlogamp (float): Δ log amplitude at 1.0π; ``nan`` where the state has no square map.
-        token_cos (float | None): the token cosine similarity; None for feature maps.
+        hf_ratio (Tensor): ``(n,)`` ``||HC[X]||_F / ||X||_F``.
+        end_bins (Tensor | None): ``(n, C, 3)`` the two ends of the diagonal of each channel's
+            spectrum (:func:`~mmstiff.analysis.diagonal_end_bins`), from which the Δ log
+            amplitude at 1.0π is computed; None where the state has no square map.
+        token_cos (Tensor | None): ``(n,)`` the token cosine similarity; None for feature maps.
     """
-    hf_ratio: float
-    dlogamp: float
-    token_cos: Optional[float]
+    hf_ratio: torch.Tensor
+    end_bins: Optional[torch.Tensor]
+    token_cos: Optional[torch.Tensor]
+
+
+def _mean(stack):
+    """``(k, ...)`` -> the float64 mean of each of the ``k`` tensors."""
+    return stack.double().flatten(1).mean(dim=1)
 
 
 def _grid_of(target, num_patches):
@@ -83,39 +99,40 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         self.attention = bool(attention)
         self._target = None
         self._first = None
+        self._grids = {}  # number of patch tokens -> their grid, or None
+        self._softmax_layers = set()  # layers whose attention maps are softmax outputs
 
     def extra_recorders(self, target, trajectory):
         self._target = target
+        self._grids = {}
         if self.num_extra_tokens is None:
             extra = getattr(target, 'num_extra_tokens', 0)
             self.num_extra_tokens = extra if isinstance(extra, int) else 0
         self._first = trajectory.record_names[0]
+        self._softmax_layers = set()
         if self.attention:
             try:
-                return {ATTENTION: AttentionRecorder(target, reduce=self._reduce_attention,
-                                                     select=self.blocks)}
+                recorder = AttentionRecorder(target, reduce=self._reduce_attention,
+                                             select=self.blocks)
             except ValueError:
-                pass  # no transformer layer: nothing to log
+                return {}  # no transformer layer: nothing to log
+            self._softmax_layers = recorder.softmax_layers
+            return {ATTENTION: recorder}
         return {}
 
     def _state_metrics(self, x):
         """The :class:`StateFrequency` of one state (the recorder kept its first
-        ``num_samples`` samples)."""
-        hf_ratio = float(high_frequency_ratio(x).double().mean())
-        maps = token_cos = None
-        if x.dim() == 4:
-            maps = x
-        elif x.dim() == 3:
-            token_cos = float(token_cosine_similarity(x).mean())
+        ``num_samples`` samples): a few small tensors, no transfer to the host."""
+        grid = token_cos = None
+        if x.dim() == 3:
+            token_cos = token_cosine_similarity(x)
             num_patches = x.shape[1] - self.num_extra_tokens
-            grid = _grid_of(self._target, num_patches) if num_patches > 0 else None
-            if grid is not None:
-                maps = tokens_to_maps(x, self.num_extra_tokens, grid)
-        if maps is not None and maps.shape[-1] == maps.shape[-2] and maps.shape[-1] > 1:
-            dlogamp = delta_log_amplitude(maps)
-        else:
-            dlogamp = math.nan
-        return StateFrequency(hf_ratio, dlogamp, token_cos)
+            grid = self._grids.get(num_patches, False)
+            if grid is False:
+                grid = self._grids[num_patches] = (_grid_of(self._target, num_patches)
+                                                   if num_patches > 0 else None)
+        hf_ratio, bins = frequency_summary(x, self.num_extra_tokens, grid)
+        return StateFrequency(hf_ratio, bins, token_cos)
 
     def reduce_step(self, record):
         out = {record.name: self._state_metrics(record.x_next)}
@@ -123,33 +140,57 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             out[INPUT] = self._state_metrics(record.x_t)
         return out
 
-    @staticmethod
-    def _reduce_attention(name, attn):
-        return float(attention_column_cosine_similarity(attn).mean())
+    def _reduce_attention(self, name, attn):
+        """M_attn per sample, ``(B,)``, averaged when written; maps read from a softmax take
+        the O(N²) form."""
+        if name in self._softmax_layers:
+            return softmax_column_cosine_similarity(attn)
+        return attention_column_cosine_similarity(attn)
 
     def summarise_rows(self, rows):
-        return [self._summarise_iteration(outputs) for outputs in rows]
+        """The scalars of several recorded iterations: each metric of each state, averaged
+        over the recorded samples and then over the calls of its step, the input first; then
+        M_attn of each transformer layer. Every value of every row is computed in one
+        :class:`BatchedReductions` (one stacked call per group of equal shapes, one transfer)."""
+        batch = BatchedReductions()
+        layouts = [self._layout(outputs, batch) for outputs in rows]
+        values = batch.compute()
+        summaries = []
+        for layout in layouts:
+            scalars = OrderedDict()
+            for key, indices in layout:
+                picked = [math.nan if i is None else values[i] for i in indices]
+                scalars[key] = sum(picked) / len(picked)
+            summaries.append(scalars)
+        return summaries
 
     @staticmethod
-    def _summarise_iteration(outputs):
-        """The scalars of one recorded iteration: each metric of each state, averaged over
-        the calls of its step, the input first; then M_attn of each transformer layer."""
+    def _layout(outputs, batch):
+        """``[(key, [value index per call])]`` of one recorded iteration, its reductions added
+        to ``batch`` (index None: the Δ log amplitude of a state without a square map)."""
         per_state = OrderedDict()
         for calls in outputs[TRAJECTORY].values():
             for call in calls:
                 for state, metrics in call.items():
                     per_state.setdefault(state, []).append(metrics)
         order = ([INPUT] if INPUT in per_state else []) + [k for k in per_state if k != INPUT]
-        scalars = OrderedDict()
-        for metric in STATE_METRICS:
-            for state in order:
-                values = [getattr(m, metric) for m in per_state[state]]
-                values = [v for v in values if v is not None]
-                if values:
-                    scalars[f'{metric}/{state}'] = sum(values) / len(values)
+        layout = []
+        for state in order:  # hf_ratio
+            layout.append((f'hf_ratio/{state}',
+                           [batch.add(m.hf_ratio, _mean) for m in per_state[state]]))
+        for state in order:  # dlogamp: NaN (left out of the log) without a square map
+            layout.append((f'dlogamp/{state}',
+                           [None if m.end_bins is None else
+                            batch.add(m.end_bins, delta_log_amplitudes)
+                            for m in per_state[state]]))
+        for state in order:  # token_cos: token states only
+            indices = [batch.add(m.token_cos, _mean) for m in per_state[state]
+                       if m.token_cos is not None]
+            if indices:
+                layout.append((f'token_cos/{state}', indices))
         for layer, values in outputs.get(ATTENTION, {}).items():
-            scalars[f'attn_cos/{layer}'] = sum(values) / len(values)
-        return scalars
+            layout.append((f'attn_cos/{layer}', [batch.add(v, _mean) for v in values]))
+        return layout
 
     def format_summary(self, scalars):
         hf = [v for k, v in scalars.items() if k.startswith('freq/hf_ratio/')]

@@ -101,21 +101,30 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         if record.step is None:
             return StepStiffness(norms.slope, norms.state, None, False)
         return StepStiffness(norms.slope, norms.state,
-                             mean_step_size(record.step, norms.slope.shape[0]),
+                             mean_step_size(record.step, norms.slope.shape[0],
+                                            norms.slope.device),
                              torch.is_tensor(record.step))
 
     def summarise_rows(self, rows):
-        """The scalars of several recorded iterations, computed together when they share one
-        trajectory (the same steps, each seen for the same number of samples): one stack of
-        the NSI norms and one call of the stage statistics for all of them."""
-        iterations = [outputs[TRAJECTORY] for outputs in rows]
-        lengths = [_trajectory_length(it) for it in iterations]
-        names = list(iterations[0]) if iterations else []
-        if all(lengths) and len(set(lengths)) == 1 and all(list(it) == names
-                                                            for it in iterations):
-            return self._summarise_trajectories(iterations, names)
-        return [self._summarise_trajectories([it], list(it))[0] if length else
-                self._summarise_steps(it) for it, length in zip(iterations, lengths)]
+        """The scalars of several recorded iterations. Every step's norms come to the host in
+        one transfer; the iterations that share one trajectory (the same steps, each seen for
+        the same number of samples) are then summarised together: one stack of the NSI norms
+        and one call of the stage statistics for all of them."""
+        iterations = _to_host([outputs[TRAJECTORY] for outputs in rows])
+        summaries = [None] * len(iterations)
+        trajectories = OrderedDict()  # (step names, samples per step) -> iteration indices
+        for i, it in enumerate(iterations):
+            length = _trajectory_length(it)
+            if length:
+                trajectories.setdefault((tuple(it), length), []).append(i)
+            else:
+                summaries[i] = self._summarise_steps(it)
+        for (names, _), indices in trajectories.items():
+            together = self._summarise_trajectories([iterations[i] for i in indices],
+                                                    list(names))
+            for i, scalars in zip(indices, together):
+                summaries[i] = scalars
+        return summaries
 
     def _summarise_trajectories(self, iterations, names):
         """Iterations with the same steps, each seen for the same number of samples."""
@@ -178,7 +187,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
                 found.append(_AdaptedStep(name, column, step, varies))
         if not found:
             return []
-        means = torch.stack([f.step_size.double().mean() for f in found]).tolist()
+        if len({f.step_size.numel() for f in found}) == 1:
+            means = torch.stack([f.step_size for f in found]).double().mean(dim=1).tolist()
+        else:
+            means = [float(f.step_size.double().mean()) for f in found]
         varying = [f for f in found if f.varies]
         corrs = []
         if varying and len({f.nsi.numel() for f in varying}) == 1:
@@ -219,6 +231,21 @@ def _trajectory_length(outputs):
     pooled), or 0 when the steps differ in it or there is no step."""
     lengths = {sum(c.slope.numel() for c in calls) for calls in outputs.values()}
     return lengths.pop() if len(lengths) == 1 else 0
+
+
+def _to_host(iterations):
+    """The recorded iterations' :class:`StepStiffness` with float64 CPU tensors, every norm and
+    step size of every step brought to the host in one transfer."""
+    tensors = [t for it in iterations for calls in it.values() for c in calls
+               for t in (c.slope, c.state, c.step_size) if t is not None]
+    if not tensors:
+        return iterations
+    flat = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
+    parts = iter(flat.double().cpu().split([t.numel() for t in tensors]))
+    return [OrderedDict((name, [StepStiffness(next(parts), next(parts),
+                                              None if c.step_size is None else next(parts),
+                                              c.step_varies) for c in calls])
+                        for name, calls in it.items()) for it in iterations]
 
 
 def _concat(tensors):

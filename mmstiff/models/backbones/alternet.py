@@ -50,6 +50,7 @@ from mmstiff.models.layers.local_attention import LocalSelfAttention
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import (check_indices, check_non_negative_int,
                                   check_positive_int)
+from .depth_error import check_depth
 from .preact_resnet import PreActBasicBlock, PreActBottleneck
 
 STEMS = ('imagenet', 'cifar')
@@ -252,9 +253,7 @@ class AlterNet(ResNet):
                  ]):
         # every setting is checked before a layer is built; the upstream constructor then
         # builds the stem and the stages through _make_stem_layer and make_res_layer
-        if depth not in self.arch_settings:
-            raise ValueError(f'depth={depth!r} is not supported by AlterNet; expected one of '
-                             f'{tuple(self.arch_settings)}')
+        check_depth(depth, self.arch_settings, 'AlterNet')
         if stem not in STEMS:
             raise ValueError(f'stem={stem!r} is not supported; expected one of {STEMS}')
         stage_blocks = self.arch_settings[depth][1]

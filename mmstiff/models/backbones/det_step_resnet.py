@@ -1,8 +1,8 @@
 """The detection ResNet with step-size adaptors (docs/methods.md §1, §4; StepNet COCO experiments).
 
 :class:`DetStepResNet` subclasses mmdet's ``ResNet`` and keeps its whole contract:
-``out_indices=(0, 1, 2, 3)``, ``frozen_stages``, ``norm_eval=True`` (which also freezes the
-statistics of the adaptors' BN, see :class:`mmstiff.models.steps.StepNetAdaptor`),
+``out_indices=(0, 1, 2, 3)``, ``frozen_stages``, ``norm_eval=True`` (which freezes the
+statistics of the adaptors' BN too where a loaded checkpoint held them; ``adaptor_norm``),
 ``init_cfg=dict(type='Pretrained', ...)``, ``dcn`` / ``stage_with_dcn`` and ``plugins``. The
 parameter names are mmdet's, so ``torchvision://resnet50`` or any mmdet ResNet checkpoint loads
 with only ``layerI.J.step_adaptor.*`` missing.
@@ -52,6 +52,11 @@ class DetStepResNet(StepPlacementMixin, ResNet):
         adaptor_stages (Sequence[bool], optional): which stages get adaptors (None: all).
         adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks
             (negative indices allowed); see :func:`mmstiff.models.steps.adaptor_placement`.
+        adaptor_norm (str): ``'auto'`` (default), ``'follow'`` or ``'train'``: which adaptor BN
+            layers learn their statistics under ``norm_eval=True``; see
+            :class:`~mmstiff.models.backbones.StepResNet`. With ``'auto'``, adaptors grafted onto
+            ``torchvision://resnet50`` learn theirs, while those loaded from an ImageNet
+            StepNet checkpoint stay frozen with the backbone's BN.
         **kwargs: every other argument of mmdet's ``ResNet`` (``out_indices``,
             ``frozen_stages``, ``norm_eval``, ``dcn``, ``plugins``, ``init_cfg``, ...).
     """

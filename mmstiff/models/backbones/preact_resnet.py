@@ -22,9 +22,11 @@ from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
 from mmstiff.analysis.blocks import register_block_type
-from mmstiff.models.steps import adaptor_placement, resolve_adaptor
+from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, init_keeping_starts,
+                                  release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
+from .depth_error import UnsupportedDepthError
 from .step_resnet import StepBlockMixin, attach_adaptors
 
 BLOCK_CHOICES = ('basic', 'bottleneck')
@@ -44,14 +46,15 @@ def preact_arch(depth, block=None):
         tuple[str, int]: the block kind and ``n``, the number of blocks in each of the three stages.
 
     Raises:
-        ValueError: naming ``depth`` or ``block`` and the valid forms.
+        ValueError: naming ``block`` and the valid forms; for ``depth`` an
+            :class:`~.depth_error.UnsupportedDepthError` (a ``KeyError`` too, as upstream's).
     """
     if block is not None and block not in BLOCK_CHOICES:
         raise ValueError(f'block={block!r} is not supported; expected None or one of '
                          f'{BLOCK_CHOICES}')
     if isinstance(depth, bool) or not isinstance(depth, int):
-        raise ValueError(f'depth={depth!r} is not supported; expected an int of the form '
-                         '6n+2 (basic blocks) or 9n+2 (bottlenecks), n >= 1')
+        raise UnsupportedDepthError(f'depth={depth!r} is not supported; expected an int of the '
+                                    'form 6n+2 (basic blocks) or 9n+2 (bottlenecks), n >= 1')
     basic_ok = depth >= 8 and (depth - 2) % 6 == 0
     bottleneck_ok = depth >= 11 and (depth - 2) % 9 == 0
     if block is None:
@@ -60,9 +63,10 @@ def preact_arch(depth, block=None):
         return block, (depth - 2) // 6
     if block == 'bottleneck' and bottleneck_ok:
         return block, (depth - 2) // 9
-    raise ValueError(f'depth={depth!r} is not supported with block={block!r}; expected '
-                     "6n+2 with block='basic' (8, 14, 20, 32, 56, 110, ...) or 9n+2 with "
-                     "block='bottleneck' (11, 20, 29, 47, 164, 1001, ...), n >= 1")
+    raise UnsupportedDepthError(
+        f'depth={depth!r} is not supported with block={block!r}; expected 6n+2 with '
+        "block='basic' (8, 14, 20, 32, 56, 110, ...) or 9n+2 with block='bottleneck' (11, 20, "
+        '29, 47, 164, 1001, ...), n >= 1')
 
 
 class PreActBasicBlock(StepBlockMixin, BaseModule):
@@ -186,12 +190,17 @@ class PreActStepResNet(BaseBackbone):
         adaptor_stages (Sequence[bool], optional): which stages get adaptors (None: all).
         adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks get
             adaptors (None: all); see :func:`mmstiff.models.steps.placement.adaptor_placement`.
+        adaptor_norm (str): under ``norm_eval=True``, which adaptor BN layers keep updating
+            their statistics: ``'auto'`` (default) those the first loaded state dict did not
+            hold (all, when nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors
+            of frozen stages never (docs/methods.md §3, "Starting from a plain checkpoint").
         out_indices (Sequence[int]): stages whose output is returned. The last stage's output
             passes through the final BN-act of pre-activation nets; earlier stages are returned
             as they are (un-normalised states of the trajectory). Default (2,).
         frozen_stages (int): stem and stages up to this index (1-based, as in mmpretrain) stop
             training; -1 freezes nothing.
-        norm_eval (bool): keep every BN in eval mode while training.
+        norm_eval (bool): keep every BN in eval mode while training (the adaptors' as
+            ``adaptor_norm`` says).
         conv_cfg, norm_cfg, act_cfg (dict): layer configs as in mmcv.
         init_cfg (dict | list[dict]): Kaiming for convolutions, 1 for BN scales by default.
 
@@ -213,6 +222,7 @@ class PreActStepResNet(BaseBackbone):
                  adaptor=None,
                  adaptor_stages=None,
                  adaptor_blocks=None,
+                 adaptor_norm='auto',
                  out_indices=(2, ),
                  frozen_stages=-1,
                  norm_eval=False,
@@ -231,6 +241,7 @@ class PreActStepResNet(BaseBackbone):
         self.adaptor = resolve_adaptor(adaptor)
         self.adaptor_stages = adaptor_stages
         self.adaptor_blocks = adaptor_blocks
+        self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self.adaptor_placement = adaptor_placement(self.stage_blocks, adaptor_stages,
                                                    adaptor_blocks)
         self.base_channels = base_channels
@@ -306,6 +317,11 @@ class PreActStepResNet(BaseBackbone):
                 outs.append(x)
         return tuple(outs)
 
+    def init_weights(self):
+        """``init_cfg`` (a ``Pretrained`` checkpoint last); then every adaptor the checkpoint
+        did not hold gets its start back."""
+        init_keeping_starts(self, super().init_weights)
+
     def train(self, mode=True):
         super().train(mode)
         self._freeze_stages()
@@ -313,4 +329,7 @@ class PreActStepResNet(BaseBackbone):
             for m in self.modules():
                 if isinstance(m, _BatchNorm):
                     m.eval()
+            release_adaptor_statistics(
+                [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
+                 if i > self.frozen_stages], self.adaptor_norm)
         return self

@@ -12,8 +12,11 @@ import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.analysis.blocks import register_block_type
-from mmstiff.models.steps import adaptor_placement, apply_step, build_adaptor, resolve_adaptor
+from mmstiff.models.steps import (adaptor_placement, apply_step, build_adaptor,
+                                  check_adaptor_norm, init_keeping_starts,
+                                  release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
+from .depth_error import check_depth
 
 # the trajectory recorder reads the ResNet blocks of mmpretrain (and so these, their
 # subclasses) and of mmdet as post-activation Euler steps; mmdet's by name, as mmdet is
@@ -111,18 +114,21 @@ def step_arch_settings(arch_settings, step_blocks):
 
 class StepPlacementMixin:
     """Validates depth, adaptor and placement before the upstream ResNet builds its layers,
-    then gives each chosen block its adaptor (the arguments of :class:`StepResNet`)."""
+    then gives each chosen block its adaptor (the arguments of :class:`StepResNet`).
+
+    It also keeps the adaptors' start through ``init_weights`` and, under ``norm_eval``, lets
+    the adaptors' BN learn the statistics a checkpoint did not hold (``adaptor_norm``).
+    """
 
     def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 **kwargs):
+                 adaptor_norm='auto', **kwargs):
+        self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
                             adaptor_blocks)
         super().__init__(depth, **kwargs)
 
     def _prepare_steps(self, depth, num_stages, adaptor, adaptor_stages, adaptor_blocks):
-        if depth not in self.arch_settings:
-            raise ValueError(f'depth={depth!r} is not supported by {type(self).__name__}; '
-                             f'expected one of {tuple(self.arch_settings)}')
+        check_depth(depth, self.arch_settings, type(self).__name__)
         stage_blocks = self.arch_settings[depth][1][:num_stages]
         self.adaptor = resolve_adaptor(adaptor)
         self.adaptor_stages = adaptor_stages
@@ -133,6 +139,22 @@ class StepPlacementMixin:
         res_layer = super().make_res_layer(**kwargs)
         stage = len(self.res_layers)      # the upstream loop appends the name after this call
         return attach_adaptors(res_layer, self.adaptor, self.adaptor_placement[stage])
+
+    def init_weights(self):
+        """The upstream initialisation (``init_cfg``, a ``Pretrained`` checkpoint last); then
+        every adaptor the checkpoint did not hold gets its start back."""
+        init_keeping_starts(self, super().init_weights)
+
+    def train(self, mode=True):
+        """The upstream ``train`` (frozen stages, ``norm_eval``); then, under ``norm_eval``,
+        the BN of the adaptors outside the frozen stages that ``adaptor_norm`` lets learn
+        their statistics goes back to train mode."""
+        super().train(mode)
+        if mode and self.norm_eval:
+            release_adaptor_statistics(
+                [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
+                 if i > self.frozen_stages], self.adaptor_norm)
+        return self
 
 
 @MODELS.register_module()
@@ -148,6 +170,11 @@ class StepResNet(StepPlacementMixin, ResNet):
         adaptor_stages (Sequence[bool], optional): which stages get adaptors (None: all).
         adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks
             (negative indices allowed); see :func:`mmstiff.models.steps.adaptor_placement`.
+        adaptor_norm (str): under ``norm_eval=True``, which adaptor BN layers keep updating
+            their statistics while every BN of the backbone is frozen: ``'auto'`` (default)
+            those whose statistics the first loaded state dict did not hold (or all, when
+            nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors of frozen stages
+            never (docs/methods.md §3, "Starting from a plain checkpoint").
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the

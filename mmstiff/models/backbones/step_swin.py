@@ -21,7 +21,9 @@ which is the same thing: FeatScale is linear per sample and per channel, drop-pa
 sample by a scalar.
 
 Parameter names are those of mmpretrain's :class:`SwinTransformer`; with every switch at its
-initial value the outputs equal mmpretrain's.
+initial value the outputs equal mmpretrain's. Checkpoints of older ``SwinTransformer``
+versions load as they do into mmpretrain's class (:func:`upgrade_swin_state_dict`; upstream
+upgrades them for its own class only, not for subclasses).
 """
 import torch.nn as nn
 from mmcv.cnn.bricks.drop import DropPath
@@ -38,6 +40,26 @@ from .step_vit import select_layers
 # detection backbone; by name, as mmdet is optional) as two pre-norm Euler steps
 register_block_type(SwinBlock, 'transformer')
 register_block_type('mmdet.models.backbones.swin.SwinBlock', 'transformer')
+
+
+def upgrade_swin_state_dict(state_dict, prefix, version, last_stage):
+    """Upgrade, in place, the keys under ``prefix`` of a ``SwinTransformer`` state dict saved
+    at checkpoint ``version`` (None: unknown, as in mmcls 0.x files) to the current version 3,
+    as mmpretrain's ``SwinTransformer._load_from_state_dict`` does:
+
+    * before version 2 the output norm of the last stage was ``norm.*``; it is
+      ``norm{last_stage}.*`` now;
+    * before version 3 the shift-window masks were saved as ``attn_mask`` buffers; they are
+      computed now, so those keys are dropped.
+    """
+    if version is None or version < 2:
+        old = prefix + 'norm.'
+        for key in [k for k in state_dict if k.startswith(old)]:
+            state_dict[f'{prefix}norm{last_stage}.{key[len(old):]}'] = state_dict.pop(key)
+    if version is None or version < 3:
+        for key in [k for k in state_dict if k.startswith(prefix) and 'attn_mask' in k]:
+            del state_dict[key]
+    return state_dict
 
 
 class StepWindowMSA(WindowMSA, AttentionMapMixin):
@@ -134,6 +156,12 @@ class StepSwin(SwinTransformer):
         feat_scale = select_layers('feat_scale_layers', feat_scale_layers, len(blocks))
         for i, block in enumerate(blocks):
             block.attn = self._rebuild_attention(block.attn, i in attn_scale, i in feat_scale)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        """Upgrade an older checkpoint version (:func:`upgrade_swin_state_dict`), then load."""
+        upgrade_swin_state_dict(state_dict, prefix, local_metadata.get('version'),
+                                len(self.stages) - 1)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     @staticmethod
     def _rebuild_attention(old, attn_scale, feat_scale):

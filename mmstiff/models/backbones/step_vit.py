@@ -32,7 +32,8 @@ Parameter names are those of mmpretrain's :class:`VisionTransformer`, so mmpretr
 timm-converted DeiT checkpoints load with only the new parameters missing. With the switches
 off, or AttnScale / FeatScale at their initial value (ω = s = t = 0), the outputs equal
 mmpretrain's. (Adaptors and augmented shortcuts change the function from the start: StepNet's
-Δ starts at sigmoid(-1), the circulant paths at random weights.)
+Δ starts at sigmoid(-1), the circulant paths at random weights; adaptors built with
+``start='identity'`` start at Δ ≡ 1 and keep the outputs equal too.)
 """
 from collections.abc import Mapping
 

@@ -9,6 +9,10 @@ own channels. :class:`IEBN` is a drop-in ``BatchNorm2d``: same running statistic
 ``norm_cfg=dict(type='mmstiff.IEBN')`` keeps the parameter names of its BN version (``bn1``, ...)
 and loads a BN checkpoint with only ``ie_weight`` / ``ie_bias`` missing. Being a ``_BatchNorm``,
 it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
+
+``weight_init`` and ``bias_init`` set the initial γ and β (1 and 0, as BN); the StepNet adaptor's
+``start='identity'`` builds it with γ = β = 0, so that its output is 0 whatever the input
+(docs/methods.md §3, "Starting from a plain checkpoint").
 """
 import torch
 import torch.nn as nn
@@ -33,6 +37,8 @@ class IEBN(nn.BatchNorm2d):
         eps, momentum, track_running_stats: as in :class:`torch.nn.BatchNorm2d`.
         ie_weight_init (float): initial value of the gate weight ``w``. Default 0.0.
         ie_bias_init (float): initial value of the gate bias ``b``. Default -1.0.
+        weight_init (float): initial value of the scale γ. Default 1.0.
+        bias_init (float): initial value of the shift β. Default 0.0.
 
     The affine part is always on (γ, β are IEBN's own parameters).
     """
@@ -40,24 +46,33 @@ class IEBN(nn.BatchNorm2d):
     _abbr_ = 'bn'
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
-                 ie_weight_init=0.0, ie_bias_init=-1.0, device=None, dtype=None):
+                 ie_weight_init=0.0, ie_bias_init=-1.0, weight_init=1.0, bias_init=0.0,
+                 device=None, dtype=None):
         self.ie_weight_init = float(ie_weight_init)
         self.ie_bias_init = float(ie_bias_init)
+        self.weight_init = float(weight_init)
+        self.bias_init = float(bias_init)
         super().__init__(num_features, eps=eps, momentum=momentum, affine=True,
                          track_running_stats=track_running_stats, device=device, dtype=dtype)
         factory = dict(device=device, dtype=dtype)
         self.ie_weight = nn.Parameter(torch.empty(num_features, **factory))
         self.ie_bias = nn.Parameter(torch.empty(num_features, **factory))
-        self.reset_ie_parameters()
+        self.reset_affine_parameters()
 
     def reset_ie_parameters(self):
         nn.init.constant_(self.ie_weight, self.ie_weight_init)
         nn.init.constant_(self.ie_bias, self.ie_bias_init)
 
+    def reset_affine_parameters(self):
+        """γ, β, ``w`` and ``b`` to their initial values (the running statistics stay)."""
+        nn.init.constant_(self.weight, self.weight_init)
+        nn.init.constant_(self.bias, self.bias_init)
+        self.reset_ie_parameters()
+
     def reset_parameters(self):
         super().reset_parameters()
         if hasattr(self, 'ie_weight'):
-            self.reset_ie_parameters()
+            self.reset_affine_parameters()
 
     def forward(self, x):
         gate = instance_enhancement(x, self.ie_weight, self.ie_bias)
@@ -66,5 +81,8 @@ class IEBN(nn.BatchNorm2d):
         return torch.addcmul(beta, super().forward(x) - beta, gate)
 
     def extra_repr(self):
-        return (f'{super().extra_repr()}, ie_weight_init={self.ie_weight_init}, '
+        text = (f'{super().extra_repr()}, ie_weight_init={self.ie_weight_init}, '
                 f'ie_bias_init={self.ie_bias_init}')
+        if (self.weight_init, self.bias_init) != (1.0, 0.0):
+            text += f', weight_init={self.weight_init}, bias_init={self.bias_init}'
+        return text

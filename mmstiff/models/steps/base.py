@@ -20,9 +20,20 @@ Contract for every adaptor:
 * The trajectory recorder of :mod:`mmstiff.analysis` reads a block's step size as the output
   of the :class:`StepAdaptor` submodule inside that block, so adaptors must be called exactly
   once per block forward and must not be shared between blocks.
+* An adaptor with a ``start`` argument (``'paper'`` or ``'identity'``, see :data:`STARTS`)
+  re-applies its start in :meth:`StepAdaptor.reset_start`, which runs after MMEngine's
+  initialisers, so that ``init_weights()`` keeps an identity start (docs/methods.md §3,
+  "Starting from a plain checkpoint").
+
+Grafting adaptors onto a plain checkpoint also needs the backbone's help: the helpers at the
+end of this module let a backbone give back the start to the adaptors that its ``init_cfg``
+did not load (:func:`init_keeping_starts`), and let the adaptors' BN learn the statistics the
+checkpoint does not hold while ``norm_eval`` freezes the backbone's (:data:`ADAPTOR_NORMS`,
+:func:`release_adaptor_statistics`).
 """
 import torch
 from mmengine.model import BaseModule
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.analysis.blocks import register_step_type
 from mmstiff.analysis.layout import check_layout
@@ -31,6 +42,29 @@ from mmstiff.utils.checks import check_config
 
 #: keys of an adaptor config that the backbone fills in for each block.
 BUILD_KEYS = ('channels', 'layout')
+#: how a fresh adaptor starts: ``'paper'`` (the paper's initialisation) or ``'identity'``
+#: (Δ ≡ 1 exactly, the plain block: for grafting onto a plain checkpoint)
+STARTS = ('paper', 'identity')
+#: which adaptor BN statistics keep updating under a backbone's ``norm_eval=True``:
+#: ``'auto'`` those a loaded checkpoint did not hold, ``'follow'`` none (the backbone's rule),
+#: ``'train'`` all
+ADAPTOR_NORMS = ('auto', 'follow', 'train')
+
+
+def check_start(start):
+    """``start`` if it is one of :data:`STARTS`; ValueError naming it otherwise."""
+    if not isinstance(start, str) or start not in STARTS:
+        raise ValueError(f'start={start!r} is not supported; expected one of {STARTS} '
+                         "('identity': Δ ≡ 1 at the start, for a plain checkpoint)")
+    return start
+
+
+def check_adaptor_norm(adaptor_norm):
+    """``adaptor_norm`` if it is one of :data:`ADAPTOR_NORMS`; ValueError naming it otherwise."""
+    if not isinstance(adaptor_norm, str) or adaptor_norm not in ADAPTOR_NORMS:
+        raise ValueError(f'adaptor_norm={adaptor_norm!r} is not supported; expected one of '
+                         f'{ADAPTOR_NORMS}')
+    return adaptor_norm
 
 
 @register_step_type
@@ -40,14 +74,51 @@ class StepAdaptor(BaseModule):
     Args:
         layout (str): ``'nchw'`` or ``'nlc'``; see the module docstring.
         init_cfg (dict, optional): MMEngine initialisation config.
+
+    Attributes:
+        state_loaded (bool): whether the last state dict loaded into the model held any of the
+            adaptor's keys (set by ``load_state_dict``; :func:`init_keeping_starts` reads it).
+        statistics_loaded (bool | None): whether the FIRST state dict loaded into the model held
+            the running statistics of every BN of the adaptor; None while nothing was loaded
+            (a fresh model) or where the adaptor has no BN. Later loads (resuming a run,
+            ``load_from`` after an ``init_cfg`` checkpoint) leave it as it is, so that a
+            resumed run keeps its rule for them (see :data:`ADAPTOR_NORMS`).
     """
 
     def __init__(self, layout='nchw', init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.layout = check_layout(layout)
+        self.state_loaded = False
+        self.statistics_loaded = None
 
     def forward(self, x_t, f):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def reset_start(self):
+        """Give the parameters that fix the starting Δ their start values again (the
+        ``'identity'`` start of an adaptor); a no-op for the paper's initialisation."""
+
+    def init_weights(self):
+        """MMEngine's initialisation, then :meth:`reset_start` (the initialisers of a parent's
+        ``init_cfg``, e.g. Kaiming on every ``Conv2d``, must not undo an identity start)."""
+        first = not self._is_init
+        super().init_weights()
+        if first:
+            self.reset_start()
+
+    def statistics_keys(self, prefix=''):
+        """State-dict keys of the running means of the adaptor's BN layers."""
+        return [f'{prefix}{name}.running_mean' for name, m in self.named_modules()
+                if isinstance(m, _BatchNorm) and m.track_running_stats]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        names = [name for name, _ in self.named_parameters()]
+        names += [name for name, _ in self.named_buffers()]
+        self.state_loaded = any(prefix + name in state_dict for name in names)
+        keys = self.statistics_keys(prefix)
+        if self.statistics_loaded is None and keys:
+            self.statistics_loaded = all(key in state_dict for key in keys)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 def resolve_adaptor(adaptor, name='adaptor'):
@@ -116,3 +187,47 @@ def apply_step(x_t, step, f):
     if isinstance(step, float) and step == 1.0:
         return x_t + f
     return torch.addcmul(x_t, step, f) if torch.is_tensor(step) else x_t + step * f
+
+
+def learns_statistics(adaptor, adaptor_norm):
+    """Whether ``adaptor``'s BN keeps updating its statistics under ``norm_eval=True``.
+
+    ``'train'``: always; ``'follow'``: never (as every BN of the backbone); ``'auto'``: when the
+    first state dict loaded into the model did not hold them, or nothing was loaded.
+    """
+    if adaptor_norm == 'train':
+        return True
+    return adaptor_norm == 'auto' and not adaptor.statistics_loaded
+
+
+def release_adaptor_statistics(layers, adaptor_norm):
+    """Put back in train mode the BN of the adaptors in ``layers`` that learn their statistics.
+
+    A backbone calls it from ``train(True)`` after its ``norm_eval`` has put every BN in eval
+    mode, passing the stages that are not frozen.
+    """
+    for layer in layers:
+        for adaptor in layer.modules():
+            if isinstance(adaptor, StepAdaptor) and learns_statistics(adaptor, adaptor_norm):
+                for m in adaptor.modules():
+                    if isinstance(m, _BatchNorm):
+                        m.train(True)
+
+
+def init_keeping_starts(module, init):
+    """Run ``init()`` (a backbone's upstream ``init_weights``), then give every adaptor of
+    ``module`` that it did not load from a checkpoint its start again.
+
+    MMEngine applies a backbone's ``init_cfg`` initialisers to every submodule, adaptors
+    included, and calls ``init_weights`` only of children that have one, which the blocks in an
+    ``nn.Sequential`` stage are not; a ``Pretrained`` checkpoint is loaded last. So the adaptors'
+    own :meth:`StepAdaptor.init_weights` may not run, or run before the checkpoint; this runs
+    after both and spares the adaptors the checkpoint held.
+    """
+    adaptors = [m for m in module.modules() if isinstance(m, StepAdaptor)]
+    for adaptor in adaptors:
+        adaptor.state_loaded = False
+    init()
+    for adaptor in adaptors:
+        if not adaptor.state_loaded:
+            adaptor.reset_start()

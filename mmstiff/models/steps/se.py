@@ -7,7 +7,14 @@ Channel attention on the residual branch is an adaptive, per-channel step size c
 the residual ``f`` alone (StepNet paper Eq. 7). The layers mirror mmpretrain's ``SELayer``
 (``conv1.conv``, ``conv2.conv``, the same squeeze width), so its weights copy over by name and
 :class:`mmstiff.models.backbones.StepResNet` with this adaptor reproduces ``SEResNet``.
+
+That is the paper's start (``start='paper'``): at random weights Δ is near 0.5 everywhere, which
+halves every residual branch of a plain pretrained backbone the adaptor is grafted onto.
+``start='identity'`` computes ``Δ = 2 sigmoid(W2 relu(W1 GAP(f)) + b2)`` with ``W2 = 0``,
+``b2 = 0``, so Δ ≡ 1 exactly and the adapted network starts as the plain one (docs/methods.md
+§3, "Starting from a plain checkpoint").
 """
+import torch
 from mmcv.cnn import ConvModule
 from mmpretrain.models.utils import SELayer, make_divisible
 
@@ -15,7 +22,7 @@ from mmstiff.analysis.blocks import register_step_gate
 from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from .base import StepAdaptor
+from .base import StepAdaptor, check_start
 
 # mmpretrain's SE layer computes the same step size: its sigmoid gate is read as one
 register_step_gate(SELayer, 'conv2')
@@ -35,12 +42,17 @@ class SEAdaptor(StepAdaptor):
             original paper's ``channels // ratio``.
         squeeze_channels (int, optional): set the squeeze width directly, overriding ``ratio``
             and ``divisor``.
+        start (str): ``'paper'`` (default): random ``W1``, ``W2`` as initialised. ``'identity'``:
+            ``Δ = 2 sigmoid(·)`` in (0, 2) with ``W2 = 0``, ``b2 = 0``, so Δ ≡ 1 exactly and a
+            plain checkpoint loaded into the adapted backbone computes the plain network;
+            ``init_weights()`` keeps that start (:meth:`reset_start`).
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
     def __init__(self, channels, layout='nchw', ratio=16, divisor=8, squeeze_channels=None,
-                 init_cfg=None):
+                 start='paper', init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
+        self.start = check_start(start)
         check_positive_int('channels', channels)
         if squeeze_channels is None:
             squeeze_channels = make_divisible(channels // check_positive_int('ratio', ratio),
@@ -52,14 +64,27 @@ class SEAdaptor(StepAdaptor):
                                 act_cfg=dict(type='ReLU'))
         self.conv2 = ConvModule(squeeze_channels, channels, kernel_size=1,
                                 act_cfg=dict(type='Sigmoid'))
+        #: Δ = step_scale · sigmoid(·): 2 for the identity start (Δ = 1 at W2 = 0, b2 = 0)
+        self.step_scale = 2.0 if start == 'identity' else 1.0
+        self.reset_start()
+
+    @torch.no_grad()
+    def reset_start(self):
+        """The identity start again: ``W2 = 0``, ``b2 = 0`` (the excitation convolution, which
+        Kaiming initialisers of a backbone's ``init_cfg`` reach); nothing for the paper's."""
+        if self.start == 'identity':
+            self.conv2.conv.weight.zero_()
+            self.conv2.conv.bias.zero_()
 
     def forward(self, x_t, f):
         pooled = pool_state(f, self.layout)
         if self.layout == 'nlc':
             step = self.conv2(self.conv1(pooled.transpose(1, 2).unsqueeze(-1)))
-            return step.squeeze(-1).transpose(1, 2)
-        return self.conv2(self.conv1(pooled))
+            step = step.squeeze(-1).transpose(1, 2)
+        else:
+            step = self.conv2(self.conv1(pooled))
+        return step * self.step_scale if self.step_scale != 1.0 else step
 
     def extra_repr(self):
         return (f'channels={self.channels}, squeeze_channels={self.squeeze_channels}, '
-                f'layout={self.layout!r}')
+                f'start={self.start!r}, layout={self.layout!r}')

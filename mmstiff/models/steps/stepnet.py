@@ -9,6 +9,12 @@ stiffness than the residual ``f`` alone:
     z = BN(z)                          # the "BN" of IEBN
     z = W_IE ⊙ z + b_IE                # the "IE": per channel, W_IE init 0.0, b_IE init -1.0
     Δ = sigmoid(z)                     # so Δ ≡ sigmoid(-1) ≈ 0.269 at initialisation
+
+That is the paper's start (``start='paper'``). Grafted onto a plain pretrained backbone it
+scales every residual branch by 0.27 and the pretrained features are lost before the first step;
+``start='identity'`` computes ``Δ = 2 sigmoid(z)`` with ``W_IE = b_IE = 0`` instead, so Δ ≡ 1
+exactly and the adapted network starts as the plain one (docs/methods.md §3, "Starting from a
+plain checkpoint").
 """
 from contextlib import contextmanager
 
@@ -19,9 +25,11 @@ from mmstiff.analysis.layout import pool_state
 from mmstiff.models.layers.iebn import IEBN
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from .base import StepAdaptor
+from .base import StepAdaptor, check_start
 
 NORMS = ('bn_ie', 'iebn')
+#: the paper's initial W_IE, b_IE
+PAPER_IE_INIT = (0.0, -1.0)
 
 
 def interleave_states(u, v):
@@ -60,6 +68,8 @@ def _frozen_statistics(norm):
 class StepNetAdaptor(StepAdaptor):
     """Δ_t = sigmoid(IE(BN(GroupConv(interleave(GAP(x_t), GAP(x_t + f)))))) (docs/methods.md §1).
 
+    With ``start='identity'``: Δ_t = 2 sigmoid(...), starting at Δ ≡ 1.
+
     Args:
         channels (int): channels C of ``x_t`` and ``f``.
         layout (str): ``'nchw'`` (feature maps, Δ of shape (B, C, 1, 1)) or ``'nlc'`` (tokens
@@ -71,8 +81,17 @@ class StepNetAdaptor(StepAdaptor):
             ``W_IE ⊙ z + b_IE``; ``'iebn'`` uses the literal IEBN layer of docs/methods.md §2
             (:class:`mmstiff.models.layers.IEBN`) instead, whose output then goes through the
             sigmoid directly.
-        ie_weight_init (float): initial ``W_IE``. Default 0.0.
-        ie_bias_init (float): initial ``b_IE``. Default -1.0.
+        start (str): ``'paper'`` (default): ``Δ = sigmoid(z)``, ``W_IE = 0``, ``b_IE = -1``,
+            so Δ ≡ sigmoid(-1) at first. ``'identity'``: ``Δ = 2 sigmoid(z)`` in (0, 2) and the
+            last affine map to z starts at zero (``W_IE = b_IE = 0`` for ``'bn_ie'``; the IEBN
+            scale γ and shift β for ``'iebn'``), so Δ ≡ 1 exactly: a plain checkpoint loaded
+            into the adapted backbone computes the plain network. ``init_weights()`` keeps
+            that start (:meth:`reset_start`).
+        ie_weight_init (float, optional): initial ``W_IE`` (for ``'iebn'``: the initial gate
+            weight of the IEBN layer). None: 0.0.
+        ie_bias_init (float, optional): initial ``b_IE`` (for ``'iebn'``: the gate bias).
+            None: -1.0 (``'bn_ie'`` with ``start='identity'``: 0.0, and setting either is an
+            error, since they would move Δ away from 1).
         init_cfg (dict, optional): MMEngine initialisation config.
 
     Normalisation modes (a documented choice, the paper does not say):
@@ -80,15 +99,17 @@ class StepNetAdaptor(StepAdaptor):
     * The BN is an ordinary ``nn.BatchNorm2d`` (or :class:`IEBN`) over the pooled (B, C, 1, 1)
       statistics, so it obeys the backbone's rules for BN: under ``norm_eval=True`` (mmdet's
       default) and in eval mode it normalises with its running statistics and does not update
-      them, exactly like the backbone's other BN layers; ``frozen_stages`` freezes it too.
+      them, exactly like the backbone's other BN layers, unless the backbone's
+      ``adaptor_norm`` lets it learn statistics that the loaded checkpoint did not hold
+      (docs/methods.md §3, "Starting from a plain checkpoint"); ``frozen_stages`` freezes it too.
     * In train mode with a batch of ONE sample there are no batch statistics to compute (one
       value per channel); instead of failing, the adaptor normalises that sample with the
       running statistics and leaves them unchanged, as in eval mode. The W_IE, b_IE and
       BN affine parameters still receive gradients.
     """
 
-    def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie',
-                 ie_weight_init=0.0, ie_bias_init=-1.0, init_cfg=None):
+    def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie', start='paper',
+                 ie_weight_init=None, ie_bias_init=None, init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         check_positive_int('channels', channels)
         groups = channels if groups is None else check_positive_int('groups', groups)
@@ -97,16 +118,45 @@ class StepNetAdaptor(StepAdaptor):
                              'expected a positive int that divides channels')
         if norm not in NORMS:
             raise ValueError(f'norm={norm!r} is not supported; expected one of {NORMS}')
+        self.start = check_start(start)
+        identity = start == 'identity'
+        if identity and norm == 'bn_ie' and (ie_weight_init, ie_bias_init) != (None, None):
+            raise ValueError(f'ie_weight_init={ie_weight_init!r}, ie_bias_init={ie_bias_init!r} '
+                             "are not supported with start='identity' and norm='bn_ie', which "
+                             'sets W_IE = b_IE = 0 so that Δ ≡ 1; expected None for both')
+        ie_init = (0.0, 0.0) if identity and norm == 'bn_ie' else PAPER_IE_INIT
+        ie_weight_init = ie_init[0] if ie_weight_init is None else float(ie_weight_init)
+        ie_bias_init = ie_init[1] if ie_bias_init is None else float(ie_bias_init)
         self.channels = channels
         self.groups = groups
         self.norm_type = norm
+        #: Δ = step_scale · sigmoid(z): 2 for the identity start (Δ = 1 at z = 0)
+        self.step_scale = 2.0 if identity else 1.0
         self.conv = nn.Conv2d(2 * channels, channels, kernel_size=1, groups=groups, bias=False)
         if norm == 'iebn':
-            self.norm = IEBN(channels, ie_weight_init=ie_weight_init, ie_bias_init=ie_bias_init)
+            affine = dict(weight_init=0.0, bias_init=0.0) if identity else {}
+            self.norm = IEBN(channels, ie_weight_init=ie_weight_init, ie_bias_init=ie_bias_init,
+                             **affine)
         else:
             self.norm = nn.BatchNorm2d(channels)
-            self.ie_weight = nn.Parameter(torch.full((channels, ), float(ie_weight_init)))
-            self.ie_bias = nn.Parameter(torch.full((channels, ), float(ie_bias_init)))
+            self.ie_weight_init = ie_weight_init
+            self.ie_bias_init = ie_bias_init
+            self.ie_weight = nn.Parameter(torch.full((channels, ), ie_weight_init))
+            self.ie_bias = nn.Parameter(torch.full((channels, ), ie_bias_init))
+
+    @torch.no_grad()
+    def reset_start(self):
+        """The identity start again: ``W_IE = b_IE = 0`` (``'bn_ie'``) or the IEBN's γ = β = 0
+        (``'iebn'``), so z ≡ 0 and Δ ≡ 1. The paper's start needs nothing: ``W_IE``, ``b_IE``
+        belong to no layer an ``init_cfg`` initialises, and with ``W_IE = 0`` the layers before
+        them do not change Δ."""
+        if self.start != 'identity':
+            return
+        if self.norm_type == 'iebn':
+            self.norm.reset_affine_parameters()
+        else:
+            self.ie_weight.fill_(self.ie_weight_init)
+            self.ie_bias.fill_(self.ie_bias_init)
 
     def _normalise(self, z):
         if self.training and z.shape[0] == 1:
@@ -123,10 +173,12 @@ class StepNetAdaptor(StepAdaptor):
             z = torch.addcmul(self.ie_bias.view(1, -1, 1, 1), self.ie_weight.view(1, -1, 1, 1),
                               z)
         step = torch.sigmoid(z)
+        if self.step_scale != 1.0:
+            step = step * self.step_scale
         if self.layout == 'nlc':
             return step.view(step.shape[0], 1, self.channels)
         return step
 
     def extra_repr(self):
         return (f'channels={self.channels}, groups={self.groups}, norm={self.norm_type!r}, '
-                f'layout={self.layout!r}')
+                f'start={self.start!r}, layout={self.layout!r}')

@@ -1,0 +1,79 @@
+"""MNIST and Fashion-MNIST that check their IDX files before mmpretrain reads them.
+
+mmpretrain's ``MNIST`` / ``FashionMNIST`` read the unzipped IDX files of a split and pair
+images with labels by ``zip``, so
+
+* a label file with fewer labels than images silently drops the extra images;
+* a truncated file fails with a reshape error that names no file;
+* an empty file gives an empty dataset, which fails later in MMEngine with "need at least one
+  array to concatenate";
+* the files are chosen by ``test_mode``, not by ``split``: ``split='test'`` without
+  ``test_mode=True`` silently reads the training files (and ``split='train'`` with
+  ``test_mode=True`` the test files, while warning that it uses the training set).
+
+``mmstiff.MNIST`` and ``mmstiff.FashionMNIST`` take the same arguments and, before mmpretrain
+reads anything, check that ``split`` and ``test_mode`` agree and that the split's two files
+have the IDX header, the 28 x 28 images and the exact size their header promises
+(:func:`mmstiff.datasets.fashion_mnist.verify_idx`), one label per image and at least one
+image. A bad value raises ``ValueError`` (a missing file ``FileNotFoundError``) naming the
+file, what it holds and what was expected.
+
+Use them in configs as ``type='mmstiff.FashionMNIST'`` / ``type='mmstiff.MNIST'``.
+"""
+import os.path as osp
+
+from mmpretrain.datasets import MNIST as _UpstreamMNIST
+from mmpretrain.datasets import FashionMNIST as _UpstreamFashionMNIST
+
+from mmstiff.registry import DATASETS
+from .fashion_mnist import IMAGES_MAGIC, LABELS_MAGIC, SPLIT_FILES, verify_idx
+
+
+def check_idx_split(root, split):
+    """Check the image and label files of ``split`` under ``root``; return the image count.
+
+    Raises:
+        FileNotFoundError: a file is missing.
+        ValueError: a bad header, image size or file size, a label count that differs from the
+            image count, or no image at all.
+    """
+    images_name, labels_name = SPLIT_FILES[split]
+    images, labels = osp.join(root, images_name), osp.join(root, labels_name)
+    num_images = verify_idx(images, IMAGES_MAGIC)[0]
+    num_labels = verify_idx(labels, LABELS_MAGIC)[0]
+    if num_labels != num_images:
+        raise ValueError(f'{labels} holds {num_labels} labels but {images} holds {num_images} '
+                         'images; expected one label per image')
+    if num_images == 0:
+        raise ValueError(f'{images} holds 0 images; expected at least one')
+    return num_images
+
+
+class _IdxChecked:
+    """Checks split / test_mode and the IDX files before mmpretrain's reader runs."""
+
+    def __init__(self, *args, split='train', test_mode=False, **kwargs):
+        if split not in SPLIT_FILES:
+            raise ValueError(f'split={split!r} is not supported; expected one of '
+                             f'{tuple(SPLIT_FILES)}')
+        if (split == 'test') != bool(test_mode):
+            raise ValueError(
+                f'split={split!r} with test_mode={test_mode!r}: mmpretrain reads the files '
+                f"by test_mode, so this would read the {'test' if test_mode else 'training'} "
+                f"files; expected test_mode={split == 'test'} for split={split!r}")
+        super().__init__(*args, split=split, test_mode=test_mode, **kwargs)
+
+    def load_data_list(self):
+        if self._check_exists() or not self.download:
+            check_idx_split(self.data_prefix['root'], self.split)
+        return super().load_data_list()
+
+
+@DATASETS.register_module()
+class MNIST(_IdxChecked, _UpstreamMNIST):
+    """mmpretrain's ``MNIST`` with the checks of the module docstring; same arguments."""
+
+
+@DATASETS.register_module()
+class FashionMNIST(_IdxChecked, _UpstreamFashionMNIST):
+    """mmpretrain's ``FashionMNIST`` with the checks of the module docstring; same arguments."""

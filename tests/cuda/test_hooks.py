@@ -1,0 +1,167 @@
+"""StiffnessHook and FrequencyHook on the GPU, under autocast, and through ``train.py --amp``.
+
+* float32 on CUDA gives the values float32 on the CPU gives;
+* a recorded forward pass queues its reductions on the device and never waits for it (CUDA's
+  synchronisation debug mode raises on any synchronising call), and writing the recorded
+  iterations brings them to the host in one transfer per hook;
+* under autocast (float16 on CUDA, bfloat16 on CUDA and on the CPU) the recorded states are
+  half-precision tensors; the values are finite and within that precision of float32's.
+"""
+import copy
+import json
+import math
+import os.path as osp
+import warnings
+
+import pytest
+import torch
+
+from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
+
+SETTINGS = [
+    pytest.param(('cuda', None), marks=pytest.mark.cuda, id='cuda-fp32'),
+    pytest.param(('cuda', torch.float16), marks=pytest.mark.cuda, id='cuda-fp16'),
+    pytest.param(('cuda', torch.bfloat16), marks=pytest.mark.cuda, id='cuda-bf16'),
+    pytest.param(('cpu', torch.bfloat16), id='cpu-bf16'),
+]
+
+
+def _resnet():
+    from mmstiff.models.backbones import StepResNet_CIFAR
+    torch.manual_seed(0)
+    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8, zero_init_residual=False,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    with torch.no_grad():  # step sizes that depend on the sample
+        for name, p in net.named_parameters():
+            if 'adaptor' in name:
+                p.add_(0.5 * torch.randn_like(p))
+    return net, torch.randn(6, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+
+
+def _vit():
+    from mmstiff.models.backbones import StepViT
+    torch.manual_seed(0)
+    net = StepViT(arch=dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64),
+                  img_size=32, patch_size=4, attn_scale_layers=[1], feat_scale_layers=[2])
+    return net, torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+MODELS = {'stepnet-resnet': _resnet, 'vit-attnscale-featscale': _vit}
+
+
+def _hooks():
+    return [StiffnessHook(interval=1), FrequencyHook(interval=1, num_samples=4)]
+
+
+def _record(backbone, images, hooks, device, dtype=None):
+    """One recorded training forward pass (autograd on, batch statistics), each hook's rows."""
+    backbone = backbone.to(device)
+    backbone.train()  # (some backbones' train() returns None)
+    images = images.to(device)
+    recorders = [hook.build_recorders(backbone) for hook in hooks]
+    for found in recorders:
+        for recorder in found.values():
+            recorder.start()
+    with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
+        out = backbone(images)[-1]
+    for found in recorders:
+        for recorder in found.values():
+            recorder.stop()
+    out.float().sum().backward()  # a training iteration: the graph was kept
+    return [[{role: r.outputs for role, r in found.items()}] for found in recorders]
+
+
+def _summaries(build, device, dtype=None):
+    backbone, images = build()
+    hooks = _hooks()
+    rows = _record(backbone, images, hooks, device, dtype)
+    return [hook.summarise_rows(r)[0] for hook, r in zip(hooks, rows)]
+
+
+#: relative tolerance per metric and precision (dlogamp: absolute, a difference of logs)
+TOLERANCE = {None: 1e-4, torch.float16: 3e-2, torch.bfloat16: 1e-1}
+
+
+def _assert_close(actual, expected, dtype):
+    assert list(actual) == list(expected)
+    tol = TOLERANCE[dtype]
+    for key, value in expected.items():
+        got = actual[key]
+        if not math.isfinite(value):
+            continue
+        assert math.isfinite(got), key
+        if key.startswith('dlogamp/'):
+            assert got == pytest.approx(value, abs=max(10 * tol, 1e-4)), key
+        elif key.startswith(('tns/', 'nsi_step_corr/')):  # a max over blocks, a correlation
+            assert got == pytest.approx(value, rel=3 * tol, abs=3 * tol), key
+        else:
+            assert got == pytest.approx(value, rel=tol, abs=1e-6), key
+
+
+@pytest.mark.parametrize('setting', SETTINGS)
+@pytest.mark.parametrize('model', list(MODELS))
+def test_hook_values_on_the_device_and_under_autocast(model, setting):
+    device, dtype = setting
+    expected = _summaries(MODELS[model], 'cpu')
+    actual = _summaries(MODELS[model], device, dtype)
+    for got, want in zip(actual, expected):
+        _assert_close(got, want, dtype)
+    if dtype is not None:  # the states were half-precision indeed
+        assert actual[0] != expected[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('model', list(MODELS))
+def test_a_recorded_iteration_never_waits_for_the_device(model):
+    backbone, images = MODELS[model]()
+    backbone = backbone.cuda()
+    backbone.train()
+    images = images.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        backbone(images)[-1].float().sum().backward()  # the model alone
+    except RuntimeError as error:
+        pytest.skip(f'the model itself synchronises: {error}')
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    hooks = _hooks()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        rows = _record(copy.deepcopy(backbone), images, hooks, 'cuda')
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    for hook, hook_rows in zip(hooks, rows):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                hook.summarise_rows(hook_rows * 3)  # three recorded iterations
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+        syncs = [w for w in caught if 'synchroniz' in str(w.message)]
+        assert len(syncs) == 1, [str(w.message) for w in syncs]
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_train_with_amp_and_the_hooks(tiny_data, run_tool, tmp_path):
+    root = tiny_data('cifar10')
+    work = tmp_path / 'work'
+    run_tool('tools/train.py', 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py',
+             '--amp', '--work-dir', str(work), '--cfg-options',
+             *[f'{loader}.dataset.data_root={root}'
+               for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')])
+    (scalars, ) = work.glob('*/vis_data/scalars.json')
+    lines = [json.loads(line) for line in open(scalars)]
+    losses = [line['loss'] for line in lines if 'loss' in line]
+    diagnostics = [line for line in lines if any(k.startswith(('stiffness/', 'freq/'))
+                                                 for k in line)]
+    assert losses and all(math.isfinite(v) for v in losses)
+    assert len(diagnostics) == 4  # both hooks, iterations 1 and 2
+    for line in diagnostics:
+        values = {k: v for k, v in line.items() if k != 'step'}
+        assert values and all(math.isfinite(v) for v in values.values())
+    assert any('stiffness/nsi/layer1.0' in line for line in diagnostics)
+    assert osp.isfile(work / 'iter_2.pth')

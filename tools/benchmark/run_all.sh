@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Every benchmark, and the tests marked `cuda`, in one call; each writes its output to a folder.
+#
+#   tools/benchmark/run_all.sh [--device cuda|cpu] [--out DIR] [--tiny] [--skip-tests]
+#
+# --device cuda (default when a GPU is present): GPU-sized settings, about 8 minutes on one
+#   H100: ResNet-50 at 224x224 batch 64 (StepNet and SE against plain), DeiT-S batch 128
+#   (AttnScale, FeatScale), the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S
+#   (batch 128), the data-parallel cost of the hooks where 2 GPUs are present, then
+#   `pytest -m cuda tests/cuda`.
+# --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
+#   with --tiny, toy sizes that only check that every step runs (a minute or two).
+# --out DIR: where the outputs go (default work_dirs/benchmarks/<device>-<date>-<time>); one
+#   <step>.txt per step and summary.txt with each step's exit status and duration.
+# The steps run one after another; a failing step is reported and the others still run; the
+# exit status is that of the first failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+PYTHON=${PYTHON:-python}
+
+device=
+out=
+tiny=0
+tests=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --device) device=${2:?--device needs a value}; shift 2 ;;
+    --out) out=${2:?--out needs a value}; shift 2 ;;
+    --tiny) tiny=1; shift ;;
+    --skip-tests) tests=0; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())') || exit 1
+if [[ -z $device ]]; then
+  device=$([[ $gpus -gt 0 ]] && echo cuda || echo cpu)
+fi
+if [[ $device != cuda && $device != cpu ]]; then
+  echo "error: --device $device is not supported; expected cuda or cpu" >&2
+  exit 2
+fi
+if [[ $device == cuda && $gpus -eq 0 ]]; then
+  echo "error: --device cuda was given but torch sees no GPU" >&2
+  exit 2
+fi
+out=${out:-work_dirs/benchmarks/$device-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out" || exit 1
+summary=$out/summary.txt
+: > "$summary"
+status=0
+
+# step NAME COMMAND...: run it, its output to $out/NAME.txt (and the console), timed
+step() {
+  local name=$1 start rc
+  shift
+  echo "== $name: $*" | tee "$out/$name.txt"
+  start=$(date +%s)
+  "$@" 2>&1 | tee -a "$out/$name.txt"
+  rc=${PIPESTATUS[0]}
+  printf '%-24s exit %-3s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$*" \
+    | tee -a "$summary"
+  if [[ $rc -ne 0 && $status -eq 0 ]]; then status=$rc; fi
+}
+
+bench=tools/benchmark
+if [[ $tiny -eq 1 ]]; then
+  resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
+  vit=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1)
+  hooks_common=(--device "$device" --batch-size 2 --repeats 1 --warmup 1 --log-interval 2)
+  hooks_resnet=(--arch resnet --depth 18 --base-channels 8 --img-size 32)
+  hooks_vit=(--arch vit --depth 2 --embed-dims 12 --img-size 16)
+  at1=(--only @1 --iters 2)
+  defaults=(--only both --iters 100 --log-interval 10)
+  ddp=(--base-channels 4 --batch-size 2 --img-size 16 --iters 100 --repeats 1 --warmup 1)
+elif [[ $device == cuda ]]; then
+  resnet=(--device cuda --batch-size 64 --img-size 224 --repeats 7 --iters 10)
+  vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
+  hooks_common=(--device cuda --repeats 3)
+  hooks_resnet=(--arch resnet --depth 50 --img-size 224 --batch-size 64)
+  hooks_vit=(--arch vit --depth 12 --embed-dims 384 --img-size 224 --patch-size 16
+             --batch-size 128)
+  at1=(--only @1 --iters 20)
+  defaults=(--only both --iters 100)
+  ddp=(--device cuda --base-channels 64 --batch-size 128 --iters 100 --repeats 3)
+else
+  resnet=(--device cpu)
+  vit=(--device cpu)
+  hooks_common=(--device cpu --repeats 3)
+  hooks_resnet=(--depth 101 --base-channels 16)
+  hooks_vit=(--arch vit)
+  at1=(--only @1 --iters 20)
+  defaults=(--only both --iters 100)
+  ddp=()
+fi
+
+step bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}"
+step bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
+step hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \
+  "${at1[@]}"
+step hooks_resnet_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
+  "${hooks_resnet[@]}" "${defaults[@]}"
+step hooks_vit_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
+  "${at1[@]}"
+step hooks_vit_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
+  "${defaults[@]}"
+if [[ $device == cpu || $gpus -ge 2 ]]; then
+  step bench_ddp "$PYTHON" $bench/bench_ddp.py "${ddp[@]}"
+else
+  echo "bench_ddp                skipped: needs 2 GPUs, $gpus found" | tee -a "$summary"
+fi
+if [[ $tests -eq 1 ]]; then
+  step tests_cuda "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
+fi
+echo "outputs in $out"
+cat "$summary"
+exit $status
