@@ -12,6 +12,10 @@ tensor) keeps the cost to a few norms per block and nothing but small tensors al
   nothing.
 * Δ_t is the output of the block's step-size adaptor when it has exactly one (per step), else
   ``None`` (read as Δ_t = 1).
+* The hook functions are made once and are opaque to ``torch.compile``: a compiled model calls
+  them as they are at every recorded pass (a graph break at each hooked module while they are
+  registered; the compiler must guard on module hooks, see
+  ``torch._dynamo.config.skip_nnmodule_hook_guards``).
 
 Example:
     >>> from mmstiff.analysis import TrajectoryRecorder, neural_stiffness_index

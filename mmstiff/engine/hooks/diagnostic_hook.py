@@ -111,18 +111,35 @@ class BatchedReductions:
         self._count += 1
         return self._count - 1
 
-    def compute(self):
-        """Every registered value, as Python floats in the order they were added."""
+    def _reduced(self):
+        """``(values, order)``: every group's values, concatenated (float64, on the device),
+        and the index each of them was added under."""
         parts, order = [], []
         for (reduce, *_), (tensors, indices) in self._groups.items():
             parts.append(reduce(torch.stack(tensors)).reshape(-1).double())
             order.extend(indices)
-        if not parts:
-            return []
         if len({part.device for part in parts}) > 1:
             parts = [part.cpu() for part in parts]
+        return torch.cat(parts), order
+
+    def compute(self):
+        """Every registered value, as Python floats in the order they were added."""
+        if not self._groups:
+            return []
+        flat, order = self._reduced()
         values = [math.nan] * self._count
-        for index, value in zip(order, torch.cat(parts).tolist()):  # the one transfer
+        for index, value in zip(order, flat.tolist()):  # the one transfer
+            values[index] = value
+        return values
+
+    def compute_on_device(self):
+        """Every registered value as a 0-d float64 tensor where the tensors are, in the order
+        they were added: the same computation, without the transfer."""
+        if not self._groups:
+            return []
+        flat, order = self._reduced()
+        values = [None] * self._count
+        for index, value in zip(order, flat.unbind()):
             values[index] = value
         return values
 
@@ -276,6 +293,13 @@ class TrajectoryDiagnosticHook(Hook):
         ``trajectory`` is the trajectory recorder already built. None by default."""
         return {}
 
+    def compact(self, outputs):
+        """What a recorded iteration keeps until its row is written, from its recorders'
+        ``outputs`` (``{role: recorder outputs}``): by default all of it. A subclass whose
+        per-step values are large reduces them here, on the device, so that the iterations
+        waiting for the next write hold little memory."""
+        return outputs
+
     def format_summary(self, scalars):
         """One console line; by default the scalars not per block."""
         return '  '.join(f'{k}: {v:.4g}' for k, v in scalars.items())
@@ -307,8 +331,8 @@ class TrajectoryDiagnosticHook(Hook):
             return
         for recorder in self.recorders.values():
             recorder.stop()
-        self._pending.append(RecordedIteration(runner.iter + 1, {
-            role: recorder.outputs for role, recorder in self.recorders.items()}))
+        self._pending.append(RecordedIteration(runner.iter + 1, self.compact({
+            role: recorder.outputs for role, recorder in self.recorders.items()})))
         for recorder in self.recorders.values():
             recorder.clear()
         if (runner.iter + 1) % self.console_interval == 0:

@@ -34,17 +34,21 @@ class StateFrequency(NamedTuple):
         hf_ratio (Tensor): ``(n,)`` ``||HC[X]||_F / ||X||_F``.
         end_bins (Tensor | None): ``(n, C, 3)`` the two ends of the diagonal of each channel's
             spectrum (:func:`~mmstiff.analysis.diagonal_end_bins`), from which the Δ log
-            amplitude at 1.0π is computed; None where the state has no square map.
+            amplitude at 1.0π is computed; None where the state has no square map, and once
+            the iteration is compacted.
         token_cos (Tensor | None): ``(n,)`` the token cosine similarity; None for feature maps.
+        dlogamp (Tensor | None): the Δ log amplitude (0-d), once the recorded iteration is
+            compacted (:meth:`FrequencyHook.compact`); None before, or without a square map.
     """
     hf_ratio: torch.Tensor
     end_bins: Optional[torch.Tensor]
     token_cos: Optional[torch.Tensor]
+    dlogamp: Optional[torch.Tensor] = None
 
 
 def _mean(stack):
     """``(k, ...)`` -> the float64 mean of each of the ``k`` tensors."""
-    return stack.double().flatten(1).mean(dim=1)
+    return stack.double().reshape(stack.shape[0], -1).mean(dim=1)
 
 
 def _grid_of(target, num_patches):
@@ -147,6 +151,23 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             return softmax_column_cosine_similarity(attn)
         return attention_column_cosine_similarity(attn)
 
+    def compact(self, outputs):
+        """The Δ log amplitudes of every state of the recorded iteration, in one batched call
+        on the device: the iteration then waits for its write with a few numbers per state
+        instead of the end bins of every channel."""
+        batch = BatchedReductions()
+        found = []  # (the step call's dict, state, value index)
+        for calls in outputs[TRAJECTORY].values():
+            for call in calls:
+                for state, metrics in call.items():
+                    if metrics.end_bins is not None:
+                        found.append((call, state, batch.add(metrics.end_bins,
+                                                             delta_log_amplitudes)))
+        values = batch.compute_on_device()
+        for call, state, index in found:
+            call[state] = call[state]._replace(end_bins=None, dlogamp=values[index])
+        return outputs
+
     def summarise_rows(self, rows):
         """The scalars of several recorded iterations: each metric of each state, averaged
         over the recorded samples and then over the calls of its step, the input first; then
@@ -179,10 +200,10 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             layout.append((f'hf_ratio/{state}',
                            [batch.add(m.hf_ratio, _mean) for m in per_state[state]]))
         for state in order:  # dlogamp: NaN (left out of the log) without a square map
-            layout.append((f'dlogamp/{state}',
-                           [None if m.end_bins is None else
-                            batch.add(m.end_bins, delta_log_amplitudes)
-                            for m in per_state[state]]))
+            layout.append((f'dlogamp/{state}', [
+                batch.add(m.dlogamp, _mean) if m.dlogamp is not None else
+                None if m.end_bins is None else batch.add(m.end_bins, delta_log_amplitudes)
+                for m in per_state[state]]))
         for state in order:  # token_cos: token states only
             indices = [batch.add(m.token_cos, _mean) for m in per_state[state]
                        if m.token_cos is not None]
