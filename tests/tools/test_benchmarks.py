@@ -46,3 +46,32 @@ def test_model_benchmarks_print_ratios(run_tool, script, args):
     proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
                     timeout=600)
     assert re.search(r'1\.000', proc.stdout), proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
+    from mmpretrain.models.backbones import ResNet_CIFAR
+
+    from mmstiff.models.backbones import AlterNet
+    proc = run_tool('tools/benchmark/bench_alternet.py', '--stem', 'cifar', '--batch-size', '2',
+                    '--repeats', '1', '--iters', '1', '--warmup', '0', timeout=600)
+    rows = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r'^(\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$',
+                         line)
+        if match:
+            rows[match.group(1)] = [float(v) for v in match.groups()[1:]]
+    assert list(rows) == ['ResNet-50', 'pre-act ResNet-50 (3,4,6,4)', 'AlterNet-50']
+    assert rows['ResNet-50'][2] == 1.0 and rows['ResNet-50'][4] == 1.0
+
+    def params(backbone):  # the backbone and a 100-class linear head
+        return (sum(p.numel() for p in backbone.parameters()) + 2048 * 100 + 100) / 1e6
+
+    assert rows['ResNet-50'][0] == pytest.approx(params(ResNet_CIFAR(depth=50)), abs=0.006)
+    assert rows['AlterNet-50'][0] == pytest.approx(
+        params(AlterNet(50, stem='cifar', window_size=4)), abs=0.006)
+    assert rows['pre-act ResNet-50 (3,4,6,4)'][0] == pytest.approx(
+        params(AlterNet(50, stem='cifar', num_msa_blocks=(0, 0, 0, 0))), abs=0.006)
+    # the ratios are each model's time and memory over ResNet-50's
+    for values in rows.values():
+        assert values[4] == pytest.approx(values[3] / rows['ResNet-50'][3], abs=0.002)

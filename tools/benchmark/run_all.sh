@@ -5,9 +5,9 @@
 #
 # --device cuda (default when a GPU is present): GPU-sized settings, about 8 minutes on one
 #   H100: ResNet-50 at 224x224 batch 64 (StepNet and SE against plain), DeiT-S batch 128
-#   (AttnScale, FeatScale), the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S
-#   (batch 128), the data-parallel cost of the hooks where 2 GPUs are present, then
-#   `pytest -m cuda tests/cuda`.
+#   (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics
+#   hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the data-parallel cost of the
+#   hooks where 2 GPUs are present, then `pytest -m cuda tests/cuda`.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
 #   with --tiny, toy sizes that only check that every step runs (a minute or two).
 # --out DIR: where the outputs go (default work_dirs/benchmarks/<device>-<date>-<time>); one
@@ -67,6 +67,7 @@ bench=tools/benchmark
 if [[ $tiny -eq 1 ]]; then
   resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
   vit=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1)
+  alternet=(--device "$device" --stem cifar --batch-size 2 --repeats 1 --iters 1 --warmup 1)
   hooks_common=(--device "$device" --batch-size 2 --repeats 1 --warmup 1 --log-interval 2)
   hooks_resnet=(--arch resnet --depth 18 --base-channels 8 --img-size 32)
   hooks_vit=(--arch vit --depth 2 --embed-dims 12 --img-size 16)
@@ -76,6 +77,7 @@ if [[ $tiny -eq 1 ]]; then
 elif [[ $device == cuda ]]; then
   resnet=(--device cuda --batch-size 64 --img-size 224 --repeats 7 --iters 10)
   vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
+  alternet=(--device cuda --batch-size 64 --img-size 224 --repeats 5 --iters 10 --warmup 2)
   hooks_common=(--device cuda --repeats 3)
   hooks_resnet=(--arch resnet --depth 50 --img-size 224 --batch-size 64)
   hooks_vit=(--arch vit --depth 12 --embed-dims 384 --img-size 224 --patch-size 16
@@ -86,6 +88,7 @@ elif [[ $device == cuda ]]; then
 else
   resnet=(--device cpu)
   vit=(--device cpu)
+  alternet=(--device cpu)
   hooks_common=(--device cpu --repeats 3)
   hooks_resnet=(--depth 101 --base-channels 16)
   hooks_vit=(--arch vit)
@@ -96,6 +99,7 @@ fi
 
 step bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}"
 step bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
+step bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
 step hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \
   "${at1[@]}"
 step hooks_resnet_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \

@@ -1,0 +1,79 @@
+"""The deep models and per-block columns of bench_hooks.py, bench_ddp.py and run_all.sh."""
+import re
+
+import pytest
+
+
+def _table(stdout, names):
+    """``{setting: [numbers]}`` of the rows whose first column is one of ``names``."""
+    rows = {}
+    for line in stdout.splitlines():
+        for name in names:
+            rest = line[len(name):] if line.startswith(name + ' ') else None
+            if rest is not None and re.fullmatch(r'[-\d.\s]+', rest):
+                rows[name] = [float(v) for v in rest.split()]
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('args, description, blocks', [
+    (['--depth', '164', '--base-channels', '4', '--img-size', '16'],
+     'pre-activation ResNet-164 (base 4)', 54),
+    (['--arch', 'vit', '--depth', '3', '--embed-dims', '12', '--img-size', '16'],
+     'ViT (3 layers, width 12, 6 heads, patch 4)', 3),
+])
+def test_bench_hooks_deep_models_and_cost_per_block(run_tool, args, description, blocks):
+    proc = run_tool('tools/benchmark/bench_hooks.py', *args, '--batch-size', '2', '--repeats',
+                    '1', '--iters', '2', '--warmup', '1', '--only', '@1', '--log-interval', '2',
+                    timeout=900)
+    assert proc.stdout.startswith(description), proc.stdout[:200]
+    assert f'; {blocks} blocks;' in proc.stdout
+    timing = proc.stdout.split('peak (MiB)')[0]
+    rows = _table(timing, ['no hook', 'StiffnessHook @1', 'FrequencyHook @1'])
+    assert rows['no hook'][4:] == [0.0, 0.0]
+    for name in ('StiffnessHook @1', 'FrequencyHook @1'):
+        _, ratio, in_hooks, _, extra, in_hooks_per_block = rows[name]
+        # the per-block columns divide the per-iteration costs by the number of blocks (the
+        # ratio is printed to 3 decimals)
+        plain_us = rows['no hook'][0] * 1e3
+        assert in_hooks_per_block == pytest.approx(in_hooks * 1e3 / blocks, abs=0.2)
+        assert extra == pytest.approx((ratio - 1) * plain_us / blocks,
+                                      abs=0.0006 * plain_us / blocks + 0.1)
+
+
+def test_bench_hooks_refuses_an_unknown_depth(run_tool):
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--depth', '20', check=False,
+                    timeout=300)
+    assert proc.returncode != 0
+    assert '--depth 20 is not supported with --arch cifar' in proc.stderr
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--device', 'cuda', '--clock', 'cpu',
+                    check=False, timeout=300)
+    assert proc.returncode != 0 and '--device cuda' in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_ddp_one_and_two_processes(run_tool):
+    proc = run_tool('tools/benchmark/bench_ddp.py', '--base-channels', '4', '--batch-size', '2',
+                    '--img-size', '16', '--iters', '100', '--repeats', '1', '--warmup', '1',
+                    timeout=900)
+    rows = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r'^\s+(\d)\s{2}(.+?)\s{2,}([-\d.\s]+)$', line)
+        if match:
+            rows[(int(match.group(1)), match.group(2))] = [float(v)
+                                                          for v in match.group(3).split()]
+    settings = ('no hook', 'both @1', 'both @defaults')
+    assert set(rows) == {(w, s) for w in (1, 2) for s in settings}
+    for world in (1, 2):
+        assert rows[(world, 'no hook')][1] == 1.0
+    assert all(rows[(1, s)][2] == 0.0 for s in settings)  # one process: no all_reduce
+    assert rows[(2, 'both @1')][2] > 0  # two: one per write of the recorded iterations
+    assert rows[(2, 'no hook')][2] == 0.0
+    assert 'hooks @1, 2 processes against 1: time ratio' in proc.stdout
+
+
+def test_run_all_refuses_bad_arguments(run_tool):
+    proc = run_tool('tools/benchmark/run_all.sh', '--frobnicate', check=False, timeout=120)
+    assert proc.returncode == 2 and 'unknown argument --frobnicate' in proc.stderr
+    proc = run_tool('tools/benchmark/run_all.sh', '--device', 'tpu', check=False, timeout=120)
+    assert proc.returncode == 2 and '--device tpu is not supported' in proc.stderr

@@ -1,0 +1,120 @@
+"""Train-step time and peak memory of AlterNet-50 against ResNet-50.
+
+Three models, each with global average pooling and a linear head, timed like
+``bench_step_resnet.py`` (A/B interleaved in a rotated order, median over repeats of each
+model's time and of its ratio to ResNet-50 in the same repeat; the same peak-memory measure):
+
+* ``ResNet-50``: mmpretrain's ResNet-50 (post-activation, stages (3, 4, 6, 3); its
+  ``ResNet_CIFAR`` with ``--stem cifar``);
+* ``pre-act ResNet-50 (3,4,6,4)``: AlterNet-50 with no MSA block, i.e. the pre-activation
+  ResNet that AlterNet is built from (one block more in stage 4);
+* ``AlterNet-50``: MSA blocks (0, 1, 3, 2), heads (3, 6, 12, 24), window 7 (ImageNet stem) or
+  4 (``--stem cifar``).
+
+Usage:
+    python tools/benchmark/bench_alternet.py                      # CPU: a few minutes
+    python tools/benchmark/bench_alternet.py --device cuda --batch-size 64 --img-size 224
+"""
+import argparse
+import statistics
+
+import torch
+import torch.nn as nn
+from bench_step_resnet import peak_step_memory, time_steps, train_step
+from mmpretrain.models.backbones import ResNet, ResNet_CIFAR
+
+from mmstiff.models.backbones import AlterNet
+
+BASELINE = 'ResNet-50'
+
+
+def build_backbones(stem):
+    window = 7 if stem == 'imagenet' else 4
+    resnet = ResNet if stem == 'imagenet' else ResNet_CIFAR
+    return {
+        BASELINE: lambda: resnet(depth=50),
+        'pre-act ResNet-50 (3,4,6,4)': lambda: AlterNet(
+            50, stem=stem, window_size=window, num_msa_blocks=(0, 0, 0, 0)),
+        'AlterNet-50': lambda: AlterNet(50, stem=stem, window_size=window),
+    }
+
+
+class Classifier(nn.Module):
+    """Backbone, global average pooling and a linear head: a full training graph."""
+
+    def __init__(self, backbone, num_classes):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(2048, num_classes)
+
+    def forward(self, x):
+        return self.head(self.backbone(x)[-1].mean((2, 3)))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
+    parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'cifar'),
+                        help="AlterNet's stem; 'cifar' uses window 4 (the paper's CIFAR "
+                        'setting) and 32x32 inputs by default')
+    parser.add_argument('--batch-size', type=int, default=4)
+    parser.add_argument('--img-size', type=int, default=None,
+                        help='default: 224 (imagenet stem), 32 (cifar stem)')
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
+    parser.add_argument('--warmup', type=int, default=1, help='untimed steps per model')
+    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was given but CUDA is not available')
+    for field in ('batch_size', 'repeats', 'iters'):
+        if getattr(args, field) < 1:
+            raise SystemExit(f'--{field.replace("_", "-")} {getattr(args, field)} is not '
+                             'supported; expected a positive integer')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    img_size = args.img_size or (224 if args.stem == 'imagenet' else 32)
+    num_classes = 1000 if args.stem == 'imagenet' else 100
+    torch.manual_seed(0)
+    batch = (torch.randn(args.batch_size, 3, img_size, img_size, device=device),
+             torch.randint(0, num_classes, (args.batch_size, ), device=device))
+    runs = {}
+    for name, build in build_backbones(args.stem).items():
+        model = Classifier(build(), num_classes).to(device).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
+                                    weight_decay=1e-4)
+        for _ in range(args.warmup):
+            train_step(model, optimizer, *batch)
+        runs[name] = (model, optimizer)
+
+    names = list(runs)
+    times = {name: [] for name in names}
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names):] + names[:repeat % len(names)]
+        for name in order:
+            times[name].append(time_steps(*runs[name], batch, args.iters, device))
+    memory = {name: peak_step_memory(*runs[name], batch, device) for name in names}
+
+    what = 'cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes'
+    print(f'device={device} threads={torch.get_num_threads()} stem={args.stem} '
+          f'batch={args.batch_size} img={img_size} repeats={args.repeats} '
+          f'iters/timing={args.iters} peak memory: {what}')
+    header = (f'{"model":<30}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
+              f'{"peak (MiB)":>12}{"mem ratio":>11}')
+    print(header)
+    print('-' * len(header))
+    for name in names:
+        ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
+        params = sum(p.numel() for p in runs[name][0].parameters()) / 1e6
+        print(f'{name:<30}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
+              f'{statistics.median(ratios):>12.3f}{memory[name] / 2**20:>12.1f}'
+              f'{memory[name] / memory[BASELINE]:>11.3f}')
+
+
+if __name__ == '__main__':
+    main()
