@@ -36,7 +36,9 @@ import threading
 from importlib import metadata
 
 from study_report import fmt_duration, write_index, write_page, write_runs
-from study_runs import check_against_state, execute, needs_work, plan_runs, stop_all
+from study_collect import collect_run
+from study_runs import (adopt_reused_runs, check_against_state, execute, needs_work, plan_runs,
+                        stop_all)
 from study_spec import REPO, StudyError, load_study, repo_relative
 from study_state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
 
@@ -63,6 +65,9 @@ def parse_args(argv=None):
                         help='runs at a time (default 1); each run is one process at a time')
     parser.add_argument('--report-only', action='store_true',
                         help='only rewrite the page and the index from the existing runs.json')
+    parser.add_argument('--recollect', action='store_true',
+                        help='read the numbers of the finished runs again from their work dirs '
+                        '(after an upgrade of tools/study_collect.py), then go on as usual')
     parser.add_argument('--dry-run', action='store_true',
                         help='print the runs and their commands, run nothing')
     parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
@@ -101,6 +106,7 @@ def runs_json(study, plans, state):
             started=entry.get('started'), finished=entry.get('finished'),
             wall_time_s=entry.get('wall_time_s'), checkpoint=entry.get('checkpoint'),
             environment=entry.get('environment'),
+            reused_from=entry.get('reused_from'),
             stages=[dict(name=s['name'], status=s.get('status'), attempts=s.get('attempts', []))
                     for s in entry.get('stages', [])],
             record=entry.get('record') or dict(metrics={}, curves={}, profiles={})))
@@ -169,8 +175,22 @@ def dry_run(plans):
             say('  ' + shlex.join(command))
 
 
-def run_study(study, plans, state, args, results_dir):
+def recollect(plans, state):
+    """Read every finished run's numbers again from its work dir (after the collector learnt
+    new metrics); a run whose work dir is gone keeps its record."""
+    for plan in plans:
+        entry = state.run(plan.key)
+        if entry.get('status') == DONE and osp.isdir(plan.path(plan.work_dir)):
+            state.update(plan.key, record=collect_run(plan.path(plan.work_dir),
+                                                      plan.variant.analysis))
+
+
+def run_study(study, plans, state, args, results_dir, work_root):
     check_against_state(plans, state)
+    for key in adopt_reused_runs(plans, state, work_root, study.reuse):
+        say(f'{key}: reusing {state.run(key)["reused_from"]}')
+    if args.recollect:
+        recollect(plans, state)
     todo = [p for p in plans if needs_work(p, state.run(p.key))]
     say(f'study {study.name}: {len(plans)} runs, {len(plans) - len(todo)} finished, '
         f'{len(todo)} to run ({args.jobs} at a time); state: '
@@ -182,6 +202,11 @@ def run_study(study, plans, state, args, results_dir):
     failed = []
 
     def work(plan):
+        # a run of a reused study may have finished since this invocation started
+        if adopt_reused_runs([plan], state, work_root, study.reuse):
+            say(f'{plan.key}: reusing {state.run(plan.key)["reused_from"]}')
+            if not needs_work(plan, state.run(plan.key)):
+                return state.run(plan.key)
         entry = state.run(plan.key)
         resuming = entry.get('status') not in (None, PENDING)
         say(f'start {plan.key}{" (resuming)" if resuming else ""}: {plan.work_dir}')
@@ -221,7 +246,8 @@ def main(argv=None):
         study_dir = osp.join(osp.abspath(args.work_dir), study.name)
         with RunnerLock(study_dir):
             state = StudyState(osp.join(study_dir, STATE_FILE), study.name)
-            failed = run_study(study, plans, state, args, results_dir)
+            failed = run_study(study, plans, state, args, results_dir,
+                               osp.abspath(args.work_dir))
             page, index = publish(study, plans, state, results_dir)
     except (StudyError, RuntimeError) as err:
         sys.exit(f'error: {err}')

@@ -34,7 +34,19 @@ from study_spec import ANALYSIS_TOOLS
 MAX_CURVE_POINTS = 1000
 #: logged per block / per state: final values go to ``profiles`` (name -> profile name)
 BLOCK_GROUPS = {'stiffness/nsi': 'log/nsi', 'stiffness/step': 'log/step',
-                'freq/hf_ratio': 'log/hf_ratio', 'freq/dlogamp': 'log/dlogamp'}
+                'stiffness/nsi_step_corr': 'log/nsi_step_corr',
+                'freq/hf_ratio': 'log/hf_ratio', 'freq/dlogamp': 'log/dlogamp',
+                'freq/token_cos': 'log/token_cos'}
+#: logged per block and also averaged over every recorded iteration of training: the mean
+#: per block goes to ``profiles`` as ``<name>_training_mean``, and per stage to ``metrics``
+TRAINING_MEAN_GROUPS = ('stiffness/nsi_step_corr', )
+#: logged per block: the mean over each stage's blocks (last recorded iteration, and over
+#: training for TRAINING_MEAN_GROUPS) goes to ``metrics`` as ``log/<group>/<stage>``
+STAGE_MEAN_GROUPS = ('stiffness/nsi_step_corr', )
+#: the last state's value of these per-state profiles goes to ``metrics`` as ``<name>/last``
+LAST_STATE_PROFILES = ('log/hf_ratio', 'log/token_cos')
+#: the kind of a step from its name: MSA, MLP or (otherwise) a conv block
+STEP_KINDS = (('msa', re.compile(r'(^|\.)msa\d*$')), ('mlp', re.compile(r'(^|\.)mlp\d*$')))
 #: logged per trajectory (stage or network): final values go to ``metrics``
 TRAJECTORY_GROUPS = ('stiffness/mu', 'stiffness/ratio', 'stiffness/tns')
 DIAGNOSTIC_PREFIXES = ('stiffness/', 'freq/')
@@ -143,10 +155,63 @@ def collect_training(work_dir, record):
     for key, value in final.items():
         if key.startswith(TRAJECTORY_GROUPS) and _finite(value):
             metrics[f'log/{key}'] = float(value)
+    for name in LAST_STATE_PROFILES:
+        if profiles.get(name, {}).get('y'):
+            metrics[f'{name}/last'] = profiles[name]['y'][-1]
+    for group in STAGE_MEAN_GROUPS:
+        for stage, value in _stage_means(final, group).items():
+            metrics[f'log/{group}/{stage}'] = value
+    for group in TRAINING_MEAN_GROUPS:
+        means = _training_means(diagnostics, group)
+        if means:
+            profiles[f'{BLOCK_GROUPS[group]}_training_mean'] = dict(
+                x=list(means), y=list(means.values()), x_label='block')
+            for stage, value in _stage_means(
+                    {f'{group}/{b}': v for b, v in means.items()}, group).items():
+                metrics[f'log/{group}/{stage}/training_mean'] = value
     record['train_info'] = dict(
         iterations=max((int(row['step']) for row in train), default=None),
         epochs=max((int(row['epoch']) for row in train if 'epoch' in row), default=None),
         iters_per_epoch=per_epoch, logs=len(training_logs(work_dir)))
+
+
+def _stage_means(values, group):
+    """``{stage: mean}`` of the finite ``<group>/<block>`` values, a block's stage being the
+    first part of its name (``layer1.0`` -> ``layer1``)."""
+    stages = {}
+    for key, value in values.items():
+        if key.startswith(group + '/') and _finite(value):
+            stages.setdefault(key[len(group) + 1:].split('.')[0], []).append(float(value))
+    return {stage: math.fsum(v) / len(v) for stage, v in stages.items()}
+
+
+def _training_means(diagnostics, group):
+    """``{block: mean}`` of every finite ``<group>/<block>`` value logged over training."""
+    sums = {}
+    for row in diagnostics:
+        for key, value in row.items():
+            if key.startswith(group + '/') and _finite(value):
+                sums.setdefault(key[len(group) + 1:], []).append(float(value))
+    return {block: math.fsum(v) / len(v) for block, v in sums.items()}
+
+
+def step_kind(name):
+    """``'msa'``, ``'mlp'`` or ``'conv'``: the kind of the step whose state is ``name``."""
+    for kind, pattern in STEP_KINDS:
+        if pattern.search(name):
+            return kind
+    return 'conv'
+
+
+def dlogamp_steps(states):
+    """``{kind: mean change}`` of the Δ log amplitude across the steps of each kind, from the
+    ``[(state, Δ log amplitude)]`` in network order (``input`` first): the change across the
+    step whose output is state ``i`` is ``value[i] - value[i - 1]``."""
+    changes = {}
+    for (_, before), (name, after) in zip(states, states[1:]):
+        if _finite(before) and _finite(after):
+            changes.setdefault(step_kind(name), []).append(float(after) - float(before))
+    return {kind: math.fsum(v) / len(v) for kind, v in changes.items()}
 
 
 def _profile(pairs, x_label):
@@ -177,6 +242,8 @@ def collect_spectrum(result, record):
         record['profiles']['spectrum/dlogamp'] = _profile(dla, 'state')
         if _finite(dla[-1][1]):
             record['metrics']['spectrum/dlogamp/last'] = float(dla[-1][1])
+        for kind, value in dlogamp_steps(dla).items():
+            record['metrics'][f'spectrum/dlogamp_step/{kind}'] = value
 
 
 def collect_freq_noise(result, record):

@@ -37,6 +37,15 @@ PROFILE_FIGURES = {
     'hf_ratio_per_block.png': (('spectrum/hf_ratio', 'log/hf_ratio'),
                                '||HC[X]|| / ||X|| (fraction)', 'High-frequency ratio per state',
                                'state after the step', None),
+    'nsi_step_corr_per_block.png': (('log/nsi_step_corr', ), 'Pearson r (NSI, Δ) over the batch',
+                                    'NSI–step-size correlation per block, last recorded batch',
+                                    'block', 0.0),
+    'nsi_step_corr_training_mean_per_block.png': (
+        ('log/nsi_step_corr_training_mean', ), 'Pearson r (NSI, Δ) over the batch',
+        'NSI–step-size correlation per block, mean over training', 'block', 0.0),
+    'token_cos_per_block.png': (('log/token_cos', ), 'token cosine similarity M_feat',
+                                'Token cosine similarity per state, last recorded batch',
+                                'state after the step', None),
     'noise_robustness.png': (('freq_noise/drop',), 'accuracy drop (percentage points)',
                              'Accuracy drop under frequency-band noise',
                              'noise band centre frequency (×π rad/sample)', 0.0),
@@ -350,6 +359,11 @@ def _wall_times(runs_data):
         rows.append(row)
     lines = _table(['run', 'status', 'wall time'] + stage_names, rows)
     errors = [f'{r["key"]}: {r["error"]}' for r in runs_data['runs'] if r.get('error')]
+    reused = [f'{r["key"]} is {r["reused_from"]}' for r in runs_data['runs']
+              if r.get('reused_from')]
+    if reused:
+        lines += ['', 'Runs taken from other studies (same config, options and seed; their '
+                  'times are those of the original runs): ' + '; '.join(reused) + '.']
     if errors:
         lines += ['', 'Not finished: ' + '; '.join(errors) + '.']
     environments = sorted({r['environment'] for r in runs_data['runs'] if r.get('environment')})
@@ -365,7 +379,8 @@ def _commands(runs_data):
         commands = [a['command'] for s in run.get('stages', []) for a in s.get('attempts', [])]
         if not commands:
             continue
-        lines += ['', f'`{run["key"]}`:', '', '```bash'] + commands + ['```']
+        origin = f' (the run {run["reused_from"]})' if run.get('reused_from') else ''
+        lines += ['', f'`{run["key"]}`{origin}:', '', '```bash'] + commands + ['```']
     return lines
 
 

@@ -17,6 +17,7 @@ stage that is already done is skipped; an unfinished train stage restarts with `
 when the work dir holds a checkpoint (MMEngine resumes from the latest one).
 """
 import datetime
+import json
 import os
 import os.path as osp
 import shlex
@@ -29,7 +30,7 @@ from typing import NamedTuple
 
 from study_collect import collect_run
 from study_spec import ANALYSIS_TOOLS, REPO, SEED_KEY, StudyError, repo_relative
-from study_state import DONE, FAILED, PENDING, RUNNING
+from study_state import DONE, FAILED, PENDING, RUNNING, STATE_FILE
 
 LOG_FILE = 'reproduce.log'
 TRAIN, TEST = 'train', 'test'
@@ -279,3 +280,42 @@ def execute(plan, state, environment):
     state.update(plan.key, status=DONE, finished=now(), checkpoint=checkpoint,
                  wall_time_s=wall_time(entry), record=record)
     return state.run(plan.key)
+
+
+def adopt_reused_runs(plans, state, work_root, reuse):
+    """Give each run of ``plans`` not started yet a copy of an identical finished run of the
+    studies named in ``reuse`` (same spec: config, cfg_options, seed): its work dir is copied
+    into the run's and its state entry taken over with ``reused_from`` set. Returns the keys
+    adopted. An analysis tool this study adds (or runs with other flags) then runs on the copy.
+    """
+    finished = []  # (study, key, entry) of every finished run of the reused studies
+    for other in reuse:
+        path = osp.join(work_root, other, STATE_FILE)
+        if not osp.isfile(path):
+            continue
+        with open(path) as f:
+            runs = json.load(f).get('runs', {})
+        finished += [(other, key, entry) for key, entry in runs.items()
+                     if entry.get('status') == DONE and entry.get('spec')]
+    adopted = []
+    for plan in plans:
+        if state.run(plan.key).get('status') not in (None, PENDING):
+            continue
+        match = next(((other, key, entry) for other, key, entry in finished
+                      if entry['spec'] == plan.spec() and
+                      osp.isdir(plan.path(entry.get('work_dir', '')))), None)
+        if match is None:
+            continue
+        other, key, entry = match
+        target = plan.path(plan.work_dir)
+        if osp.isdir(target):
+            shutil.rmtree(target)
+        shutil.copytree(plan.path(entry['work_dir']), target, symlinks=True)
+        entry = dict(entry, work_dir=plan.work_dir, variant=plan.variant.label,
+                     reused_from=f'{other}/{key}')
+        # the analysis tools this study plans, in its order; the others are dropped
+        entry['stages'] = [s for s in entry.get('stages', [])
+                           if s['name'] in (TRAIN, TEST) or s['name'] in plan.variant.analysis]
+        state.update(plan.key, **entry)
+        adopted.append(plan.key)
+    return adopted

@@ -17,8 +17,14 @@ A study file is a Python file (top-level names, like a config) or a YAML mapping
         dict(label='stepnet', config='configs/demo/x.py', baseline=['plain', 'se'],
              seeds=[0, 1, 2, 3], analysis=['tns']),
     ]
+    reuse = ['other_study']                        # take identical finished runs (optional)
     # after looking: None (not yet judged) or text with the numbers as placeholders
     verdict = 'StepNet − SE: {diff[stepnet][se][test/accuracy/top1]} points'
+
+``reuse``: names of other studies whose finished runs this study takes instead of training
+them again: a run of this study with the same config, ``cfg_options`` and seed as a finished
+run of a listed study (in the same work root) gets a copy of that run's work dir and state
+entry, marked with where it came from; its missing analysis tools then run on the copy.
 
 ``baseline`` of a variant: ``True`` marks a reference; a label (or a list of labels) names what
 the variant is compared with; left out, the variant is compared with the study's only
@@ -48,7 +54,7 @@ ANALYSIS_TOOLS = {
 }
 #: the fields a study file may set, and whether it must
 FIELDS = {'name': True, 'claim': True, 'runs': True, 'seeds': False, 'analysis': False,
-          'analysis_args': False, 'cfg_options': False, 'verdict': False}
+          'analysis_args': False, 'cfg_options': False, 'reuse': False, 'verdict': False}
 RUN_FIELDS = {'label': True, 'config': True, 'cfg_options': False, 'baseline': False,
               'seeds': False, 'analysis': False}
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
@@ -99,6 +105,7 @@ class Study(NamedTuple):
     cfg_options: tuple
     analysis_args: dict
     verdict: Optional[str]
+    reuse: tuple = ()
 
 
 def resolve_study_path(study):
@@ -319,8 +326,13 @@ def parse_study(fields, path):
                                               f'runs[{i}].cfg_options'),
             is_baseline=is_baseline, compare_to=compare_to, seeds=run_seeds,
             analysis=run_analysis))
+    reuse = _string_list(fields.get('reuse') or [], 'reuse')
+    for i, other in enumerate(reuse):
+        if not NAME_PATTERN.match(other) or other == name:
+            raise StudyError(f'reuse[{i}]={other!r}; expected the name of another study')
     return Study(name=name, file=path, claim=claim, variants=tuple(variants), cfg_options=common,
-                 analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')))
+                 analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')),
+                 reuse=reuse)
 
 
 def load_study(study):

@@ -9,7 +9,8 @@
 # heads (1, 2, 4, 8) x 16, so each MSA is as wide as its stage. A 3x3 stride-1 stem and stride 2
 # in every stage give 14/7/4/2 maps: window 7 is exactly the stage-2 map, and the stage-3 and -4
 # maps, smaller than the window, are padded and masked, i.e. attend globally.
-# The StiffnessHook logs the NSI of every step, conv (layerI.convJ) and MSA (layerI.msaJ) alike.
+# The StiffnessHook logs the NSI and the FrequencyHook the high-frequency ratio and Δ log amplitude
+# of every step, conv (layerI.convJ) and MSA (layerI.msaJ) alike.
 # Paper: Park & Kim, "How Do Vision Transformers Work?", ICLR 2022, arXiv:2202.06709.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
@@ -76,4 +77,7 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
 
-custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=50)]
+custom_hooks = [
+    dict(type='mmstiff.StiffnessHook', interval=50),
+    dict(type='mmstiff.FrequencyHook', interval=100),
+]

@@ -22,6 +22,9 @@ claim = dict(
 seeds = [0, 1, 2]
 analysis = ['tns']
 analysis_args = dict(tns=['--num-batches', '4'])
+# the plain and every-block runs are those of stepnet_vs_se_fashion_mnist (same config, options
+# and seeds): only the one-per-stage runs train here
+reuse = ['stepnet_vs_se_fashion_mnist']
 runs = [
     dict(label='plain', config=_config, cfg_options=['model.backbone.adaptor=None'],
          baseline=True),

@@ -1,0 +1,43 @@
+# Reproduction study: do MSAs reduce and Convs raise the high-frequency amplitude of features?
+#
+#   make data
+#   make reproduce STUDY=configs/studies/frequency_fashion_mnist.py
+#
+# Three networks trained on Fashion-MNIST, 3 seeds each: the small AlterNet-18 of
+# configs/alternet/ (conv blocks, and an MSA block at the end of stages 2-4), the plain
+# pre-activation ResNet-20 of the demo (conv blocks only) and the 8-layer small ViT of
+# configs/vit/ (MSA and MLP steps). tools/analysis/spectrum.py measures the Δ log amplitude at
+# 1.0π of the state after every step on test images; its change across a step, averaged over
+# the steps of each kind (spectrum/dlogamp_step/{conv,msa,mlp}), is the quantity of Fig. 8.
+# The ResNet and ViT runs are those of stepnet_vs_se_fashion_mnist and
+# oversmoothing_fashion_mnist (same configs, options and seeds; `reuse` below), so only the
+# AlterNet runs train here. Results: docs/results/frequency_fashion_mnist/.
+name = 'frequency_fashion_mnist'
+claim = dict(
+    quote=('the Fourier analysis of feature maps shows that MSAs reduce high-frequency signals, '
+           'while Convs, conversely, amplifies high-frequency components. In other words, MSAs '
+           'are low-pass filters, but Convs are high-pass filters. [...] MSAs almost always '
+           'decrease the high-frequency amplitude, and MLPs—corresponding to Convs—increase it. '
+           'The only exception is in the early stages of the model.'),
+    source=('Park & Kim, "How Do Vision Transformers Work?", ICLR 2022, Section 2 and Fig. 8 '
+            '(https://arxiv.org/abs/2202.06709)'),
+    tested=('on networks trained on Fashion-MNIST, the Δ log amplitude at 1.0π of the state '
+            'falls across MSA steps (AlterNet, ViT) and rises across conv steps (AlterNet, '
+            'ResNet) and MLP steps (ViT), on average over the steps of each kind.'))
+seeds = [0, 1, 2]
+analysis = ['spectrum']
+# the flags of the runs reused from stepnet_vs_se_fashion_mnist
+analysis_args = dict(tns=['--num-batches', '4'], spectrum=['--num-batches', '2'],
+                     freq_noise=['--num-batches', '2'])
+reuse = ['stepnet_vs_se_fashion_mnist', 'oversmoothing_fashion_mnist']
+runs = [
+    dict(label='alternet18-small', baseline=False,
+         config='configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'),
+    dict(label='preact-resnet20', baseline=False,
+         config='configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py',
+         cfg_options=['model.backbone.adaptor=None'],
+         analysis=['tns', 'spectrum', 'freq_noise']),
+    dict(label='vit8', config='configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py',
+         cfg_options=['model.backbone.arch.num_layers=8'], baseline=False),
+]
+verdict = None

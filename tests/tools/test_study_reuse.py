@@ -1,0 +1,116 @@
+"""tools/reproduce.py: runs taken over from another study (``reuse``), ``--recollect``, and the
+metrics the collector derives from the logs and the spectrum (NSI–Δ correlation per stage,
+Δ log amplitude change per kind of step)."""
+import json
+import math
+import os.path as osp
+import sys
+
+import pytest
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, osp.join(REPO, 'tools'))
+
+import study_collect  # noqa: E402
+from reproduce import main as reproduce_main  # noqa: E402
+from study_runs import adopt_reused_runs, plan_runs  # noqa: E402
+from study_spec import StudyError, load_study  # noqa: E402
+from study_state import DONE, StudyState  # noqa: E402
+
+DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
+
+
+def _study(tmp_path, name, runs, extra=''):
+    path = tmp_path / f'{name}.py'
+    path.write_text(f"name = {name!r}\nclaim = dict(quote='q', source='s')\nseeds = [0, 1]\n"
+                    f"analysis = []\nruns = {runs}\n{extra}")
+    return load_study(str(path))
+
+
+def _finished_run(work_root, study, plan, accuracy):
+    """A finished run of ``study`` as the runner leaves it: work dir, metrics, state entry."""
+    work_dir = osp.join(work_root, study, plan.key.replace('/', osp.sep))
+    import os
+    os.makedirs(work_dir)
+    with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
+        json.dump({'accuracy/top1': accuracy}, f)
+    state = StudyState(osp.join(work_root, study, 'state.json'), study)
+    state.update(plan.key, status=DONE, spec=plan.spec(), work_dir=work_dir,
+                 stages=[dict(name='train', status=DONE, attempts=[dict(command='python x')]),
+                         dict(name='test', status=DONE, attempts=[])],
+                 record=dict(metrics={'test/accuracy/top1': accuracy}, curves={},
+                             profiles={}))
+    return work_dir
+
+
+def test_reuse_takes_identical_finished_runs_only(tmp_path):
+    work_root = str(tmp_path / 'work')
+    plain = f"dict(label='plain', config={DEMO!r}, cfg_options=['model.backbone.adaptor=None'])"
+    first = _study(tmp_path, 'first', f'[{plain}]')
+    for plan, accuracy in zip(plan_runs(first, work_root), (80.0, 81.0)):
+        _finished_run(work_root, 'first', plan, accuracy)
+    # seed 1 of 'first' is not finished: the second study must train it itself
+    state = StudyState(osp.join(work_root, 'first', 'state.json'), 'first')
+    state.update('plain/seed1', status='failed')
+    second = _study(tmp_path, 'second', f"[{plain}, dict(label='stepnet', config={DEMO!r})]",
+                    "reuse = ['first']")
+    plans = plan_runs(second, work_root)
+    mine = StudyState(osp.join(work_root, 'second', 'state.json'), 'second')
+    assert adopt_reused_runs(plans, mine, work_root, second.reuse) == ['plain/seed0']
+    entry = mine.run('plain/seed0')
+    assert entry['reused_from'] == 'first/plain/seed0' and entry['status'] == DONE
+    assert entry['record']['metrics'] == {'test/accuracy/top1': 80.0}
+    assert entry['work_dir'] == plans[0].work_dir
+    copied = osp.join(work_root, 'second', 'plain', 'seed0', 'metrics.json')
+    assert json.load(open(copied)) == {'accuracy/top1': 80.0}
+    # the stepnet runs differ in their options: not taken; a second pass adopts nothing more
+    assert not mine.run('stepnet/seed0')
+    assert adopt_reused_runs(plans, mine, work_root, second.reuse) == []
+
+
+@pytest.mark.parametrize('reuse, expected', [
+    ("reuse = 'first'", "reuse='first'; expected a list of strings"),
+    ("reuse = ['second']", "reuse[0]='second'; expected the name of another study"),
+    ("reuse = ['../x']", "reuse[0]='../x'; expected the name of another study"),
+])
+def test_bad_reuse_field_is_refused(tmp_path, reuse, expected):
+    with pytest.raises(StudyError, match=expected.replace('[', r'\[').replace(']', r'\]')):
+        _study(tmp_path, 'second', f"[dict(label='a', config={DEMO!r})]", reuse)
+
+
+def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
+    work_root = str(tmp_path / 'work')
+    study = _study(tmp_path, 'first', f"[dict(label='plain', config={DEMO!r})]")
+    plans = plan_runs(study, work_root)
+    for plan in plans:
+        work_dir = _finished_run(work_root, 'first', plan, 80.0)
+        with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
+            json.dump({'accuracy/top1': 90.0}, f)  # what a newer collector would read
+    results = tmp_path / 'results'
+    assert reproduce_main([study.file, '--work-dir', work_root, '--results-dir', str(results),
+                           '--recollect']) == 0
+    runs = json.load(open(results / 'first' / 'runs.json'))['runs']
+    assert [r['record']['metrics']['test/accuracy/top1'] for r in runs] == [90.0, 90.0]
+
+
+def test_dlogamp_change_per_kind_of_step():
+    states = [('input', -1.0), ('layer1.conv0', -0.5), ('layer1.msa1', -2.0),
+              ('layers.0.mlp', -1.0), ('layers.0.msa', float('nan')), ('layer2.0', 0.0)]
+    # conv: -1 -> -0.5 (+0.5); msa: -0.5 -> -2 (-1.5); mlp: -2 -> -1 (+1); the NaN state
+    # drops both steps that touch it
+    assert study_collect.dlogamp_steps(states) == {'conv': 0.5, 'msa': -1.5, 'mlp': 1.0}
+    assert [study_collect.step_kind(n) for n in ('layer3.msa12', 'blocks.msa_proj', 'x.mlp')] \
+        == ['msa', 'conv', 'mlp']
+
+
+def test_correlation_means_per_stage_and_over_training():
+    group = 'stiffness/nsi_step_corr'
+    rows = [{f'{group}/layer1.0': -0.5, f'{group}/layer1.1': 0.1, f'{group}/layer2.0': 0.4},
+            {f'{group}/layer1.0': -0.3, f'{group}/layer1.1': float('nan'),
+             f'{group}/layer2.0': 0.2, 'stiffness/nsi/layer1.0': 3.0}]
+    means = study_collect._training_means(rows, group)
+    assert means == pytest.approx({'layer1.0': -0.4, 'layer1.1': 0.1, 'layer2.0': 0.3})
+    stages = study_collect._stage_means(rows[1], group)
+    assert stages == pytest.approx({'layer1': -0.3, 'layer2': 0.2})
+    assert math.isclose(study_collect._stage_means({f'{group}/{k}': v for k, v in means.items()},
+                                                   group)['layer1'], (-0.4 + 0.1) / 2)
