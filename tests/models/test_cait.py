@@ -239,6 +239,8 @@ def test_built_from_the_registry_with_scoped_type():
     (dict(drop_path_rate=1.5), 'drop_path_rate=1.5'),
     (dict(layer_scale_init_value=0), 'layer_scale_init_value=0'),
     (dict(patch_size=5), 'patch_size=5'),
+    (dict(frozen_stages=4), r'frozen_stages=4 is not supported; expected an int in \[-1, 3\]'),
+    (dict(frozen_stages=True), 'frozen_stages=True'),
 ])
 def test_bad_configuration_names_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -318,3 +320,31 @@ def test_recorders_see_the_patch_layers_as_two_steps():
     _, expected = talking_heads_explicit(model.blocks[0].attn, model.blocks[0].norm1(
         recorder.outputs['blocks.0.msa'][0].x_t), model.blocks[0].attn.attn_scale.omega.detach())
     torch.testing.assert_close(maps, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('frozen', [1, 3])
+def test_frozen_stages_stop_training_and_keep_eval_mode(frozen):
+    torch.manual_seed(0)
+    # LayerScale 1: every trainable parameter gets a gradient large enough to move it
+    net = CaiT(**SMALL, frozen_stages=frozen, layer_scale_init_value=1.).train()
+    frozen_prefixes = ['patch_embed.', 'pos_embed'] + [f'blocks.{i}.' for i in range(frozen)]
+    if frozen == 3:  # all patch layers: the class token, class attention and norm too
+        frozen_prefixes += ['cls_token', 'blocks_token_only.', 'norm.']
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    if trainable:
+        net(torch.randn(2, 3, 32, 32))[-1].pow(2).sum().backward()
+        torch.optim.SGD(trainable, lr=0.1).step()
+    for name, param in net.named_parameters():
+        is_frozen = name.startswith(tuple(frozen_prefixes))
+        assert param.requires_grad != is_frozen, name
+        if is_frozen:
+            assert param.grad is None and torch.equal(param, before[name]), name
+        else:  # reached by the loss
+            assert param.grad is not None, name
+    # frozen layers stay in eval mode after .train() (no dropout, no drop path); others train
+    net = CaiT(**SMALL, drop_path_rate=0.5, frozen_stages=frozen).train()
+    assert not net.blocks[0].training and not net.patch_embed.training
+    assert net.blocks[-1].training == (frozen < 3)
+    x = torch.randn(2, 16, 32)
+    assert torch.equal(net.blocks[0](x), net.blocks[0](x))

@@ -201,6 +201,10 @@ class CaiT(BaseBackbone):
         layer_scale_init_value (float, optional): LayerScale ``ε``; None takes the arch's
             (1e-5 up to 24 layers, 1e-6 deeper, as the paper).
         interpolate_mode (str): position-embedding resizing mode. Default ``'bicubic'``.
+        frozen_stages (int): the patch embedding, the position embedding and patch layers
+            ``1 .. frozen_stages`` stop training and stay in eval mode; with all of them
+            frozen, the class token, the class-attention layers and the final norm too (as
+            mmpretrain's ``VisionTransformer``). -1 (default) freezes nothing.
         attn_scale_layers: patch layers with AttnScale (ω init 0): None (default), ``'all'``,
             or a sequence of layer indices (negative ones count from the end).
         feat_scale_layers: patch layers with FeatScale (s, t init 0), the same way.
@@ -238,6 +242,7 @@ class CaiT(BaseBackbone):
                  norm_cfg=dict(type='LN', eps=1e-6),
                  layer_scale_init_value=None,
                  interpolate_mode='bicubic',
+                 frozen_stages=-1,
                  attn_scale_layers=None,
                  feat_scale_layers=None,
                  init_cfg=[
@@ -298,6 +303,37 @@ class CaiT(BaseBackbone):
             for _ in range(self.arch_settings['num_cls_layers'])
         ])
         self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
+        if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int)
+                or not -1 <= frozen_stages <= self.num_layers):
+            raise ValueError(f'frozen_stages={frozen_stages!r} is not supported; expected an '
+                             f'int in [-1, {self.num_layers}] (patch layers)')
+        self.frozen_stages = frozen_stages
+        self._freeze_stages()
+
+    def frozen_modules(self):
+        """The modules (and parameters) that ``frozen_stages`` stops training."""
+        if self.frozen_stages < 1:
+            return [], []
+        modules = [self.patch_embed] + list(self.blocks[:self.frozen_stages])
+        params = [self.pos_embed]
+        if self.frozen_stages == self.num_layers:
+            modules += list(self.blocks_token_only) + [self.norm]
+            params.append(self.cls_token)
+        return modules, params
+
+    def _freeze_stages(self):
+        modules, params = self.frozen_modules()
+        for module in modules:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+        for param in params:
+            param.requires_grad = False
+
+    def train(self, mode=True):
+        super().train(mode)
+        self._freeze_stages()  # frozen layers keep eval mode (no dropout, no drop path)
+        return self
 
     def _arch_settings(self, arch):
         if isinstance(arch, str):
