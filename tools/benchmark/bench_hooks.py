@@ -130,6 +130,7 @@ class BenchRunner:
         self.model = model
         self.hooks = [LoggerHook(interval=log_interval)]  # sets when the hooks print and write
         self.iter = 0
+        self.epoch = 0
         self.timestamp = 'bench'
         self.message_hub = MessageHub.get_instance('bench_hooks')
         self.visualizer = Visualizer.get_instance(

@@ -43,7 +43,7 @@ COLLECTIONS = {
                              r'^faster-rcnn'),
     'AttnScale and FeatScale': ('antioversmoothing',
                                 ['AttnScale', 'FeatScale', 'DeiT', 'CaiT', 'Swin Transformer'],
-                                r'^(deit|swin|cait)-'),
+                                r'^(deit|swin|cait|vit-tiny)-'),
     'AlterNet': ('alternet', ['AlterNet', 'Local Multi-Head Self-Attention',
                               'Pre-activation ResNet'], r'^alternet'),
 }
