@@ -122,7 +122,7 @@ class StudyNumbers:
     """The seed statistics of a runs.json: per variant and metric, and against baselines."""
 
     def __init__(self, runs_data):
-        from mmstiff.analysis.statistics import summarize, welch_difference
+        from mmstiff.analysis.statistics import mean_interval, summarize, welch_difference
         self.variants = runs_data['study']['variants']
         self.labels = [v['label'] for v in self.variants]
         self.runs = runs_data['runs']
@@ -139,6 +139,9 @@ class StudyNumbers:
         self.summary = {label: {m: summarize([v for _, v in pairs])
                                 for m, pairs in self.values[label].items()}
                         for label in self.labels}
+        self.mean_intervals = {label: {m: mean_interval([v for _, v in pairs], CONFIDENCE)
+                                       for m, pairs in self.values[label].items()}
+                               for label in self.labels}
         self.differences = {}  # (label, baseline) -> metric -> Difference
         for variant in self.variants:
             for baseline in variant['compare_to']:
@@ -152,10 +155,14 @@ class StudyNumbers:
 
     def verdict_namespace(self):
         """The values a verdict template can use (see tools/study_spec.py), as strings."""
-        ns = {name: {} for name in ('mean', 'std', 'n', 'diff', 'ci', 'p')}
+        ns = {name: {} for name in ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p')}
         for label in self.labels:
             for metric, s in self.summary[label].items():
                 ns['mean'].setdefault(label, {})[metric] = fmt(s.mean)
+                interval = self.mean_intervals[label][metric]
+                ns['mean_ci'].setdefault(label, {})[metric] = (
+                    '– (fewer than 2 seeds)' if interval is None else
+                    f'[{fmt(interval[0])}, {fmt(interval[1])}]')
                 ns['std'].setdefault(label, {})[metric] = fmt(s.std)
                 ns['n'].setdefault(label, {})[metric] = str(s.n)
         for variant in self.variants:
@@ -255,7 +262,8 @@ def write_figures(numbers, out_dir):
         series = {label: _series(numbers.done[label], 'profiles', name)
                   for label in numbers.labels}
         series = {k: v for k, v in series.items() if v}
-        source = SOURCES[name.split('/')[0]]
+        source = ('training log, mean over the recorded iterations'
+                  if name.endswith('_training_mean') else SOURCES[name.split('/')[0]])
         overlay_profiles(series, osp.join(out_dir, file),
                          _x_label(runs, 'profiles', name) or default_x, ylabel,
                          f'{title} (mean ± std over seeds)', colors=colors, hline=hline)

@@ -31,7 +31,8 @@ the variant is compared with; left out, the variant is compared with the study's
 ``baseline=True`` variant, if it has exactly one; ``False`` compares it with nothing.
 
 The verdict is a ``str.format`` template over the study's numbers (each a formatted string):
-``{mean[V][M]}``, ``{std[V][M]}``, ``{n[V][M]}``, ``{diff[V][M]}``, ``{ci[V][M]}``,
+``{mean[V][M]}``, ``{std[V][M]}``, ``{n[V][M]}``, ``{mean_ci[V][M]}`` (the 95% t-interval
+of V's mean over its seeds), ``{diff[V][M]}``, ``{ci[V][M]}``,
 ``{p[V][M]}`` for variant ``V`` and metric ``M`` (the metric names of the results page; the
 difference is to ``V``'s first baseline), or ``{diff[V][B][M]}``, ``{ci[V][B][M]}``,
 ``{p[V][B][M]}`` against baseline ``B``.
@@ -58,7 +59,7 @@ FIELDS = {'name': True, 'claim': True, 'runs': True, 'seeds': False, 'analysis':
 RUN_FIELDS = {'label': True, 'config': True, 'cfg_options': False, 'baseline': False,
               'seeds': False, 'analysis': False}
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
-VERDICT_NAMES = ('mean', 'std', 'n', 'diff', 'ci', 'p')
+VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p')
 NAME_PATTERN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 #: set by the runner from the seeds; a study may not set it through cfg_options
 SEED_KEY = 'randomness.seed'

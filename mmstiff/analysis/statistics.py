@@ -178,6 +178,19 @@ def welch_degrees_of_freedom(var_a, n_a, var_b, n_b):
     return (a + b) ** 2 / denominator
 
 
+def mean_interval(values, confidence=0.95):
+    """The two-sided Student-t interval ``(low, high)`` of the mean of ``values`` (one per
+    seed): ``mean ± t_{(1+c)/2, n-1} · s / sqrt(n)``; None for fewer than two values."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f'confidence={confidence}; expected a number in (0, 1)')
+    values = _values(values)
+    if len(values) < 2:
+        return None
+    half_width = (student_t_quantile(0.5 + confidence / 2.0, len(values) - 1) *
+                  sample_std(values) / math.sqrt(len(values)))
+    return mean(values) - half_width, mean(values) + half_width
+
+
 def welch_difference(baseline, variant, confidence=0.95):
     """:class:`Difference` of ``mean(variant) - mean(baseline)`` with Welch's t interval.
 

@@ -136,3 +136,14 @@ def test_pointwise_summary_aligns_series():
     # names keep the order they first appear in (blocks in trajectory order)
     blocks = pointwise_summary([{'layer1.0': 1.0, 'layer1.10': 2.0, 'layer1.2': 3.0}])
     assert blocks.x == ['layer1.0', 'layer1.10', 'layer1.2']
+
+
+def test_mean_interval_by_hand():
+    from mmstiff.analysis.statistics import mean_interval
+    # values 1, 2, 6: mean 3, s = sqrt(7), t_{0.975, 2} = 4.302653 (tables)
+    low, high = mean_interval([1, 2, 6])
+    half = 4.302653 * math.sqrt(7) / math.sqrt(3)
+    assert low == pytest.approx(3 - half, rel=1e-6) and high == pytest.approx(3 + half, rel=1e-6)
+    assert mean_interval([5.0]) is None
+    with pytest.raises(ValueError, match='confidence=1.5'):
+        mean_interval([1, 2], confidence=1.5)
