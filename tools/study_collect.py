@@ -172,7 +172,8 @@ def collect_training(work_dir, record):
     record['train_info'] = dict(
         iterations=max((int(row['step']) for row in train), default=None),
         epochs=max((int(row['epoch']) for row in train if 'epoch' in row), default=None),
-        iters_per_epoch=per_epoch, logs=len(training_logs(work_dir)))
+        iters_per_epoch=per_epoch,
+        logs=len({osp.dirname(p) for p in training_logs(work_dir)}))  # processes
 
 
 def _stage_means(values, group):

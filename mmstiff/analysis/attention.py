@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from mmstiff.utils.checks import check_patterns, matches_any
+from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from .blocks import find_blocks
 from .trajectory import RecorderBase
 
@@ -124,14 +124,18 @@ class AttentionRecorder(RecorderBase):
         reduce (callable, optional): ``(layer name, attn (B, H, N, N)) -> Any`` called under
             ``torch.no_grad()``; its results are kept in :attr:`outputs`. Default keeps the maps.
         select (Sequence[str], optional): fnmatch patterns of layer names; None: every layer.
+        num_samples (int, optional): rebuild and keep the maps of the first ``num_samples``
+            samples of the batch only (the maps cost O(N²) each); None: every sample. Window
+            attention (Swin), whose maps are read per window, keeps every window.
     """
 
-    def __init__(self, model, reduce=None, select=None):
+    def __init__(self, model, reduce=None, select=None, num_samples=None):
         self.modules = attention_modules(model, select)
         if not self.modules:
             raise ValueError(f'{type(model).__name__} has no transformer layer with an `attn` '
                              f'module (select={select!r})')
         self.reduce = reduce or (lambda name, attn: attn)
+        self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         self.outputs = OrderedDict()
         #: names of the layers whose maps are read from a softmax (entries >= 0): rebuilt from
         #: ``qkv``, or the output of a window attention's softmax module
@@ -171,6 +175,10 @@ class AttentionRecorder(RecorderBase):
         self._handles = []
         return self
 
+    def _first(self, batch):
+        """The first ``num_samples`` samples of a batch-first tensor."""
+        return batch if self.num_samples is None else batch[:self.num_samples]
+
     def _keep(self, name, attn):
         with torch.no_grad():
             self.outputs.setdefault(name, []).append(self.reduce(name, attn.detach()))
@@ -181,12 +189,15 @@ class AttentionRecorder(RecorderBase):
         def add(module, before, hook):
             self._module_hooks.append((module, before, torch.compiler.disable(hook)))
 
+        # window attention sees (batch · windows, ...): its maps are kept whole
+        first = (lambda batch: batch) if hasattr(attn, 'window_size') else self._first
+
         if hasattr(attn, 'keep_attn_map') and callable(getattr(attn, '_store_attn_map', None)):
             sink = ({}, name)  # the module stores its map as sink[0][name]
 
             def on_output(module, args, output):
                 if name in sink[0]:
-                    self._keep(name, sink[0].pop(name))
+                    self._keep(name, first(sink[0].pop(name)))
 
             self._map_sinks.append((attn, sink))
             add(attn, False, on_output)
@@ -195,7 +206,7 @@ class AttentionRecorder(RecorderBase):
 
             def on_input(module, args):
                 with torch.no_grad():
-                    self._keep(name, module.attention_map(args[0].detach()))
+                    self._keep(name, module.attention_map(first(args[0].detach())))
 
             add(attn, True, on_input)
             return
@@ -218,6 +229,7 @@ class AttentionRecorder(RecorderBase):
 
         def on_qkv(module, args, output):
             with torch.no_grad():
-                self._keep(name, attention_from_qkv(output.detach(), num_heads, scale))
+                self._keep(name, attention_from_qkv(first(output.detach()), num_heads,
+                                                    scale))
 
         add(qkv, False, on_qkv)

@@ -14,13 +14,18 @@ import torch
 
 
 def _mean_offdiagonal_abs_cosine(vectors):
-    """``vectors``: ``(..., n, d)``; mean over pairs ``i < j`` of ``|cos(v_i, v_j)|``, ``(...)``."""
+    """``vectors``: ``(..., n, d)``; mean over pairs ``i < j`` of ``|cos(v_i, v_j)|``, ``(...)``
+    float64."""
     n = vectors.shape[-2]
     if n < 2:
         raise ValueError(f'{n} vector(s) given; the pairwise cosine similarity needs at least 2')
-    unit = torch.nn.functional.normalize(vectors.double(), dim=-1)
+    # the n x n cosines in the input's precision (float32 at least: a float64 product costs
+    # several times more on the CPU); the sums over them in float64
+    unit = torch.nn.functional.normalize(
+        vectors if vectors.dtype == torch.float64 else vectors.float(), dim=-1)
     cos = (unit @ unit.transpose(-1, -2)).abs()
-    total = cos.sum(dim=(-1, -2)) - cos.diagonal(dim1=-2, dim2=-1).sum(dim=-1)
+    total = (cos.sum(dim=(-1, -2), dtype=torch.float64)
+             - cos.diagonal(dim1=-2, dim2=-1).sum(dim=-1, dtype=torch.float64))
     return total / (n * (n - 1))
 
 

@@ -51,9 +51,9 @@ def main(rank, world_size, port, work_dir):
             def recording(runner, rows, write=write, hook=hook):
                 # this rank's values, before the mean over the ranks
                 with open(local_path, 'a') as f:
-                    for step, scalars in rows:
-                        named = {f'{hook.prefix}/{k}': v for k, v in scalars.items()}
-                        f.write(json.dumps(dict(named, step=step)) + '\n')
+                    for row in rows:
+                        named = {f'{hook.prefix}/{k}': v for k, v in row.scalars.items()}
+                        f.write(json.dumps(dict(named, step=row.step)) + '\n')
                 return write(runner, rows)
 
             hook.write = recording

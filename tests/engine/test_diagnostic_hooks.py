@@ -113,8 +113,8 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
         assert line[f'stiffness/tns/{stage}'] == pytest.approx(total_neural_stiffness(sub),
                                                                rel=1e-4, abs=1e-9)
 
-    # the run's own JSON log has them too, and the MessageHub keeps the latest values
-    timestamp_log = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}.json')
+    # the hook's own JSON log has them too, and the MessageHub keeps the latest values
+    timestamp_log = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}_stiffness.json')
     assert any('stiffness/nsi/layer1.0' in entry for entry in read_json_lines(timestamp_log))
     history = runner.message_hub.get_scalar('stiffness/nsi/layer1.0')
     assert history.current() == pytest.approx(lines[6]['stiffness/nsi/layer1.0'])

@@ -55,5 +55,5 @@ def test_two_ranks_log_the_mean_once(tmp_path):
             assert line[key] == pytest.approx(sum(values) / world, rel=1e-6), key
     # the two shards differ, so at least the NSI of the first block differs between ranks
     assert local[0][2]['stiffness/nsi/layer1.0'] != local[1][2]['stiffness/nsi/layer1.0']
-    assert len(glob.glob(osp.join(log_dir, 'vis_data', '*.json'))) == 2
+    assert len(glob.glob(osp.join(log_dir, 'vis_data', '*.json'))) == 4  # + one log per hook
     json.dumps(diag_lines)  # plain JSON numbers

@@ -60,8 +60,16 @@ def _runner(work_dir, model, hooks, lr=0.0, weight_decay=0.1, max_iters=4):
 
 def _hessian_lines(runner):
     path = glob.glob(osp.join(runner.log_dir, 'vis_data', 'scalars.json'))[0]
-    return {line['step']: line for line in read_json_lines(path)
-            if any(k.startswith('hessian/') for k in line)}
+    lines = {line['step']: line for line in read_json_lines(path)
+             if any(k.startswith('hessian/') for k in line)}
+    # the same rows, with their iteration and epoch, in the hook's own JSON log; none in the
+    # run's main log, which upstream analyze_logs.py reads
+    own = glob.glob(osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}_hessian.json'))
+    assert own and {line['step']: line for line in read_json_lines(own[0])} == lines
+    assert all(line['iter'] == step and line['epoch'] == 1 for step, line in lines.items())
+    main = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}.json')
+    assert not any(k.startswith('hessian/') for line in read_json_lines(main) for k in line)
+    return lines
 
 
 def _explicit_hessian(model, inputs, labels, weight_decay):

@@ -5,6 +5,14 @@ Every tool takes ``CONFIG CHECKPOINT [--out-dir DIR] [--cfg-options k=v ...] [--
 ``default_scope`` (mmpretrain or mmdet), loads ``CHECKPOINT`` on the CPU and iterates over the
 first ``N`` batches of the split's dataloader.
 
+tns.py, spectrum.py and freq_noise.py also take ``--device cpu|cuda|cuda:N``
+(:func:`add_device_arg`; the CPU by default; a device that is not available is an error naming
+it, before anything is loaded) and ``--to-visualizer`` (:func:`add_visualizer_arg`), which
+also sends every figure, as an image, to the backends of the config's
+``visualizer`` (MMEngine's ``Visualizer.add_image``, at step 0, named after the PNG file):
+``LocalVisBackend`` writes ``<out dir>/vis_data/vis_image/<figure>_0.png``, a
+``TensorboardVisBackend`` an image summary, W&B and MLflow their own image records.
+
 The tools run as scripts (``python tools/analysis/tns.py ...``), so this folder is first on
 ``sys.path`` and they ``import common`` directly. Configs load through
 :func:`mmstiff.utils.runtime.load_config`, as in ``tools/train.py`` and ``tools/test.py``.
@@ -19,6 +27,7 @@ import json
 import os
 import os.path as osp
 import sys
+import time
 
 from mmengine.config import DictAction
 
@@ -60,6 +69,45 @@ def base_parser(description, num_batches=10):
                         help='analyse even when the checkpoint does not match the model '
                         '(parameters it lacks keep their initial values); by default an error')
     return parser
+
+
+def add_device_arg(parser):
+    """``--device`` of tns.py, spectrum.py and freq_noise.py (the CPU by default)."""
+    parser.add_argument('--device', default='cpu',
+                        help="where the model runs: 'cpu' (default), 'cuda' or 'cuda:N'; "
+                        'an error when that device is not available')
+
+
+def add_visualizer_arg(parser):
+    """``--to-visualizer``: the figures also go to the config's visualizer backends."""
+    parser.add_argument('--to-visualizer', action='store_true',
+                        help="also send each figure to the backends of the config's "
+                        "'visualizer' (Visualizer.add_image at step 0; LocalVisBackend "
+                        'writes OUT_DIR/vis_data/vis_image/<figure>_0.png, '
+                        'TensorboardVisBackend an image summary under OUT_DIR/vis_data)')
+
+
+def check_device(device):
+    """``device`` (``--device``) as a ``torch.device``; exits naming it when it is not a device
+    name or not available here."""
+    import torch
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        sys.exit(f"error: --device {device!r} is not a device; expected 'cpu', 'cuda' or "
+                 "'cuda:N'")
+    if parsed.type == 'cpu':
+        return parsed
+    if parsed.type != 'cuda':
+        sys.exit(f"error: --device {device!r} is not supported; expected 'cpu', 'cuda' or "
+                 "'cuda:N'")
+    if not torch.cuda.is_available():
+        sys.exit(f"error: --device {device!r}: CUDA is not available on this machine; use "
+                 "--device cpu")
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        sys.exit(f'error: --device {device!r}: this machine has {torch.cuda.device_count()} '
+                 'CUDA device(s), numbered from 0')
+    return parsed
 
 
 def out_dir_of(args, tool):
@@ -127,11 +175,42 @@ def build_loader(cfg, split, batch_size=None):
 
 
 def setup(args, tool):
-    """``(cfg, model, loader, out_dir)`` for a tool's parsed arguments."""
+    """``(cfg, model, loader, out_dir)`` for a tool's parsed arguments; the model on
+    ``args.device``."""
+    device = check_device(getattr(args, 'device', 'cpu'))
     cfg = load_cfg(args)
-    model = load_model(cfg, args.checkpoint)
+    model = load_model(cfg, args.checkpoint).to(device)
     loader = build_loader(cfg, args.split, args.batch_size)
     return cfg, model, loader, out_dir_of(args, tool)
+
+
+def send_figures(args, cfg, files, tool):
+    """With ``--to-visualizer``: every PNG of ``files`` to the backends of ``cfg.visualizer``
+    (``add_image`` at step 0, named after the file), saved under ``<out dir>/vis_data``.
+    Returns the visualizer (None without the flag)."""
+    if not getattr(args, 'to_visualizer', False):
+        return None
+    import cv2
+    from mmengine.registry import VISUALIZERS
+    vis_cfg = cfg.get('visualizer')
+    if not vis_cfg or not vis_cfg.get('vis_backends'):
+        sys.exit(f'error: --to-visualizer: the config has no visualizer.vis_backends '
+                 f'(visualizer={vis_cfg!r}); expected e.g. '
+                 "visualizer=dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')])")
+    vis_cfg = vis_cfg.copy()
+    vis_cfg['save_dir'] = out_dir_of(args, tool)
+    vis_cfg['name'] = f'analysis_{tool}_{time.time_ns()}'  # a new instance, not a reused one
+    visualizer = VISUALIZERS.build(vis_cfg)
+    for path in files:
+        image = cv2.imread(path, cv2.IMREAD_COLOR)
+        if image is None:
+            sys.exit(f'error: --to-visualizer: cannot read the figure {path!r}')
+        visualizer.add_image(osp.splitext(osp.basename(path))[0],
+                             cv2.cvtColor(image, cv2.COLOR_BGR2RGB), step=0)
+    visualizer.close()
+    print(f'sent {len(files)} figures to the visualizer backends '
+          f'{[type(b).__name__ for b in visualizer._vis_backends.values()]}')
+    return visualizer
 
 
 def iterate(model, loader, num_batches):

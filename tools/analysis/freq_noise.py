@@ -4,7 +4,7 @@ docs/methods.md §8).
 
     python tools/analysis/freq_noise.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
         [--freqs 0 0.1 ... 1.0] [--eps 0.1] [--width 0.1] [--seed 0]
-        [--convention {exact,paper}] [--cfg-options k=v ...]
+        [--convention {exact,paper}] [--device cpu] [--to-visualizer] [--cfg-options k=v ...]
 
 Adds ``Re(F^{-1}(M_f ⊙ F(ε · sign(N(0, 1)))))`` to the preprocessed (normalised) images, one
 band of width ``--width`` (units of π) around each frequency of ``--freqs``, and measures the
@@ -46,8 +46,10 @@ def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
             total += inputs.shape[0]
             clean += _correct(model, inputs, data_samples)
             for i, freq in enumerate(freqs):
+                # drawn on the CPU, so that --seed gives the same noise on every device
                 noise = frequency_band_noise(inputs.shape, freq, eps, width, generator,
-                                             dtype=inputs.dtype, convention=convention)
+                                             dtype=inputs.dtype,
+                                             convention=convention).to(inputs.device)
                 noisy[i] += _correct(model, inputs + noise, data_samples)
     clean_acc = 100.0 * clean / total
     bands = [dict(freq=f, num_bins=n, accuracy=100.0 * c / total,
@@ -57,6 +59,8 @@ def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
 
 def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
+    common.add_device_arg(parser)
+    common.add_visualizer_arg(parser)
     parser.add_argument('--freqs', type=float, nargs='+', default=DEFAULT_FREQS,
                         help='band centres in units of π, each in [0, 1]')
     parser.add_argument('--eps', type=float, default=0.1,
@@ -90,6 +94,7 @@ def main(argv=None):
         title=f'Accuracy drop under frequency-band noise (clean {result["clean_accuracy"]:.1f}%)')
     result['figures'] = [osp.basename(figure)]
     path = common.dump_json(result, osp.join(out_dir, 'freq_noise.json'))
+    common.send_figures(args, cfg, [figure], 'freq_noise')
     print(f'clean top-1 {result["clean_accuracy"]:.2f}%; drop per band: '
           + '  '.join(f'{b["freq"]:.1f}π: {b["drop"]:+.2f}' for b in result['bands']))
     print(f'wrote {path} and {figure}')

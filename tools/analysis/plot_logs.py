@@ -3,8 +3,9 @@
 
     python tools/analysis/plot_logs.py LOG [--out-dir DIR] [--keys PATTERN ...]
 
-``LOG`` is a JSON log written by MMEngine's visualizer (``vis_data/scalars.json`` or
-``vis_data/<timestamp>.json``), a run folder holding ``vis_data/``, or a work dir (its most
+``LOG`` is a JSON log written by MMEngine's visualizer (``vis_data/scalars.json``, which holds
+every row, or a hook's own log ``vis_data/<timestamp>_stiffness.json`` /
+``<timestamp>_freq.json``), a run folder holding ``vis_data/``, or a work dir (its most
 recent run is used). Writes ``curves.json`` (every plotted series as steps and values) and one
 PNG per metric: ``stiffness_nsi.png`` (one curve per block), ``stiffness_mu.png``,
 ``stiffness_ratio.png``, ``stiffness_tns.png`` (per stage and network), ``stiffness_step.png``,

@@ -3,7 +3,7 @@
 
     python tools/analysis/spectrum.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
                                       [--split test] [--convention {exact,paper}]
-                                      [--cfg-options k=v ...]
+                                      [--device cpu] [--to-visualizer] [--cfg-options k=v ...]
 
 For the input of the first residual step and the state after every step (the MSA and MLP
 steps of transformer layers separately) writes
@@ -169,6 +169,8 @@ def plot(out_dir, states, layers):
 
 def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
+    common.add_device_arg(parser)
+    common.add_visualizer_arg(parser)
     parser.add_argument('--convention', choices=('exact', 'paper'), default='exact',
                         help="diagonal of the log-amplitude profile: 'exact' ends at the "
                         "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
@@ -179,8 +181,10 @@ def main(argv=None):
                              args.convention)
     files = plot(out_dir, states, layers)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  convention=args.convention, states=states, attention=layers, figures=[osp.basename(f) for f in files])
+                  convention=args.convention, states=states, attention=layers,
+                  figures=[osp.basename(f) for f in files])
     path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
+    common.send_figures(args, cfg, files, 'spectrum')
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
     if dla:
         print('Δ log amplitude at 1.0π: ' + '  '.join(f'{n}: {v:.3f}' for n, v in dla))

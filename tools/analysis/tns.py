@@ -2,7 +2,8 @@
 """Total neural stiffness of a trained network over a dataset split (docs/methods.md §5).
 
     python tools/analysis/tns.py CONFIG CHECKPOINT [--out-dir DIR] [--num-batches N]
-                                 [--split test] [--cfg-options k=v ...]
+                                 [--split test] [--device cpu] [--to-visualizer]
+                                 [--cfg-options k=v ...]
 
 Records every residual step of the backbone on the first N batches and writes
 
@@ -39,12 +40,13 @@ def analyse(model, batches):
         for inputs, _ in batches:
             backbone(inputs)
     names = list(recorder.outputs)
-    nsi = torch.stack([torch.cat([c[0] for c in recorder.outputs[n]]) for n in names], dim=1)
+    nsi = torch.stack([torch.cat([c[0] for c in recorder.outputs[n]]) for n in names],
+                      dim=1).cpu()
     steps = {}
     for name in names:
         calls = recorder.outputs[name]
         if all(c[1] is not None for c in calls):
-            steps[name] = torch.cat([c[1] for c in calls])
+            steps[name] = torch.cat([c[1] for c in calls]).cpu()
 
     blocks = {}
     for j, name in enumerate(names):
@@ -95,6 +97,8 @@ def plot(out_dir, names, nsi, steps, blocks, trajectories):
 
 def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
+    common.add_device_arg(parser)
+    common.add_visualizer_arg(parser)
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = common.setup(args, 'tns')
     names, nsi, steps, blocks, trajectories = analyse(
@@ -105,6 +109,7 @@ def main(argv=None):
     files = plot(out_dir, names, nsi, steps, blocks, trajectories)
     result['figures'] = [osp.basename(f) for f in files]
     path = common.dump_json(result, osp.join(out_dir, 'tns.json'))
+    common.send_figures(args, cfg, files, 'tns')
     print(f'TNS (network) = {result["network_tns"]}; '
           + '  '.join(f'{k}: {v["tns"]:.4g}' for k, v in trajectories.items()
                       if v['tns'] is not None))

@@ -11,9 +11,14 @@ finite on some rank is left out of the mean, and a value not finite on every ran
 written), then
 
 * written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1`` of
-  the recorded iteration:
-  into ``vis_data/scalars.json`` and the run's ``vis_data/<timestamp>.json`` (the JSON log),
-  and into every other configured backend (TensorBoard, ...);
+  the recorded iteration, with the row's ``iter`` (``runner.iter + 1``) and ``epoch``
+  (``runner.epoch + 1``, as MMEngine's LogProcessor counts them) among its scalars:
+  into ``vis_data/scalars.json``, into the hook's own JSON log
+  ``vis_data/<timestamp>_<namespace>.json`` (``namespace``: the first component of the names,
+  e.g. ``stiffness``) and into every other configured backend (TensorBoard, W&B, MLflow, ...).
+  The run's ``vis_data/<timestamp>.json`` keeps MMEngine's rows only: mmpretrain's and mmdet's
+  ``analyze_logs.py`` read every row of a file as a training row (with ``lr``) or a validation
+  row, and cannot plot ``accuracy/top1`` from a file that also holds other rows;
 * stored in the MessageHub (``runner.message_hub.log_scalars``) under the same names, with
   the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
   MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
@@ -75,16 +80,22 @@ class RecordedIteration(NamedTuple):
     """What a recorded iteration leaves until its row is written.
 
     Attributes:
-        step (int): the step it is logged at (``iter + 1``).
+        step (int): the step it is logged at: its 1-based training iteration
+            (``runner.iter + 1``), also logged as ``iter``.
+        epoch (int): its 1-based epoch (``runner.epoch + 1``; 1 throughout an
+            iteration-based loop, whose ``runner.epoch`` MMEngine keeps at 0).
         outputs (dict[str, OrderedDict]): each recorder's outputs, by recorder role.
     """
     step: int
+    epoch: int
     outputs: Dict[str, dict]
 
 
 class ScalarRow(NamedTuple):
-    """The scalars of one recorded iteration, to be written at ``step``."""
+    """The scalars of one recorded iteration, to be written at ``step`` (its ``iter``) with
+    its ``epoch``."""
     step: int
+    epoch: int
     scalars: Dict[str, float]
 
 
@@ -331,7 +342,7 @@ class TrajectoryDiagnosticHook(Hook):
             return
         for recorder in self.recorders.values():
             recorder.stop()
-        self._pending.append(RecordedIteration(runner.iter + 1, self.compact({
+        self._pending.append(RecordedIteration(runner.iter + 1, runner.epoch + 1, self.compact({
             role: recorder.outputs for role, recorder in self.recorders.items()})))
         for recorder in self.recorders.values():
             recorder.clear()
@@ -353,7 +364,7 @@ class TrajectoryDiagnosticHook(Hook):
         if not pending:
             return
         summaries = self.summarise_rows([iteration.outputs for iteration in pending])
-        rows = [ScalarRow(iteration.step, scalars)
+        rows = [ScalarRow(iteration.step, iteration.epoch, scalars)
                 for iteration, scalars in zip(pending, summaries) if scalars]
         if rows:
             self.write(runner, rows)
@@ -385,12 +396,22 @@ class TrajectoryDiagnosticHook(Hook):
                 continue
             for name, value in means.items():
                 history.setdefault(name, []).append(value)
-            runner.visualizer.add_scalars(dict(means), step=step,
-                                          file_path=f'{runner.timestamp}.json')
+            runner.visualizer.add_scalars(dict(means, iter=step, epoch=row.epoch), step=step,
+                                          file_path=diagnostics_log_name(runner.timestamp, means))
             if step % self.console_interval == 0:
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
         for name, values in history.items():
             extend_history(runner.message_hub, name, values)
+
+
+def diagnostics_log_name(timestamp, names):
+    """The JSON log of a hook's rows in ``vis_data/``: ``<timestamp>_<namespace>.json``, with
+    the namespace the first component of the first of ``names`` (``'stiffness'`` for
+    ``stiffness/nsi/layer1.0``). Such a file holds one hook's rows, with the same names from
+    row to row (but for a value not finite on any rank, which is left out), as mmpretrain's
+    ``analyze_logs.py plot_curve`` needs to plot one of them."""
+    namespace = next(iter(names)).split('/')[0]
+    return f'{timestamp}_{namespace}.json'
 
 
 def watch_hooks_when_compiled(runner):

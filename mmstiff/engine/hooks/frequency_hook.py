@@ -117,7 +117,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         if self.attention:
             try:
                 recorder = AttentionRecorder(target, reduce=self._reduce_attention,
-                                             select=self.blocks)
+                                             select=self.blocks, num_samples=self.num_samples)
             except ValueError:
                 return {}  # no transformer layer: nothing to log
             self._softmax_layers = recorder.softmax_layers

@@ -20,7 +20,7 @@ from mmstiff.analysis.hessian import (LANCZOS_STEPS, MAX_ITER, METHODS, TOL,
 from mmstiff.analysis.landscape import l2_penalty, param_weight_decays, preserved_buffers
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
-from .diagnostic_hook import extend_history, reduce_scalars_across_ranks
+from .diagnostic_hook import diagnostics_log_name, extend_history, reduce_scalars_across_ranks
 
 PREFIX = 'hessian'
 
@@ -192,8 +192,9 @@ class HessianHook(Hook):
             OrderedDict((f'{PREFIX}/{k}', v) for k, v in scalars.items())).means
         if not means:
             return
-        runner.visualizer.add_scalars(dict(means), step=step,
-                                      file_path=f'{runner.timestamp}.json')
+        # its own JSON log, as the other diagnostics hooks (see diagnostics_log_name)
+        runner.visualizer.add_scalars(dict(means, iter=step, epoch=runner.epoch + 1), step=step,
+                                      file_path=diagnostics_log_name(runner.timestamp, means))
         for name, value in means.items():
             extend_history(runner.message_hub, name, [value])
         runner.logger.info(f'Iter(train) [{step}] ' + '  '.join(
