@@ -210,10 +210,20 @@ def test_model_index_covers_every_config_once():
     configs = set(model_index.config_files())
     assert {m['Config'] for m in models.values()} == configs
     assert len(models) == len(configs)  # one entry, one name, per config
+    measured = model_index.measured_results()  # from the committed docs/results/*/runs.json
     for name, model in models.items():
         assert name == osp.splitext(osp.basename(model['Config']))[0]
         for result in model.get('Results', []):
-            assert all(metric.endswith('(paper)') for metric in result['Metrics'])
+            for metric, value in result['Metrics'].items():
+                # the paper's figure, labelled so, or the mean measured here by a study
+                assert metric.endswith('(paper)') or (
+                    metric == 'Top 1 Accuracy' and value == measured[model['Config']][0]
+                    and model['Reproduced'].endswith(f'docs/results/'
+                                                     f'{measured[model["Config"]][2]}/'))
+    for config in measured:  # every measured config carries its figure
+        assert any(r['Metrics'].get('Top 1 Accuracy') == measured[config][0]
+                   for m in models.values() if m['Config'] == config
+                   for r in m.get('Results', []))
 
 
 @pytest.mark.slow
@@ -258,6 +268,12 @@ def test_mim_run_finds_the_packaged_scripts(site, tmp_path):
     assert params, proc.stdout[-2000:]
     measured = indexed_models()['vit-lite-7-p4-stepnet_1xb128-200e_cifar10']['Metadata']
     assert abs(float(params.group(1)) * 1e6 - measured['Parameters']) < 1e3
+
+    # print_config resolves the mmpretrain:: bases and the mmstiff types of the config
+    proc = run(site, '-m', 'mim', 'run', 'mmpretrain', 'print_config', config,
+               cwd=str(tmp_path))
+    assert "type='mmstiff.StepViT'" in proc.stdout and 'msa_adaptor=' in proc.stdout, \
+        proc.stdout[-2000:]
 
 
 @pytest.mark.slow
