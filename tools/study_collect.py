@@ -206,12 +206,16 @@ def step_kind(name):
 
 def dlogamp_steps(states):
     """``{kind: mean change}`` of the Δ log amplitude across the steps of each kind, from the
-    ``[(state, Δ log amplitude)]`` in network order (``input`` first): the change across the
-    step whose output is state ``i`` is ``value[i] - value[i - 1]``."""
+    ``[(state, Δ log amplitude, map size)]`` in network order (``input`` first): the change
+    across the step whose output is state ``i`` is ``value[i] - value[i - 1]``. A step that
+    changes the map size (a strided step: its 1.0π is another frequency) counts as
+    ``'downsample'``, whatever its kind; a size of None matches any."""
     changes = {}
-    for (_, before), (name, after) in zip(states, states[1:]):
+    for (_, before, size_before), (name, after, size) in zip(states, states[1:]):
         if _finite(before) and _finite(after):
-            changes.setdefault(step_kind(name), []).append(float(after) - float(before))
+            kind = (step_kind(name) if None in (size, size_before) or size == size_before
+                    else 'downsample')
+            changes.setdefault(kind, []).append(float(after) - float(before))
     return {kind: math.fsum(v) / len(v) for kind, v in changes.items()}
 
 
@@ -236,6 +240,9 @@ def collect_spectrum(result, record):
     states = result.get('states', {})
     hf = [(n, s.get('hf_ratio')) for n, s in states.items()]
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
+    # the map size of each state: the number of frequency bins of its profile
+    sizes = {n: len(s['freqs']) if isinstance(s.get('freqs'), list) else None
+             for n, s in states.items()}
     record['profiles']['spectrum/hf_ratio'] = _profile(hf, 'state')
     if hf and _finite(hf[-1][1]):
         record['metrics']['spectrum/hf_ratio/last'] = float(hf[-1][1])
@@ -243,7 +250,7 @@ def collect_spectrum(result, record):
         record['profiles']['spectrum/dlogamp'] = _profile(dla, 'state')
         if _finite(dla[-1][1]):
             record['metrics']['spectrum/dlogamp/last'] = float(dla[-1][1])
-        for kind, value in dlogamp_steps(dla).items():
+        for kind, value in dlogamp_steps([(n, v, sizes[n]) for n, v in dla]).items():
             record['metrics'][f'spectrum/dlogamp_step/{kind}'] = value
 
 

@@ -94,11 +94,14 @@ def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
 
 
 def test_dlogamp_change_per_kind_of_step():
-    states = [('input', -1.0), ('layer1.conv0', -0.5), ('layer1.msa1', -2.0),
-              ('layers.0.mlp', -1.0), ('layers.0.msa', float('nan')), ('layer2.0', 0.0)]
-    # conv: -1 -> -0.5 (+0.5); msa: -0.5 -> -2 (-1.5); mlp: -2 -> -1 (+1); the NaN state
-    # drops both steps that touch it
-    assert study_collect.dlogamp_steps(states) == {'conv': 0.5, 'msa': -1.5, 'mlp': 1.0}
+    states = [('input', -1.0, 8), ('layer1.conv0', -0.5, 8), ('layer1.msa1', -2.0, 8),
+              ('layers.0.mlp', -1.0, None), ('layers.0.msa', float('nan'), 8),
+              ('layer2.0', 0.0, 8), ('layer3.0', 2.0, 4), ('layer3.1', 1.0, 4)]
+    # conv: -1 -> -0.5 (+0.5) and 2 -> 1 (-1); msa: -0.5 -> -2 (-1.5); mlp: -2 -> -1 (+1; an
+    # unknown size matches); the NaN state drops both steps that touch it; layer3.0 halves the
+    # map: a downsampling step (+2), whatever its kind
+    assert study_collect.dlogamp_steps(states) == {'conv': -0.25, 'msa': -1.5, 'mlp': 1.0,
+                                                   'downsample': 2.0}
     assert [study_collect.step_kind(n) for n in ('layer3.msa12', 'blocks.msa_proj', 'x.mlp')] \
         == ['msa', 'conv', 'mlp']
 
