@@ -168,7 +168,30 @@ def total_batch(cfg, stem):
     return int(match.group(1)) * cfg.train_dataloader.batch_size if match else None
 
 
-def model_entry(config, measured):
+def measured_results(results_dir=osp.join(REPO, 'docs', 'results')):
+    """``{config: (mean top-1, seeds, study)}`` from the committed studies (``runs.json``):
+    the test top-1 of every config trained as it is shipped (no option besides the seed),
+    averaged over its finished seeds; the first study (by name) that has one wins."""
+    import json
+    found = {}
+    for path in sorted(glob.glob(osp.join(results_dir, '*', 'runs.json'))):
+        with open(path) as f:
+            data = json.load(f)
+        plain = {v['label']: v['config'] for v in data['study']['variants']
+                 if not v['cfg_options'] and not data['study']['cfg_options']}
+        values = {}
+        for run in data['runs']:
+            value = run['record']['metrics'].get('test/accuracy/top1')
+            if run['status'] == 'done' and run['variant'] in plain and value is not None \
+                    and not run.get('reused_from'):
+                values.setdefault(plain[run['variant']], []).append(value)
+        for config, accs in values.items():
+            found.setdefault(config, (round(sum(accs) / len(accs), 2), len(accs),
+                                      data['study']['name']))
+    return found
+
+
+def model_entry(config, measured, results=None):
     cfg, params, flops, size = measured
     stem = osp.splitext(osp.basename(config))[0]
     dataset = dataset_of(stem)[0]
@@ -189,6 +212,11 @@ def model_entry(config, measured):
         entry['Paper Result'] = where
     if stem in PAPER_CLAIMS:
         entry['Paper Claim'] = PAPER_CLAIMS[stem]
+    if results and config in results:
+        accuracy, seeds, study = results[config]
+        entry.setdefault('Results', []).append(
+            {'Task': task, 'Dataset': dataset, 'Metrics': {'Top 1 Accuracy': accuracy}})
+        entry['Reproduced'] = (f'mean of {seeds} seeds measured here: docs/results/{study}/')
     entry['Config'] = config
     return entry
 
@@ -203,9 +231,10 @@ def build_index(measure_fn=measure):
     import yaml  # noqa: F401  (mmengine's dependency; checked before the slow part)
 
     by_folder = {}
+    results = measured_results()
     for config in config_files():
         folder = osp.dirname(config)
-        by_folder.setdefault(folder, []).append(model_entry(config, measure_fn(config)))
+        by_folder.setdefault(folder, []).append(model_entry(config, measure_fn(config), results))
     metafiles = {}
     for folder, models in by_folder.items():
         names = sorted({m['In Collection'] for m in models})
