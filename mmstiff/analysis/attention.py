@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from .blocks import find_blocks
-from .trajectory import RecorderBase
+from .trajectory import RecorderBase, opaque_to_compiler
 
 
 def attention_from_qkv(qkv, num_heads, scale=None):
@@ -187,7 +187,7 @@ class AttentionRecorder(RecorderBase):
         """Make the hooks that read the maps of one attention module."""
 
         def add(module, before, hook):
-            self._module_hooks.append((module, before, torch.compiler.disable(hook)))
+            self._module_hooks.append((module, before, opaque_to_compiler(hook)))
 
         # window attention sees (batch · windows, ...): its maps are kept whole
         first = (lambda batch: batch) if hasattr(attn, 'window_size') else self._first
