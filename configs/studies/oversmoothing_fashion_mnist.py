@@ -47,4 +47,22 @@ runs = [
     dict(label='vit8-featscale', config=_config,
          cfg_options=[_deep, 'model.backbone.feat_scale_layers=all'], baseline='vit8'),
 ]
-verdict = None
+_hf, _lhf, _tc = 'spectrum/hf_ratio/last', 'log/hf_ratio/last', 'log/token_cos/last'
+_top1 = 'test/accuracy/top1'
+verdict = (
+    'Not shown at this scale: every frequency and accuracy difference is within seed noise. '
+    'The deeper network leans '
+    'the paper\'s way on the training batch, where its last state has a higher token cosine '
+    'similarity ({diff[vit8][vit4][%(tc)s]}, 95%% CI {ci[vit8][vit4][%(tc)s]}) and a lower '
+    'high-frequency ratio ({diff[vit8][vit4][%(lhf)s]}, {ci[vit8][vit4][%(lhf)s]}), but not '
+    'on test images ({diff[vit8][vit4][%(hf)s]}, {ci[vit8][vit4][%(hf)s]}). At 8 layers '
+    'neither AttnScale nor FeatScale raised the last state\'s high-frequency ratio on the '
+    'training batch (AttnScale {diff[vit8-attnscale][vit8][%(lhf)s]}, FeatScale '
+    '{diff[vit8-featscale][vit8][%(lhf)s]}) or lowered its token cosine similarity '
+    '({diff[vit8-attnscale][vit8][%(tc)s]}, {diff[vit8-featscale][vit8][%(tc)s]}); top-1: '
+    'AttnScale {diff[vit8-attnscale][vit8][%(top1)s]} points '
+    '({ci[vit8-attnscale][vit8][%(top1)s]}), FeatScale {diff[vit8-featscale][vit8][%(top1)s]} '
+    '({ci[vit8-featscale][vit8][%(top1)s]}). Eight layers of width 64 on a 7×7 token grid, '
+    'trained 2 epochs, are far from the depth at which the paper sees the collapse (24-layer '
+    'DeiT-S); the same study file with the DeiT-S 12/24-layer configs tests it there.'
+    % dict(hf=_hf, lhf=_lhf, tc=_tc, top1=_top1))
