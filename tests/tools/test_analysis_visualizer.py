@@ -89,3 +89,17 @@ def test_cuda_without_cuda_is_an_error_before_any_work(tool, run_tool, tmp_path)
     assert proc.returncode != 0
     assert "--device 'cuda': CUDA is not available on this machine" in proc.stderr
     assert 'missing.pth' not in proc.stderr and not (tmp_path / 'out').exists()
+
+
+@pytest.mark.slow
+def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, tmp_path):
+    import subprocess
+    config, checkpoint = cnn_checkpoint
+    out = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', 'tns.py'), config,
+                           checkpoint, '--out-dir', str(out), '--num-batches', '1',
+                           '--to-visualizer', '--cfg-options', 'visualizer.vis_backends=[]'],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert 'no visualizer.vis_backends' in proc.stderr, proc.stderr[-2000:]
+    assert not out.exists()  # nothing computed, nothing written

@@ -179,9 +179,21 @@ def setup(args, tool):
     ``args.device``."""
     device = check_device(getattr(args, 'device', 'cpu'))
     cfg = load_cfg(args)
+    check_visualizer(args, cfg)
     model = load_model(cfg, args.checkpoint).to(device)
     loader = build_loader(cfg, args.split, args.batch_size)
     return cfg, model, loader, out_dir_of(args, tool)
+
+
+def check_visualizer(args, cfg):
+    """With ``--to-visualizer``, the config's ``visualizer`` (it must have backends); exits
+    naming what is missing otherwise. Called before any work and again when sending."""
+    vis_cfg = cfg.get('visualizer')
+    if getattr(args, 'to_visualizer', False) and (not vis_cfg or not vis_cfg.get('vis_backends')):
+        sys.exit(f'error: --to-visualizer: the config has no visualizer.vis_backends '
+                 f'(visualizer={vis_cfg!r}); expected e.g. '
+                 "visualizer=dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')])")
+    return vis_cfg
 
 
 def send_figures(args, cfg, files, tool):
@@ -192,12 +204,7 @@ def send_figures(args, cfg, files, tool):
         return None
     import cv2
     from mmengine.registry import VISUALIZERS
-    vis_cfg = cfg.get('visualizer')
-    if not vis_cfg or not vis_cfg.get('vis_backends'):
-        sys.exit(f'error: --to-visualizer: the config has no visualizer.vis_backends '
-                 f'(visualizer={vis_cfg!r}); expected e.g. '
-                 "visualizer=dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')])")
-    vis_cfg = vis_cfg.copy()
+    vis_cfg = check_visualizer(args, cfg).copy()
     vis_cfg['save_dir'] = out_dir_of(args, tool)
     vis_cfg['name'] = f'analysis_{tool}_{time.time_ns()}'  # a new instance, not a reused one
     visualizer = VISUALIZERS.build(vis_cfg)
