@@ -16,11 +16,10 @@ Usage:
     python tools/benchmark/bench_alternet.py --device cuda --batch-size 64 --img-size 224
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn as nn
-from bench_step_resnet import peak_step_memory, time_steps, train_step
+from bench_step_resnet import compare_models
 from mmpretrain.models.backbones import ResNet, ResNet_CIFAR
 
 from mmstiff.models.backbones import AlterNet
@@ -83,38 +82,10 @@ def main(argv=None):
     torch.manual_seed(0)
     batch = (torch.randn(args.batch_size, 3, img_size, img_size, device=device),
              torch.randint(0, num_classes, (args.batch_size, ), device=device))
-    runs = {}
-    for name, build in build_backbones(args.stem).items():
-        model = Classifier(build(), num_classes).to(device).train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
-                                    weight_decay=1e-4)
-        for _ in range(args.warmup):
-            train_step(model, optimizer, *batch)
-        runs[name] = (model, optimizer)
-
-    names = list(runs)
-    times = {name: [] for name in names}
-    for repeat in range(args.repeats):
-        order = names[repeat % len(names):] + names[:repeat % len(names)]
-        for name in order:
-            times[name].append(time_steps(*runs[name], batch, args.iters, device))
-    memory = {name: peak_step_memory(*runs[name], batch, device) for name in names}
-
-    what = 'cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes'
-    print(f'device={device} threads={torch.get_num_threads()} stem={args.stem} '
-          f'batch={args.batch_size} img={img_size} repeats={args.repeats} '
-          f'iters/timing={args.iters} peak memory: {what}')
-    header = (f'{"model":<30}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
-              f'{"peak (MiB)":>12}{"mem ratio":>11}')
-    print(header)
-    print('-' * len(header))
-    for name in names:
-        ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
-        params = sum(p.numel() for p in runs[name][0].parameters()) / 1e6
-        print(f'{name:<30}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
-              f'{statistics.median(ratios):>12.3f}{memory[name] / 2**20:>12.1f}'
-              f'{memory[name] / memory[BASELINE]:>11.3f}')
-
+    models = {name: (lambda build=build: Classifier(build(), num_classes))
+              for name, build in build_backbones(args.stem).items()}
+    compare_models(models, BASELINE, batch, args, device,
+                   f'stem={args.stem} batch={args.batch_size} img={img_size}', name_width=30)
 
 if __name__ == '__main__':
     main()

@@ -110,16 +110,27 @@ def main(argv=None):
     torch.manual_seed(0)
     batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
              torch.randint(0, 1000, (args.batch_size, ), device=device))
+    models = {name: (lambda adaptor=adaptor: Classifier(adaptor)) for name, adaptor in
+              VARIANTS.items()}
+    compare_models(models, BASELINE, batch, args, device,
+                   f'batch={args.batch_size} img={args.img_size}', name_width=20)
+
+
+def compare_models(models, baseline, batch, args, device, settings, name_width):
+    """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
+    A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
+    and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
+    first line. ``args``: ``warmup``, ``repeats``, ``iters``."""
     runs = {}
-    for name, adaptor in VARIANTS.items():
-        model = Classifier(adaptor).to(device).train()
+    for name, build in models.items():
+        model = build().to(device).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
                                     weight_decay=1e-4)
         for _ in range(args.warmup):
             train_step(model, optimizer, *batch)
         runs[name] = (model, optimizer)
 
-    names = list(VARIANTS)
+    names = list(runs)
     times = {name: [] for name in names}
     for repeat in range(args.repeats):
         order = names[repeat % len(names):] + names[:repeat % len(names)]
@@ -128,20 +139,18 @@ def main(argv=None):
     memory = {name: peak_step_memory(*runs[name], batch, device) for name in names}
 
     what = 'cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes'
-    print(f'device={device} threads={torch.get_num_threads()} batch={args.batch_size} '
-          f'img={args.img_size} repeats={args.repeats} iters/timing={args.iters} '
-          f'peak memory: {what}')
-    header = (f'{"model":<20}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
+    print(f'device={device} threads={torch.get_num_threads()} {settings} '
+          f'repeats={args.repeats} iters/timing={args.iters} peak memory: {what}')
+    header = (f'{"model":<{name_width}}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
               f'{"peak (MiB)":>12}{"mem ratio":>11}')
     print(header)
     print('-' * len(header))
     for name in names:
-        ratios = [t / b for t, b in zip(times[name], times[BASELINE])]
+        ratios = [t / b for t, b in zip(times[name], times[baseline])]
         params = sum(p.numel() for p in runs[name][0].parameters()) / 1e6
-        print(f'{name:<20}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
+        print(f'{name:<{name_width}}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
               f'{statistics.median(ratios):>12.3f}{memory[name] / 2**20:>12.1f}'
-              f'{memory[name] / memory[BASELINE]:>11.3f}')
-
+              f'{memory[name] / memory[baseline]:>11.3f}')
 
 if __name__ == '__main__':
     main()
