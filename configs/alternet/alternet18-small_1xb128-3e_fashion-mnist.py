@@ -12,9 +12,10 @@
 # The StiffnessHook logs the NSI and the FrequencyHook the high-frequency ratio and Δ log amplitude
 # of every step, conv (layerI.convJ) and MSA (layerI.msaJ) alike.
 # Paper: Park & Kim, "How Do Vision Transformers Work?", ICLR 2022, arXiv:2202.06709.
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-
-data_root = 'data/fashion_mnist'
+_base_ = [
+    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/datasets/fashion-mnist_bs128.py',
+]
 
 model = dict(
     type='ImageClassifier',
@@ -35,31 +36,6 @@ model = dict(
         in_channels=128,
         loss=dict(type='CrossEntropyLoss'),
         topk=(1, )))
-
-# Fashion-MNIST pixel statistics (0.2860, 0.3530 on [0, 1]).
-data_preprocessor = dict(num_classes=10, mean=[72.93], std=[90.02], to_rgb=False)
-train_pipeline = [
-    dict(type='RandomCrop', crop_size=28, padding=2),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [dict(type='PackInputs')]
-
-train_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='train', download=False,
-                 pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
-val_dataloader = dict(
-    batch_size=256,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='test', test_mode=True,
-                 download=False, pipeline=test_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-val_evaluator = dict(type='Accuracy', topk=(1, ))
-test_dataloader = val_dataloader
-test_evaluator = val_evaluator
 
 # AdamW as in the paper's recipe, at a short-schedule learning rate
 optim_wrapper = dict(

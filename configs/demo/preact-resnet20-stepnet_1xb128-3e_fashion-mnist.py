@@ -6,9 +6,10 @@
 # Every residual block is one Euler step x_{t+1} = x_t + Δ_t ⊙ f(x_t) whose step size Δ_t
 # comes from the StepNet adaptor. Set `adaptor` to None for the plain ResNet (Δ ≡ 1) or to
 # dict(type='mmstiff.SEAdaptor') for SE, to compare them on the same data.
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-
-data_root = 'data/fashion_mnist'
+_base_ = [
+    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/datasets/fashion-mnist_bs128.py',
+]
 
 adaptor = dict(type='mmstiff.StepNetAdaptor')
 backbone = dict(
@@ -24,32 +25,6 @@ model = dict(
         in_channels=64,
         loss=dict(type='CrossEntropyLoss'),
         topk=(1, )))
-
-# Fashion-MNIST pixel statistics (0.2860, 0.3530 on [0, 1]).
-data_preprocessor = dict(num_classes=10, mean=[72.93], std=[90.02], to_rgb=False)
-train_pipeline = [
-    dict(type='RandomCrop', crop_size=28, padding=2),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [dict(type='PackInputs')]
-
-train_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='train', download=False,
-                 pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
-val_dataloader = dict(
-    batch_size=256,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='test', test_mode=True,
-                 download=False,
-                 pipeline=test_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-val_evaluator = dict(type='Accuracy', topk=(1, ))
-test_dataloader = val_dataloader
-test_evaluator = val_evaluator
 
 optim_wrapper = dict(
     optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True))

@@ -11,9 +11,10 @@
 # with model.backbone.attn_scale_layers='all' / feat_scale_layers='all' (docs/methods.md §6-7).
 # Both diagnostics hooks log every layer's MSA and MLP steps: NSI, high-frequency ratio, Δ log
 # amplitude of the 7x7 token map and token / attention cosine similarity (docs/diagnostics.md).
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-
-data_root = 'data/fashion_mnist'
+_base_ = [
+    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/datasets/fashion-mnist_bs128.py',
+]
 
 model = dict(
     type='ImageClassifier',
@@ -35,31 +36,6 @@ model = dict(
         dict(type='TruncNormal', layer='Linear', std=.02),
         dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
     ])
-
-# Fashion-MNIST pixel statistics (0.2860, 0.3530 on [0, 1]).
-data_preprocessor = dict(num_classes=10, mean=[72.93], std=[90.02], to_rgb=False)
-train_pipeline = [
-    dict(type='RandomCrop', crop_size=28, padding=2),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [dict(type='PackInputs')]
-
-train_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='train', download=False,
-                 pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
-val_dataloader = dict(
-    batch_size=256,
-    num_workers=2,
-    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='test', test_mode=True,
-                 download=False, pipeline=test_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-val_evaluator = dict(type='Accuracy', topk=(1, ))
-test_dataloader = val_dataloader
-test_evaluator = val_evaluator
 
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999)),
