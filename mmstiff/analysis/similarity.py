@@ -13,17 +13,25 @@ Values near 1 for the cosine metrics mean collapsed (uniform) tokens or attentio
 import torch
 
 
-def _mean_offdiagonal_abs_cosine(vectors):
+def _mean_offdiagonal_abs_cosine(vectors, eps=1e-12):
     """``vectors``: ``(..., n, d)``; mean over pairs ``i < j`` of ``|cos(v_i, v_j)|``, ``(...)``
-    float64."""
+    float64.
+
+    From the Gram matrix ``G = V Vᵀ`` alone: ``|cos(v_i, v_j)| = |G_ij| r_i r_j`` with
+    ``r_i = 1 / max(||v_i||, eps)`` (``||v_i||² = G_ii``; the floor of
+    ``torch.nn.functional.normalize``, so a zero vector has cosine 0 with every other). One
+    product reads the vectors once; normalising them first would read and write them again.
+    """
     n = vectors.shape[-2]
     if n < 2:
         raise ValueError(f'{n} vector(s) given; the pairwise cosine similarity needs at least 2')
-    # the n x n cosines in the input's precision (float32 at least: a float64 product costs
+    # the n x n products in the input's precision (float32 at least: a float64 product costs
     # several times more on the CPU); the sums over them in float64
-    unit = torch.nn.functional.normalize(
-        vectors if vectors.dtype == torch.float64 else vectors.float(), dim=-1)
-    cos = (unit @ unit.transpose(-1, -2)).abs()
+    v = vectors if vectors.dtype == torch.float64 else vectors.float()
+    gram = v @ v.transpose(-1, -2)
+    inv = gram.diagonal(dim1=-2, dim2=-1).sqrt().clamp_min(eps).reciprocal()
+    # |G| scaled by r along both axes, in place on the product (a temporary of this function)
+    cos = gram.abs_().mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2))
     total = (cos.sum(dim=(-1, -2), dtype=torch.float64)
              - cos.diagonal(dim1=-2, dim2=-1).sum(dim=-1, dtype=torch.float64))
     return total / (n * (n - 1))

@@ -10,7 +10,12 @@ are interleaved iteration by iteration, ``--repeats`` times; medians. Printed pe
 * the iteration time of each setting and its ratio to training without hooks;
 * the hooks' ``all_reduce`` (the cross-rank mean of their values: one per write of the recorded
   iterations, at the ``LoggerHook`` interval) per iteration, and its share of the 2-process
-  iteration without hooks: what data parallelism adds to the hooks' cost.
+  iteration without hooks: what data parallelism adds to the hooks' cost;
+* the wait before it: a collective returns when the slowest rank has reached it, so the time
+  spent in it also holds how far the ranks drifted apart since the last synchronisation (the
+  gradients' all-reduce of the backward pass). The benchmark separates the two with a barrier
+  before each of the hooks' ``all_reduce``: the wait is time the ranks would otherwise spend at
+  the next gradient all-reduce, the ``all_reduce`` after it the collective's own cost.
 
 Usage (about 6 minutes on 2 CPU cores):
     python tools/benchmark/bench_ddp.py
@@ -112,15 +117,19 @@ def worker(args):
             hook.before_train(runner)
 
     reduce_time = dict.fromkeys((None, ) + SETTINGS, 0.0)  # None: warm-up
+    wait_time = dict.fromkeys((None, ) + SETTINGS, 0.0)
     current = [None]
     reduce = diagnostic_hook.all_reduce
 
     def timed_all_reduce(*a, **k):  # the hooks' cross-rank mean, timed per setting
         start = time.perf_counter()
+        dist.barrier()  # the ranks' drift, apart from the collective itself
+        ready = time.perf_counter()
+        wait_time[current[0]] += ready - start
         try:
             return reduce(*a, **k)
         finally:
-            reduce_time[current[0]] += time.perf_counter() - start
+            reduce_time[current[0]] += time.perf_counter() - ready
 
     diagnostic_hook.all_reduce = timed_all_reduce
     everything = [hook for hooks in setups.values() for hook in hooks]
@@ -131,9 +140,11 @@ def worker(args):
     runners = {name: copy.copy(runner) for name in SETTINGS}
     times = {name: [] for name in SETTINGS}
     reduces = {name: [] for name in SETTINGS}
+    waits = {name: [] for name in SETTINGS}
     for _ in range(args.repeats):
         totals = dict.fromkeys(SETTINGS, 0.0)
         before = {name: reduce_time[name] for name in SETTINGS}
+        waited = {name: wait_time[name] for name in SETTINGS}
         for r in runners.values():
             r.iter = 0
         for i in range(args.iters):
@@ -149,11 +160,14 @@ def worker(args):
         for name in SETTINGS:
             times[name].append(totals[name] / args.iters)
             reduces[name].append((reduce_time[name] - before[name]) / args.iters)
+            waits[name].append((wait_time[name] - waited[name]) / args.iters)
     # the slowest rank sets the pace: the maximum over ranks of each measurement
-    packed = torch.tensor([times[n] + reduces[n] for n in SETTINGS], dtype=torch.float64)
+    packed = torch.tensor([times[n] + reduces[n] + waits[n] for n in SETTINGS],
+                          dtype=torch.float64)
     dist.all_reduce(packed, op=dist.ReduceOp.MAX)
     if rank == 0:
-        result = {name: dict(times=row[:args.repeats], reduce=row[args.repeats:])
+        r = args.repeats
+        result = {name: dict(times=row[:r], reduce=row[r:2 * r], wait=row[2 * r:])
                   for name, row in zip(SETTINGS, packed.tolist())}
         with open(args.worker, 'w') as f:
             json.dump(dict(world_size=world, results=result), f)
@@ -195,7 +209,8 @@ def main(argv=None):
           f'img={args.img_size} device={args.device} threads/process={args.threads} '
           f'repeats={args.repeats} iters/setting={args.iters}; medians; time: the slowest rank')
     header = (f'{"processes":>9}  {"setting":<16}{"iter (ms)":>11}{"time ratio":>12}'
-              f'{"all_reduce (ms/iter)":>22}{"all_reduce share":>18}')
+              f'{"all_reduce (ms/iter)":>22}{"all_reduce share":>18}'
+              f'{"wait before (ms/iter)":>23}')
     print(header)
     print('-' * len(header))
     for world, result in results.items():
@@ -206,7 +221,8 @@ def main(argv=None):
             ratio = statistics.median(t / b for t, b in zip(row['times'], base))
             reduce_ms = statistics.median(row['reduce']) * 1e3
             print(f'{world:>9}  {name:<16}{statistics.median(row["times"]) * 1e3:>11.2f}'
-                  f'{ratio:>12.3f}{reduce_ms:>22.3f}{reduce_ms / (plain * 1e3):>18.4f}')
+                  f'{ratio:>12.3f}{reduce_ms:>22.3f}{reduce_ms / (plain * 1e3):>18.4f}'
+                  f'{statistics.median(row["wait"]) * 1e3:>23.3f}')
     if len(results) > 1:
         worlds = sorted(results)
         one, many = results[worlds[0]], results[worlds[-1]]

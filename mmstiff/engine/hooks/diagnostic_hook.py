@@ -206,6 +206,7 @@ class TrajectoryDiagnosticHook(Hook):
     * :meth:`summarise_rows` (required): the ``{name: float}`` scalars of several recorded
       iterations (per rank), from the recorders' outputs;
     * :meth:`extra_recorders`: recorders besides the trajectory's, by role (none by default);
+    * :meth:`end_pass`: at the end of each recorded forward pass (nothing by default);
     * :meth:`format_summary`: the console line (by default every scalar).
 
     Args:
@@ -279,7 +280,8 @@ class TrajectoryDiagnosticHook(Hook):
         (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
         :meth:`extra_recorders`."""
         trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
-                                        select=self.blocks, num_samples=self.num_samples)
+                                        select=self.blocks, num_samples=self.num_samples,
+                                        on_pass_end=self.end_pass)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders
@@ -303,6 +305,10 @@ class TrajectoryDiagnosticHook(Hook):
         """Recorders besides the trajectory's, ``{role: recorder}``, on the module ``target``;
         ``trajectory`` is the trajectory recorder already built. None by default."""
         return {}
+
+    def end_pass(self):
+        """Called when a recorded forward pass of the recorded module ends, before the backward
+        pass: free what :meth:`reduce_step` held for the pass. Nothing by default."""
 
     def compact(self, outputs):
         """What a recorded iteration keeps until its row is written, from its recorders'
