@@ -21,6 +21,26 @@ def test_token_cosine_similarity_by_hand():
         token_cosine_similarity(torch.ones(1, 1, 4))
 
 
+def test_token_cosine_similarity_equals_the_pairwise_loop():
+    """The Gram-matrix form against normalised vectors compared pair by pair, float64, with
+    a zero token (cosine 0 with every other, as ``F.normalize`` makes it) and a tiny one."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, 5)
+    x[1, 2] = 0.0
+    x[2, 4] *= 1e-20
+    expected = []
+    for sample in x.double():
+        unit = torch.nn.functional.normalize(sample, dim=-1)
+        pairs = [abs(float(unit[i] @ unit[j])) for i in range(7) for j in range(i + 1, 7)]
+        expected.append(sum(pairs) / len(pairs))
+    got = token_cosine_similarity(x)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), atol=1e-6)
+    # float64 input stays float64 throughout
+    assert torch.allclose(token_cosine_similarity(x.double()),
+                          torch.tensor(expected, dtype=torch.float64), atol=1e-12)
+
+
 def test_attention_column_cosine_similarity_by_hand():
     head1 = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, 0.5, 0.5]])
     # columns (1,0,0), (0,.5,.5), (0,.5,.5): cosines 0, 0, 1 -> 1/3; the identity head gives 0

@@ -18,6 +18,10 @@ time inside the hooks' code. On CUDA, the time inside the hooks' code is host ti
 kernels); the device runs their kernels asynchronously, and the iteration time, measured with a
 synchronisation at its end, holds what they cost there.
 
+With ``--arch vit`` one more setting, ``FrequencyHook @1, no attention maps``
+(``attention=False``), tells the attention maps' share (M_attn, and rebuilding the maps from
+``qkv``) from the rest of the FrequencyHook's cost.
+
 Peak memory: on the CPU, the largest running sum, in start order, of the bytes each op
 allocates and frees itself (``torch.profiler`` with ``profile_memory=True``:
 ``self_cpu_memory_usage``, children excluded, plus the frees between ops), i.e. the allocator's
@@ -148,9 +152,14 @@ def settings(args):
         'StiffnessHook @1, 8 samples': [lambda: StiffnessHook(interval=1, num_samples=8)],
         f'StiffnessHook @{s_default} (default)': [lambda: StiffnessHook()],
         'FrequencyHook @1': [lambda: FrequencyHook(interval=1)],
+        # transformers: what the attention maps and M_attn cost, as the difference to this
+        'FrequencyHook @1, no attention maps': [lambda: FrequencyHook(interval=1,
+                                                                      attention=False)],
         f'FrequencyHook @{f_default} (default)': [lambda: FrequencyHook()],
         'both @defaults': [lambda: StiffnessHook(), lambda: FrequencyHook()],
     }
+    if args.arch != 'vit':  # no attention map to leave out
+        del every['FrequencyHook @1, no attention maps']
     chosen = {name: hooks for name, hooks in every.items()
               if name == BASELINE or args.only is None or args.only in _words(name)}
     if len(chosen) == 1:
