@@ -398,7 +398,7 @@ def main(argv=None):
     # end to end: A/B ratio of whole iterations; in hooks: the time measured inside the hooks'
     # code per iteration, over the median iteration without hooks (no noise from the rest);
     # per block: both divided by the number of blocks the hooks record
-    header = (f'{"setting":<34}{"iter (ms)":>11}{"time ratio":>12}{"in hooks (ms)":>15}'
+    header = (f'{"setting":<37}{"iter (ms)":>11}{"time ratio":>12}{"in hooks (ms)":>15}'
               f'{"hook ratio":>12}{"extra/block (us)":>18}{"in hooks/block (us)":>21}')
     print(header)
     print('-' * len(header))
@@ -408,16 +408,16 @@ def main(argv=None):
         ratio = statistics.median(ratios)
         hook_ms = statistics.median(in_hooks[name])
         per_block = max(blocks[name], 1)
-        print(f'{name:<34}{statistics.median(times[name]) * 1e3:>11.2f}'
+        print(f'{name:<37}{statistics.median(times[name]) * 1e3:>11.2f}'
               f'{ratio:>12.3f}{hook_ms * 1e3:>15.3f}'
               f'{(plain + hook_ms) / plain:>12.4f}'
               f'{(ratio - 1) * plain / per_block * 1e6:>18.1f}'
               f'{hook_ms / per_block * 1e6:>21.1f}')
-    header = f'{"setting":<34}{"peak (MiB)":>11}{"mem ratio":>12}'
+    header = f'{"setting":<37}{"peak (MiB)":>11}{"mem ratio":>12}'
     print(header)
     print('-' * len(header))
     for name, peak in memory.items():
-        print(f'{name:<34}{peak / 2**20:>11.2f}{peak / memory[BASELINE]:>12.3f}')
+        print(f'{name:<37}{peak / 2**20:>11.2f}{peak / memory[BASELINE]:>12.3f}')
 
 
 if __name__ == '__main__':
