@@ -92,10 +92,6 @@ def test_on_pass_end_runs_after_each_forward_pass_while_started():
         TrajectoryRecorder(net, on_pass_end='free')
 
 
-def _hook_count(model):
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-
-
 def test_gradient_checkpointing_records_once():
     from mmpretrain.models.backbones import ResNet
     net = ResNet(depth=18, base_channels=8, stem_channels=8, with_cp=True)

@@ -206,7 +206,7 @@ class TrajectoryDiagnosticHook(Hook):
     * :meth:`summarise_rows` (required): the ``{name: float}`` scalars of several recorded
       iterations (per rank), from the recorders' outputs;
     * :meth:`extra_recorders`: recorders besides the trajectory's, by role (none by default);
-    * :meth:`end_pass`: at the end of each recorded forward pass (nothing by default);
+    * :attr:`end_pass`: at the end of each recorded forward pass (none by default);
     * :meth:`format_summary`: the console line (by default every scalar).
 
     Args:
@@ -226,6 +226,10 @@ class TrajectoryDiagnosticHook(Hook):
     num_samples = None
     #: scalar-name components whose non-finite values are expected (undefined) and not warned.
     optional_metrics = ()
+    #: a subclass's method run when a recorded forward pass of the recorded module ends, before
+    #: the backward pass (to free what :meth:`reduce_step` held for the pass); None: nothing, and
+    #: no module hook for it
+    end_pass = None
 
     def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix=''):
         self.interval = check_positive_int('interval', interval)
@@ -305,10 +309,6 @@ class TrajectoryDiagnosticHook(Hook):
         """Recorders besides the trajectory's, ``{role: recorder}``, on the module ``target``;
         ``trajectory`` is the trajectory recorder already built. None by default."""
         return {}
-
-    def end_pass(self):
-        """Called when a recorded forward pass of the recorded module ends, before the backward
-        pass: free what :meth:`reduce_step` held for the pass. Nothing by default."""
 
     def compact(self, outputs):
         """What a recorded iteration keeps until its row is written, from its recorders'
