@@ -17,7 +17,7 @@ def _rows(stdout, first_column):
 @pytest.mark.slow
 def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--base-channels', '4', '--batch-size',
-                    '4', '--img-size', '16', '--repeats', '1', '--iters', '2', '--warmup', '1',
+                    '4', '--img-size', '16', '--repeats', '3', '--iters', '2', '--warmup', '1',
                     '--only', '@1', '--log-interval', '2', timeout=300)
     names = ('no hook', 'StiffnessHook', 'FrequencyHook', 'both')
     timing, memory = proc.stdout.split('peak (MiB)')
@@ -26,6 +26,9 @@ def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
                           'FrequencyHook @1'}  # --only @1: no default-interval setting
     assert times['no hook'][1] == 1.0  # the baseline's time ratio to itself
     assert times['StiffnessHook @1'][2] > 0  # time measured inside the hook
+    assert times['no hook'][-2:] == [1.0, 1.0]
+    for name, row in times.items():  # the median of the three repeats within their spread
+        assert row[-2] <= row[1] <= row[-1], (name, row)
     assert set(peaks) == {'no hook', 'StiffnessHook @1', 'FrequencyHook @1', 'both @1'}
     assert peaks['no hook'][1] == 1.0
 

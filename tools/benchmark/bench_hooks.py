@@ -12,9 +12,11 @@ over repeats of the mean iteration time and of its ratio to the no-hook mean of 
 ("time ratio"), and the time spent inside the hooks' own code per iteration (their hook points
 and the per-block reductions that run inside the forward pass) over the median iteration
 without hooks ("hook ratio"; it leaves out what the hooks cost outside their own code, such as
-the dispatch of module hooks). The last two columns divide the hooks' cost by the number of
+the dispatch of module hooks). The next two columns divide the hooks' cost by the number of
 residual blocks the hook records: the extra time per iteration from the time ratio, and the
-time inside the hooks' code. On CUDA, the time inside the hooks' code is host time (launching
+time inside the hooks' code. The last two are the lowest and highest time ratio of the repeats:
+the spread of the median in the third column (on a machine shared with other work, the
+whole-iteration ratio moves by more than the in-hook figures). On CUDA, the time inside the hooks' code is host time (launching
 kernels); the device runs their kernels asynchronously, and the iteration time, measured with a
 synchronisation at its end, holds what they cost there.
 
@@ -399,7 +401,8 @@ def main(argv=None):
     # code per iteration, over the median iteration without hooks (no noise from the rest);
     # per block: both divided by the number of blocks the hooks record
     header = (f'{"setting":<37}{"iter (ms)":>11}{"time ratio":>12}{"in hooks (ms)":>15}'
-              f'{"hook ratio":>12}{"extra/block (us)":>18}{"in hooks/block (us)":>21}')
+              f'{"hook ratio":>12}{"extra/block (us)":>18}{"in hooks/block (us)":>21}'
+              f'{"ratio min":>11}{"ratio max":>11}')
     print(header)
     print('-' * len(header))
     plain = statistics.median(times[BASELINE])
@@ -412,7 +415,8 @@ def main(argv=None):
               f'{ratio:>12.3f}{hook_ms * 1e3:>15.3f}'
               f'{(plain + hook_ms) / plain:>12.4f}'
               f'{(ratio - 1) * plain / per_block * 1e6:>18.1f}'
-              f'{hook_ms / per_block * 1e6:>21.1f}')
+              f'{hook_ms / per_block * 1e6:>21.1f}'
+              f'{min(ratios):>11.3f}{max(ratios):>11.3f}')
     header = f'{"setting":<37}{"peak (MiB)":>11}{"mem ratio":>12}'
     print(header)
     print('-' * len(header))
