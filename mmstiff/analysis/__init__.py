@@ -12,6 +12,7 @@ from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_lo
                         tokens_to_maps)
 from .layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
+from .scratch import ScratchBuffer
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
                          token_cosine_similarity)
 from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson_correlation,
@@ -38,5 +39,5 @@ __all__ += [
     'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',
     'check_layout', 'infer_layout', 'pool_state', 'StiffnessNorms', 'TrajectoryStatistics',
     'BlockTaps', 'diagonal_end_bins', 'delta_log_amplitudes', 'frequency_summary',
-    'FrequencySummary', 'softmax_column_cosine_similarity'
+    'FrequencySummary', 'softmax_column_cosine_similarity', 'ScratchBuffer'
 ]

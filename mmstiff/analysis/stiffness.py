@@ -87,12 +87,14 @@ def neural_stiffness_index(x_t, x_next, step=None):
     return norms.slope / norms.state
 
 
-def stiffness_norms(x_t, x_next, step=None):
+def stiffness_norms(x_t, x_next, step=None, scratch=None):
     """The numerator and denominator of the NSI, ``(||(x_next - x_t)/Δ_t||, ||x_t||)`` per sample.
 
     :func:`neural_stiffness_index` is their ratio; keeping the two ``(B,)`` norms lets a caller
-    that reduces many steps divide them all at once. Arguments as for
-    :func:`neural_stiffness_index`.
+    that reduces many steps divide them all at once. ``x_t``, ``x_next`` and ``step`` as for
+    :func:`neural_stiffness_index`; ``scratch`` (a :class:`~mmstiff.analysis.ScratchBuffer`,
+    optional) holds the difference ``x_next - x_t`` instead of a new tensor, for a caller that
+    reduces step after step.
 
     Returns:
         StiffnessNorms: ``(slope, state)``, two ``(B,)`` float tensors.
@@ -124,12 +126,8 @@ def stiffness_norms(x_t, x_next, step=None):
     # ||x_t|| first: the difference then reads x_t from the cache, not from memory
     state = torch.linalg.vector_norm(x_t, dim=features)
     # the one full-size temporary, ours to overwrite (float32: a float16 / bfloat16 state
-    # under autocast is converted once, and the difference taken in place, exactly). A new
-    # tensor each time: the allocator hands back memory the network has just freed, still in
-    # the cache, and the network's next tensor reuses it; one buffer reused from step to step
-    # costs less inside this function but more in the rest of the iteration
-    diff = (torch.sub(x_next, x_t) if x_next.dtype == torch.float32 else
-            x_next.float().sub_(x_t))
+    # under autocast is converted once, and the difference taken in place, exactly)
+    diff = _difference(x_t, x_next, scratch)
     if step is None:
         return StiffnessNorms(torch.linalg.vector_norm(diff, dim=features), state)
     # ||diff / Δ||: Δ is constant along the axes where it has size 1 (a per-channel Δ over
@@ -143,6 +141,18 @@ def stiffness_norms(x_t, x_next, step=None):
     # a saturated adaptor (sigmoid underflow, Δ = 0) leaves 0 / 0 where nothing moved
     part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
     return StiffnessNorms(torch.linalg.vector_norm(part.flatten(1), dim=1), state)
+
+
+def _difference(x_t, x_next, scratch):
+    """``x_next - x_t`` in float32 (``x_t`` already is), into ``scratch`` when given, else a
+    new tensor."""
+    if scratch is None:
+        return (torch.sub(x_next, x_t) if x_next.dtype == torch.float32 else
+                x_next.float().sub_(x_t))
+    out = scratch.take(x_next.shape, x_next.device)
+    if x_next.dtype == torch.float32:
+        return torch.sub(x_next, x_t, out=out)
+    return out.copy_(x_next).sub_(x_t)
 
 
 def _as_float(x):

@@ -163,14 +163,20 @@ class TrajectoryRecorder(RecorderBase):
             in the records (states, and step sizes that have a batch axis), sliced as they are
             captured, so that everything the recorder and ``reduce`` do costs in proportion.
             None: the whole batch.
+        on_pass_end (callable, optional): called with no argument when a forward pass of
+            ``model`` ends while the recorder is started (e.g. to free what ``reduce`` held
+            during the pass before the backward pass needs the memory).
 
     Raises:
         ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
     """
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True, num_samples=None):
+                 read_se_gates=True, num_samples=None, on_pass_end=None):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
+        if on_pass_end is not None and not callable(on_pass_end):
+            raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
+                             'callable with no argument, or None')
         if level not in LEVELS:
             raise ValueError(f'level={level!r} is not supported; expected one of {LEVELS}')
         if reduce is not None and not callable(reduce):
@@ -200,6 +206,9 @@ class TrajectoryRecorder(RecorderBase):
         self._module_hooks = [hook for block, taps in zip(self.blocks, self._taps)
                               for hook in self._block_hooks(block.name, block.module,
                                                             block.kind, taps)]
+        if on_pass_end is not None:
+            self._module_hooks.append((model, False, opaque_to_compiler(
+                lambda module, args, output: on_pass_end())))
 
     # ------------------------------------------------------------------ lifecycle
     @property

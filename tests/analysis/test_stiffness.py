@@ -68,37 +68,6 @@ def test_stiffness_norms_are_the_two_sides_of_the_nsi():
     assert torch.allclose(state, torch.tensor([1.0, 2.0]))
 
 
-def explicit_norms(x_t, x_next, step=None):
-    """||(x_next - x_t) / Δ|| and ||x_t|| per sample, in float64, 0/0 as 0."""
-    x_t, x_next = x_t.double(), x_next.double()
-    diff = x_next - x_t
-    if step is not None:
-        diff = torch.nan_to_num(diff / torch.as_tensor(step).double(), nan=0.0)
-    return diff.flatten(1).norm(dim=1), x_t.flatten(1).norm(dim=1)
-
-
-@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize('step_kind', ['none', 'scalar', 'per_sample', 'per_channel',
-                                       'per_element'])
-def test_stiffness_norms_equal_the_formula_for_every_dtype_and_step(dtype, step_kind):
-    torch.manual_seed(0)
-    x_t = torch.randn(3, 4, 5, 5).to(dtype)
-    x_next = (x_t.float() + 0.1 * torch.randn(3, 4, 5, 5)).to(dtype)
-    step = {'none': None, 'scalar': 0.5,
-            'per_sample': torch.rand(3, 1, 1, 1) + 0.1,
-            'per_channel': torch.rand(3, 4, 1, 1) + 0.1,
-            'per_element': torch.rand(3, 4, 5, 5) + 0.1}[step_kind]
-    before = [t.clone() for t in (x_t, x_next, step) if torch.is_tensor(t)]
-    slope, state = stiffness_norms(x_t, x_next, step)
-    ref_slope, ref_state = explicit_norms(x_t, x_next, step)
-    assert slope.dtype == state.dtype == torch.float32  # low precision is read in float32
-    assert torch.allclose(slope.double(), ref_slope, rtol=1e-5)
-    assert torch.allclose(state.double(), ref_state, rtol=1e-5)
-    # the difference is a temporary of the function, divided in place: the inputs are untouched
-    after = [t for t in (x_t, x_next, step) if torch.is_tensor(t)]
-    assert all(torch.equal(a, b) for a, b in zip(before, after))
-
-
 def test_nsi_checks_shapes_and_step_type():
     with pytest.raises(ValueError, match='x_next has shape'):
         neural_stiffness_index(torch.ones(2, 3), torch.ones(2, 4))

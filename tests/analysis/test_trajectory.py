@@ -73,6 +73,25 @@ def test_recorder_detaches_and_reduces_on_the_fly():
         TrajectoryRecorder(net, level='layers')
 
 
+def test_on_pass_end_runs_after_each_forward_pass_while_started():
+    from mmpretrain.models.backbones import ResNet_CIFAR
+    net = ResNet_CIFAR(depth=18, base_channels=8, stem_channels=8)
+    x = torch.randn(2, 3, 16, 16)
+    events = []
+    recorder = TrajectoryRecorder(net, reduce=lambda r: events.append(r.name),
+                                  on_pass_end=lambda: events.append('end'))
+    with recorder:
+        net(x)
+        net(x)
+    net(x)  # stopped: neither the blocks nor the end of the pass are seen
+    blocks = [b.name for b in recorder.blocks]
+    # every block's reduction first, then the end of the pass, once per forward pass
+    assert events == (blocks + ['end']) * 2
+    assert _hook_count(net) == 0
+    with pytest.raises(ValueError, match='on_pass_end='):
+        TrajectoryRecorder(net, on_pass_end='free')
+
+
 def test_gradient_checkpointing_records_once():
     from mmpretrain.models.backbones import ResNet
     net = ResNet(depth=18, base_channels=8, stem_channels=8, with_cp=True)

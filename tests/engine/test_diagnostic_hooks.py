@@ -183,23 +183,30 @@ def test_stiffness_summary_of_a_stepnet_backbone_against_its_records():
     assert correlations == len(kept.outputs)  # StepNet's Δ varies over the samples
 
 
-def test_stiffness_hook_logs_the_block_by_block_nsi_of_a_recorded_pass():
-    """Every block of the pass is reduced once, and the logged NSI equals the formula taken
-    block by block."""
+def test_stiffness_hook_frees_its_difference_buffer_when_the_forward_pass_ends():
+    """The buffer that holds x_{t+1} - x_t serves every block of the pass and is not held
+    through the backward pass; the logged NSI equals the block-by-block formula."""
     torch.manual_seed(0)
     backbone = tiny_backbone()
     backbone.train()
     images = torch.randn(5, 3, 16, 16)
     hook = StiffnessHook(interval=1)
     recorders = hook.build_recorders(backbone)
+    held = []  # the buffer's size once each residual block has been reduced
+    blocks = [b.module for b in recorders[TRAJECTORY].blocks]
     with torch.no_grad():
         for recorder in recorders.values():
             recorder.start()
+        # registered after the recorder's: each runs once the block's step is reduced
+        handles = [block.register_forward_hook(lambda *_: held.append(hook._scratch.nbytes))
+                   for block in blocks]
         backbone(images)
         for recorder in recorders.values():
             recorder.stop()
-    outputs = recorders[TRAJECTORY].outputs
-    assert [len(calls) for calls in outputs.values()] == [1] * len(recorders[TRAJECTORY].blocks)
+    for handle in handles:
+        handle.remove()
+    assert len(held) == len(blocks) and all(n > 0 for n in held)
+    assert hook._scratch.nbytes == 0  # freed at the end of the pass
     columns, _ = _trajectory_nsi(backbone, images)
     scalars = hook.summarise(_outputs(recorders))
     for name, nsi in columns.items():

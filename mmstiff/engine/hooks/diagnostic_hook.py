@@ -206,6 +206,7 @@ class TrajectoryDiagnosticHook(Hook):
     * :meth:`summarise_rows` (required): the ``{name: float}`` scalars of several recorded
       iterations (per rank), from the recorders' outputs;
     * :meth:`extra_recorders`: recorders besides the trajectory's, by role (none by default);
+    * :attr:`end_pass`: at the end of each recorded forward pass (none by default);
     * :meth:`format_summary`: the console line (by default every scalar).
 
     Args:
@@ -225,6 +226,10 @@ class TrajectoryDiagnosticHook(Hook):
     num_samples = None
     #: scalar-name components whose non-finite values are expected (undefined) and not warned.
     optional_metrics = ()
+    #: a subclass's method run when a recorded forward pass of the recorded module ends, before
+    #: the backward pass (to free what :meth:`reduce_step` held for the pass); None: nothing, and
+    #: no module hook for it
+    end_pass = None
 
     def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix=''):
         self.interval = check_positive_int('interval', interval)
@@ -279,7 +284,8 @@ class TrajectoryDiagnosticHook(Hook):
         (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
         :meth:`extra_recorders`."""
         trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
-                                        select=self.blocks, num_samples=self.num_samples)
+                                        select=self.blocks, num_samples=self.num_samples,
+                                        on_pass_end=self.end_pass)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders

@@ -8,7 +8,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
+from mmstiff.analysis import (ScratchBuffer, columnwise_pearson_correlation, mean_step_size,
                               nsi_step_correlation, stage_of, stiffness_norms,
                               trajectory_statistics)
 from mmstiff.registry import HOOKS
@@ -93,17 +93,23 @@ class StiffnessHook(TrajectoryDiagnosticHook):
                          prefix='stiffness')
         self.log_blocks = bool(log_blocks)
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
+        # the difference x_{t+1} - x_t of every step of a recorded pass is written here
+        self._scratch = ScratchBuffer()
 
     def reduce_step(self, record):
         # the recorder already kept only the first num_samples samples; the NSI's two norms,
         # divided for all steps at once in summarise_rows
-        norms = stiffness_norms(record.x_t, record.x_next, record.step)
+        norms = stiffness_norms(record.x_t, record.x_next, record.step, scratch=self._scratch)
         if record.step is None:
             return StepStiffness(norms.slope, norms.state, None, False)
         return StepStiffness(norms.slope, norms.state,
                              mean_step_size(record.step, norms.slope.shape[0],
                                             norms.slope.device),
                              torch.is_tensor(record.step))
+
+    def end_pass(self):
+        # the difference buffer is not held through the backward pass
+        self._scratch.release()
 
     def summarise_rows(self, rows):
         """The scalars of several recorded iterations. Every step's norms come to the host in

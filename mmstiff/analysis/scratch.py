@@ -1,0 +1,43 @@
+"""A reusable buffer for the full-size temporaries of the per-step reductions.
+
+A recorder reduces every step of a recorded pass while the network runs; a reduction that needs
+a temporary the size of a state (the NSI's difference ``x_{t+1} - x_t``) would otherwise get a
+fresh allocation per step. On the CPU a large allocation is mapped anew and faulted in page by
+page each time, which costs as much as the arithmetic; one buffer reused from step to step is
+faulted in once and stays in the cache between the write and the read that follows.
+"""
+import torch
+
+
+class ScratchBuffer:
+    """One float32 buffer, handed out as views of the requested shapes.
+
+    The buffer grows to the largest request, and is made anew at a request less than half its
+    size: a network whose states shrink stage by stage keeps a buffer the size of the current
+    stage's state, not of the largest one, so the memory it holds while the pass goes on stays
+    within twice the temporary it replaces. A view is valid until the next :meth:`take`.
+    """
+
+    def __init__(self):
+        self._flat = None
+
+    def take(self, shape, device):
+        """A float32 view of ``shape`` on ``device``; its values are undefined."""
+        numel = 1
+        for size in shape:
+            numel *= size
+        flat = self._flat
+        if (flat is None or flat.device != device or flat.numel() < numel
+                or flat.numel() > 2 * numel):
+            self._flat = flat = None  # the old buffer is freed before the new one is made
+            self._flat = flat = torch.empty(numel, dtype=torch.float32, device=device)
+        return flat[:numel].view(shape)
+
+    def release(self):
+        """Free the buffer (the next :meth:`take` makes a new one)."""
+        self._flat = None
+
+    @property
+    def nbytes(self):
+        """Bytes held (0 when released)."""
+        return 0 if self._flat is None else self._flat.numel() * self._flat.element_size()
