@@ -16,9 +16,9 @@ the dispatch of module hooks). The next two columns divide the hooks' cost by th
 residual blocks the hook records: the extra time per iteration from the time ratio, and the
 time inside the hooks' code. The last two are the lowest and highest time ratio of the repeats:
 the spread of the median in the third column (on a machine shared with other work, the
-whole-iteration ratio moves by more than the in-hook figures). On CUDA, the time inside the hooks' code is host time (launching
-kernels); the device runs their kernels asynchronously, and the iteration time, measured with a
-synchronisation at its end, holds what they cost there.
+whole-iteration ratio moves by more than the in-hook figures). On CUDA, the time inside the
+hooks' code is host time (launching kernels); the device runs their kernels asynchronously, and
+the iteration time, measured with a synchronisation at its end, holds what they cost there.
 
 With ``--arch vit`` one more setting, ``FrequencyHook @1, no attention maps``
 (``attention=False``), tells the attention maps' share (M_attn, and rebuilding the maps from
