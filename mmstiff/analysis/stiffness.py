@@ -145,14 +145,10 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
 
 def _difference(x_t, x_next, scratch):
     """``x_next - x_t`` in float32 (``x_t`` already is), into ``scratch`` when given, else a
-    new tensor."""
-    if scratch is None:
-        return (torch.sub(x_next, x_t) if x_next.dtype == torch.float32 else
-                x_next.float().sub_(x_t))
-    out = scratch.take(x_next.shape, x_next.device)
-    if x_next.dtype == torch.float32:
-        return torch.sub(x_next, x_t, out=out)
-    return out.copy_(x_next).sub_(x_t)
+    new tensor. A float16 / bfloat16 ``x_next`` is promoted inside the subtraction, exactly."""
+    out = (torch.empty_like(x_t) if scratch is None else
+           scratch.take(x_next.shape, x_next.device))
+    return torch.sub(x_next, x_t, out=out)
 
 
 def _as_float(x):
