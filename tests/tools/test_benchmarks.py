@@ -52,6 +52,36 @@ def test_model_benchmarks_print_ratios(run_tool, script, args):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('script, args, header, names', [
+    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'],
+     'device=cpu threads=', ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']),
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--variants', 'featscale'],
+     'DeiT-S, compiled, cpu', ['mmpretrain DeiT-S', '+FeatScale']),
+])
+def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, names):
+    proc = run_tool(f'tools/benchmark/{script}', *args, '--compile', '--repeats', '1',
+                    '--iters', '1', timeout=900)
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(header) and 'compiled' in first, proc.stdout
+    rows = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r'^(\S.*?)\s{2,}([-\d.\s]+)$', line)
+        if match:
+            rows[match.group(1)] = [float(v) for v in match.group(2).split()]
+    assert list(rows) == names  # --variants: the baseline and the chosen model only
+    # the third number of a row is the (train) time ratio to the baseline in both tables
+    assert rows[names[0]][2] == 1.0
+    assert all(row[2] > 0 for row in rows.values())
+
+
+def test_compiled_benchmark_refuses_no_warmup(run_tool):
+    proc = run_tool('tools/benchmark/bench_step_resnet.py', '--compile', '--warmup', '0',
+                    check=False, timeout=120)
+    assert proc.returncode != 0
+    assert '--warmup 0 is not supported with --compile' in proc.stderr
+
+
+@pytest.mark.slow
 def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
     from mmpretrain.models.backbones import ResNet_CIFAR
 

@@ -19,7 +19,7 @@ import argparse
 
 import torch
 import torch.nn as nn
-from bench_step_resnet import compare_models
+from bench_step_resnet import add_compile_argument, check_compile_warmup, compare_models
 from mmpretrain.models.backbones import ResNet, ResNet_CIFAR
 
 from mmstiff.models.backbones import AlterNet
@@ -63,7 +63,8 @@ def parse_args(argv=None):
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=1, help='untimed steps per model')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    return parser.parse_args(argv)
+    add_compile_argument(parser)
+    return check_compile_warmup(parser, parser.parse_args(argv))
 
 
 def main(argv=None):

@@ -12,8 +12,14 @@ the step:
     and of the frees outside ops, as ``torch.profiler`` records them with
     ``profile_memory=True``: live tensor bytes, not the process RSS.
 
-Usage (CPU defaults finish in a couple of minutes on 2 cores):
+``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to
+a model) and compares the compiled models; the first warm-up step of each compiles it, untimed.
+Compiled, an adaptor's pooling, gating and residual sum can be fused into few kernels, where
+eager mode launches each of them separately.
+
+Usage (CPU defaults finish in a couple of minutes on 2 cores; compiled, a few more):
     python tools/benchmark/bench_step_resnet.py
+    python tools/benchmark/bench_step_resnet.py --compile
     python tools/benchmark/bench_step_resnet.py --device cuda --batch-size 64 --img-size 224
 """
 import argparse
@@ -97,7 +103,22 @@ def parse_args(argv=None):
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    return parser.parse_args(argv)
+    add_compile_argument(parser)
+    return check_compile_warmup(parser, parser.parse_args(argv))
+
+
+def add_compile_argument(parser):
+    """``--compile``, shared by the benchmarks that time train steps with :func:`compare_models`."""
+    parser.add_argument('--compile', action='store_true',
+                        help='time torch.compile-d models (compiled during the warm-up)')
+
+
+def check_compile_warmup(parser, args):
+    """``args``, or a usage error where ``--compile`` has no warm-up step to compile in."""
+    if args.compile and args.warmup < 1:
+        parser.error(f'--warmup {args.warmup} is not supported with --compile; expected at least '
+                     '1 untimed step, in which each model is compiled')
+    return args
 
 
 def main(argv=None):
@@ -126,6 +147,8 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
         model = build().to(device).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
                                     weight_decay=1e-4)
+        if getattr(args, 'compile', False):
+            model = torch.compile(model)
         for _ in range(args.warmup):
             train_step(model, optimizer, *batch)
         runs[name] = (model, optimizer)
@@ -139,7 +162,8 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
     memory = {name: peak_step_memory(*runs[name], batch, device) for name in names}
 
     what = 'cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes'
-    print(f'device={device} threads={torch.get_num_threads()} {settings} '
+    compiled = ' compiled' if getattr(args, 'compile', False) else ''
+    print(f'device={device} threads={torch.get_num_threads()}{compiled} {settings} '
           f'repeats={args.repeats} iters/timing={args.iters} peak memory: {what}')
     header = (f'{"model":<{name_width}}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
               f'{"peak (MiB)":>12}{"mem ratio":>11}')

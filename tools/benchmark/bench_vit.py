@@ -14,16 +14,22 @@ Clocks: ``--clock wall`` (default) measures elapsed time. On a machine shared wi
 ``--threads 1 --clock cpu`` measures the CPU time the process itself used
 (``time.process_time``), which other processes competing for the cores barely disturb.
 
+``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to a
+model) and times the compiled models; the untimed warm-up compiles each of them, for training
+and for inference. ``--variants`` picks the models compared with the baseline (default: all).
+
 Usage (the CPU defaults take a few minutes on 2 cores):
     python tools/benchmark/bench_vit.py
     python tools/benchmark/bench_vit.py --batch-size 4 --img-size 160 --repeats 7
     python tools/benchmark/bench_vit.py --threads 1 --clock cpu      # on a busy machine
     python tools/benchmark/bench_vit.py --device cuda --batch-size 128 --iters 10
+    python tools/benchmark/bench_vit.py --compile --variants attnscale featscale
 """
 import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,6 +41,13 @@ VARIANTS = {
     '+AttnScale': dict(attn_scale_layers='all'),
     '+FeatScale': dict(feat_scale_layers='all'),
     '+AttnScale +FeatScale': dict(attn_scale_layers='all', feat_scale_layers='all'),
+}
+#: ``--variants`` choices: the models compared with the baseline.
+VARIANT_KEYS = {
+    'stepvit': 'StepViT, no switch',
+    'attnscale': '+AttnScale',
+    'featscale': '+FeatScale',
+    'both': '+AttnScale +FeatScale',
 }
 
 
@@ -50,15 +63,31 @@ class Classifier(nn.Module):
         return self.head(self.backbone(x)[-1])
 
 
-def build_models(img_size, device):
+def python_drop_path_rates(model):
+    """``model`` with its drop-path rates as Python floats, as StepViT keeps them: mmpretrain
+    keeps NumPy floats, on which ``torch.compile`` cannot branch (a graph break in every
+    layer, which would time a mostly eager baseline against compiled StepViTs; and under
+    ``inference_mode`` the compiler then fails a guard it has just built)."""
+    for module in model.modules():
+        rate = getattr(module, 'drop_prob', None)
+        if isinstance(rate, np.floating):
+            module.drop_prob = float(rate)
+    return model
+
+
+def build_models(img_size, device, names=None):
+    """The baseline and the models ``names`` (None: all of :data:`VARIANTS`), same weights."""
     from mmpretrain.models.backbones import VisionTransformer
 
     from mmstiff.models.backbones import StepViT
 
     torch.manual_seed(0)
-    reference = Classifier(VisionTransformer(arch='deit-small', img_size=img_size))
+    reference = Classifier(python_drop_path_rates(VisionTransformer(arch='deit-small',
+                                                                    img_size=img_size)))
     models = {}
     for name, switches in VARIANTS.items():
+        if names is not None and name != BASELINE and name not in names:
+            continue
         if switches is None:
             model = reference
         else:
@@ -126,6 +155,10 @@ def main():
                         help='torch CPU threads (default: torch\'s own choice)')
     parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
                         help='wall: elapsed time; cpu: CPU time of this process')
+    parser.add_argument('--compile', action='store_true',
+                        help='time torch.compile-d models (compiled during the warm-up)')
+    parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
+                        help='models compared with the baseline (default: all)')
     args = parser.parse_args()
     for field in ('batch_size', 'img_size', 'repeats', 'iters'):
         if getattr(args, field) < 1:
@@ -137,11 +170,14 @@ def main():
         parser.error(f'--clock cpu measures host CPU time; it cannot time --device {args.device}')
     clock = CLOCKS[args.clock]
 
-    models = build_models(args.img_size, device)
+    names = None if args.variants is None else {VARIANT_KEYS[key] for key in args.variants}
+    models = build_models(args.img_size, device, names)
+    if args.compile:
+        models = {name: torch.compile(model) for name, model in models.items()}
     torch.manual_seed(1)
     images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     labels = torch.randint(0, 1000, (args.batch_size, ), device=device)
-    for model in models.values():  # warm-up: allocator, kernels, autograd graph
+    for model in models.values():  # warm-up: allocator, kernels, autograd graph (compiling)
         time_train(model, images, labels, 1, device)
         time_inference(model, images, 1, device)
 
@@ -150,7 +186,8 @@ def main():
     infer = measure(models, lambda m: time_inference(m, images, args.iters, device, clock),
                     args.repeats)
 
-    print(f'DeiT-S, {args.device}, {torch.get_num_threads()} threads, {args.clock} clock, '
+    print(f'DeiT-S{", compiled" if args.compile else ""}, {args.device}, '
+          f'{torch.get_num_threads()} threads, {args.clock} clock, '
           f'batch {args.batch_size}, {args.img_size}x{args.img_size}, '
           f'{args.repeats} repeats x {args.iters} iters, '
           'medians; ratio = time / time of mmpretrain DeiT-S in the same repeat '

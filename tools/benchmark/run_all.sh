@@ -2,14 +2,19 @@
 # Every benchmark, and the tests marked `cuda`, in one call; each writes its output to a folder.
 #
 #   tools/benchmark/run_all.sh [--device cuda|cpu] [--out DIR] [--tiny] [--skip-tests]
+#                              [--skip-compiled]
 #
-# --device cuda (default when a GPU is present): GPU-sized settings, about 8 minutes on one
-#   H100: ResNet-50 at 224x224 batch 64 (StepNet and SE against plain), DeiT-S batch 128
-#   (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics
-#   hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the data-parallel cost of the
-#   hooks where 2 GPUs are present, then `pytest -m cuda tests/cuda`.
+# --device cuda (default when a GPU is present): GPU-sized settings (5 minutes on one H200
+#   without the compiled steps): ResNet-50 at 224x224 batch 64 (StepNet and SE against
+#   plain), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224
+#   batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
+#   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
+#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale), then
+#   `pytest -m cuda tests/cuda`.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
-#   with --tiny, toy sizes that only check that every step runs (a minute or two).
+#   with --tiny, toy sizes that only check that every step runs (a minute or two; the compiled
+#   steps add a few minutes of compilation).
+# --skip-compiled: leave out the torch.compile steps (their compilation takes a few minutes).
 # --out DIR: where the outputs go (default work_dirs/benchmarks/<device>-<date>-<time>); one
 #   <step>.txt per step and summary.txt with each step's exit status and duration.
 # The steps run one after another; a failing step is reported and the others still run; the
@@ -22,13 +27,15 @@ device=
 out=
 tiny=0
 tests=1
+compiled=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --device) device=${2:?--device needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --tiny) tiny=1; shift ;;
     --skip-tests) tests=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --skip-compiled) compiled=0; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -108,6 +115,12 @@ step hooks_vit_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks
   "${at1[@]}"
 step hooks_vit_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
   "${defaults[@]}"
+if [[ $compiled -eq 1 ]]; then
+  step bench_step_resnet_compiled "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+    --compile
+  step bench_vit_compiled "$PYTHON" $bench/bench_vit.py "${vit[@]}" --compile \
+    --variants attnscale featscale
+fi
 if [[ $device == cpu || $gpus -ge 2 ]]; then
   step bench_ddp "$PYTHON" $bench/bench_ddp.py "${ddp[@]}"
 else

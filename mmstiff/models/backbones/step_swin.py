@@ -157,6 +157,12 @@ class StepSwin(SwinTransformer):
         for i, block in enumerate(blocks):
             block.attn = self._rebuild_attention(block.attn, i in attn_scale, i in feat_scale)
 
+    def train(self, mode=True):
+        """Upstream ``train`` (frozen stages, ``norm_eval``), returning the module as
+        ``nn.Module.train`` does (mmpretrain's returns None)."""
+        super().train(mode)
+        return self
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         """Upgrade an older checkpoint version (:func:`upgrade_swin_state_dict`), then load."""
         upgrade_swin_state_dict(state_dict, prefix, local_metadata.get('version'),

@@ -373,6 +373,12 @@ class StepViT(VisionTransformer):
         if self.frozen_stages > 0:
             self._freeze_stages()
 
+    def train(self, mode=True):
+        """Upstream ``train``, returning the module as ``nn.Module.train`` does (mmpretrain's
+        ``BaseBackbone.train`` returns None)."""
+        super().train(mode)
+        return self
+
     def _upstream_layer_cfgs(self,
                              drop_rate=0.,
                              drop_path_rate=0.,
@@ -381,8 +387,12 @@ class StepViT(VisionTransformer):
                              layer_scale_init_value=0.,
                              layer_cfgs=dict(),
                              **unused):
-        """The per-layer configs :class:`VisionTransformer` builds its layers from."""
-        dpr = np.linspace(0, drop_path_rate, self.num_layers)
+        """The per-layer configs :class:`VisionTransformer` builds its layers from.
+
+        The drop-path rates are Python floats, where upstream's are NumPy floats: ``torch.compile``
+        cannot branch on a NumPy value (``if drop_prob == 0``) and would cut the graph of
+        every layer there."""
+        dpr = np.linspace(0, drop_path_rate, self.num_layers).tolist()
         if isinstance(layer_cfgs, dict):
             layer_cfgs = [layer_cfgs] * self.num_layers
         cfgs = []
