@@ -23,6 +23,10 @@ BUILDS = {
                                     **SWITCHES), 32),
     'AlterNet': (lambda: backbones.AlterNet(18, stem='cifar', window_size=4,
                                             drop_path_rate=0.1), 32),
+    'StepResNet': (lambda: backbones.StepResNet(
+        18, stem_channels=8, base_channels=8, adaptor=dict(type='mmstiff.SEAdaptor')), 32),
+    'PreActStepResNet': (lambda: backbones.PreActStepResNet(
+        depth=20, adaptor=dict(type='mmstiff.StepNetAdaptor')), 16),
     'StepResNet_CIFAR': (lambda: backbones.StepResNet_CIFAR(
         depth=18, stem_channels=4, base_channels=4,
         adaptor=dict(type='mmstiff.StepNetAdaptor')), 16),
