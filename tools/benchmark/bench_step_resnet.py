@@ -142,13 +142,13 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
     """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
     A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
     and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
-    first line. ``args``: ``warmup``, ``repeats``, ``iters``."""
+    first line. ``args``: ``warmup``, ``repeats``, ``iters``, ``compile``."""
     runs = {}
     for name, build in models.items():
         model = build().to(device).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
                                     weight_decay=1e-4)
-        if getattr(args, 'compile', False):
+        if args.compile:
             model = torch.compile(model)
         for _ in range(args.warmup):
             train_step(model, optimizer, *batch)
@@ -160,7 +160,7 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
         order = names[repeat % len(names):] + names[:repeat % len(names)]
         for name in order:
             times[name].append(time_steps(*runs[name], batch, args.iters, device))
-    compiled = getattr(args, 'compile', False)
+    compiled = args.compile
     # the profiler's op events miss the activations of a compiled graph (a compiled ResNet-50
     # step shows only its gradients' bytes, at any batch size): no peak for compiled CPU runs
     measured = device.type == 'cuda' or not compiled
