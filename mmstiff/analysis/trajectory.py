@@ -15,7 +15,9 @@ tensor) keeps the cost to a few norms per block and nothing but small tensors al
 * The hook functions are made once and are opaque to ``torch.compile``: a compiled model calls
   them as they are at every recorded pass (a graph break at each hooked module while they are
   registered; the compiler must guard on module hooks, see
-  ``torch._dynamo.config.skip_nnmodule_hook_guards``).
+  ``torch._dynamo.config.skip_nnmodule_hook_guards``). The training hooks avoid that cut graph
+  altogether: their recorded iterations run eagerly
+  (:mod:`mmstiff.engine.hooks.eager_recording`).
 
 Example:
     >>> from mmstiff.analysis import TrajectoryRecorder, neural_stiffness_index

@@ -1,13 +1,11 @@
 """Training with MMEngine's ``compile=True`` (``torch.compile`` of ``train_step``), with and
 without the diagnostics hooks.
 
-The hooks register module hooks at their recorded iterations only. In a compiled run they turn
-on torch's guards on module hooks (otherwise hooks registered after the first compiled
-iteration never run: the FrequencyHook here first records at iteration 2), and each hook is
-opaque to the compiler (``torch.compiler.disable``), so the compiled model calls it at every
-recorded iteration and the values are those of an eager run (the recorder's side effects are
-not traced once into a graph). Where the hooks are registered, the compiled forward pass is cut
-at each hooked block (a graph break per hook); the other iterations run the whole graph.
+The hooks register module hooks at their recorded iterations only, and while they record the
+compiler's stance is ``force_eager`` (:mod:`mmstiff.engine.hooks.eager_recording`): a recorded
+iteration runs as an eager one, so its values are those of an eager run, and the compiler never
+sees the hooks: no graph cut at the hooked blocks is ever compiled, and the other iterations
+run the graph of a run without the hooks.
 """
 import math
 
@@ -37,13 +35,13 @@ HOOKS = [dict(type='mmstiff.StiffnessHook', interval=1),
          dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)]
 
 
-def _train(work_dir, backbone, hooks, compile):
+def _train(work_dir, backbone, hooks, compile, max_iters=2):
     torch._dynamo.reset()  # no graph of an earlier test's model
     torch.manual_seed(0)
     runner = Runner(
         model=ToyClassifier(BACKBONES[backbone]()), work_dir=str(work_dir),
         train_dataloader=toy_loader(batch_size=4),
-        train_cfg=dict(by_epoch=False, max_iters=2),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
         # lr 0: both runs see the same weights at every iteration
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
         custom_hooks=hooks, default_hooks=dict(checkpoint=None,
@@ -77,3 +75,47 @@ def test_compiled_training_with_and_without_the_hooks(backbone, with_hooks, tmp_
         assert keys and set(keys) <= set(compiled[step])
         for key in keys:
             assert compiled[step][key] == pytest.approx(eager[step][key], rel=1e-3, abs=1e-5), key
+
+
+def _graphs(work_dir, hooks):
+    """Graphs compiled in a run of 5 iterations (with the compiler's ``eager`` backend, which
+    traces but generates no code), the run's rows, and the compiler's stance after it."""
+    from torch._dynamo import eval_frame
+    from torch._dynamo.utils import counters
+    counters.clear()
+    rows = _train(work_dir, 'stepnet-resnet', hooks, compile=dict(backend='eager'), max_iters=5)
+    return counters['stats']['unique_graphs'], rows, eval_frame._stance.stance
+
+
+# both record iterations 2 and 4; 1, 3 and 5 run compiled
+EVERY_OTHER = [dict(type='mmstiff.StiffnessHook', interval=2),
+               dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)]
+
+
+@pytest.mark.slow
+def test_recorded_iterations_add_no_compiled_graph(tmp_path):
+    """The compiler makes no graph for the recorded iterations (they run eagerly): as many
+    graphs as without the hooks, none cut at a hooked block, and the other iterations run
+    those graphs. The stance is the default again after training."""
+    plain, _, stance_after_plain = _graphs(tmp_path / 'plain', [])
+    hooked, rows, stance_after_hooks = _graphs(tmp_path / 'hooks', EVERY_OTHER)
+    assert plain > 0 and hooked == plain
+    assert stance_after_plain == stance_after_hooks == 'default'
+    recorded = sorted(step for step, row in rows.items()
+                      if any(k.startswith('stiffness/nsi/') for k in row))
+    assert recorded == [2, 4]
+
+
+@pytest.mark.slow
+def test_without_the_eager_stance_the_hooks_cut_the_graph(tmp_path, monkeypatch):
+    """The fallback of a torch without ``set_stance`` (guards on module hooks): the hooks still
+    run in the compiled model and log their values, but the compiler makes graphs cut at the
+    hooked blocks, which the check above would see."""
+    from mmstiff.engine.hooks import eager_recording
+    plain, _, _ = _graphs(tmp_path / 'plain', [])
+    monkeypatch.setattr(eager_recording, 'stance_supported', lambda: False)
+    monkeypatch.setattr(torch._dynamo.config, 'skip_nnmodule_hook_guards', True)
+    hooked, rows, _ = _graphs(tmp_path / 'hooks', EVERY_OTHER)
+    assert torch._dynamo.config.skip_nnmodule_hook_guards is False  # turned on for the hooks
+    assert hooked > plain
+    assert all(any(k.startswith('stiffness/nsi/') for k in rows[step]) for step in (2, 4))

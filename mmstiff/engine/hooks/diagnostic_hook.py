@@ -4,7 +4,9 @@ A diagnostic hook rides on the training forward pass of the iterations at its in
 registers the forward hooks of a :class:`~mmstiff.analysis.TrajectoryRecorder` in
 ``before_train_iter`` and removes them in ``after_train_iter``, so the other iterations run
 with no hook at all and no extra forward pass is ever made. The recorder reduces each block's
-states on the fly (a few numbers per sample), under ``torch.no_grad()`` on detached tensors.
+states on the fly (a few numbers per sample), under ``torch.no_grad()`` on detached tensors. In
+a compiled run (MMEngine's ``compile=True``) the recorded iterations run eagerly and the others
+compiled (:mod:`~mmstiff.engine.hooks.eager_recording`).
 
 Logging. The scalars are averaged over ranks (``mmengine.dist.all_reduce``; a value that is not
 finite on some rank is left out of the mean, and a value not finite on every rank is not
@@ -57,6 +59,7 @@ from mmengine.model import is_model_wrapper
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.trajectory import LEVELS
 from mmstiff.utils.checks import check_patterns, check_positive_int
+from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
 
 #: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
 #: other hooks to read; the whole series is in the JSON log.
@@ -247,6 +250,7 @@ class TrajectoryDiagnosticHook(Hook):
         # iterations between console summaries; lcm with the LoggerHook's in before_train
         self.console_interval = self.interval
         self._warned = False
+        self._holding_eager = False  # whether this hook holds the compiler's eager stance
 
     # ------------------------------------------------------------------ model access
     def target_module(self, runner):
@@ -339,6 +343,7 @@ class TrajectoryDiagnosticHook(Hook):
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if self.recorders and self.every_n_train_iters(runner, self.interval):
+            self._hold_eager()  # a compiled model runs this iteration eagerly, hooks and all
             for recorder in self.recorders.values():
                 recorder.clear()
                 recorder.start()
@@ -348,6 +353,7 @@ class TrajectoryDiagnosticHook(Hook):
             return
         for recorder in self.recorders.values():
             recorder.stop()
+        self._release_eager()
         self._pending.append(RecordedIteration(runner.iter + 1, runner.epoch + 1, self.compact({
             role: recorder.outputs for role, recorder in self.recorders.items()})))
         for recorder in self.recorders.values():
@@ -362,7 +368,18 @@ class TrajectoryDiagnosticHook(Hook):
         for recorder in self.recorders.values():
             recorder.stop()
             recorder.clear()
+        self._release_eager()
         self.flush(runner)
+
+    def _hold_eager(self):
+        if not self._holding_eager:
+            EAGER_WHILE_RECORDING.hold()
+            self._holding_eager = True
+
+    def _release_eager(self):
+        if self._holding_eager:
+            self._holding_eager = False
+            EAGER_WHILE_RECORDING.release()
 
     def flush(self, runner):
         """Summarise the recorded iterations not yet written and write them, one row each."""
@@ -418,26 +435,6 @@ def diagnostics_log_name(timestamp, names):
     ``analyze_logs.py plot_curve`` needs to plot one of them."""
     namespace = next(iter(names)).split('/')[0]
     return f'{timestamp}_{namespace}.json'
-
-
-def watch_hooks_when_compiled(runner):
-    """Make a run compiled by MMEngine (``compile=True``) see the recorders' module hooks.
-
-    ``torch.compile`` does not guard on module hooks by default
-    (``torch._dynamo.config.skip_nnmodule_hook_guards``): hooks registered after the first
-    compiled iteration, as a recorder's are at each recorded iteration, would never run. With
-    the guards on, the compiled ``train_step`` gets a second graph for the recorded iterations
-    (cut at each hooked block, whose hooks run as they are) and keeps its graph for the others.
-    """
-    cfg = getattr(runner, 'cfg', None)
-    if not (cfg is not None and hasattr(cfg, 'get') and cfg.get('compile')):
-        return
-    import torch._dynamo
-    if torch._dynamo.config.skip_nnmodule_hook_guards:
-        torch._dynamo.config.skip_nnmodule_hook_guards = False
-        print_log('the diagnostics hooks register module hooks at their recorded iterations: '
-                  'torch._dynamo.config.skip_nnmodule_hook_guards set to False so that the '
-                  'compiled model runs them', logger='current', level=logging.INFO)
 
 
 def extend_history(hub, name, values):
