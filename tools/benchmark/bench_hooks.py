@@ -20,6 +20,13 @@ whole-iteration ratio moves by more than the in-hook figures). On CUDA, the time
 hooks' code is host time (launching kernels); the device runs their kernels asynchronously, and
 the iteration time, measured with a synchronisation at its end, holds what they cost there.
 
+``--compile`` times a ``torch.compile``-d model, as MMEngine's ``compile=True`` trains it: the
+hooks' recorded iterations run eagerly (the compiler's ``force_eager`` stance while a hook
+records) and the others run the compiled graph, so the ratios are what the hooks cost a
+compiled run. The model is compiled in untimed iterations without hooks before the warm-up;
+peak memory is then measured on CUDA only (the CPU profiler does not see the activations inside
+a compiled graph).
+
 With ``--arch vit`` one more setting, ``FrequencyHook @1, no attention maps``
 (``attention=False``), tells the attention maps' share (M_attn, and rebuilding the maps from
 ``qkv``) from the rest of the FrequencyHook's cost.
@@ -49,6 +56,7 @@ Usage (the defaults take about 13 minutes on 2 idle CPU cores):
     # a narrow worst case (~7 minutes): its iteration is 4-5x faster than the default
     # model's while the hooks' cost per recorded iteration only halves
     python tools/benchmark/bench_hooks.py --base-channels 16 --batch-size 32 --repeats 5
+    python tools/benchmark/bench_hooks.py --compile --only default --iters 100  # compiled run
     # deep models: 33 blocks (ResNet_CIFAR-101), 54 (pre-activation ResNet-164), 24 layers
     python tools/benchmark/bench_hooks.py --depth 101 --base-channels 16 --only @1 --iters 20
     python tools/benchmark/bench_hooks.py --depth 164 --base-channels 16 --only @1 --iters 20
@@ -307,6 +315,8 @@ def parse_args(argv=None):
                         "mmpretrain's configs use 100): the hooks write their recorded "
                         "iterations in a batch at its multiples")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    parser.add_argument('--compile', action='store_true',
+                        help='time a torch.compile-d model (compiled before the warm-up)')
     parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
                         help="'wall' (default; what training feels, on an otherwise idle "
                         "machine) or 'cpu': this process's CPU time, steadier on a machine "
@@ -347,8 +357,14 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
              torch.randint(0, 10, (args.batch_size, ), device=device))
+    if args.compile:
+        model = torch.compile(model)
     work_dir = tempfile.mkdtemp(prefix='bench_hooks_')
     runner = BenchRunner(model, work_dir, args.log_interval)
+    if args.compile:
+        for _ in range(2):  # compile it (the second step: with the optimizer's state)
+            train_iteration(runner, [], optimizer, *batch)
+        runner.iter = 0
     setups = {}
     timers = {}
     for name, factories in settings(args).items():
@@ -385,6 +401,8 @@ def main(argv=None):
     memory_setups = {BASELINE: [], **{name: setups[name] for name in at_one}}
     if len(at_one) == 2:
         memory_setups['both @1'] = setups[at_one[0]] + setups[at_one[1]]
+    if args.compile and device.type != 'cuda':
+        memory_setups = {}  # the profiler misses a compiled graph's activations
     peaks = {name: [] for name in memory_setups}
     for _ in range(3):  # interleaved too; the median of three
         for name, hooks in memory_setups.items():
@@ -392,11 +410,13 @@ def main(argv=None):
     memory = {name: statistics.median(values) for name, values in peaks.items()}
 
     threads = f'threads={torch.get_num_threads()} ' if device.type == 'cpu' else ''
-    what = ('cuda max_memory_allocated' if device.type == 'cuda' else
-            'profiler live bytes')
-    print(f'{description} batch={args.batch_size} img={args.img_size} device={device} '
+    what = ('cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes')
+    peak = (f'peak memory: {what} of one recorded iteration' if memory else
+            'peak memory: not measured (compiled, on the CPU)')
+    compiled = 'compiled ' if args.compile else ''
+    print(f'{compiled}{description} batch={args.batch_size} img={args.img_size} device={device} '
           f'{threads}repeats={args.repeats} iters/setting={args.iters} clock={args.clock}; '
-          f'{blocks[names[-1]]} blocks; peak memory: {what} of one recorded iteration')
+          f'{blocks[names[-1]]} blocks; {peak}')
     # end to end: A/B ratio of whole iterations; in hooks: the time measured inside the hooks'
     # code per iteration, over the median iteration without hooks (no noise from the rest);
     # per block: both divided by the number of blocks the hooks record
@@ -417,6 +437,8 @@ def main(argv=None):
               f'{(ratio - 1) * plain / per_block * 1e6:>18.1f}'
               f'{hook_ms / per_block * 1e6:>21.1f}'
               f'{min(ratios):>11.3f}{max(ratios):>11.3f}')
+    if not memory:
+        return
     header = f'{"setting":<37}{"peak (MiB)":>11}{"mem ratio":>12}'
     print(header)
     print('-' * len(header))

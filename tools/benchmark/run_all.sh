@@ -9,8 +9,8 @@
 #   plain), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224
 #   batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
 #   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
-#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale), then
-#   `pytest -m cuda tests/cuda`.
+#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale) and the hooks at
+#   their defaults on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
 #   with --tiny, toy sizes that only check that every step runs (a minute or two; the compiled
 #   steps add a few minutes of compilation).
@@ -120,6 +120,8 @@ if [[ $compiled -eq 1 ]]; then
     --compile
   step bench_vit_compiled "$PYTHON" $bench/bench_vit.py "${vit[@]}" --compile \
     --variants attnscale featscale
+  step hooks_resnet_defaults_compiled "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
+    "${hooks_resnet[@]}" "${defaults[@]}" --compile
 fi
 if [[ $device == cpu || $gpus -ge 2 ]]; then
   step bench_ddp "$PYTHON" $bench/bench_ddp.py "${ddp[@]}"
