@@ -114,8 +114,9 @@ def test_without_the_eager_stance_the_hooks_cut_the_graph(tmp_path, monkeypatch)
     from mmstiff.engine.hooks import eager_recording
     plain, _, _ = _graphs(tmp_path / 'plain', [])
     monkeypatch.setattr(eager_recording, 'stance_supported', lambda: False)
-    monkeypatch.setattr(torch._dynamo.config, 'skip_nnmodule_hook_guards', True)
-    hooked, rows, _ = _graphs(tmp_path / 'hooks', EVERY_OTHER)
-    assert torch._dynamo.config.skip_nnmodule_hook_guards is False  # turned on for the hooks
+    # (the compiler's own patch: monkeypatch would delete the setting when it restores it)
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
+        hooked, rows, _ = _graphs(tmp_path / 'hooks', EVERY_OTHER)
+        assert torch._dynamo.config.skip_nnmodule_hook_guards is False  # guards turned on
     assert hooked > plain
     assert all(any(k.startswith('stiffness/nsi/') for k in rows[step]) for step in (2, 4))
