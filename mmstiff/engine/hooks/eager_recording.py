@@ -30,7 +30,7 @@ class EagerWhileRecording:
 
     Several hooks may record the same iteration and finish in any order: :meth:`hold` and
     :meth:`release` count, and the stance before the first hold comes back at the last
-    release. Both do nothing where the stance cannot be set.
+    release. Where the stance cannot be set they only count.
     """
 
     def __init__(self):
