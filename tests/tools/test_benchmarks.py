@@ -66,11 +66,7 @@ def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, n
     if script == 'bench_step_resnet.py':  # no CPU peak memory of a compiled graph
         assert 'peak memory: not measured for compiled CPU models' in first
         assert all(line.endswith('n/a        n/a') for line in proc.stdout.splitlines()[3:])
-    rows = {}
-    for line in proc.stdout.replace('n/a', '').splitlines():
-        match = re.match(r'^(\S.*?)\s{2,}([-\d.\s]+)$', line)
-        if match:
-            rows[match.group(1)] = [float(v) for v in match.group(2).split()]
+    rows = _rows(proc.stdout.replace('n/a', ''), tuple(names))
     assert list(rows) == names  # --variants: the baseline and the chosen model only
     # the third number of a row is the (train) time ratio to the baseline in both tables
     assert rows[names[0]][2] == 1.0

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from bench_step_resnet import add_compile_argument
 
 BASELINE = 'mmpretrain DeiT-S'
 VARIANTS = {
@@ -155,8 +156,7 @@ def main():
                         help='torch CPU threads (default: torch\'s own choice)')
     parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
                         help='wall: elapsed time; cpu: CPU time of this process')
-    parser.add_argument('--compile', action='store_true',
-                        help='time torch.compile-d models (compiled during the warm-up)')
+    add_compile_argument(parser)
     parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
                         help='models compared with the baseline (default: all)')
     args = parser.parse_args()
