@@ -17,7 +17,7 @@ import sys
 
 from mmengine.config import DictAction
 
-from mmstiff.utils.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner, cfg_option,
+from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner, cfg_option,
                                    shutdown_distributed)
 
 

@@ -17,7 +17,7 @@ from mmengine.config import DictAction
 
 from mmstiff.engine import DivergenceError
 from mmstiff.utils.checkpoint import CheckpointError
-from mmstiff.utils.runtime import ConfigError, build_runner, cfg_option, shutdown_distributed
+from mmstiff.apis.runtime import ConfigError, build_runner, cfg_option, shutdown_distributed
 
 
 def parse_args(argv=None):

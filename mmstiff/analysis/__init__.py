@@ -10,7 +10,7 @@ from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_lo
                         diagonal_end_bins, diagonal_frequencies, frequency_summary,
                         high_frequency_ratio, log_amplitude_profile, log_amplitude_spectrum,
                         tokens_to_maps)
-from .layout import LAYOUTS, check_layout, infer_layout, pool_state
+from mmstiff.utils.layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .scratch import ScratchBuffer
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,

@@ -20,20 +20,18 @@ The trajectory recorder needs, per block, the state before the step ``x_t`` and 
     step from the layer input to the input of the second pre-norm (``ln2`` / ``norm2``), and
     the MLP step from there to the layer output.
 
-Discovery is by class or by any predicate (``is_block=`` of the recorder). Each backbone
-module declares its block classes with :func:`register_block_type` (mmstiff's backbones also
-declare the upstream mmpretrain and mmdet blocks they build on); subclasses of a declared class
-are blocks of the same kind (mmstiff's step blocks subclass the upstream ones). This module
-imports no backbone: the declarations import it, and it imports their package only lazily, at
-the first lookup (:data:`DECLARING_PACKAGE`).
+Discovery is by class. A class says which kind of block it is through its own class attribute
+:data:`RESIDUAL_KIND_ATTR` (mmstiff's blocks do); the upstream blocks mmstiff's backbones build
+on are known here by name (:data:`UPSTREAM_BLOCKS`), and any other class can be declared with
+:func:`register_block_type` or found with the recorder's ``is_block=``. Subclasses of a block
+class are blocks of the same kind. This module imports no model: the models do not import it
+either (docs/design.md, "Declarations").
 
-A block's *step size* is the output of the step-size adaptor inside it (a class declared with
-:func:`register_step_type`). mmpretrain's ``SELayer`` is read as a step-size source too
-(declared with :func:`register_step_gate`): its gate
-``sigmoid(W2 relu(W1 GAP(f)))`` is the step size Δ_t of the SE block (docs/methods.md §0, §3;
-the StepNet paper's Appendix D measures NSI against exactly these attention values).
+A block's *step size* is the output of a step-size source inside it: a module whose class sets
+:data:`STEP_SOURCE_ATTR` (the step-size adaptors), or the gate of an SE layer
+(:data:`UPSTREAM_GATES`, :func:`register_step_gate`), whose ``sigmoid(W2 relu(W1 GAP(f)))`` is
+the SE block's Δ_t (docs/methods.md §0, §3).
 """
-import importlib
 from typing import NamedTuple
 
 import torch.nn as nn
@@ -43,17 +41,28 @@ BLOCK_KINDS = ('conv', 'preact', 'transformer')
 SHORTCUT_NAMES = ('downsample', 'shortcut')
 #: names of a transformer layer's second pre-norm (the input of the MLP branch), tried in order.
 SECOND_NORM_NAMES = ('ln2', 'norm2')
-#: the package whose modules declare the block and step-size classes (mmstiff's backbones and
-#: adaptors, and the upstream blocks they build on). It imports this module to declare them,
-#: so it is imported here only lazily, once, at the first lookup: a script that imports
-#: nothing but :mod:`mmstiff.analysis` still finds every declared block.
-DECLARING_PACKAGE = 'mmstiff.models'
+#: the class attribute by which a block class declares its kind (one of :data:`BLOCK_KINDS`).
+RESIDUAL_KIND_ATTR = 'residual_kind'
+#: the class attribute (True) by which a module class declares its output a step size Δ_t.
+STEP_SOURCE_ATTR = 'step_source'
+#: upstream block classes, by full name (their packages are not imported here) -> kind.
+UPSTREAM_BLOCKS = {
+    'mmpretrain.models.backbones.resnet.BasicBlock': 'conv',
+    'mmpretrain.models.backbones.resnet.Bottleneck': 'conv',
+    'mmdet.models.backbones.resnet.BasicBlock': 'conv',
+    'mmdet.models.backbones.resnet.Bottleneck': 'conv',
+    'mmpretrain.models.backbones.vision_transformer.TransformerEncoderLayer': 'transformer',
+    'mmpretrain.models.backbones.swin_transformer.SwinBlock': 'transformer',
+    'mmdet.models.backbones.swin.SwinBlock': 'transformer',
+}
+#: upstream SE layers, by full name -> the name of their gate submodule (output = Δ_t).
+UPSTREAM_GATES = {'mmpretrain.models.utils.se_layer.SELayer': 'conv2'}
 
 _BLOCK_TYPES = {}  # class -> kind
-_BLOCK_NAMES = {}  # 'module.QualName' of a class not imported at declaration -> kind
+_BLOCK_NAMES = dict(UPSTREAM_BLOCKS)  # 'module.QualName' -> kind
 _STEP_TYPES = []  # classes whose forward output is a step size
 _GATE_TYPES = {}  # class -> name of its submodule whose output is a step size (SE gates)
-_declared = False
+_GATE_NAMES = dict(UPSTREAM_GATES)  # 'module.QualName' -> gate name
 
 
 class ResidualBlock(NamedTuple):
@@ -73,10 +82,9 @@ def register_block_type(cls, kind='conv'):
     """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'``,
     ``'preact'`` or ``'transformer'``); see the module docstring for what each kind reads.
 
-    Backbones declare their block classes (and the upstream ones they build on) when their
-    module is imported; returns ``cls``. ``cls`` may also be given by its full name
-    (``'mmdet.models.backbones.resnet.Bottleneck'``), for a class of an optional package that
-    the declaring module does not import.
+    For block classes that declare nothing themselves (:data:`RESIDUAL_KIND_ATTR`); returns
+    ``cls``. ``cls`` may also be given by its full name (``'package.module.Block'``), for a
+    class of a package the caller does not import.
     """
     if kind not in BLOCK_KINDS:
         raise ValueError(f'kind={kind!r} is not supported; expected one of {BLOCK_KINDS}')
@@ -89,7 +97,8 @@ def register_block_type(cls, kind='conv'):
 
 def register_step_type(cls):
     """Declare ``cls`` (and its subclasses) a step-size source: the output of its forward is
-    the step size Δ_t of the block it sits in (the step-size adaptors). Returns ``cls``."""
+    the step size Δ_t of the block it sits in (for classes without :data:`STEP_SOURCE_ATTR`).
+    Returns ``cls``."""
     if _check_module_class(cls) not in _STEP_TYPES:
         _STEP_TYPES.append(cls)
     return cls
@@ -105,18 +114,15 @@ def register_step_gate(cls, gate):
     return cls
 
 
-def _load_declarations():
-    global _declared
-    if not _declared:
-        _declared = True
-        importlib.import_module(DECLARING_PACKAGE)
+def _full_name(cls):
+    return f'{cls.__module__}.{cls.__qualname__}'
 
 
 def block_kind(module):
     """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
-    _load_declarations()
     for cls in type(module).__mro__:
-        kind = _BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(f'{cls.__module__}.{cls.__qualname__}')
+        kind = (_BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(_full_name(cls))
+                or cls.__dict__.get(RESIDUAL_KIND_ATTR))
         if kind:
             return kind
     return None
@@ -183,12 +189,24 @@ def _se_gate_modules(block):
     """The gate submodules (output = Δ) of the SE layers (declared gates) inside ``block``."""
     gates = []
     for module in block.modules():
-        for cls, name in _GATE_TYPES.items():
-            gate = getattr(module, name, None) if isinstance(module, cls) else None
-            if isinstance(gate, nn.Module):
-                gates.append(gate)
-                break
+        gate = getattr(module, _gate_name(type(module)) or '', None)
+        if isinstance(gate, nn.Module):
+            gates.append(gate)
     return gates
+
+
+def _gate_name(cls):
+    """The gate submodule's name of a declared SE layer class (or a subclass), or None."""
+    for base in cls.__mro__:
+        name = _GATE_TYPES.get(base) or _GATE_NAMES.get(_full_name(base))
+        if name:
+            return name
+    return None
+
+
+def _is_step_source(module):
+    return bool(getattr(type(module), STEP_SOURCE_ATTR, False)) or isinstance(
+        module, tuple(_STEP_TYPES))
 
 
 def step_sources(block, read_se_gates=True):
@@ -197,11 +215,9 @@ def step_sources(block, read_se_gates=True):
     These are the step-size adaptors (outermost ones), plus (with ``read_se_gates``) the sigmoid
     gate of each SE layer (mmpretrain's ``SELayer``).
     """
-    _load_declarations()
-    adaptor_types = tuple(_STEP_TYPES)
     sources, names = [], []
     for name, module in block.named_modules():
-        if adaptor_types and isinstance(module, adaptor_types) and not any(
+        if _is_step_source(module) and not any(
                 name.startswith(outer + '.') for outer in names):
             sources.append(module)
             names.append(name)

@@ -24,7 +24,7 @@ from typing import NamedTuple, Tuple
 import torch
 
 from mmstiff.utils.checks import check_non_negative_int
-from .layout import check_layout, infer_layout
+from mmstiff.utils.layout import check_layout, infer_layout
 
 #: name of the state that enters the first recorded step.
 INPUT = 'input'

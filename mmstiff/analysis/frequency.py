@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from .layout import infer_layout, pool_state
+from mmstiff.utils.layout import infer_layout, pool_state
 
 LOG_EPS = 1e-6
 CONVENTIONS = ('exact', 'paper')

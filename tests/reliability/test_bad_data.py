@@ -21,7 +21,7 @@ from mmengine.config import Config
 
 from mmstiff.datasets import CIFAR10, STL10, FashionMNIST
 from mmstiff.testing import write_cifar, write_coco, write_mnist, write_stl10
-from mmstiff.utils.runtime import ConfigError, load_config, prepare_runner_cfg
+from mmstiff.apis.runtime import ConfigError, load_config, prepare_runner_cfg
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CONFIG = osp.join(REPO, 'tests', 'data', 'configs', 'cifar10_resnet18_tiny.py')

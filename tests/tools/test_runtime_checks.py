@@ -5,8 +5,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmstiff.utils import ConfigError, codebase_of, prepare_runner_cfg
-from mmstiff.utils.runtime import init_cpu_distributed
+from mmstiff.apis import ConfigError, codebase_of, prepare_runner_cfg
+from mmstiff.apis.runtime import init_cpu_distributed
 
 CLS_CONFIG = 'tests/data/configs/cifar10_resnet18_tiny.py'
 

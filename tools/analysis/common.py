@@ -15,7 +15,7 @@ also sends every figure, as an image, to the backends of the config's
 
 The tools run as scripts (``python tools/analysis/tns.py ...``), so this folder is first on
 ``sys.path`` and they ``import common`` directly. Configs load through
-:func:`mmstiff.utils.runtime.load_config`, as in ``tools/train.py`` and ``tools/test.py``.
+:func:`mmstiff.apis.runtime.load_config`, as in ``tools/train.py`` and ``tools/test.py``.
 
 ``CHECKPOINT`` loads weights-only, with the allow-list of the objects MMEngine checkpoints hold
 (:mod:`mmstiff.utils.checkpoint`; ``--trust-checkpoint`` unpickles it in full), and strictly:
@@ -33,7 +33,7 @@ from mmengine.config import DictAction
 
 from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader,
                                       load_checkpoint_into)
-from mmstiff.utils.runtime import ConfigError, cfg_option, codebase_of, load_config
+from mmstiff.apis.runtime import ConfigError, cfg_option, codebase_of, load_config
 
 SPLITS = ('test', 'val', 'train')
 #: ``--trust-checkpoint`` and ``--allow-partial-load`` of the command line, set by load_cfg.

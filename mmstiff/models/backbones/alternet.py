@@ -45,13 +45,13 @@ from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmpretrain.models.backbones.resnet import ResNet
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.local_attention import LocalSelfAttention
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import (check_indices, check_non_negative_int,
                                   check_positive_int)
 from .depth_error import check_depth
 from .preact_resnet import PreActBasicBlock, PreActBottleneck
+
 
 STEMS = ('imagenet', 'cifar')
 
@@ -76,6 +76,9 @@ class PreActMSABlock(PreActBasicBlock):
         drop_path_rate (float): stochastic depth rate of the branch. Default 0.
         conv_cfg, norm_cfg, act_cfg (dict): layer configs as in mmcv.
     """
+
+    #: read by the trajectory recorders (mmstiff.analysis.blocks)
+    residual_kind = 'preact'
 
     expansion = 1
 
@@ -128,10 +131,6 @@ class PreActMSABottleneck(PreActMSABlock):
 
     expansion = 4
 
-
-# the trajectory recorder reads the MSA blocks (the bottleneck one subclasses this) as
-# pre-activation Euler steps, like the conv blocks beside them
-register_block_type(PreActMSABlock, 'preact')
 
 #: MSA block matching each conv block kind.
 MSA_BLOCKS = {PreActBasicBlock: PreActMSABlock, PreActBottleneck: PreActMSABottleneck}

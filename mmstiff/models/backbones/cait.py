@@ -38,13 +38,13 @@ from mmengine.utils import to_2tuple
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.utils import resize_pos_embed
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.class_attention import ClassAttention
 from mmstiff.models.layers.talking_heads import TalkingHeadsAttention
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
 
 from .step_vit import select_layers
+
 
 OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap')
 ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads')
@@ -106,6 +106,10 @@ class CaiTLayer(LayerScaleLayer):
         feat_scale (bool): FeatScale on this layer's attention output.
     """
 
+    #: read by the trajectory recorders (mmstiff.analysis.blocks); the class-attention layers
+    #: step another state (the class token) and stay out of the patch trajectory
+    residual_kind = 'transformer'
+
     def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
                  norm_cfg=dict(type='LN', eps=1e-6), attn_scale=False, feat_scale=False):
@@ -118,12 +122,6 @@ class CaiTLayer(LayerScaleLayer):
     def forward(self, x):
         x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x)))
         return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
-
-
-# the trajectory and attention recorders see the patch layers as two-step transformer layers
-# (second pre-norm ``norm2``); the class-attention layers step another state (the class token,
-# one token, its map one query row) and stay out of the patch trajectory
-register_block_type(CaiTLayer, 'transformer')
 
 
 class ClassAttentionLayer(LayerScaleLayer):

@@ -21,13 +21,13 @@ from mmengine.model import BaseModule
 from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, init_keeping_starts,
                                   release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .depth_error import UnsupportedDepthError
 from .step_resnet import StepBlockMixin, attach_adaptors
+
 
 BLOCK_CHOICES = ('basic', 'bottleneck')
 
@@ -81,6 +81,9 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
         stride (int): stride of the first convolution and of the projection shortcut.
         conv_cfg, norm_cfg, act_cfg (dict): layer configs as in mmcv.
     """
+
+    #: read by the trajectory recorders (mmstiff.analysis.blocks)
+    residual_kind = 'preact'
 
     expansion = 1
 
@@ -166,9 +169,6 @@ class PreActBottleneck(PreActBasicBlock):
 
 
 BLOCKS = dict(basic=PreActBasicBlock, bottleneck=PreActBottleneck)
-# the trajectory recorder reads both (the bottleneck subclasses the basic block) as
-# pre-activation Euler steps
-register_block_type(PreActBasicBlock, 'preact')
 
 
 @MODELS.register_module()

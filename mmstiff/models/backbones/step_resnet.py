@@ -11,20 +11,11 @@ parameters (``layerI.J.step_adaptor.*``) missing.
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.steps import (adaptor_placement, apply_step, build_adaptor,
                                   check_adaptor_norm, init_keeping_starts,
                                   release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
 from .depth_error import check_depth
-
-# the trajectory recorder reads the ResNet blocks of mmpretrain (and so these, their
-# subclasses) and of mmdet as post-activation Euler steps; mmdet's by name, as mmdet is
-# optional and imported only by the detection backbone
-register_block_type(BasicBlock, 'conv')
-register_block_type(Bottleneck, 'conv')
-register_block_type('mmdet.models.backbones.resnet.BasicBlock', 'conv')
-register_block_type('mmdet.models.backbones.resnet.Bottleneck', 'conv')
 
 
 class StepBlockMixin:

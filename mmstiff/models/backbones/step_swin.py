@@ -30,16 +30,10 @@ from mmcv.cnn.bricks.drop import DropPath
 from mmpretrain.models.backbones.swin_transformer import SwinBlock, SwinTransformer
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.registry import MODELS
 from .step_vit import select_layers
-
-# the trajectory recorder reads the Swin blocks of mmpretrain (StepSwin's) and of mmdet (its
-# detection backbone; by name, as mmdet is optional) as two pre-norm Euler steps
-register_block_type(SwinBlock, 'transformer')
-register_block_type('mmdet.models.backbones.swin.SwinBlock', 'transformer')
 
 
 def upgrade_swin_state_dict(state_dict, prefix, version, last_stage):

@@ -45,7 +45,6 @@ from mmpretrain.models.backbones.vision_transformer import (TransformerEncoderLa
                                                             VisionTransformer)
 from mmpretrain.models.utils import MultiheadAttention
 
-from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
@@ -54,9 +53,6 @@ from mmstiff.models.steps import apply_step, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
 
-# the trajectory recorder reads mmpretrain's ViT layers (and so these, their subclasses) as two
-# pre-norm Euler steps
-register_block_type(TransformerEncoderLayer, 'transformer')
 
 AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
 BRANCHES = ('msa', 'mlp')

@@ -17,8 +17,8 @@ it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
 import torch
 import torch.nn as nn
 
-from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
+from mmstiff.utils.layout import pool_state
 
 
 def instance_enhancement(x, ie_weight, ie_bias):

@@ -1,5 +1,5 @@
 """Step-size adaptors ``(x_t, f) -> Δ_t``: constant (plain ResNet), SE, StepNet."""
-from mmstiff.analysis.layout import pool_state
+from mmstiff.utils.layout import pool_state
 from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, apply_step, build_adaptor,
                    check_adaptor_norm, check_start, init_keeping_starts, learns_statistics,
                    release_adaptor_statistics, resolve_adaptor)

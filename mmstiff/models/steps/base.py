@@ -35,10 +35,9 @@ import torch
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmstiff.analysis.blocks import register_step_type
-from mmstiff.analysis.layout import check_layout
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
+from mmstiff.utils.layout import check_layout
 
 #: keys of an adaptor config that the backbone fills in for each block.
 BUILD_KEYS = ('channels', 'layout')
@@ -67,7 +66,6 @@ def check_adaptor_norm(adaptor_norm):
     return adaptor_norm
 
 
-@register_step_type
 class StepAdaptor(BaseModule):
     """Base class of step-size adaptors ``(x_t, f) -> Δ_t``.
 
@@ -84,6 +82,9 @@ class StepAdaptor(BaseModule):
             ``load_from`` after an ``init_cfg`` checkpoint) leave it as it is, so that a
             resumed run keeps its rule for them (see :data:`ADAPTOR_NORMS`).
     """
+
+    #: the output of forward is the step size Δ_t of the block (read by the recorders)
+    step_source = True
 
     def __init__(self, layout='nchw', init_cfg=None):
         super().__init__(init_cfg=init_cfg)

@@ -18,15 +18,10 @@ import torch
 from mmcv.cnn import ConvModule
 from mmpretrain.models.utils import SELayer, make_divisible
 
-from mmstiff.analysis.blocks import register_step_gate
-from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
+from mmstiff.utils.layout import pool_state
 from .base import StepAdaptor, check_start
-
-# mmpretrain's SE layer computes the same step size: its sigmoid gate is read as one
-register_step_gate(SELayer, 'conv2')
-
 
 @MODELS.register_module()
 class SEAdaptor(StepAdaptor):

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from mmstiff.analysis.layout import pool_state
 from mmstiff.models.layers.iebn import IEBN
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
+from mmstiff.utils.layout import pool_state
 from .base import StepAdaptor, check_start
 
 NORMS = ('bn_ie', 'iebn')

@@ -1,29 +1,9 @@
 """What ``tools/train.py`` and ``tools/test.py`` do to a config before the Runner sees it.
 
-The tools parse their own command lines (as mmpretrain's and mmdet's tools do) and hand the
-parsed arguments here; every function takes them as plain attributes (``args.work_dir``,
-``args.cfg_options`` as a dict, ...) and raises :class:`ConfigError` for a value it cannot run
-with, which the tools print as ``error: ...``. The config handling follows mmpretrain's and
-mmdet's own tools. On top of it, this module works around the known breakages of the pinned
-stack (see the README):
-
-* torch >= 2.6 loads checkpoints with ``weights_only=True``; MMEngine 0.10.7 checkpoints hold
-  non-tensor objects (``HistoryBuffer``, numpy scalars), so ``--resume``, ``load_from`` and
-  ``test.py CHECKPOINT`` fail. :func:`build_runner` makes MMEngine load local checkpoints
-  weights-only with an allow-list of exactly those objects
-  (:mod:`mmstiff.utils.checkpoint`); ``--trust-checkpoint`` unpickles them in full instead.
-* MMEngine loads ``test.py CHECKPOINT`` non-strictly: a checkpoint of another model gives the
-  numbers of a partly random model. ``build_runner(mode='test')`` loads it strictly first
-  (``--allow-partial-load`` allows a mismatch).
-* On a machine without CUDA, MMEngine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
-  wrapper passes ``device_ids=[local_rank]``. :func:`init_cpu_distributed` creates a gloo process
-  group first and makes the wrapper CPU-friendly.
-* ``--amp`` and ``persistent_workers`` with ``num_workers=0`` fail deep inside the Runner on CPU;
-  here they fail before any work starts, with a message that says what to change.
-
-Every training run is also protected against crashes and divergence
-(:func:`install_safeguards`), and ``--resume`` resumes only from a checkpoint checked complete,
-or stops when there is none (:func:`resolve_resume`); see "Failure behaviour" in the README.
+The tools parse their own command lines and pass the parsed arguments here; a value that cannot
+run raises :class:`ConfigError` before any work starts. The workarounds for the pinned stack
+(weights-only checkpoint loading, strict test-time loading, gloo on CPU-only machines) and the
+crash and divergence safeguards are described in docs/reliability.md.
 """
 import os
 import os.path as osp
@@ -32,6 +12,10 @@ from copy import deepcopy
 
 import torch
 from mmengine.config import Config, ConfigDict
+
+from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
+from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader,
+                                      load_checkpoint_into)
 
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
@@ -294,7 +278,6 @@ def resolve_resume(cfg, args):
         ConfigError: the given checkpoint is damaged, or ``--resume`` finds nothing to resume
             (``--resume-or-start`` and a config's ``resume=True`` start a new run instead).
     """
-    from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
 
     if not cfg.get('resume'):
         return None
@@ -390,7 +373,6 @@ def build_runner(args, mode):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    from .checkpoint import CheckpointError, install_checkpoint_loader, load_checkpoint_into
 
     os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
     trust = getattr(args, 'trust_checkpoint', False)

@@ -1,0 +1,11 @@
+"""What the command-line tools do with a config: check it, prepare it, build the Runner.
+
+Above :mod:`mmstiff.engine` in the layers (docs/design.md); imported by ``tools/`` only.
+"""
+from .runtime import (ConfigError, build_runner, cfg_option, codebase_of, init_cpu_distributed,
+                      load_config, prepare_runner_cfg, shutdown_distributed)
+
+__all__ = [
+    'ConfigError', 'build_runner', 'cfg_option', 'codebase_of', 'init_cpu_distributed',
+    'load_config', 'prepare_runner_cfg', 'shutdown_distributed'
+]
