@@ -6,6 +6,8 @@ DEMO_DIR    ?= work_dirs/demo
 DATA_DIR    ?= data/fashion_mnist
 PYTEST_ARGS ?=
 LIGHT_VENV  ?= .venv-light
+LINT_VENV   ?= .venv-lint
+LINT_PATHS  := mmstiff tools tests configs setup.py
 # what test-light runs: the library's tests (classification, the ViT family, the diagnostics,
 # datasets, registries, packaging); config trainings and tools run in `make test` only
 LIGHT_TESTS ?= tests/models tests/engine tests/analysis tests/datasets tests/test_registry.py \
@@ -13,7 +15,7 @@ LIGHT_TESTS ?= tests/models tests/engine tests/analysis tests/datasets tests/tes
 
 export MMSTIFF_VENV := $(abspath $(VENV))
 
-.PHONY: env env-light data demo test test-fast test-light clean-env
+.PHONY: env env-light data demo test test-fast test-light lint format clean-env
 
 ## env: create .venv with the pinned OpenMMLab stack (idempotent; seconds when up to date)
 env:
@@ -59,5 +61,21 @@ test-fast: env
 test-light: env-light
 	$(LIGHT_VENV)/bin/python -m pytest -m "not det and not install" $(LIGHT_TESTS) $(PYTEST_ARGS)
 
+$(LINT_VENV)/.ok: requirements/lint.txt
+	@test -x $(LINT_VENV)/bin/python || python3 -m venv $(LINT_VENV)
+	@$(LINT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements/lint.txt
+	@touch $@
+
+## lint: flake8, isort and yapf as setup.cfg sets them (a small venv of its own, seconds)
+lint: $(LINT_VENV)/.ok
+	$(LINT_VENV)/bin/flake8 $(LINT_PATHS)
+	$(LINT_VENV)/bin/isort --check-only --diff $(LINT_PATHS)
+	$(LINT_VENV)/bin/yapf --diff --recursive $(LINT_PATHS)
+
+## format: rewrite the code to the lint settings (isort, then yapf)
+format: $(LINT_VENV)/.ok
+	$(LINT_VENV)/bin/isort $(LINT_PATHS)
+	$(LINT_VENV)/bin/yapf --in-place --recursive $(LINT_PATHS)
+
 clean-env:
-	rm -rf $(VENV) $(LIGHT_VENV)
+	rm -rf $(VENV) $(LIGHT_VENV) $(LINT_VENV)

@@ -373,7 +373,6 @@ def build_runner(args, mode):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-
     os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
     trust = getattr(args, 'trust_checkpoint', False)
     install_checkpoint_loader(trust=trust)

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 from mmpretrain.models.backbones import VisionTransformer
 
-from mmstiff.models.backbones.step_vit import StepViT, select_layers
+from mmstiff.models.backbones.step_vit import StepViT
+from mmstiff.models.utils import select_layers
 from mmstiff.models.layers import record_attention_maps
 from mmstiff.registry import MODELS
 

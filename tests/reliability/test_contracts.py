@@ -15,7 +15,7 @@ from mmpretrain.models.backbones import (ResNet, ResNet_CIFAR, SwinTransformer,
 
 from mmstiff.models.backbones import (AlterNet, PreActStepResNet, StepResNet, StepResNet_CIFAR,
                                       StepSwin, StepViT)
-from mmstiff.models.backbones.depth_error import UnsupportedDepthError
+from mmstiff.models.utils import UnsupportedDepthError
 from mmstiff.utils.checkpoint import load_checkpoint_into, load_state_dict_report
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')

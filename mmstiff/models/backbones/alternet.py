@@ -49,7 +49,7 @@ from mmstiff.models.layers.local_attention import LocalSelfAttention
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import (check_indices, check_non_negative_int,
                                   check_positive_int)
-from .depth_error import check_depth
+from mmstiff.models.utils import check_depth
 from .preact_resnet import PreActBasicBlock, PreActBottleneck
 
 

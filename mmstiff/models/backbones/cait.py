@@ -43,7 +43,7 @@ from mmstiff.models.layers.talking_heads import TalkingHeadsAttention
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
 
-from .step_vit import select_layers
+from mmstiff.models.utils import select_layers
 
 
 OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap')

@@ -25,7 +25,7 @@ from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, init_ke
                                   release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from .depth_error import UnsupportedDepthError
+from mmstiff.models.utils import UnsupportedDepthError
 from .step_resnet import StepBlockMixin, attach_adaptors
 
 
@@ -47,7 +47,7 @@ def preact_arch(depth, block=None):
 
     Raises:
         ValueError: naming ``block`` and the valid forms; for ``depth`` an
-            :class:`~.depth_error.UnsupportedDepthError` (a ``KeyError`` too, as upstream's).
+            :class:`~mmstiff.models.utils.UnsupportedDepthError` (a ``KeyError`` too, as upstream's).
     """
     if block is not None and block not in BLOCK_CHOICES:
         raise ValueError(f'block={block!r} is not supported; expected None or one of '

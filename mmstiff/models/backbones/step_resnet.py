@@ -15,7 +15,7 @@ from mmstiff.models.steps import (adaptor_placement, apply_step, build_adaptor,
                                   check_adaptor_norm, init_keeping_starts,
                                   release_adaptor_statistics, resolve_adaptor)
 from mmstiff.registry import MODELS
-from .depth_error import check_depth
+from mmstiff.models.utils import check_depth
 
 
 class StepBlockMixin:

@@ -27,13 +27,13 @@ upgrades them for its own class only, not for subclasses).
 """
 import torch.nn as nn
 from mmcv.cnn.bricks.drop import DropPath
-from mmpretrain.models.backbones.swin_transformer import SwinBlock, SwinTransformer
+from mmpretrain.models.backbones.swin_transformer import SwinTransformer
 from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.registry import MODELS
-from .step_vit import select_layers
+from mmstiff.models.utils import select_layers
 
 
 def upgrade_swin_state_dict(state_dict, prefix, version, last_stage):

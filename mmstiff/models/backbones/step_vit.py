@@ -51,27 +51,11 @@ from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import apply_step, build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
-from mmstiff.utils.checks import check_indices
+from mmstiff.models.utils import select_layers
 
 
 AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
 BRANCHES = ('msa', 'mlp')
-
-
-def select_layers(field, value, num_layers):
-    """Turn ``None`` | ``'all'`` | a sequence of layer indices into a frozenset of indices.
-
-    Negative indices count from the end (``-1`` is the last layer).
-
-    Raises:
-        ValueError: naming ``field``, the bad value and what is expected.
-    """
-    if value is None:
-        return frozenset()
-    if isinstance(value, str) and value == 'all':
-        return frozenset(range(num_layers))
-    return check_indices(field, value, num_layers, what='layers',
-                         alternatives=('None', "'all'"))
 
 
 def check_replaced_layers(replaced, msa_adaptor_layers, attn_scale_layers):
