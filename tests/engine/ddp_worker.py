@@ -11,8 +11,6 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-
 
 def main(rank, world_size, port, work_dir):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
@@ -23,6 +21,7 @@ def main(rank, world_size, port, work_dir):
     from mmengine.runner import Runner
     from torch.utils.data.distributed import DistributedSampler
 
+    # the script's folder is first on sys.path: its sibling module imports directly
     from diagnostics_toy import ToyClassifier, tiny_backbone, toy_dataset, toy_loader
     from mmstiff.engine.hooks import TrajectoryDiagnosticHook
 
