@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
-from mmstiff.engine.hooks.diagnostic_hook import BatchedReductions
+from mmstiff.engine.hooks.scalar_rows import BatchedReductions
 from diagnostics_toy import tiny_backbone
 
 READS = ('item', 'tolist', 'numpy', 'cpu', '__float__', '__int__')

@@ -1,5 +1,6 @@
 """Training diagnostics hooks (registered in mmstiff's HOOKS; use ``type='mmstiff.Name'``)."""
-from .diagnostic_hook import TrajectoryDiagnosticHook, reduce_scalars_across_ranks
+from .diagnostic_hook import TrajectoryDiagnosticHook
+from .scalar_rows import reduce_scalars_across_ranks
 from .divergence_hook import DivergenceError, DivergenceHook
 from .frequency_hook import FrequencyHook
 from .hessian_hook import HessianHook

@@ -1,57 +1,15 @@
-"""The wiring every trajectory diagnostic shares: when to record, on which blocks, how to log.
+"""The base of the trajectory diagnostics hooks: when to record, on which blocks, how to log.
 
-A diagnostic hook rides on the training forward pass of the iterations at its interval: it
-registers the forward hooks of a :class:`~mmstiff.analysis.TrajectoryRecorder` in
-``before_train_iter`` and removes them in ``after_train_iter``, so the other iterations run
-with no hook at all and no extra forward pass is ever made. The recorder reduces each block's
-states on the fly (a few numbers per sample), under ``torch.no_grad()`` on detached tensors. In
-a compiled run (MMEngine's ``compile=True``) the recorded iterations run eagerly and the others
-compiled (:mod:`~mmstiff.engine.hooks.eager_recording`).
-
-Logging. The scalars are averaged over ranks (``mmengine.dist.all_reduce``; a value that is not
-finite on some rank is left out of the mean, and a value not finite on every rank is not
-written), then
-
-* written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1`` of
-  the recorded iteration, with the row's ``iter`` (``runner.iter + 1``) and ``epoch``
-  (``runner.epoch + 1``, as MMEngine's LogProcessor counts them) among its scalars:
-  into ``vis_data/scalars.json``, into the hook's own JSON log
-  ``vis_data/<timestamp>_<namespace>.json`` (``namespace``: the first component of the names,
-  e.g. ``stiffness``) and into every other configured backend (TensorBoard, W&B, MLflow, ...).
-  The run's ``vis_data/<timestamp>.json`` keeps MMEngine's rows only: mmpretrain's and mmdet's
-  ``analyze_logs.py`` read every row of a file as a training row (with ``lr``) or a validation
-  row, and cannot plot ``accuracy/top1`` from a file that also holds other rows;
-* stored in the MessageHub (``runner.message_hub.log_scalars``) under the same names, with
-  the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
-  MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
-* summarised on the console in one line, at the recorded iterations that are also logging
-  iterations of the run's ``LoggerHook`` (every ``lcm(interval, logger interval)``
-  iterations), so that a hook at interval 1 does not print a line per iteration; every
-  recorded iteration when the run has no ``LoggerHook``.
-
-The recorded iterations are summarised and written in batches, at those console iterations,
-at the end of each training epoch and at the end of training: every recorded iteration is
-still one row, at its own step, but the summary is computed for the batch at once, the
-MessageHub histories grow by one array append per name, the code runs warm after its first
-row (right after the backward pass, each first op of a kind costs several times a repeated
-one), and under DDP one ``all_reduce`` carries the whole batch: at interval 1 this cuts the
-summarising and writing per recorded iteration by more than half. Until its batch is written,
-a recorded iteration's values are in neither the log nor the MessageHub (so a checkpoint
-taken in between holds the MessageHub without them).
-
-The names have no ``train/`` prefix on purpose: the LogProcessor smooths every ``train/``
-scalar over its ``window_size`` of *updates*, which for a scalar measured every ``interval``
-iterations would average the last ``window_size`` measurements and repeat them at every log
-step. Written directly, each value appears exactly once, at the iteration it was measured.
+How the hooks run, where their values go and why: docs/diagnostics.md, "How they run". The
+batching of rows and their mean over ranks: :mod:`~mmstiff.engine.hooks.scalar_rows`.
 """
 import logging
 import math
 from collections import OrderedDict
-from typing import Dict, NamedTuple
 
 import numpy as np
 import torch
-from mmengine.dist import all_reduce, get_world_size
+from mmengine.dist import get_world_size
 from mmengine.hooks import Hook, LoggerHook
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.model import is_model_wrapper
@@ -60,142 +18,13 @@ from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.trajectory import LEVELS
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
+from .scalar_rows import RecordedIteration, ScalarRow, reduce_rows_across_ranks
 
 #: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
 #: other hooks to read; the whole series is in the JSON log.
 HISTORY_LENGTH = 1000
 #: role of the recorder every diagnostic hook has: the trajectory of the residual steps.
 TRAJECTORY = 'trajectory'
-
-
-class RankMeans(NamedTuple):
-    """One row's scalars averaged over the ranks.
-
-    Attributes:
-        means (OrderedDict[str, float]): the mean of each name with at least one finite value.
-        counts (dict[str, int]): for every name, the number of ranks whose value was finite.
-    """
-    means: Dict[str, float]
-    counts: Dict[str, int]
-
-
-class RecordedIteration(NamedTuple):
-    """What a recorded iteration leaves until its row is written.
-
-    Attributes:
-        step (int): the step it is logged at: its 1-based training iteration
-            (``runner.iter + 1``), also logged as ``iter``.
-        epoch (int): its 1-based epoch (``runner.epoch + 1``; 1 throughout an
-            iteration-based loop, whose ``runner.epoch`` MMEngine keeps at 0).
-        outputs (dict[str, OrderedDict]): each recorder's outputs, by recorder role.
-    """
-    step: int
-    epoch: int
-    outputs: Dict[str, dict]
-
-
-class ScalarRow(NamedTuple):
-    """The scalars of one recorded iteration, to be written at ``step`` (its ``iter``) with
-    its ``epoch``."""
-    step: int
-    epoch: int
-    scalars: Dict[str, float]
-
-
-class BatchedReductions:
-    """Reductions of many small tensors (a few per step and recorded iteration), computed with
-    one stacked call per group of equal shapes and brought to the host in one transfer.
-
-    :meth:`add` registers ``reduce`` of a tensor and returns the index of its value in the list
-    :meth:`compute` returns; the tensors stay where they are (the model's device) until then,
-    so a recorded iteration costs no synchronisation with the device.
-    """
-
-    def __init__(self):
-        self._groups = OrderedDict()  # (reduce, shape, dtype, device) -> (tensors, indices)
-        self._count = 0
-
-    def add(self, tensor, reduce):
-        """Register ``reduce(tensor)``; ``reduce`` maps a stack ``(k, *tensor.shape)`` to ``k``
-        values (``(k,)``). Returns the value's index."""
-        key = (reduce, tuple(tensor.shape), tensor.dtype, tensor.device)
-        tensors, indices = self._groups.setdefault(key, ([], []))
-        tensors.append(tensor)
-        indices.append(self._count)
-        self._count += 1
-        return self._count - 1
-
-    def _reduced(self):
-        """``(values, order)``: every group's values, concatenated (float64, on the device),
-        and the index each of them was added under."""
-        parts, order = [], []
-        for (reduce, *_), (tensors, indices) in self._groups.items():
-            parts.append(reduce(torch.stack(tensors)).reshape(-1).double())
-            order.extend(indices)
-        if len({part.device for part in parts}) > 1:
-            parts = [part.cpu() for part in parts]
-        return torch.cat(parts), order
-
-    def compute(self):
-        """Every registered value, as Python floats in the order they were added."""
-        if not self._groups:
-            return []
-        flat, order = self._reduced()
-        values = [math.nan] * self._count
-        for index, value in zip(order, flat.tolist()):  # the one transfer
-            values[index] = value
-        return values
-
-    def compute_on_device(self):
-        """Every registered value as a 0-d float64 tensor where the tensors are, in the order
-        they were added: the same computation, without the transfer."""
-        if not self._groups:
-            return []
-        flat, order = self._reduced()
-        values = [None] * self._count
-        for index, value in zip(order, flat.unbind()):
-            values[index] = value
-        return values
-
-
-def reduce_scalars_across_ranks(scalars):
-    """Mean of each scalar over the ranks that have a finite value.
-
-    Args:
-        scalars (dict[str, float]): this rank's values; every rank must pass the same names
-            (they come from the model's structure, so they do).
-
-    Returns:
-        RankMeans: ``(means, counts)``, the means of the names with at least one finite value,
-        and for every name the number of ranks whose value was finite.
-    """
-    return reduce_rows_across_ranks([scalars])[0]
-
-
-def reduce_rows_across_ranks(rows):
-    """:func:`reduce_scalars_across_ranks` of several rows (recorded iterations) with one
-    ``all_reduce``, a :class:`RankMeans` per row; every rank must pass the same rows with the
-    same names."""
-    keys = [(i, name) for i, row in enumerate(rows) for name in sorted(row)]
-    if get_world_size() == 1:
-        values = [float(rows[i][name]) for i, name in keys]
-        counts = [int(math.isfinite(v)) for v in values]
-        sums = [v if c else 0.0 for v, c in zip(values, counts)]
-    else:
-        values = torch.tensor([float(rows[i][name]) for i, name in keys], dtype=torch.float64)
-        finite = torch.isfinite(values)
-        packed = torch.stack([torch.where(finite, values, torch.zeros_like(values)),
-                              finite.double()])
-        all_reduce(packed, op='sum')
-        sums = packed[0].tolist()
-        counts = [int(round(c)) for c in packed[1].tolist()]
-    reduced = [RankMeans(OrderedDict(), {}) for _ in rows]
-    for (i, name), total, count in zip(keys, sums, counts):
-        row = reduced[i]
-        row.counts[name] = count
-        if count > 0:
-            row.means[name] = total / count
-    return reduced
 
 
 class TrajectoryDiagnosticHook(Hook):

@@ -17,7 +17,8 @@ from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similar
                               softmax_column_cosine_similarity, token_cosine_similarity)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
-from .diagnostic_hook import TRAJECTORY, BatchedReductions, TrajectoryDiagnosticHook
+from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
+from .scalar_rows import BatchedReductions
 
 #: the name of the input state of the first recorded step among the steps' names.
 INPUT = 'input'

@@ -20,7 +20,8 @@ from mmstiff.analysis.hessian import (LANCZOS_STEPS, MAX_ITER, METHODS, TOL,
 from mmstiff.analysis.landscape import l2_penalty, param_weight_decays, preserved_buffers
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
-from .diagnostic_hook import diagnostics_log_name, extend_history, reduce_scalars_across_ranks
+from .diagnostic_hook import diagnostics_log_name, extend_history
+from .scalar_rows import reduce_scalars_across_ranks
 
 PREFIX = 'hessian'
 
