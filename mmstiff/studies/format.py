@@ -54,6 +54,12 @@ def fmt_p(value):
     return '< 0.001' if value < 0.001 else f'{value:.3f}'
 
 
+def p_text(value):
+    """``p = 0.123`` or ``p < 0.001``."""
+    text = fmt_p(value)
+    return f'p {text}' if text.startswith('<') else f'p = {text}'
+
+
 def fmt_duration(seconds):
     """``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
     if seconds is None:

@@ -20,7 +20,7 @@ def _primary(numbers):
     if d is None or d.low is None:
         return j.category, '–', '–'
     scale = (d.high - d.low) / 2 if d.high != d.low else None
-    return (j.category, f'{code(o.metric)} {o.variant} − {o.baseline}: '
+    return (j.category, f'{code(o.metric)} {o.variant} − {o.baseline or 0}: '
             f'{fmt_signed(d.difference, scale)} {fmt_interval(d.low, d.high, scale)}',
             fmt(j.mde, scale))
 

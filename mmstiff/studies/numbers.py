@@ -9,7 +9,8 @@ from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
 from .outcome import judge
 from .state import DONE
 from .statistics import (bh_q_values, correlation, mean_interval, minimum_detectable_effect,
-                         seeds_for_effect, sign_counts, tost_p_value, welch_difference)
+                         one_sample_difference, seeds_for_effect, sign_counts, tost_p_value,
+                         welch_difference)
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
@@ -17,23 +18,30 @@ POWER = 0.8
 VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
 
 
-def trajectory_correlation(record):
-    """Pearson r across the blocks of one network between the mean NSI and the mean step size
-    of each block (``tns/nsi`` and ``tns/step`` profiles): one correlation per trajectory."""
+def trajectory_correlations(record):
+    """``{stage: r}``: Pearson r across the blocks of each stage between the mean NSI and the
+    mean step size of each block (``tns/nsi``, ``tns/step`` profiles of the test batches),
+    one correlation per trajectory through the stage (docs/methods.md §13)."""
     profiles = record.get('profiles', {})
     nsi, step = profiles.get('tns/nsi'), profiles.get('tns/step')
     if not nsi or not step:
-        return None
+        return {}
     by_block = dict(zip(nsi['x'], nsi['y']))
-    pairs = [(by_block[b], s) for b, s in zip(step['x'], step['y']) if b in by_block]
-    if len(pairs) < 3:
-        return None
-    r = correlation([p[0] for p in pairs], [p[1] for p in pairs]).r
-    return None if math.isnan(r) else r
+    stages = {}
+    for block, value in zip(step['x'], step['y']):
+        if block in by_block:
+            stages.setdefault(str(block).split('.')[0], []).append((by_block[block], value))
+    out = {}
+    for stage, pairs in stages.items():
+        r = correlation([p[0] for p in pairs], [p[1] for p in pairs]).r if len(pairs) >= 3 \
+            else math.nan
+        if not math.isnan(r):
+            out[f'derived/nsi_step_corr/per_trajectory/{stage}'] = r
+    return out
 
 
-#: metrics computed from a run's record when the page is written: name -> function(record)
-DERIVED = {'derived/nsi_step_corr/per_trajectory': trajectory_correlation}
+#: metrics computed from a run's record when the page is written: functions record -> {name: v}
+DERIVED = (trajectory_correlations, )
 
 
 class StudyNumbers:
@@ -56,10 +64,8 @@ class StudyNumbers:
             per_metric = self.values.setdefault(label, {})
             for run in runs:
                 metrics = dict(run['record']['metrics'])
-                for name, function in DERIVED.items():
-                    value = function(run['record'])
-                    if value is not None:
-                        metrics[name] = value
+                for function in DERIVED:
+                    metrics.update(function(run['record']))
                 for metric, value in metrics.items():
                     per_metric.setdefault(metric, []).append((run['seed'], value))
         self.metrics = sorted({m for per in self.values.values() for m in per},
@@ -107,14 +113,23 @@ class StudyNumbers:
 
     def _primary(self):
         o = self.outcome
-        d = self.differences.get((o.variant, o.baseline), {}).get(o.metric)
-        mde = self.mde(o.variant, o.baseline, o.metric)
-        tost = None if d is None else tost_p_value(d, o.margin)
-        judgement = judge(o, d, mde, tost, ALPHA)
-        sa = self.summary[o.baseline].get(o.metric)
         sb = self.summary[o.variant].get(o.metric)
-        seeds = None if sa is None or sb is None else seeds_for_effect(
-            sa.std, sb.std, o.margin, ALPHA, POWER)
+        if o.baseline is None:  # against 0: the one-sample t
+            values = [v for _, v in self.values[o.variant].get(o.metric, [])]
+            d = one_sample_difference(values, CONFIDENCE) if values else None
+            signs = sign_counts([(v, 0.0) for v in values])
+            mde = None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA,
+                                                                   POWER)
+            seeds = None if sb is None else seeds_for_effect(sb.std, 0.0, o.margin, ALPHA, POWER)
+        else:
+            d = self.differences.get((o.variant, o.baseline), {}).get(o.metric)
+            signs = sign_counts(self.paired(o.variant, o.baseline, o.metric))
+            mde = self.mde(o.variant, o.baseline, o.metric)
+            sa = self.summary[o.baseline].get(o.metric)
+            seeds = None if sa is None or sb is None else seeds_for_effect(
+                sa.std, sb.std, o.margin, ALPHA, POWER)
+        tost = None if d is None or d.std_error is None else tost_p_value(d, o.margin)
+        judgement = judge(o, d, mde, tost, ALPHA)
         link = None
         if o.link:
             pairs = [(r['record']['metrics'][o.metric], r['record']['metrics'][o.link])
@@ -122,8 +137,7 @@ class StudyNumbers:
                      if o.metric in r['record']['metrics'] and o.link in r['record']['metrics']]
             if pairs:
                 link = correlation([p[0] for p in pairs], [p[1] for p in pairs], CONFIDENCE)
-        return dict(judgement=judgement, seeds_for_margin=seeds, link=link,
-                    signs=sign_counts(self.paired(o.variant, o.baseline, o.metric)))
+        return dict(judgement=judgement, seeds_for_margin=seeds, link=link, signs=signs)
 
     def verdict_namespace(self):
         """The values a verdict template can use (docs/studies.md), as strings."""

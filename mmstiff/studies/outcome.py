@@ -25,7 +25,9 @@ class Outcome(NamedTuple):
 
     Attributes:
         metric (str): a metric name of the results page, e.g. ``'tns/network'``.
-        variant (str), baseline (str): the difference is ``mean(variant) - mean(baseline)``.
+        variant (str), baseline (str | None): the difference is ``mean(variant) -
+            mean(baseline)``; without a baseline, ``mean(variant) - 0`` (a one-sample claim,
+            e.g. "the correlation is negative").
         direction (str): ``'greater'`` or ``'less'`` (the claim predicts the sign) or
             ``'equivalent'`` (the claim says "matches", "no difference").
         margin (float): the smallest effect of interest, in the metric's units (> 0).
@@ -34,7 +36,7 @@ class Outcome(NamedTuple):
     """
     metric: str
     variant: str
-    baseline: str
+    baseline: Optional[str]
     direction: str
     margin: float
     link: Optional[str] = None
@@ -70,14 +72,15 @@ def parse_outcome(value, variants):
                          "page, e.g. 'test/accuracy/top1'")
     comparison = value['comparison']
     if (isinstance(comparison, str) or not isinstance(comparison, (list, tuple))
-            or len(comparison) != 2):
-        raise StudyError(f'outcome.comparison={comparison!r}; expected [variant, baseline]')
-    variant, baseline = comparison
+            or len(comparison) not in (1, 2)):
+        raise StudyError(f'outcome.comparison={comparison!r}; expected [variant, baseline] or '
+                         '[variant] (against 0)')
+    variant, baseline = (list(comparison) + [None])[:2]
     by_label = {v.label: v for v in variants}
     if variant not in by_label:
         raise StudyError(f'outcome.comparison={list(comparison)!r} names {variant!r}, which is '
                          f'not a label of this study; labels: {list(by_label)}')
-    if baseline not in by_label[variant].compare_to:
+    if baseline is not None and baseline not in by_label[variant].compare_to:
         raise StudyError(f'outcome.comparison={list(comparison)!r}: {variant!r} is not compared '
                          f'with {baseline!r}; its baselines: {list(by_label[variant].compare_to)}')
     direction = value['direction']

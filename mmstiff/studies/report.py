@@ -16,7 +16,7 @@ import os.path as osp
 
 from . import tables
 from .errors import StudyError
-from .format import code, fmt, fmt_interval, fmt_p, fmt_signed
+from .format import code, fmt, fmt_interval, fmt_p, fmt_signed, p_text
 from .numbers import ALPHA, POWER, StudyNumbers, verdict_text
 from .outcome import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
 from .state import DONE, dump_json
@@ -32,10 +32,11 @@ def outcome_line(outcome):
         return ('- **Declared outcome:** none (the study file declares no primary outcome; '
                 'every comparison on this page is exploratory).')
     o = outcome
+    against = o.baseline or '0'
     claim = (f'equivalent within ±{fmt(o.margin)}' if o.direction == 'equivalent' else
-             f'{o.variant} {WORDS[o.direction]} {o.baseline}, smallest effect of interest '
+             f'{o.variant} {WORDS[o.direction]} {against}, smallest effect of interest '
              f'{fmt(o.margin)}')
-    return f'- **Declared outcome:** {code(o.metric)}, {o.variant} − {o.baseline}: {claim}.'
+    return f'- **Declared outcome:** {code(o.metric)}, {o.variant} − {against}: {claim}.'
 
 
 def _why(outcome, judgement, scale):
@@ -60,23 +61,25 @@ def primary_lines(numbers):
         return [f'- **Verdict: {NOT_RUN}** ({j.reason}).']
     d = j.difference
     scale = (d.high - d.low) / 2 if d.high != d.low else None
-    sa, sb = numbers.summary[o.baseline][o.metric], numbers.summary[o.variant][o.metric]
+    against = o.baseline or '0'
     seeds = primary['seeds_for_margin']
+    n = (f'{numbers.summary[o.variant][o.metric].n} seeds, one-sample t' if o.baseline is None
+         else f'Welch; {numbers.summary[o.variant][o.metric].n} and '
+         f'{numbers.summary[o.baseline][o.metric].n} seeds')
     lines = [f'- **Verdict: {j.category}** ({_why(o, j, scale)}).',
              f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
-             f'{fmt_interval(d.low, d.high, scale)} (Welch; {sb.n} and {sa.n} seeds; p = '
-             f'{fmt_p(d.p_value)}); seeds with {o.variant} above / below {o.baseline}: '
+             f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with {o.variant} above / below {against}: '
              f'{primary["signs"][0]} / {primary["signs"][1]}.',
              f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
              f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
              f'{fmt(o.margin)}: {seeds if seeds else "more than 1000"}.']
     if o.direction == 'equivalent':
-        lines.append(f'- **Equivalence (TOST against ±{fmt(o.margin)}):** p = '
-                     f'{fmt_p(j.tost_p)}.')
+        lines.append(f'- **Equivalence (TOST against ±{fmt(o.margin)}):** '
+                     f'{p_text(j.tost_p)}.')
     link = primary['link']
     if link is not None:
-        text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], p = '
-                f'{fmt_p(link.p_value)}' if link.low is not None else
+        text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], '
+                f'{p_text(link.p_value)}' if link.low is not None else
                 'undefined (fewer than 3 runs or no spread)')
         lines.append(f'- **Link:** Pearson {text} between {code(o.metric)} and '
                      f'{code(o.link)} over the {link.n} finished runs of every variant.')

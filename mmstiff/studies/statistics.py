@@ -57,6 +57,8 @@ def mean_interval(values, confidence=0.95):
     values = _floats(values, 'values')
     if len(values) < 2:
         return None
+    if sample_std(values) == 0:
+        return float(values[0]), float(values[0])
     low, high = stats.t.interval(confidence, len(values) - 1, loc=np.mean(values),
                                  scale=sample_std(values) / math.sqrt(len(values)))
     return float(low), float(high)
@@ -77,6 +79,22 @@ def welch_difference(baseline, variant, confidence=0.95):
     result = stats.ttest_ind(b, a, equal_var=False)
     interval = result.confidence_interval(confidence)
     return Difference(difference, float(interval.low), float(interval.high), float(result.df),
+                      std_error, float(result.statistic), float(result.pvalue), confidence)
+
+
+def one_sample_difference(values, confidence=0.95):
+    """:class:`Difference` of ``mean(values) - 0`` with the one-sample Student-t interval."""
+    _check_confidence(confidence)
+    values = _floats(values, 'values')
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return Difference(mean, None, None, None, None, None, None, confidence)
+    std_error = sample_std(values) / math.sqrt(len(values))
+    if std_error == 0.0:
+        return Difference(mean, mean, mean, None, 0.0, None, None, confidence)
+    result = stats.ttest_1samp(values, 0.0)
+    interval = result.confidence_interval(confidence)
+    return Difference(mean, float(interval.low), float(interval.high), float(result.df),
                       std_error, float(result.statistic), float(result.pvalue), confidence)
 
 
