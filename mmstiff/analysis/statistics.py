@@ -1,11 +1,13 @@
 """Summaries over the seeds of a study: mean, sample standard deviation, pointwise bands.
 
-Descriptive statistics only (pure functions on sequences of floats, no torch); the inference
+Descriptive statistics only (NumPy on sequences of floats, no torch); the inference
 over seeds (Welch intervals, equivalence tests, power, q-values) is
 :mod:`mmstiff.studies.statistics`.
 """
 import math
 from typing import Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
 
 
 class Summary(NamedTuple):
@@ -32,8 +34,7 @@ def _values(values, name='values'):
 
 def mean(values):
     """Arithmetic mean of a non-empty sequence."""
-    values = _values(values)
-    return math.fsum(values) / len(values)
+    return float(np.mean(_values(values)))
 
 
 def sample_variance(values):
@@ -41,8 +42,7 @@ def sample_variance(values):
     values = _values(values)
     if len(values) < 2:
         return None
-    m = math.fsum(values) / len(values)
-    return math.fsum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return float(np.var(values, ddof=1))
 
 
 def sample_std(values):

@@ -148,7 +148,7 @@ class StudyNumbers:
                 interval = self.mean_intervals[label][metric]
                 ns['mean_ci'].setdefault(label, {})[metric] = fmt_interval(
                     *(interval or (None, None)), s.std)
-                ns['std'].setdefault(label, {})[metric] = fmt(s.std)
+                ns['std'].setdefault(label, {})[metric] = fmt(s.std, s.std)
                 ns['n'].setdefault(label, {})[metric] = str(s.n)
         for variant in self.variants:
             label = variant['label']

@@ -1,21 +1,21 @@
-"""tools/reproduce.py: runs taken over from another study (``reuse``), ``--recollect``, and the
-metrics the collector derives from the logs and the spectrum (NSI–Δ correlation per stage,
-Δ log amplitude change per kind of step)."""
+"""Studies: runs taken over from another study (``reuse``), ``--recollect``, and the metrics
+the collector derives from the logs and the spectrum (NSI–Δ correlation per stage, Δ log
+amplitude change per kind of step)."""
 import json
 import math
+import os
 import os.path as osp
+import subprocess
 import sys
 
 import pytest
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, osp.join(REPO, 'tools'))
+from mmstiff.studies import StudyError, load_study, plan_runs
+from mmstiff.studies import collect as study_collect
+from mmstiff.studies.plan import adopt_reused_runs
+from mmstiff.studies.state import DONE, StudyState
 
-import study_collect  # noqa: E402
-from reproduce import main as reproduce_main  # noqa: E402
-from study_runs import adopt_reused_runs, plan_runs  # noqa: E402
-from study_spec import StudyError, load_study  # noqa: E402
-from study_state import DONE, StudyState  # noqa: E402
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 
@@ -30,7 +30,6 @@ def _study(tmp_path, name, runs, extra=''):
 def _finished_run(work_root, study, plan, accuracy):
     """A finished run of ``study`` as the runner leaves it: work dir, metrics, state entry."""
     work_dir = osp.join(work_root, study, plan.key.replace('/', osp.sep))
-    import os
     os.makedirs(work_dir)
     with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
         json.dump({'accuracy/top1': accuracy}, f)
@@ -78,7 +77,8 @@ def test_bad_reuse_field_is_refused(tmp_path, reuse, expected):
         _study(tmp_path, 'second', f"[dict(label='a', config={DEMO!r})]", reuse)
 
 
-def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
+@pytest.mark.slow
+def test_recollect_reads_the_work_dirs_again(tmp_path):
     work_root = str(tmp_path / 'work')
     study = _study(tmp_path, 'first', f"[dict(label='plain', config={DEMO!r})]")
     plans = plan_runs(study, work_root)
@@ -87,8 +87,12 @@ def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
         with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
             json.dump({'accuracy/top1': 90.0}, f)  # what a newer collector would read
     results = tmp_path / 'results'
-    assert reproduce_main([study.file, '--work-dir', work_root, '--results-dir', str(results),
-                           '--recollect']) == 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, 'tools/reproduce.py', study.file, '--work-dir',
+                           work_root, '--results-dir', str(results), '--recollect'], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
     runs = json.load(open(results / 'first' / 'runs.json'))['runs']
     assert [r['record']['metrics']['test/accuracy/top1'] for r in runs] == [90.0, 90.0]
 
