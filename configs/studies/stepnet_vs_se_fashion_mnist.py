@@ -7,7 +7,7 @@
 # The demo config (a pre-activation ResNet-20, 3 epochs) with its `adaptor` switched on the
 # command line: None (plain ResNet, Δ ≡ 1), SE (Δ from f(x_t)), StepNet (the config's default,
 # Δ from x_t and x_t + f(x_t)). 3 variants × 3 seeds, each trained, tested and analysed; the
-# fields are described in tools/study_spec.py. Results: docs/results/stepnet_vs_se_fashion_mnist/.
+# fields are described in docs/studies.md. Results: docs/results/stepnet_vs_se_fashion_mnist/.
 _config = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 
 name = 'stepnet_vs_se_fashion_mnist'
