@@ -75,18 +75,21 @@ def execute(plan, state, environment, launcher):
     if (_stage(state.run(plan.key), TRAIN) or {}).get('status') != DONE:
         resume = read_checkpoint(work_dir) is not None
         if not _run_stage(launcher, state, plan, TRAIN, plan.train_command(resume)):
-            return _fail(launcher, state, plan, f'the train stage failed; see {plan.work_dir}/{LOG_FILE}')
+            return _fail(launcher, state, plan,
+                         f'the train stage failed; see {plan.work_dir}/{LOG_FILE}')
     checkpoint = read_checkpoint(work_dir)
     if checkpoint is None:
-        return _fail(launcher, state, plan, f'training finished but {plan.work_dir}/last_checkpoint names '
-                     'no checkpoint; does the config save one (default_hooks.checkpoint)?')
+        return _fail(launcher, state, plan, f'training finished but {plan.work_dir}/'
+                     'last_checkpoint names no checkpoint; does the config save one '
+                     '(default_hooks.checkpoint)?')
     checkpoint = repo_relative(checkpoint)
 
     if launcher.stopped():
         return state.run(plan.key)
     if (_stage(state.run(plan.key), TEST) or {}).get('status') != DONE:
         if not _run_stage(launcher, state, plan, TEST, plan.test_command(checkpoint)):
-            return _fail(launcher, state, plan, f'the test stage failed; see {plan.work_dir}/{LOG_FILE}')
+            return _fail(launcher, state, plan,
+                         f'the test stage failed; see {plan.work_dir}/{LOG_FILE}')
     for tool in plan.variant.analysis:
         stage = _stage(state.run(plan.key), tool) or {}
         spec = list(plan.analysis_args.get(tool, ()))
@@ -97,7 +100,8 @@ def execute(plan, state, environment, launcher):
         out_dir = plan.path(plan.analysis_dir(tool))
         if osp.isdir(out_dir):
             shutil.rmtree(out_dir)  # no stale figures from other flags
-        if not _run_stage(launcher, state, plan, tool, plan.analysis_command(tool, checkpoint), spec):
+        command = plan.analysis_command(tool, checkpoint)
+        if not _run_stage(launcher, state, plan, tool, command, spec):
             return _fail(launcher, state, plan, f'{ANALYSIS_TOOLS[tool][0]} failed; see '
                          f'{plan.work_dir}/{LOG_FILE}')
 

@@ -4,6 +4,7 @@ import math
 import string
 
 from mmstiff.analysis.statistics import summarize
+
 from .errors import StudyError
 from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
 from .outcome import judge

@@ -16,9 +16,9 @@ import os.path as osp
 
 from . import tables
 from .errors import StudyError
-from .format import code, fmt, fmt_interval, fmt_p, fmt_signed, p_text
+from .format import code, fmt, fmt_interval, fmt_signed, p_text
 from .numbers import ALPHA, POWER, StudyNumbers, verdict_text
-from .outcome import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
+from .outcome import INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
 from .state import DONE, dump_json
 
 RUNS_FILE = 'runs.json'
@@ -68,7 +68,8 @@ def primary_lines(numbers):
          f'{numbers.summary[o.baseline][o.metric].n} seeds')
     lines = [f'- **Verdict: {j.category}** ({_why(o, j, scale)}).',
              f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
-             f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with {o.variant} above / below {against}: '
+             f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with '
+             f'{o.variant} above / below {against}: '
              f'{primary["signs"][0]} / {primary["signs"][1]}.',
              f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
              f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
@@ -183,6 +184,3 @@ def write_runs(results_dir, runs_data):
     """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes)."""
     return dump_json(runs_data, osp.join(results_dir, runs_data['study']['name'], RUNS_FILE))
 
-
-__all__ = ['HELD', 'NOT_HELD', 'INCONCLUSIVE', 'render_page', 'write_page', 'write_runs',
-           'read_runs', 'category']

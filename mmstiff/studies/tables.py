@@ -38,7 +38,8 @@ def results(numbers):
         row = [metric]
         for label in numbers.labels:
             s = numbers.summary[label].get(metric)
-            row.append('–' if s is None else f'{fmt(s.mean, s.std)} ± {fmt(s.std, s.std)} ({s.n})')
+            row.append('–' if s is None else
+                       f'{fmt(s.mean, s.std)} ± {fmt(s.std, s.std)} ({s.n})')
         rows.append(row)
     return table(header, rows)
 
