@@ -8,8 +8,8 @@
 # FeatScale in every layer. 6 variants × 3 seeds. The high-frequency ratio ||HC[X]|| / ||X|| and
 # the token cosine similarity of every state come from the FrequencyHook during training (last
 # recorded batch) and from tools/analysis/spectrum.py on test images. The widths and epochs keep
-# the 18 runs within about 1.5 CPU-core-hours; with GPUs, the same study file with the DeiT-S
-# 12/24-layer configs of configs/vit/ tests the claim at the paper's scale.
+# the 18 runs within about 1.5 CPU-core-hours; configs/studies/oversmoothing_deit_s.py tests the
+# claim at the paper's scale (DeiT-S, 12 and 24 layers, ImageNet).
 # Results: docs/results/oversmoothing_fashion_mnist/.
 _config = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 _deep = 'model.backbone.arch.num_layers=8'
@@ -31,7 +31,7 @@ claim = dict(
             'depth.'
             ' Scale chosen for 2 CPU cores: width 64, 4 and 8 layers, 2 epochs (4-10 minutes a '
             "run), so that 18 runs fit in a few hours; the paper's collapse appears at 24 layers "
-            'of DeiT-S (the configs/vit/ DeiT-S 12/24-layer configs run the same study on GPUs).'))
+            'of DeiT-S (configs/studies/oversmoothing_deit_s.py runs that study on GPUs).'))
 seeds = [0, 1, 2]
 analysis = ['spectrum']
 analysis_args = dict(spectrum=['--num-batches', '2'])
