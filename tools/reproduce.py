@@ -30,6 +30,7 @@ an int, an unknown analysis tool, ...) stops the runner before any work, naming 
 """
 import argparse
 import concurrent.futures
+import json
 import math
 import os
 import os.path as osp
@@ -47,7 +48,8 @@ from mmstiff.studies import (Launch, StudyError, check_launch, load_study, plan_
 from mmstiff.studies.collect import collect_run
 from mmstiff.studies.execute import execute, now
 from mmstiff.studies.format import fmt_duration
-from mmstiff.studies.plan import adopt_reused_runs, check_against_state, needs_work
+from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check_against_state,
+                                  needs_work)
 from mmstiff.studies.spec import REPO, repo_relative
 from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
 
@@ -246,6 +248,12 @@ def recollect(plans, state):
 
 
 def run_study(study, plans, state, args, results_dir, work_root):
+    published = osp.join(results_dir, study.name, 'runs.json')
+    if osp.isfile(published):
+        with open(published) as f:
+            adopted = adopt_published_runs(plans, state, json.load(f))
+        if adopted:
+            say(f'{len(adopted)} finished run(s) taken from {repo_relative(published)}')
     check_against_state(plans, state)
     for key in adopt_reused_runs(plans, state, work_root, study.reuse):
         say(f'{key}: reusing {state.run(key)["reused_from"]}')

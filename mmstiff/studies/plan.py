@@ -174,7 +174,7 @@ def check_against_state(plans, state):
         entry = state.run(plan.key)
         if not entry:
             continue
-        if not osp.isdir(plan.path(plan.work_dir)):
+        if not osp.isdir(plan.path(plan.work_dir)) and not entry.get('from_results'):
             state.update(plan.key, status=PENDING, stages=[], record=None, spec=plan.spec())
             continue
         old = entry.get('spec')
@@ -186,6 +186,41 @@ def check_against_state(plans, state):
         raise StudyError('the study file changed runs that were already started:\n  '
                          + '\n  '.join(changed) + '\nrestore the study file, or delete those '
                          'runs\' work dirs to run them again')
+
+
+def _spec_in_runs_json(runs_data, entry):
+    """The spec (config, cfg_options, seed) a runs.json entry was run with."""
+    info = runs_data['study']
+    variant = next((v for v in info['variants'] if v['label'] == entry['variant']), None)
+    if variant is None:
+        return None
+    return dict(config=variant['config'], seed=entry['seed'],
+                cfg_options=list(info['cfg_options']) + list(variant['cfg_options'])
+                + [f'{SEED_KEY}={entry["seed"]}'])
+
+
+def adopt_published_runs(plans, state, runs_data):
+    """Give each run of ``plans`` not started yet the finished entry of the same run in a
+    published runs.json (same key and spec), so that a study whose work dirs are gone (a
+    fresh checkout) runs only its new seeds. Such an entry is marked ``from_results``: it has
+    no work dir, and an analysis tool added later cannot run on it. Returns the keys adopted."""
+    published = {r['key']: r for r in (runs_data or {}).get('runs', [])
+                 if r.get('status') == DONE}
+    adopted = []
+    for plan in plans:
+        entry = published.get(plan.key)
+        if (entry is None or state.run(plan.key).get('status') not in (None, PENDING)
+                or _spec_in_runs_json(runs_data, entry) != plan.spec()
+                or [s['name'] for s in entry['stages']] != plan.stages):
+            continue
+        stages = [dict(stage, spec=list(plan.analysis_args[stage['name']]))
+                  if stage['name'] in plan.analysis_args else dict(stage)
+                  for stage in entry['stages']]
+        fields = {k: v for k, v in entry.items() if k != 'key'}
+        state.update(plan.key, **dict(fields, stages=stages, spec=plan.spec(),
+                                      from_results=True))
+        adopted.append(plan.key)
+    return adopted
 
 
 def needs_work(plan, entry):

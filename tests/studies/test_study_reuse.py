@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from mmstiff.studies import StudyError, load_study, plan_runs
+from mmstiff.studies import StudyError, load_study, plan_runs, runs_json
 from mmstiff.studies import collect as study_collect
-from mmstiff.studies.plan import adopt_reused_runs
+from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check_against_state,
+                                  needs_work)
 from mmstiff.studies.state import DONE, StudyState
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -121,3 +122,31 @@ def test_correlation_means_per_stage_and_over_training():
     assert stages == pytest.approx({'layer1': -0.3, 'layer2': 0.2})
     assert math.isclose(study_collect._stage_means({f'{group}/{k}': v for k, v in means.items()},
                                                    group)['layer1'], (-0.4 + 0.1) / 2)
+
+
+def test_published_runs_are_adopted_without_their_work_dirs(tmp_path):
+    """A fresh checkout has runs.json but no work dirs: the finished runs it lists with the same
+    spec are taken over, so only new seeds train; a run with other options is not."""
+    work_root = str(tmp_path / 'work')
+    study = _study(tmp_path, 'grown', f"[dict(label='plain', config={DEMO!r}, "
+                   "cfg_options=['a=1'])]", "analysis_args = {}\n")
+    plans = plan_runs(study, work_root)
+    published = StudyState(str(tmp_path / 'old_state.json'), 'grown')
+    for plan in plans:
+        published.update(plan.key, status=DONE, variant='plain', seed=plan.seed,
+                         stages=[dict(name='train', status=DONE, attempts=[]),
+                                 dict(name='test', status=DONE, attempts=[])],
+                         record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed},
+                                     curves={}, profiles={}))
+    data = runs_json(study, plans, published)
+    data['runs'][1]['seed'] = 7  # seed1's entry says another seed: another spec
+    state = StudyState(osp.join(work_root, 'grown', 'state.json'), 'grown')
+    assert adopt_published_runs(plans, state, data) == ['plain/seed0']
+    check_against_state(plans, state)  # no work dir, yet kept
+    entry = state.run('plain/seed0')
+    assert entry['status'] == DONE and entry['from_results'] is True
+    assert entry['record']['metrics'] == {'test/accuracy/top1': 80.0}
+    assert not needs_work(plans[0], entry)
+    assert needs_work(plans[1], state.run('plain/seed1'))
+    # written back, the adopted run's entry is the published one
+    assert runs_json(study, plans, state)['runs'][0] == data['runs'][0]
