@@ -19,9 +19,8 @@ import pytest
 import yaml
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, osp.join(REPO, 'tools', 'misc'))
-import model_index  # noqa: E402
-from test_packaging import copy_checkout  # noqa: E402
+import model_index  # tools/misc (pytest.ini's pythonpath)
+from test_packaging import copy_checkout
 
 SKIPPED_FOLDERS = ('_base_', 'studies')
 

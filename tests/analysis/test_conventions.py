@@ -8,7 +8,6 @@ from their description, and checked on maps whose spectra are known in closed fo
 import importlib
 import math
 import os.path as osp
-import sys
 
 import numpy as np
 import pytest
@@ -189,9 +188,7 @@ def test_paper_band_needs_square_even_images(height, width):
 
 
 def tool(name):
-    path = osp.join(REPO, 'tools', 'analysis')
-    if path not in sys.path:
-        sys.path.insert(0, path)
+    """The analysis tool ``tools/analysis/<name>.py`` (pytest.ini's pythonpath)."""
     return importlib.import_module(name)
 
 

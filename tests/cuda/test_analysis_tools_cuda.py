@@ -2,13 +2,10 @@
 checkpoint on the CPU, within the precision of cuDNN's convolutions (TF32 where the card has
 it)."""
 import json
-import os.path as osp
-import sys
 
 import pytest
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools'))
-from test_analysis_tools import CNN, _tool, _train  # noqa: E402
+from test_analysis_tools import CNN, _tool, _train  # tests/tools (pytest.ini's pythonpath)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 

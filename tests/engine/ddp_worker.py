@@ -11,7 +11,6 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 
 
 def main(rank, world_size, port, work_dir):

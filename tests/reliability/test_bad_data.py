@@ -11,7 +11,6 @@ import os
 import os.path as osp
 import pickle
 import struct
-import sys
 import types
 
 import numpy as np
@@ -257,12 +256,8 @@ def load_tool(name, path):
 @pytest.mark.parametrize('tool', ['train', 'test', 'analysis'])
 def test_cfg_option_without_equals_is_a_usage_error(tool, capsys):
     if tool == 'analysis':
-        sys.path.insert(0, osp.join(REPO, 'tools', 'analysis'))
-        try:
-            parser = load_tool('analysis_common', osp.join(REPO, 'tools', 'analysis',
-                                                           'common.py')).base_parser('x')
-        finally:
-            sys.path.pop(0)
+        parser = load_tool('analysis_common', osp.join(REPO, 'tools', 'analysis',
+                                                       'common.py')).base_parser('x')
         parse, argv = parser.parse_args, ['cfg.py', 'c.pth']
     else:
         parse = load_tool(f'{tool}_tool', osp.join(REPO, 'tools', f'{tool}.py')).parse_args

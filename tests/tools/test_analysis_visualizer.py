@@ -51,11 +51,7 @@ def test_without_the_flag_nothing_goes_to_the_visualizer(cnn_checkpoint, tmp_pat
 
 
 def _common():
-    sys.path.insert(0, osp.join(REPO, 'tools', 'analysis'))
-    try:
-        import common
-    finally:
-        sys.path.pop(0)
+    import common  # tools/analysis/common.py (pytest.ini's pythonpath)
     return common
 
 
