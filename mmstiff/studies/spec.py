@@ -268,6 +268,20 @@ def _baselines(runs, labels):
     return resolved
 
 
+def _config_sets(value):
+    """The names of the study's ``configs`` entries, each checked for its fields."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise StudyError(f'configs={value!r}; expected dict(NAME=dict(config=..., '
+                         'cfg_options=[...]))')
+    for name, chosen in value.items():
+        if not isinstance(chosen, dict) or set(chosen) - set(CONFIG_SET_FIELDS):
+            raise StudyError(f'configs[{name!r}]={chosen!r}; expected a dict of some of '
+                             f'{list(CONFIG_SET_FIELDS)}')
+    return tuple(sorted(value))
+
+
 def parse_study(fields, path):
     """A :class:`Study` from the raw fields of ``path``; :class:`StudyError` on bad input."""
     _check_fields(fields, FIELDS, f'study file {path!r}')
@@ -338,7 +352,7 @@ def parse_study(fields, path):
     return Study(name=name, file=path, claim=claim, variants=tuple(variants), cfg_options=common,
                  analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')),
                  reuse=reuse, outcome=parse_outcome(fields.get('outcome'), variants),
-                 configs=tuple(sorted((fields.get('configs') or {}))))
+                 configs=_config_sets(fields.get('configs')))
 
 
 CONFIG_SET_FIELDS = ('config', 'cfg_options', 'seeds', 'analysis_args')

@@ -160,3 +160,13 @@ def test_paper_scale_study_files(study, runs, first):
         assert osp.isfile(osp.join(REPO, config)), config
         assert cmds[0].startswith('python tools/train.py') and 'tools/test.py' in cmds[1]
         assert f'randomness.seed={key.split("seed")[-1]}' in cmds[0]
+
+
+def test_a_config_set_with_an_unknown_field_is_refused(tmp_path):
+    study = tmp_path / 'tiny.py'
+    study.write_text(STUDY.replace("seeds=[5]", "epochs=3"))
+    with pytest.raises(StudyError) as err:
+        load_study(str(study))
+    assert ("configs['cifar']=" in str(err.value)
+            and "expected a dict of some of ['config', 'cfg_options', 'seeds', 'analysis_args']"
+            in str(err.value))
