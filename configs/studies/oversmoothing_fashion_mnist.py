@@ -61,8 +61,11 @@ verdict = (
     '({ci[vit8-featscale][vit8][%(top1)s]}); the deeper network\'s last state has a token '
     'cosine similarity {diff[vit8][vit4][%(tc)s]} ({ci[vit8][vit4][%(tc)s]}) and a training-batch '
     'high-frequency ratio {diff[vit8][vit4][%(lhf)s]} ({ci[vit8][vit4][%(lhf)s]}) against 4 '
-    'layers, on test images {diff[vit8][vit4][%(hf)s]} ({ci[vit8][vit4][%(hf)s]}). Eight layers '
+    'layers, on test images {diff[vit8][vit4][%(hf)s]} ({ci[vit8][vit4][%(hf)s]}). The MLP '
+    'steps change the Δ log amplitude at 1.0π by {mean[vit4][%(mlp)s]} '
+    '({mean_ci[vit4][%(mlp)s]}) at 4 layers and {mean[vit8][%(mlp)s]} '
+    '({mean_ci[vit8][%(mlp)s]}) at 8: opposite signs, both intervals around 0. Eight layers '
     'of width 64 on a 7×7 token grid trained 2 epochs are far from the depth at which the paper '
     'sees the collapse (24-layer DeiT-S; configs/studies/oversmoothing_deit_s.py runs it).'
-    % dict(hf=_hf, lhf=_lhf, tc=_tc, top1=_top1)
+    % dict(hf=_hf, lhf=_lhf, tc=_tc, top1=_top1, mlp='spectrum/dlogamp_step/mlp')
 )
