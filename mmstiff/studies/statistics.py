@@ -5,12 +5,17 @@ and the choices (two-sided 95 %, power 80 %) are in docs/methods.md §13 and doc
 Pure functions on sequences of floats.
 """
 import math
+import warnings
 from typing import NamedTuple, Optional
 
 import numpy as np
 from scipy import stats
 
 from mmstiff.analysis.statistics import sample_std
+
+
+#: a standard error this small relative to the values is floating-point rounding, not spread
+_ROUNDING = 1e-12
 
 
 class Difference(NamedTuple):
@@ -73,10 +78,14 @@ def welch_difference(baseline, variant, confidence=0.95):
         return Difference(difference, None, None, None, None, None, None, confidence)
     va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
     std_error = math.sqrt(va + vb)
-    if std_error == 0.0:
+    if std_error <= _ROUNDING * max(1.0, abs(float(np.mean(a))), abs(float(np.mean(b)))):
+        # no spread beyond floating-point rounding: the difference is known exactly
         return Difference(difference, difference, difference, None, 0.0, None, None,
                           confidence)
-    result = stats.ttest_ind(b, a, equal_var=False)
+    with warnings.catch_warnings():
+        # a group without spread (every seed equal) is valid input for Welch's t
+        warnings.filterwarnings('ignore', 'Precision loss occurred', RuntimeWarning)
+        result = stats.ttest_ind(b, a, equal_var=False)
     interval = result.confidence_interval(confidence)
     return Difference(difference, float(interval.low), float(interval.high), float(result.df),
                       std_error, float(result.statistic), float(result.pvalue), confidence)
@@ -90,7 +99,7 @@ def one_sample_difference(values, confidence=0.95):
     if len(values) < 2:
         return Difference(mean, None, None, None, None, None, None, confidence)
     std_error = sample_std(values) / math.sqrt(len(values))
-    if std_error == 0.0:
+    if std_error <= _ROUNDING * max(1.0, abs(mean)):
         return Difference(mean, mean, mean, None, 0.0, None, None, confidence)
     result = stats.ttest_1samp(values, 0.0)
     interval = result.confidence_interval(confidence)

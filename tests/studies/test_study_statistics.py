@@ -118,3 +118,17 @@ def test_signs_and_correlation():
     # Fisher z interval: tanh(atanh r ± 1.959964 / sqrt(n - 3))
     assert c.low == pytest.approx(math.tanh(math.atanh(c.r) - 1.959964), rel=1e-5)
     assert math.isnan(correlation([1, 1, 1], [1, 2, 3]).r)
+
+
+def test_welch_with_one_group_without_spread(recwarn):
+    # every baseline seed equal: Welch reduces to the variant's own t interval, ν = n - 1 = 2,
+    # t_{0.975, 2} = 4.302653 (tables); no warning about the constant group
+    variant = [25.33, 25.04, 23.30]
+    d = welch_difference([90.28] * 3, variant)
+    se = stats.tstd(variant) / math.sqrt(3)
+    assert d.df == pytest.approx(2.0)
+    assert d.high - d.difference == pytest.approx(4.302653 * se, rel=1e-6)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    # spread at the level of floating-point rounding is no spread: the point interval
+    tiny = welch_difference([1.0, 1.0 + 2e-16, 1.0], [2.0, 2.0, 2.0])
+    assert (tiny.low, tiny.high, tiny.std_error) == (tiny.difference, tiny.difference, 0.0)
