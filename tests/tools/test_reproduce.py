@@ -369,8 +369,9 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     finished = snapshot(runs / 'plain/seed0')
     assert 'metrics.json' in finished and 'analysis/tns/tns.json' in finished
 
-    # 2. Again, two runs at a time: the finished run is skipped, the interrupted one resumes.
-    proc = reproduce(*args, '--jobs', '2', env=env)
+    # 2. Again, two runs at a time, every GPU hidden (`env CUDA_VISIBLE_DEVICES= python ...`):
+    # the finished run is skipped, the interrupted one resumes.
+    proc = reproduce(*args, '--jobs', '2', '--device', 'cpu', env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'tiny_study: 4 runs, 1 finished, 3 to run (2 at a time)' in proc.stdout
     assert 'start plain/seed1 (resuming)' in proc.stdout
@@ -444,6 +445,7 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     assert table_row(page, ['plain/seed1', 'done'])[3].endswith('(2 attempts: 1 interrupted)')
     assert table_row(page, ['stepnet/seed0', 'done'])[5] == '–'  # no tns stage
     assert 'python tools/train.py' in page and '--resume --cfg-options' in page
+    assert 'env CUDA_VISIBLE_DEVICES= python tools/train.py' in page
     figures = sorted(p.name for p in (results / 'tiny_study').glob('*.png'))
     assert {'train_loss.png', 'val_accuracy_top1.png', 'nsi_per_block.png',
             'step_size_per_block.png'} <= set(figures)
