@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-import model_index  # tools/misc, on pytest's pythonpath
+import model_index  # tools/misc (pytest.ini's pythonpath)
 from test_packaging import copy_checkout
 
 SKIPPED_FOLDERS = ('_base_', 'studies')

@@ -93,10 +93,12 @@ result = dict(model=type(model).__module__, out=list(out[-1].shape))
 ''' + REPORT
 
 
-def _report(script, pythonpath=None):
-    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+def _report(script, path=()):
+    """Run ``script`` in a fresh interpreter (``path``: folders put first on its PYTHONPATH)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [*path, REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                          cwd=REPO, timeout=300, env=env)
+                          cwd=REPO, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -120,7 +122,7 @@ def test_the_import_hook_names_the_importer(tmp_path):
     (tmp_path / 'mmstiff_probe.py').write_text('import importlib\n'
                                                'importlib.import_module("matplotlib")\n')
     script = SPY + 'import mmstiff_probe\nresult = {}\n'
-    report = _report(script + REPORT, pythonpath=str(tmp_path))
+    report = _report(script + REPORT, path=[str(tmp_path)])
     assert report['importers'] == ['mmstiff_probe'] and 'matplotlib' in report['loaded']
 
 

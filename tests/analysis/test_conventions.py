@@ -188,7 +188,8 @@ def test_paper_band_needs_square_even_images(height, width):
 
 
 def tool(name):
-    return importlib.import_module(name)  # tools/analysis is on pytest's pythonpath
+    """The analysis tool ``tools/analysis/<name>.py`` (pytest.ini's pythonpath)."""
+    return importlib.import_module(name)
 
 
 def test_spectrum_tool_threads_the_convention():

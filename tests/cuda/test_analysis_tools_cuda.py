@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from test_analysis_tools import CNN, _tool, _train  # tests/tools, on pytest's pythonpath
+from test_analysis_tools import CNN, _tool, _train  # tests/tools (pytest.ini's pythonpath)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 

@@ -51,7 +51,7 @@ def test_without_the_flag_nothing_goes_to_the_visualizer(cnn_checkpoint, tmp_pat
 
 
 def _common():
-    import common  # tools/analysis, on pytest's pythonpath
+    import common  # tools/analysis/common.py (pytest.ini's pythonpath)
     return common
 
 

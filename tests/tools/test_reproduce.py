@@ -18,7 +18,9 @@ import time
 
 import pytest
 
-from mmstiff.analysis.statistics import mean, student_t_quantile
+from scipy import stats
+
+from mmstiff.analysis.statistics import mean
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
@@ -34,9 +36,17 @@ runs = [dict(label='plain', config={DEMO!r}, cfg_options=['model.backbone.adapto
 '''
 
 
-def reproduce(*args, env=None, timeout=900):
+def child_env(env=None):
+    """The environment of a runner started by a test: this checkout's mmstiff first."""
     full_env = dict(os.environ, OMP_NUM_THREADS='1')
     full_env.update(env or {})
+    full_env['PYTHONPATH'] = os.pathsep.join(
+        [REPO] + [p for p in full_env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    return full_env
+
+
+def reproduce(*args, env=None, timeout=900):
+    full_env = child_env(env)
     return subprocess.run([sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
                           cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
@@ -148,9 +158,12 @@ claim = dict(quote='B beats A.', source='a hand-made study')
 seeds = [0, 1, 2]
 runs = [dict(label='a', config={DEMO!r}, baseline=True),
         dict(label='b', config={DEMO!r}, cfg_options=['x=1'])]
-verdict = ('b - a = {{diff[b][test/accuracy/top1]}}, CI {{ci[b][a][test/accuracy/top1]}}, '
-           'p = {{p[b][test/accuracy/top1]}}, n = {{n[b][test/accuracy/top1]}}, '
-           'mean {{mean[a][test/accuracy/top1]}} ± {{std[a][test/accuracy/top1]}}')
+outcome = dict(metric='test/accuracy/top1', comparison=['b', 'a'], direction='greater',
+               margin=1.0)
+verdict = ('Inconclusive: b - a = {{diff[b][test/accuracy/top1]}}, CI '
+           '{{ci[b][a][test/accuracy/top1]}}, p = {{p[b][test/accuracy/top1]}}, n = '
+           '{{n[b][test/accuracy/top1]}}, mean {{mean[a][test/accuracy/top1]}} ± '
+           '{{std[a][test/accuracy/top1]}}')
 """)
     results = tmp_path / 'results'
     (results / 'hand').mkdir(parents=True)
@@ -159,14 +172,27 @@ verdict = ('b - a = {{diff[b][test/accuracy/top1]}}, CI {{ci[b][a][test/accuracy
     assert proc.returncode == 0, proc.stderr
     page = (results / 'hand' / 'README.md').read_text()
     # a = 1, 2, 3 and b = 3, 4, 5: difference 2, se = sqrt(2/3), ν = 4, t_{0.975, 4} = 2.776445
-    # (printed tables), half width 2.26696, p = 0.0705 (see tests/analysis/test_statistics.py)
-    assert ('**Verdict:** b - a = +2, CI [-0.267, 4.267], p = 0.070, n = 3, mean 2 ± 1'
-            in page)
-    assert table_row(page, ['test/accuracy/top1']) == ['test/accuracy/top1', '2 ± 1 (3)',
-                                                       '4 ± 1 (3)']
-    assert table_row(page, ['b − a', 'test/accuracy/top1']) == [
-        'b − a', 'test/accuracy/top1', '+2', '[-0.267, 4.267]', '4', '0.070']
-    assert table_row(page, ['b − a', 'train/time_per_iter_s'])[2:4] == ['0', '[0, 0]']
+    # (printed tables), half width 2.26696 (one decimal: two significant digits of it),
+    # p = 0.0705; MDE = (2.776445 + 0.940965) · se = 3.035; the interval holds 0 and the
+    # margin 1: inconclusive
+    lines = page.splitlines()
+    assert lines[2:5] == ['> B beats A.', '', '— a hand-made study']
+    assert lines[6:10] == [
+        '- **Declared outcome:** `test/accuracy/top1`, b − a: b greater than a, smallest '
+        'effect of interest 1.',
+        '- **Verdict: inconclusive** (the interval holds both 0 and the margin; the effect it '
+        'could have detected: 3.0).',
+        '- **Effect:** +2.0, 95% CI [-0.3, 4.3] (Welch; 3 and 3 seeds; p = 0.070); seeds with b '
+        'above / below a: 3 / 0.',
+        '- **Minimum detectable effect:** 3.0 (80% power, two-sided α = 0.05, the observed seed '
+        'SDs); seeds per variant to detect 1: ' + lines[9].rsplit(': ', 1)[1]]
+    assert 'Inconclusive: b - a = +2.0, CI [-0.3, 4.3], p = 0.070, n = 3, mean 2.0 ± 1.0' in page
+    assert table_row(page, ['test/accuracy/top1']) == ['test/accuracy/top1', '2.0 ± 1.0 (3)',
+                                                       '4.0 ± 1.0 (3)']
+    # the primary comparison is not among the secondary ones; the other one gets q = p (m = 1)
+    row = table_row(page, ['b − a', 'train/time_per_iter_s'])
+    assert row[2:4] == ['0', '[0, 0]'] and row[5] == '–'
+    assert not [line for line in lines if line.startswith('| b − a | test/accuracy/top1')]
     assert table_row(page, ['test/accuracy/top1', '1, 2, 3'])[2] == '3, 4, 5'
     assert table_row(page, ['b/seed2', 'done']) == ['b/seed2', 'done', '12.0 s', '12.0 s']
     assert 'python tools/train.py x.py --cfg-options randomness.seed=2' in page
@@ -176,8 +202,8 @@ verdict = ('b - a = {{diff[b][test/accuracy/top1]}}, CI {{ci[b][a][test/accuracy
     assert sorted(p.name for p in (results / 'hand').glob('*.png')) == [
         'noise_robustness.png', 'train_loss.png']
     index = (results / 'README.md').read_text()
-    assert ('| [hand](hand/README.md) | a hand-made study | a, b | 6/6 | b - a = +2, CI '
-            '[-0.267, 4.267]') in index
+    assert ('| [hand](hand/README.md) | a hand-made study | inconclusive | '
+            '`test/accuracy/top1` b − a: +2.0 [-0.3, 4.3] | 3.0 | 6/6 |') in index
 
     # same inputs, same bytes; a stale figure is removed
     (results / 'hand' / 'old.png').write_bytes(b'x')
@@ -185,10 +211,18 @@ verdict = ('b - a = {{diff[b][test/accuracy/top1]}}, CI {{ci[b][a][test/accuracy
     assert reproduce(str(study), '--report-only', '--results-dir', str(results)).returncode == 0
     assert {p.name: p.read_bytes() for p in (results / 'hand').iterdir()} == written
 
+    # prose that claims another category than the runner's is refused, before any writing
+    study.write_text(study.read_text().replace("'Inconclusive: b", "'Held: b"))
+    proc = reproduce(str(study), '--report-only', '--results-dir', str(results))
+    assert proc.returncode != 0
+    assert ("the verdict text says 'Held', but the declared outcome gives the category "
+            "'inconclusive'") in proc.stderr
+    assert {p.name: p.read_bytes() for p in (results / 'hand').iterdir()} == written
+
     # without a verdict: not yet judged; a placeholder without a value: an error naming it
     study.write_text(study.read_text().replace('verdict = (', 'verdict = None and ('))
     assert reproduce(str(study), '--report-only', '--results-dir', str(results)).returncode == 0
-    assert '**Verdict:** not yet judged\n' in (results / 'hand' / 'README.md').read_text()
+    assert '## Verdict\n\nnot yet judged\n' in (results / 'hand' / 'README.md').read_text()
     study.write_text(study.read_text().replace('verdict = None and (', 'verdict = (').replace(
         '{n[b][test/accuracy/top1]}', '{n[c][test/accuracy/top1]}'))
     proc = reproduce(str(study), '--report-only', '--results-dir', str(results))
@@ -281,7 +315,7 @@ verdict = ('stepnet - plain = {{diff[stepnet][test/accuracy/top1]}} points, '
 def start_and_kill_at_pause(args, env, tmp_path, timeout=900):
     """Start the runner in its own process group; SIGKILL the group once the marker exists."""
     log = open(tmp_path / 'first_invocation.log', 'w')
-    full_env = dict(os.environ, OMP_NUM_THREADS='1', **env)
+    full_env = child_env(env)
     proc = subprocess.Popen([sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
                             cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -335,8 +369,9 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     finished = snapshot(runs / 'plain/seed0')
     assert 'metrics.json' in finished and 'analysis/tns/tns.json' in finished
 
-    # 2. Again, two runs at a time: the finished run is skipped, the interrupted one resumes.
-    proc = reproduce(*args, '--jobs', '2', env=env)
+    # 2. Again, two runs at a time, every GPU hidden (`env CUDA_VISIBLE_DEVICES= python ...`):
+    # the finished run is skipped, the interrupted one resumes.
+    proc = reproduce(*args, '--jobs', '2', '--device', 'cpu', env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'tiny_study: 4 runs, 1 finished, 3 to run (2 at a time)' in proc.stdout
     assert 'start plain/seed1 (resuming)' in proc.stdout
@@ -391,22 +426,26 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     accuracy = {label: [r['record']['metrics']['test/accuracy/top1'] for r in data['runs']
                         if r['variant'] == label] for label in ('plain', 'stepnet')}
     diff = mean(accuracy['stepnet']) - mean(accuracy['plain'])
-    verdict = re.search(r'\*\*Verdict:\*\* stepnet - plain = (\S+) points, CI (.+)', page)
-    assert verdict and float(verdict.group(1)) == pytest.approx(diff, abs=1e-9)
+    verdict = re.search(r'## Verdict\n\nstepnet - plain = (\S+) points, CI (.+)', page)
+    assert verdict, page
     row = table_row(page, ['stepnet − plain', 'test/accuracy/top1'])
     var = [sum((v - mean(vs)) ** 2 for v in vs) for vs in (accuracy['plain'],
                                                             accuracy['stepnet'])]
     se = math.sqrt(var[0] / 2 + var[1] / 2)  # n = 2 per group: s² = sum of squares / 1
     if se > 0:
         df = se ** 4 / ((var[0] / 2) ** 2 + (var[1] / 2) ** 2)
-        low, high = (float(x) for x in row[3].strip('[] *').split(','))
-        half = student_t_quantile(0.975, df) * se
-        assert low == pytest.approx(diff - half, rel=1e-3, abs=1e-3)
-        assert high == pytest.approx(diff + half, rel=1e-3, abs=1e-3)
-        assert verdict.group(2) == row[3].rstrip(' *')
+        low, high = (float(x) for x in row[3].strip('[]').split(','))
+        half = stats.t.ppf(0.975, df) * se
+        # printed with two significant digits of the half width
+        digits = 10.0 ** (math.floor(math.log10(half)) - 1)
+        assert low == pytest.approx(diff - half, abs=digits)
+        assert high == pytest.approx(diff + half, abs=digits)
+        assert float(verdict.group(1)) == pytest.approx(diff, abs=digits)
+        assert verdict.group(2) == row[3]
     assert table_row(page, ['plain/seed1', 'done'])[3].endswith('(2 attempts: 1 interrupted)')
     assert table_row(page, ['stepnet/seed0', 'done'])[5] == '–'  # no tns stage
     assert 'python tools/train.py' in page and '--resume --cfg-options' in page
+    assert 'env CUDA_VISIBLE_DEVICES= python tools/train.py' in page
     figures = sorted(p.name for p in (results / 'tiny_study').glob('*.png'))
     assert {'train_loss.png', 'val_accuracy_top1.png', 'nsi_per_block.png',
             'step_size_per_block.png'} <= set(figures)
@@ -414,7 +453,8 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
         assert (results / 'tiny_study' / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
         assert f']({name})' in page
     index = (results / 'README.md').read_text()
-    assert '| [tiny_study](tiny_study/README.md) | a test, §1 | plain, stepnet | 4/4 |' in index
+    assert ('| [tiny_study](tiny_study/README.md) | a test, §1 | no declared outcome | – | '
+            '– | 4/4 |') in index
 
     # 5. --report-only: nothing runs, the same bytes are written again.
     committed = {p.name: p.read_bytes() for p in (results / 'tiny_study').iterdir()}

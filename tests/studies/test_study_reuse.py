@@ -1,21 +1,22 @@
-"""tools/reproduce.py: runs taken over from another study (``reuse``), ``--recollect``, and the
-metrics the collector derives from the logs and the spectrum (NSI–Δ correlation per stage,
-Δ log amplitude change per kind of step)."""
+"""Studies: runs taken over from another study (``reuse``), ``--recollect``, and the metrics
+the collector derives from the logs and the spectrum (NSI–Δ correlation per stage, Δ log
+amplitude change per kind of step)."""
 import json
 import math
+import os
 import os.path as osp
+import subprocess
 import sys
 
 import pytest
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, osp.join(REPO, 'tools'))
+from mmstiff.studies import StudyError, load_study, plan_runs, runs_json
+from mmstiff.studies import collect as study_collect
+from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check_against_state,
+                                  needs_work)
+from mmstiff.studies.state import DONE, StudyState
 
-import study_collect  # noqa: E402
-from reproduce import main as reproduce_main  # noqa: E402
-from study_runs import adopt_reused_runs, plan_runs  # noqa: E402
-from study_spec import StudyError, load_study  # noqa: E402
-from study_state import DONE, StudyState  # noqa: E402
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 
@@ -30,7 +31,6 @@ def _study(tmp_path, name, runs, extra=''):
 def _finished_run(work_root, study, plan, accuracy):
     """A finished run of ``study`` as the runner leaves it: work dir, metrics, state entry."""
     work_dir = osp.join(work_root, study, plan.key.replace('/', osp.sep))
-    import os
     os.makedirs(work_dir)
     with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
         json.dump({'accuracy/top1': accuracy}, f)
@@ -78,7 +78,8 @@ def test_bad_reuse_field_is_refused(tmp_path, reuse, expected):
         _study(tmp_path, 'second', f"[dict(label='a', config={DEMO!r})]", reuse)
 
 
-def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
+@pytest.mark.slow
+def test_recollect_reads_the_work_dirs_again(tmp_path):
     work_root = str(tmp_path / 'work')
     study = _study(tmp_path, 'first', f"[dict(label='plain', config={DEMO!r})]")
     plans = plan_runs(study, work_root)
@@ -87,8 +88,12 @@ def test_recollect_reads_the_work_dirs_again(tmp_path, capsys):
         with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
             json.dump({'accuracy/top1': 90.0}, f)  # what a newer collector would read
     results = tmp_path / 'results'
-    assert reproduce_main([study.file, '--work-dir', work_root, '--results-dir', str(results),
-                           '--recollect']) == 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, 'tools/reproduce.py', study.file, '--work-dir',
+                           work_root, '--results-dir', str(results), '--recollect'], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
     runs = json.load(open(results / 'first' / 'runs.json'))['runs']
     assert [r['record']['metrics']['test/accuracy/top1'] for r in runs] == [90.0, 90.0]
 
@@ -117,3 +122,31 @@ def test_correlation_means_per_stage_and_over_training():
     assert stages == pytest.approx({'layer1': -0.3, 'layer2': 0.2})
     assert math.isclose(study_collect._stage_means({f'{group}/{k}': v for k, v in means.items()},
                                                    group)['layer1'], (-0.4 + 0.1) / 2)
+
+
+def test_published_runs_are_adopted_without_their_work_dirs(tmp_path):
+    """A fresh checkout has runs.json but no work dirs: the finished runs it lists with the same
+    spec are taken over, so only new seeds train; a run with other options is not."""
+    work_root = str(tmp_path / 'work')
+    study = _study(tmp_path, 'grown', f"[dict(label='plain', config={DEMO!r}, "
+                   "cfg_options=['a=1'])]", "analysis_args = {}\n")
+    plans = plan_runs(study, work_root)
+    published = StudyState(str(tmp_path / 'old_state.json'), 'grown')
+    for plan in plans:
+        published.update(plan.key, status=DONE, variant='plain', seed=plan.seed,
+                         stages=[dict(name='train', status=DONE, attempts=[]),
+                                 dict(name='test', status=DONE, attempts=[])],
+                         record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed},
+                                     curves={}, profiles={}))
+    data = runs_json(study, plans, published)
+    data['runs'][1]['seed'] = 7  # seed1's entry says another seed: another spec
+    state = StudyState(osp.join(work_root, 'grown', 'state.json'), 'grown')
+    assert adopt_published_runs(plans, state, data) == ['plain/seed0']
+    check_against_state(plans, state)  # no work dir, yet kept
+    entry = state.run('plain/seed0')
+    assert entry['status'] == DONE and entry['from_results'] is True
+    assert entry['record']['metrics'] == {'test/accuracy/top1': 80.0}
+    assert not needs_work(plans[0], entry)
+    assert needs_work(plans[1], state.run('plain/seed1'))
+    # written back, the adopted run's entry is the published one
+    assert runs_json(study, plans, state)['runs'][0] == data['runs'][0]
