@@ -16,8 +16,8 @@ images with labels by ``zip``, so
 reads anything, check that ``split`` and ``test_mode`` agree and that the split's two files
 have the IDX header, the 28 x 28 images and the exact size their header promises
 (:func:`mmstiff.datasets.fashion_mnist.verify_idx`), one label per image, at least one
-image, and every label in ``[0, number of classes)``. A bad value raises ``ValueError`` (a missing file ``FileNotFoundError``) naming the
-file, what it holds and what was expected.
+image, and every label in ``[0, number of classes)``. A bad value raises ``ValueError`` (a
+missing file ``FileNotFoundError``) naming the file, what it holds and what was expected.
 
 Use them in configs as ``type='mmstiff.FashionMNIST'`` / ``type='mmstiff.MNIST'``.
 """

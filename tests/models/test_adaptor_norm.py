@@ -15,7 +15,6 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.logging import MMLogger
 from torch.nn.modules.batchnorm import _BatchNorm
 

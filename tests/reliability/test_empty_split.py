@@ -7,7 +7,8 @@ import pytest
 
 USER_ENV = {'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '0'}
 #: a batch larger than the tiny test split (10 images), the last partial batch dropped
-NO_BATCH = ['--batch-size', '64', '--cfg-options', 'test_dataloader.drop_last=True']
+NO_BATCH = ['--split', 'test', '--batch-size', '64', '--cfg-options',
+            'test_dataloader.drop_last=True']
 
 
 @pytest.mark.slow

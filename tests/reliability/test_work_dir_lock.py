@@ -40,7 +40,7 @@ def holder(repo_root):
 
 
 def test_second_lock_names_the_holder_and_a_killed_holder_frees_it(tmp_path, holder,
-                                                                    monkeypatch):
+                                                                   monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
     work = tmp_path / 'work'
     proc = holder(work)

@@ -16,8 +16,9 @@ loadable checkpoint at all. This hook changes only the order and the way of writ
 So at every moment ``last_checkpoint`` names a complete checkpoint. Partial files left by a
 killed run are removed when the next run starts. Each checkpoint's meta also records the number
 of processes and the batch size, so that a run resumed on another number of processes skips
-the samples already seen, not a number of batches (:mod:`mmstiff.engine.world_size`). Every argument is MMEngine's; ``tools/train.py``
-puts this hook in place of ``default_hooks.checkpoint`` of type ``CheckpointHook``.
+the samples already seen, not a number of batches (:mod:`mmstiff.engine.world_size`). Every
+argument is MMEngine's; ``tools/train.py`` puts this hook in place of
+``default_hooks.checkpoint`` of type ``CheckpointHook``.
 """
 import os.path as osp
 from collections import deque

@@ -23,8 +23,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
 from mmstiff.analysis.blocks import register_block_type
 from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_adaptor_norm,
-                                  init_keeping_starts, release_adaptor_statistics,
-                                  resolve_adaptor)
+                                  init_keeping_starts, release_adaptor_statistics, resolve_adaptor)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int

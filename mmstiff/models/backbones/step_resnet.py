@@ -12,8 +12,8 @@ import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.analysis.blocks import register_block_type
-from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, apply_step,
-                                  build_adaptor, check_adaptor_norm, init_keeping_starts,
+from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, apply_step, build_adaptor,
+                                  check_adaptor_norm, init_keeping_starts,
                                   release_adaptor_statistics, resolve_adaptor)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS

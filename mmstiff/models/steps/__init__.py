@@ -1,9 +1,8 @@
 """Step-size adaptors ``(x_t, f) -> Δ_t``: constant (plain ResNet), SE, StepNet."""
 from mmstiff.analysis.layout import pool_state
-from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, adaptor_with_norm,
-                   apply_step, build_adaptor, check_adaptor_norm, check_start,
-                   init_keeping_starts, learns_statistics, release_adaptor_statistics,
-                   resolve_adaptor)
+from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, adaptor_with_norm, apply_step,
+                   build_adaptor, check_adaptor_norm, check_start, init_keeping_starts,
+                   learns_statistics, release_adaptor_statistics, resolve_adaptor)
 from .placement import adaptor_placement
 from .se import SEAdaptor
 from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states

@@ -106,15 +106,16 @@ class StepNetAdaptor(StepAdaptor):
     * The norm is built from ``norm_cfg`` over the pooled (B, C, 1, 1) values: in a backbone
       the backbone's own ``norm_cfg`` (BN, SyncBN, GN, ...) unless ``adaptor_norm_cfg`` says
       otherwise (docs/methods.md §3, "The adaptor's normalisation"). A BN obeys the backbone's
-      rules for BN: under ``norm_eval=True`` (mmdet's
-      default) and in eval mode it normalises with its running statistics and does not update
-      them, exactly like the backbone's other BN layers, unless the backbone's
-      ``adaptor_norm`` lets it learn statistics that the loaded checkpoint did not hold
-      (docs/methods.md §3, "Starting from a plain checkpoint"); ``frozen_stages`` freezes it too.
+      rules for BN: under ``norm_eval=True`` (mmdet's default) and in eval mode it normalises
+      with its running statistics and does not update them, exactly like the backbone's other
+      BN layers, unless the backbone's ``adaptor_norm`` lets it learn statistics that the
+      loaded checkpoint lacked (docs/methods.md §3, "Starting from a plain checkpoint");
+      ``frozen_stages`` freezes it too.
     * In train mode with a batch of ONE sample there are no batch statistics to compute (one
-      value per channel); instead of failing, the adaptor normalises that sample with the
-      running statistics and leaves them unchanged, as in eval mode. The W_IE, b_IE and
-      BN affine parameters still receive gradients.
+      value per channel); instead of failing, a BN normalises that sample with the running
+      statistics and leaves them unchanged, as in eval mode (a SyncBN of several processes
+      uses the samples of every process). The W_IE, b_IE and BN affine parameters still
+      receive gradients.
     """
 
     takes_norm_cfg = True
