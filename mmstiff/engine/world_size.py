@@ -14,8 +14,9 @@ META_KEYS = ('world_size', 'train_batch_size')
 
 
 def run_layout(runner):
-    """``{'world_size': W, 'train_batch_size': B}`` of a runner (B: per process)."""
-    loader = getattr(runner.train_loop, 'dataloader', None)
+    """``{'world_size': W, 'train_batch_size': B}`` of a runner (B: per process; None where
+    its training loop is not built: MMEngine's ``runner.train_loop`` would build it)."""
+    loader = getattr(getattr(runner, '_train_loop', None), 'dataloader', None)
     return dict(world_size=runner.world_size,
                 train_batch_size=getattr(loader, 'batch_size', None))
 
