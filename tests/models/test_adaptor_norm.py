@@ -19,7 +19,7 @@ from mmengine.logging import MMLogger
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.backbones import PreActStepResNet, StepResNet
-from mmstiff.models.layers import IEBN, SyncIEBN
+from mmstiff.models.layers import IEBN, CPUSyncBatchNorm, SyncIEBN
 from mmstiff.models.steps import StepAdaptor, StepNetAdaptor, grouped_pointwise
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -112,7 +112,7 @@ def test_sync_bn_norm_cfg_reaches_the_adaptors(backbone):
     model = build(backbone, ADAPTORS['stepnet'], norm_cfg=dict(type='SyncBN'))
     bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
     assert all(isinstance(m, nn.SyncBatchNorm) for m in bns)
-    assert all(isinstance(m, nn.SyncBatchNorm) for m in adaptor_norm_layers(model))
+    assert all(type(m) is CPUSyncBatchNorm for m in adaptor_norm_layers(model))
     # on one process (no process group) SyncBN is plain BN: a train step runs on the CPU
     model.train()
     model(torch.randn(2, 3, 32, 32))
@@ -259,19 +259,43 @@ def run_sync_workers(tmp_path, device='cpu', world=2):
     return [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(world)]
 
 
+def check_layer_against_one_bn(ranks):
+    """Each rank's synchronised BN equals one BN on the batch of both ranks: its slice of the
+    output, the running statistics, and (summed over the ranks, as DDP does before averaging)
+    the parameter gradients; the input gradient is each rank's slice."""
+    layers = [r['layer'] for r in ranks]
+    torch.manual_seed(0)
+    reference = nn.BatchNorm2d(3)
+    with torch.no_grad():
+        reference.weight.uniform_(0.5, 1.5)
+        reference.bias.uniform_(-0.5, 0.5)
+    x = torch.cat([torch.tensor(r['x']) for r in layers]).requires_grad_()
+    coeff = torch.arange(12.0).view(4, 3, 1, 1)
+    out = reference(x)
+    (out * coeff).sum().backward()
+    for i, r in enumerate(layers):
+        torch.testing.assert_close(torch.tensor(r['out']), out[2 * i:2 * i + 2].detach())
+        torch.testing.assert_close(torch.tensor(r['x_grad']), x.grad[2 * i:2 * i + 2])
+        torch.testing.assert_close(torch.tensor(r['running_mean']), reference.running_mean)
+        torch.testing.assert_close(torch.tensor(r['running_var']), reference.running_var)
+    for name, value in (('weight_grad', reference.weight.grad),
+                        ('bias_grad', reference.bias.grad)):
+        torch.testing.assert_close(sum(torch.tensor(r[name]) for r in layers), value)
+
+
 @pytest.mark.slow
-def test_two_gloo_processes_take_the_synchronised_path(tmp_path):
-    """On the CPU torch's SyncBatchNorm cannot run its synchronised forward; it refuses it
-    with 'expected input tensor to be on GPU', which it reaches only when it would reduce the
-    statistics over the process group (one process, or eval mode, falls back to plain BN).
-    The synchronised values themselves are checked on a GPU (tests/cuda)."""
+def test_two_gloo_processes_synchronise_the_adaptor_statistics(tmp_path):
+    """Two CPU processes (gloo), a different batch on each: the adaptors' SyncBN statistics
+    are those of both batches, the same on both ranks."""
     ranks = run_sync_workers(tmp_path)
-    for result in ranks:
-        assert result['norm_types'] == ['SyncBatchNorm']
-        assert result['train'].startswith('refused: SyncBatchNorm expected input tensor to be '
-                                          'on GPU')
-    # eval mode uses the (identical) running statistics: no synchronisation needed
-    assert all(isinstance(r['eval_output_sum'], float) for r in ranks)
+    check_layer_against_one_bn(ranks)
+    backbones = [r['backbone'] for r in ranks]
+    assert all(b['norm_types'] == ['CPUSyncBatchNorm'] for b in backbones)
+    means = [[torch.tensor(m) for m in b['running_means']] for b in backbones]
+    assert len(means[0]) == 8
+    for a, b in zip(*means):
+        torch.testing.assert_close(a, b)
+        assert a.abs().sum() > 0                      # the batch moved them
 
 
 # --------------------------------------------------------------------- 'auto' and its log line

@@ -15,7 +15,7 @@ it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
 (docs/methods.md §3, "Starting from a plain checkpoint").
 
 :class:`SyncIEBN` is the same layer on ``nn.SyncBatchNorm``: its batch statistics are reduced
-over the processes of a distributed run. The conversions of torch and MMEngine
+over the processes of a distributed run (CPU processes too). The conversions of torch and MMEngine
 (``convert_sync_batchnorm``, ``sync_bn``) turn an :class:`IEBN` into a plain ``SyncBatchNorm``
 and lose the gate; build :class:`SyncIEBN` directly (``norm_cfg=dict(type='SyncBN')`` for a
 StepNet adaptor) instead.
@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from mmstiff.analysis.layout import pool_state
 from mmstiff.registry import MODELS
+from .sync_bn import CPUSyncBatchNorm
 
 
 def instance_enhancement(x, ie_weight, ie_bias):
@@ -99,9 +100,9 @@ class IEBN(InstanceEnhancementMixin, nn.BatchNorm2d):
 
 
 @MODELS.register_module()
-class SyncIEBN(InstanceEnhancementMixin, nn.SyncBatchNorm):
-    """IEBN on ``nn.SyncBatchNorm`` (batch statistics over every process of a distributed run;
-    on one process, as :class:`IEBN`); see :class:`InstanceEnhancementMixin` for the
-    arguments."""
+class SyncIEBN(InstanceEnhancementMixin, CPUSyncBatchNorm):
+    """IEBN on ``nn.SyncBatchNorm`` (batch statistics over every process of a distributed run,
+    on the GPU or the CPU: :class:`~mmstiff.models.layers.sync_bn.CPUSyncBatchNorm`; on one
+    process, as :class:`IEBN`); see :class:`InstanceEnhancementMixin` for the arguments."""
 
     _abbr_ = 'bn'

@@ -3,22 +3,26 @@
 
 A StepNet adaptor normalises ``z`` of shape (B, C, 1, 1), one value per sample and channel, with
 the layer its ``norm_cfg`` names: BN / SyncBN (statistics over the batch, per channel; SyncBN
-over the batches of every process), GN (per sample, over the channels of each group) or any
-norm layer the registry builds. Layers that normalise each value alone on this input (IN, LN
+over the batches of every process, on the GPU and, through :class:`CPUSyncBatchNorm`, on the
+CPU too), GN (per sample, over the channels of each group) or any norm layer the registry
+builds. Layers that normalise each value alone on this input (IN, LN
 over the last axis, GN with one channel per group) would make ``z`` constant and are refused.
 """
-import torch.distributed as dist
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from torch.nn.modules.instancenorm import _InstanceNorm
 
 from mmstiff.models.layers.iebn import IEBN, SyncIEBN
+from mmstiff.models.layers.sync_bn import CPUSyncBatchNorm, distributed
 
 #: ``norm_cfg`` types an IEBN follows (IEBN is batch normalisation by definition)
 IEBN_TYPES = {'BN': IEBN, 'BN2d': IEBN, 'IEBN': IEBN, 'mmstiff.IEBN': IEBN,
               'SyncBN': SyncIEBN, 'SyncIEBN': SyncIEBN, 'mmstiff.SyncIEBN': SyncIEBN}
 #: the norm of an adaptor built without a ``norm_cfg`` (the paper's BN)
 DEFAULT_NORM_CFG = dict(type='BN')
+#: ``norm_cfg`` types that build torch's ``SyncBatchNorm``; an adaptor builds
+#: :class:`CPUSyncBatchNorm` instead
+SYNC_TYPES = ('SyncBN', nn.SyncBatchNorm)
 
 
 def check_norm_cfg(norm_cfg):
@@ -45,6 +49,8 @@ def build_pooled_norm(norm_cfg, channels):
         ValueError: naming ``norm_cfg`` when the layer would normalise each value alone.
     """
     norm_cfg = check_norm_cfg(norm_cfg)
+    if norm_cfg['type'] in SYNC_TYPES:
+        norm_cfg['type'] = CPUSyncBatchNorm
     layer = build_norm_layer(norm_cfg, channels)[1]
     if _degenerate(layer, channels):
         raise ValueError(
@@ -53,11 +59,6 @@ def build_pooled_norm(norm_cfg, channels):
             "alone and z would be constant; expected BN, SyncBN or GN with groups of several "
             "channels (LN over the channels of one sample is dict(type='GN', num_groups=1))")
     return layer
-
-
-def distributed():
-    """Whether this process is one of several of an initialised process group."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def build_pooled_iebn(norm_cfg, channels, **iebn_args):
