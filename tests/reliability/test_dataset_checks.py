@@ -106,3 +106,18 @@ def test_fashion_mnist_label_out_of_range_names_the_file(tmp_path):
                                          r'first at index 2: 200'):
         FashionMNIST(data_root=root, split='test', test_mode=True)
     assert len(FashionMNIST(data_root=root, split='train')) == 6
+
+
+@pytest.mark.det
+def test_checked_coco_base_config_keeps_mmdets_settings(repo_root):
+    import mmdet
+    from mmengine.config import Config
+    ours = Config.fromfile(osp.join(repo_root, 'configs', '_base_', 'datasets',
+                                    'coco_detection.py'))
+    upstream = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs',
+                                        '_base_', 'datasets', 'coco_detection.py'))
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        assert ours[loader].dataset.type == 'mmstiff.CocoDataset'
+        mine = {k: v for k, v in ours[loader].dataset.items() if k != 'type'}
+        theirs = {k: v for k, v in upstream[loader].dataset.items() if k != 'type'}
+        assert mine == theirs, loader
