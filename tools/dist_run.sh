@@ -13,6 +13,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [[ -z ${PYTHON:-} ]]; then
   if [[ -z ${VIRTUAL_ENV:-} && -x $ROOT/.venv/bin/python ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python; fi
 fi
+# the master's port must be free: torchrun would fail with a DistNetworkError traceback
+if [[ ${NODE_RANK:-0} == 0 ]]; then
+  "$PYTHON" "$ROOT/tools/misc/check_port.py" "${MASTER_ADDR:-127.0.0.1}" "${PORT:-29500}" || exit 2
+fi
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
 exec "$PYTHON" -m torch.distributed.run \
   --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \

@@ -2,14 +2,15 @@
 """Evaluate a checkpoint with an mmpretrain or mmdet config (picked by its default_scope).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE]
-                         [--trust-checkpoint] [--allow-partial-load]
+                         [--trust-checkpoint] [--allow-partial-load] [--allow-non-finite]
                          [--cfg-options KEY=VALUE ...] [--launcher pytorch]
 
 ``--out results.pkl`` dumps the predictions (mmpretrain ``DumpResults`` / mmdet
 ``DumpDetResults``); ``--out metrics.json`` (or .yaml) writes the metrics.
 The checkpoint loads weights-only (``--trust-checkpoint``: unpickled in full, only for files
 you trust) and strictly: keys or shapes that do not match the config's model are an error
-before any evaluation (``--allow-partial-load`` loads the matching part, with a warning).
+before any evaluation (``--allow-partial-load`` loads the matching part, with a warning), and
+so are NaN or inf weights or statistics (``--allow-non-finite`` evaluates anyway).
 ``--out`` is checked writable before the evaluation starts.
 """
 import argparse
@@ -45,7 +46,16 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_non_finite_arg(parser)
     return parser.parse_args(argv)
+
+
+def add_non_finite_arg(parser):
+    """``--allow-non-finite``: evaluate a checkpoint with NaN or inf values anyway."""
+    parser.add_argument(
+        '--allow-non-finite', action='store_true',
+        help='evaluate even when CHECKPOINT holds NaN or inf weights or statistics (a '
+        'diverged run); by default an error naming them, before any evaluation')
 
 
 def main(argv=None):

@@ -11,14 +11,18 @@
 #
 # mmdet's norm_eval=True freezes the backbone's BN statistics. The adaptors' BN statistics are
 # not in the checkpoint, so with adaptor_norm='auto' (the default) they are learned during
-# fine-tuning instead of staying at mean 0 / variance 1; frozen_stages=1 freezes the first
-# stage's adaptors with it.
+# fine-tuning instead of staying at mean 0 / variance 1 (the log says how many at the start of
+# training); frozen_stages=1 freezes the first stage's adaptors with it.
+# With 2 images per GPU a per-GPU batch statistic of the pooled (B, C, 1, 1) values is too
+# noisy, so the adaptors normalise with SyncBN: under DDP their statistics are computed over
+# every GPU's batch; on one process SyncBN is plain BN (MMEngine turns it into one).
 _base_ = ['./faster-rcnn_r50_fpn_1x_coco.py']
 
 model = dict(
     backbone=dict(
         adaptor=dict(type='mmstiff.StepNetAdaptor', groups=None, norm='bn_ie', start='identity'),
         adaptor_norm='auto',
+        adaptor_norm_cfg=dict(type='SyncBN', requires_grad=True),
         # LTH4SA (docs/methods.md §4): e.g. adaptor_stages=(False, True, True, True)
         adaptor_stages=None,
         adaptor_blocks=None))

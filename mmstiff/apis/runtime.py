@@ -14,8 +14,9 @@ import torch
 from mmengine.config import Config, ConfigDict
 
 from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
-from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader,
-                                      load_checkpoint_into)
+from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
+from mmstiff.utils.checkpoint import (CheckpointError, check_resume_checkpoint,
+                                      install_checkpoint_loader, load_checkpoint_into)
 
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
@@ -359,6 +360,26 @@ def prepare_runner_cfg(cfg, args, mode):
     return cfg
 
 
+def hold_work_dir(work_dir):
+    """Lock ``work_dir`` for this training run (:mod:`mmstiff.engine.work_dir_lock`); a work
+    dir in use by another run is a :class:`ConfigError` naming that run."""
+    try:
+        lock_work_dir(work_dir)
+    except WorkDirLockedError as err:
+        if torch.distributed.is_initialized():  # every rank stops, not only rank 0
+            torch.distributed.destroy_process_group()
+        raise ConfigError(str(err)) from None
+
+
+def check_resume_model(runner, path, trust):
+    """A resume checkpoint of another model is a :class:`ConfigError` listing the keys and
+    shapes that differ, before any training step."""
+    try:
+        check_resume_checkpoint(runner.model, path, trust=trust)
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+
+
 def build_runner(args, mode):
     """Load ``args.config``, apply the tool's flags and checks, and build the Runner.
 
@@ -386,13 +407,18 @@ def build_runner(args, mode):
             if torch.distributed.is_initialized():  # every rank fails alike
                 torch.distributed.destroy_process_group()
             raise
+    if mode == 'train':
+        hold_work_dir(cfg.work_dir)
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
     if note:
         runner.logger.info(note)
+    if mode == 'train' and cfg.get('resume') and cfg.get('load_from'):
+        check_resume_model(runner, cfg.load_from, trust)
     if mode == 'test':
         try:
             load_checkpoint_into(runner.model, args.checkpoint, trust=trust,
-                                 strict=not getattr(args, 'allow_partial_load', False))
+                                 strict=not getattr(args, 'allow_partial_load', False),
+                                 allow_non_finite=getattr(args, 'allow_non_finite', False))
         except (CheckpointError, FileNotFoundError) as err:
             raise ConfigError(str(err)) from None
     return runner

@@ -9,13 +9,24 @@ exactly what mmdet loads, then
   example annotation id of each;
 * raises ``ValueError`` naming the annotation file when the file has boxes but none of them is
   kept, or (outside ``test_mode``) when it has none at all: training would start on images
-  without a single object.
+  without a single object;
+* warns with the number of annotations that refer to an image id the file does not list (mmdet
+  never reads them);
+* raises ``ValueError`` naming the file when it lists no image, and when ``filter_cfg`` drops
+  every image (mmdet's ``filter_empty_gt``, ``min_size``), with the count for each reason,
+  instead of MMEngine's "need at least one array to concatenate"; images it drops while others
+  remain are reported in a warning;
+* with ``check_files=True`` (default) raises ``ValueError`` before training when image files
+  the annotations list are missing from the image folder or empty, naming how many and the
+  first ones (instead of a ``FileNotFoundError`` or ``cv2.error`` traceback at the first
+  batch). This costs one ``stat`` per image; ``check_files=False`` skips it.
 
 Boxes mmdet skips on purpose (``ignore=True``) are neither counted nor reported. Use it in
 configs as ``type='mmstiff.CocoDataset'``; it imports mmdet, and is registered through
 :mod:`mmstiff.datasets.lazy_coco` so that ``mmstiff.datasets`` does not.
 """
 import logging
+import os
 from collections import Counter
 
 from mmdet.datasets import CocoDataset as _UpstreamCocoDataset
@@ -27,6 +38,11 @@ from mmstiff.registry import DATASETS
 SIZE = 'zero or negative size (width or height below 1 pixel, or area <= 0)'
 OUTSIDE = 'outside its image'
 CATEGORY = 'a category the dataset does not list'
+#: Why ``filter_data`` drops an image.
+NO_BOX = 'no box kept (filter_empty_gt)'
+SMALL = 'smaller than min_size'
+#: How many examples an error message names.
+EXAMPLES = 3
 
 
 def box_drop_reason(ann, img_info, cat_ids):
@@ -55,13 +71,29 @@ def box_drop_reason(ann, img_info, cat_ids):
 @DATASETS.register_module(force=True)  # takes the name over from the lazy placeholder
 class CocoDataset(_UpstreamCocoDataset):
     """mmdet's ``CocoDataset`` that reports dropped boxes and fails without boxes (module
-    docstring). After loading, ``dropped_boxes`` maps each reason to its count."""
+    docstring). After loading, ``dropped_boxes`` maps each reason to its count and
+    ``dropped_images`` each reason ``filter_data`` dropped images for to its count.
+
+    Args:
+        check_files (bool): check that every image file exists and is not empty before
+            training. Default True.
+        *args, **kwargs: mmdet's ``CocoDataset`` arguments.
+    """
+
+    def __init__(self, *args, check_files=True, **kwargs):
+        self.check_files = check_files
+        super().__init__(*args, **kwargs)
 
     def load_data_list(self):
         self.dropped_boxes = Counter()
         self._dropped_examples = {}
         self._num_boxes = 0
+        self._unknown_image_anns = None
         data_list = super().load_data_list()
+        if not data_list:
+            raise ValueError(f'{self.ann_file}: lists no image; expected an "images" list of '
+                             'at least one image')
+        self._report_unknown_images()
         kept = sum(len(info['instances']) for info in data_list)
         if self.dropped_boxes:
             counts = '; '.join(f'{n} with {reason} (e.g. annotation id '
@@ -77,7 +109,43 @@ class CocoDataset(_UpstreamCocoDataset):
                 'of a listed category, inside its image and at least 1 x 1 pixel')
         return data_list
 
+    def _report_unknown_images(self):
+        unknown = self._unknown_image_anns or []
+        if unknown:
+            print_log(f'{self.ann_file}: {len(unknown)} annotation(s) refer to an image id the '
+                      f'file does not list (e.g. annotation id {unknown[0]["id"]}, image id '
+                      f'{unknown[0]["image_id"]}); they are not used', logger='current',
+                      level=logging.WARNING)
+
+    def filter_data(self):
+        """mmdet's filter, reporting the images it drops and failing when none is left."""
+        kept = super().filter_data()
+        self.dropped_images = Counter()
+        if not self.test_mode:
+            min_size = self.filter_cfg.get('min_size', 0) if self.filter_cfg else 0
+            kept_ids = {info['img_id'] for info in kept}
+            for info in self.data_list:
+                if info['img_id'] not in kept_ids:
+                    small = min(info['width'], info['height']) < min_size
+                    self.dropped_images[SMALL if small else NO_BOX] += 1
+        if self.dropped_images:
+            counts = dict(self.dropped_images)
+            if not kept:
+                raise ValueError(f'{self.ann_file}: filter_cfg={self.filter_cfg!r} drops every '
+                                 f'one of the {len(self.data_list)} images ({counts}); '
+                                 'expected at least one image left to train on')
+            print_log(f'{self.ann_file}: filter_cfg dropped {sum(counts.values())} of '
+                      f'{len(self.data_list)} images: {counts}', logger='current',
+                      level=logging.WARNING)
+        if self.check_files:
+            check_image_files(kept, self.ann_file)
+        return kept
+
     def parse_data_info(self, raw_data_info):
+        if self._unknown_image_anns is None:  # self.coco exists while mmdet parses
+            listed = set(self.coco.imgs)
+            self._unknown_image_anns = [ann for ann in self.coco.dataset.get('annotations', [])
+                                        if ann.get('image_id') not in listed]
         img_info = raw_data_info['raw_img_info']
         for ann in raw_data_info['raw_ann_info']:
             self._num_boxes += not ann.get('ignore', False)
@@ -86,3 +154,30 @@ class CocoDataset(_UpstreamCocoDataset):
                 self.dropped_boxes[reason] += 1
                 self._dropped_examples.setdefault(reason, ann.get('id'))
         return super().parse_data_info(raw_data_info)
+
+
+def check_image_files(data_list, ann_file):
+    """Every ``img_path`` of ``data_list`` is a non-empty file.
+
+    Raises:
+        ValueError: naming the annotation file, how many image files are missing or empty
+            and the first ones.
+    """
+    missing, empty = [], []
+    for info in data_list:
+        path = info['img_path']
+        try:
+            if os.stat(path).st_size == 0:
+                empty.append(path)
+        except OSError:
+            missing.append(path)
+    problems = []
+    if missing:
+        problems.append(f'{len(missing)} missing (e.g. {", ".join(missing[:EXAMPLES])})')
+    if empty:
+        problems.append(f'{len(empty)} empty (e.g. {", ".join(empty[:EXAMPLES])})')
+    if problems:
+        raise ValueError(f'{ann_file}: of the {len(data_list)} image files it lists, '
+                         f'{"; ".join(problems)}; expected every image in the image folder '
+                         '(check data_root and data_prefix.img), or check_files=False to '
+                         'skip this check')

@@ -9,19 +9,21 @@ images with labels by ``zip``, so
   array to concatenate";
 * the files are chosen by ``test_mode``, not by ``split``: ``split='test'`` without
   ``test_mode=True`` silently reads the training files (and ``split='train'`` with
-  ``test_mode=True`` the test files, while warning that it uses the training set).
+  ``test_mode=True`` the test files, while warning that it uses the training set);
+* a label outside the classes (200 of 10) trains until an ``IndexError`` deep in the loss.
 
 ``mmstiff.MNIST`` and ``mmstiff.FashionMNIST`` take the same arguments and, before mmpretrain
 reads anything, check that ``split`` and ``test_mode`` agree and that the split's two files
 have the IDX header, the 28 x 28 images and the exact size their header promises
-(:func:`mmstiff.datasets.fashion_mnist.verify_idx`), one label per image and at least one
-image. A bad value raises ``ValueError`` (a missing file ``FileNotFoundError``) naming the
-file, what it holds and what was expected.
+(:func:`mmstiff.datasets.fashion_mnist.verify_idx`), one label per image, at least one
+image, and every label in ``[0, number of classes)``. A bad value raises ``ValueError`` (a
+missing file ``FileNotFoundError``) naming the file, what it holds and what was expected.
 
 Use them in configs as ``type='mmstiff.FashionMNIST'`` / ``type='mmstiff.MNIST'``.
 """
 import os.path as osp
 
+import numpy as np
 from mmpretrain.datasets import MNIST as _UpstreamMNIST
 from mmpretrain.datasets import FashionMNIST as _UpstreamFashionMNIST
 
@@ -29,13 +31,27 @@ from mmstiff.registry import DATASETS
 from .fashion_mnist import IMAGES_MAGIC, LABELS_MAGIC, SPLIT_FILES, verify_idx
 
 
-def check_idx_split(root, split):
+def check_label_range(labels, num_classes):
+    """Every label of the (verified) IDX label file ``labels`` is in ``[0, num_classes)``.
+
+    Raises:
+        ValueError: naming the file, how many labels are out of range and the first one.
+    """
+    values = np.fromfile(labels, dtype=np.uint8, offset=8)
+    bad = np.flatnonzero(values >= num_classes)
+    if bad.size:
+        raise ValueError(f'{labels} holds {bad.size} label(s) outside [0, {num_classes}), the '
+                         f'first at index {bad[0]}: {values[bad[0]]}; expected class indices '
+                         f'of the {num_classes} classes')
+
+
+def check_idx_split(root, split, num_classes=None):
     """Check the image and label files of ``split`` under ``root``; return the image count.
 
     Raises:
         FileNotFoundError: a file is missing.
         ValueError: a bad header, image size or file size, a label count that differs from the
-            image count, or no image at all.
+            image count, no image at all, or (with ``num_classes``) a label out of range.
     """
     images_name, labels_name = SPLIT_FILES[split]
     images, labels = osp.join(root, images_name), osp.join(root, labels_name)
@@ -46,6 +62,8 @@ def check_idx_split(root, split):
                          'images; expected one label per image')
     if num_images == 0:
         raise ValueError(f'{images} holds 0 images; expected at least one')
+    if num_classes is not None:
+        check_label_range(labels, num_classes)
     return num_images
 
 
@@ -65,7 +83,9 @@ class _IdxChecked:
 
     def load_data_list(self):
         if self._check_exists() or not self.download:
-            check_idx_split(self.data_prefix['root'], self.split)
+            classes = self.metainfo.get('classes')
+            check_idx_split(self.data_prefix['root'], self.split,
+                            num_classes=len(classes) if classes else None)
         return super().load_data_list()
 
 

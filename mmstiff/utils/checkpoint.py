@@ -63,6 +63,10 @@ class CheckpointMismatchError(CheckpointError):
     """A checkpoint whose parameters do not match the model (keys or shapes)."""
 
 
+class NonFiniteCheckpointError(CheckpointError):
+    """A checkpoint with NaN or infinite weights or statistics (a diverged or damaged run)."""
+
+
 # --------------------------------------------------------------------- weights-only loading
 def _history_buffer_method(obj, name):
     """The ``builtins.getattr`` of the allow-list: ``HistoryBuffer.<statistics method>`` only."""
@@ -288,6 +292,38 @@ def load_state_dict_report(module, state_dict):
     return StateDictMismatch(missing, unexpected, [e.replace('\n', ' ') for e in errors])
 
 
+def compare_state_dict(model, state_dict):
+    """What loading ``state_dict`` into ``model`` would not match, without loading it: the
+    missing and unexpected keys and the shape mismatches (:class:`StateDictMismatch`)."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state_dict and not k.endswith(IGNORED_MISSING)]
+    unexpected = [k for k in state_dict if k not in own]
+    errors = [f'{k}: shape {tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the '
+              'model' for k, v in state_dict.items()
+              if k in own and hasattr(v, 'shape') and tuple(v.shape) != tuple(own[k].shape)]
+    return StateDictMismatch(missing, unexpected, errors)
+
+
+def check_resume_checkpoint(model, path, trust=False):
+    """Refuse to resume ``model`` from a checkpoint of another model (before MMEngine loads
+    it, whose optimizer would fail with a bare ``ValueError`` traceback).
+
+    Raises:
+        CheckpointMismatchError: listing the keys and shapes that differ.
+    """
+    from mmengine.model import is_model_wrapper
+    if is_model_wrapper(model):
+        model = model.module
+    checkpoint = load_checkpoint_file(path, 'cpu', trust=trust)
+    mismatch = compare_state_dict(model, state_dict_of(checkpoint))
+    if mismatch:
+        raise CheckpointMismatchError(
+            f'resume checkpoint {path!r} does not match the model of the config: '
+            f'{mismatch.describe()}. It was saved from another model or config; resume it '
+            'with the config it was trained with, or start a new run from its weights with '
+            'load_from (without --resume)')
+
+
 def load_weights(model, checkpoint, path, strict=True):
     """Load the parameters of the loaded ``checkpoint`` (read from ``path``) into ``model``.
 
@@ -310,12 +346,53 @@ def load_weights(model, checkpoint, path, strict=True):
     return mismatch
 
 
-def load_checkpoint_into(model, path, strict=True, trust=False, map_location='cpu'):
-    """Read ``path`` (:func:`load_checkpoint_file`) and load it into ``model``
-    (:func:`load_weights`; a model wrapper is unwrapped). Returns the loaded checkpoint."""
+def non_finite_entries(state_dict):
+    """``[(key, number of non-finite values)]`` of the floating-point tensors of
+    ``state_dict`` that hold NaN or ±inf, in the state dict's order."""
+    found = []
+    for key, value in state_dict.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                found.append((key, bad))
+    return found
+
+
+def check_finite(checkpoint, path, allow=False, limit=LIST_LIMIT):
+    """Refuse a checkpoint whose weights or statistics are not all finite.
+
+    A model with NaN weights evaluates to numbers that look like results (accuracy 0.0).
+    With ``allow`` (the tools' ``--allow-non-finite``) a warning names them instead.
+
+    Raises:
+        NonFiniteCheckpointError: naming the file, how many entries and the first ones.
+    """
+    found = non_finite_entries(state_dict_of(checkpoint))
+    if not found:
+        return found
+    shown = ', '.join(f'{key} ({bad} value(s))' for key, bad in found[:limit])
+    more = f', ... ({len(found) - limit} more)' if len(found) > limit else ''
+    message = (f'checkpoint {path!r} holds non-finite (NaN or inf) values in {len(found)} '
+               f'parameter(s) or statistic(s): {shown}{more}')
+    if not allow:
+        raise NonFiniteCheckpointError(
+            f'{message}. The run that wrote it diverged or the file is damaged; pass '
+            '--allow-non-finite to use it anyway.')
+    from mmengine.logging import print_log
+    print_log(f'{message} (--allow-non-finite: used anyway)', logger='current',
+              level=logging.WARNING)
+    return found
+
+
+def load_checkpoint_into(model, path, strict=True, trust=False, map_location='cpu',
+                         allow_non_finite=False):
+    """Read ``path`` (:func:`load_checkpoint_file`), check that its values are finite
+    (:func:`check_finite`) and load it into ``model`` (:func:`load_weights`; a model wrapper
+    is unwrapped). Returns the loaded checkpoint."""
     from mmengine.model import is_model_wrapper
     if is_model_wrapper(model):
         model = model.module
     checkpoint = load_checkpoint_file(path, map_location, trust=trust)
+    check_finite(checkpoint, path, allow=allow_non_finite)
     load_weights(model, checkpoint, path, strict=strict)
     return checkpoint

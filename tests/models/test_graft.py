@@ -5,7 +5,8 @@ With ``start='identity'`` every adaptor starts at Δ ≡ 1, so a plain network's
 into the adapted backbone with only the adaptor keys missing, computes exactly the plain network;
 ``init_weights()`` (Kaiming / Constant initialisers, a ``Pretrained`` checkpoint) keeps that
 start. Under ``norm_eval=True`` the adaptors' BN learns the statistics the checkpoint did not
-hold (``adaptor_norm='auto'``) while the backbone's BN stays frozen.
+hold (``adaptor_norm='auto'``) while the backbone's BN stays frozen; a backbone that loaded
+nothing keeps them frozen too.
 """
 import copy
 import math
@@ -315,7 +316,7 @@ def test_auto_learns_the_statistics_a_plain_checkpoint_lacks(backbone):
 def test_auto_keeps_statistics_a_checkpoint_holds_frozen(backbone):
     torch.manual_seed(8)
     plain, model = norm_eval_pair(backbone)
-    source = randomise_bn(pair(backbone, dict(type='mmstiff.StepNetAdaptor'))[1]())
+    source = randomise_bn(pair(backbone, IDENTITY_ADAPTORS['stepnet'])[1]())
     model.load_state_dict(source.state_dict())        # adaptors' statistics included
     assert all(a.statistics_loaded is True for a in adaptors(model))
     before = statistics(adaptor_norms(model) + backbone_norms(model))
@@ -328,12 +329,15 @@ def test_auto_keeps_statistics_a_checkpoint_holds_frozen(backbone):
 
 
 @pytest.mark.parametrize('backbone', CNN_BACKBONES)
-def test_fresh_model_learns_and_a_resumed_one_keeps_learning(backbone):
+def test_fresh_model_keeps_norm_eval_and_a_resumed_graft_keeps_learning(backbone):
     torch.manual_seed(9)
     plain, model = norm_eval_pair(backbone)
     assert all(a.statistics_loaded is None for a in adaptors(model))
     model.train()
-    assert all(m.training for m in adaptor_norms(model))
+    # nothing loaded: norm_eval=True freezes the adaptors' statistics too
+    assert not any(m.training for m in adaptor_norms(model))
+    before = statistics(adaptor_norms(model))
+    assert not any(moved(before, adaptor_norms(train_a_little(model))))
     # a plain init checkpoint, then a resumed full one: the statistics keep being learned
     model.load_state_dict(plain.state_dict(), strict=False)
     model.load_state_dict(train_a_little(model).state_dict())
@@ -350,7 +354,7 @@ def test_follow_and_train_override_auto(backbone):
     assert not any(moved(before, adaptor_norms(train_a_little(model))))
 
     source, model = norm_eval_pair(backbone, adaptor_norm='train')
-    full = randomise_bn(pair(backbone, dict(type='mmstiff.StepNetAdaptor'))[1]())
+    full = randomise_bn(pair(backbone, IDENTITY_ADAPTORS['stepnet'])[1]())
     model.load_state_dict(full.state_dict())
     before = statistics(adaptor_norms(model)), statistics(backbone_norms(model))
     train_a_little(model)

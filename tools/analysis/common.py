@@ -20,7 +20,9 @@ The tools run as scripts (``python tools/analysis/tns.py ...``), so this folder 
 ``CHECKPOINT`` loads weights-only, with the allow-list of the objects MMEngine checkpoints hold
 (:mod:`mmstiff.utils.checkpoint`; ``--trust-checkpoint`` unpickles it in full), and strictly:
 keys or shapes that do not match the config's model are an error naming them
-(``--allow-partial-load`` loads the matching part, with a warning).
+(``--allow-partial-load`` loads the matching part, with a warning); NaN or inf weights or
+statistics are an error naming them (``--allow-non-finite`` goes on anyway), and so is a split
+whose dataloader yields no batch.
 """
 import argparse
 import json
@@ -36,8 +38,9 @@ from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader
 from mmstiff.apis.runtime import ConfigError, cfg_option, codebase_of, load_config
 
 SPLITS = ('test', 'val', 'train')
-#: ``--trust-checkpoint`` and ``--allow-partial-load`` of the command line, set by load_cfg.
-LOAD_OPTIONS = dict(trust=False, allow_partial=False)
+#: ``--trust-checkpoint``, ``--allow-partial-load`` and ``--allow-non-finite`` of the command
+#: line, set by load_cfg.
+LOAD_OPTIONS = dict(trust=False, allow_partial=False, allow_non_finite=False)
 
 
 def positive_int(text):
@@ -68,6 +71,9 @@ def base_parser(description, num_batches=10):
     parser.add_argument('--allow-partial-load', action='store_true',
                         help='analyse even when the checkpoint does not match the model '
                         '(parameters it lacks keep their initial values); by default an error')
+    parser.add_argument('--allow-non-finite', action='store_true',
+                        help='analyse even when the checkpoint holds NaN or inf weights or '
+                        'statistics (a diverged run); by default an error naming them')
     return parser
 
 
@@ -129,7 +135,8 @@ def load_cfg(args):
     except ConfigError as err:
         sys.exit(f'error: {err}')
     LOAD_OPTIONS.update(trust=getattr(args, 'trust_checkpoint', False),
-                        allow_partial=getattr(args, 'allow_partial_load', False))
+                        allow_partial=getattr(args, 'allow_partial_load', False),
+                        allow_non_finite=getattr(args, 'allow_non_finite', False))
     install_checkpoint_loader(trust=LOAD_OPTIONS['trust'])  # for any other MMEngine load
     return cfg
 
@@ -149,7 +156,8 @@ def load_model(cfg, checkpoint, trust=None, allow_partial=None):
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     model = MODELS.build(model_cfg)
     try:
-        load_checkpoint_into(model, checkpoint, strict=not allow_partial, trust=trust)
+        load_checkpoint_into(model, checkpoint, strict=not allow_partial, trust=trust,
+                             allow_non_finite=LOAD_OPTIONS['allow_non_finite'])
     except CheckpointError as err:
         sys.exit(f'error: {err}')
     model.eval()
@@ -171,7 +179,13 @@ def build_loader(cfg, split, batch_size=None):
         loader_cfg['batch_size'] = batch_size
     if loader_cfg.get('num_workers', 0) == 0:
         loader_cfg['persistent_workers'] = False
-    return Runner.build_dataloader(loader_cfg)
+    loader = Runner.build_dataloader(loader_cfg)
+    if len(loader) == 0:
+        sys.exit(f'error: --split {split}: {field} yields no batch (its dataset has '
+                 f'{len(loader.dataset)} samples; batch_size={loader_cfg.get("batch_size")}); '
+                 'nothing to analyse. Check the dataset paths of the config or pick another '
+                 '--split')
+    return loader
 
 
 def setup(args, tool):

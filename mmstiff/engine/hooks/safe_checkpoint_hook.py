@@ -14,8 +14,11 @@ loadable checkpoint at all. This hook changes only the order and the way of writ
    removed.
 
 So at every moment ``last_checkpoint`` names a complete checkpoint. Partial files left by a
-killed run are removed when the next run starts. Every argument is MMEngine's; ``tools/train.py``
-puts this hook in place of ``default_hooks.checkpoint`` of type ``CheckpointHook``.
+killed run are removed when the next run starts. Each checkpoint's meta also records the number
+of processes and the batch size, so that a run resumed on another number of processes skips
+the samples already seen, not a number of batches (:mod:`mmstiff.engine.world_size`). Every
+argument is MMEngine's; ``tools/train.py`` puts this hook in place of
+``default_hooks.checkpoint`` of type ``CheckpointHook``.
 """
 import os.path as osp
 from collections import deque
@@ -26,6 +29,7 @@ from mmengine.fileio import LocalBackend, get_file_backend
 from mmengine.hooks import CheckpointHook
 
 from mmstiff.engine.atomic_files import ATOMIC_BACKEND, remove_partial_files, write_atomic
+from mmstiff.engine.world_size import layout_change, run_layout
 from mmstiff.registry import HOOKS
 
 LAST_CHECKPOINT = 'last_checkpoint'
@@ -75,6 +79,26 @@ class SafeCheckpointHook(CheckpointHook):
                 for path in remove_partial_files(folder):
                     runner.logger.warning(f'Removed {path}, a partial file of a write that '
                                           'did not finish.')
+        self._skip_by_samples(runner)
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        checkpoint.setdefault('meta', {}).update(run_layout(runner))
+
+    def after_load_checkpoint(self, runner, checkpoint):
+        self._loaded_meta = dict(checkpoint.get('meta') or {})
+
+    def _skip_by_samples(self, runner):
+        """On resuming an iteration-based run with another layout, advance the dataloader by
+        the batches MMEngine's own skipping (one per iteration done) misses, and say so."""
+        change = layout_change(runner.iter, getattr(self, '_loaded_meta', {}),
+                               run_layout(runner))
+        iterator = getattr(runner.train_loop, 'dataloader_iterator', None)
+        if change is None or iterator is None:
+            return
+        extra, message = change
+        runner.logger.warning(message + '.')
+        for _ in range(extra):
+            next(iterator)
 
     @contextmanager
     def _removals_deferred(self):

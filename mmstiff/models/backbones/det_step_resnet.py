@@ -56,7 +56,10 @@ class DetStepResNet(StepPlacementMixin, ResNet):
             layers learn their statistics under ``norm_eval=True``; see
             :class:`~mmstiff.models.backbones.StepResNet`. With ``'auto'``, adaptors grafted onto
             ``torchvision://resnet50`` learn theirs, while those loaded from an ImageNet
-            StepNet checkpoint stay frozen with the backbone's BN.
+            StepNet checkpoint stay frozen with the backbone's BN; a backbone that loaded
+            nothing keeps them all frozen.
+        adaptor_norm_cfg (dict, optional): the adaptors' norm layer; None (default): the
+            backbone's ``norm_cfg``. The COCO configs set ``dict(type='SyncBN')``.
         **kwargs: every other argument of mmdet's ``ResNet`` (``out_indices``,
             ``frozen_stages``, ``norm_eval``, ``dcn``, ``plugins``, ``init_cfg``, ...).
     """

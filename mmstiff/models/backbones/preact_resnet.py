@@ -21,8 +21,9 @@ from mmengine.model import BaseModule
 from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
-from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, init_keeping_starts,
-                                  release_adaptor_statistics, resolve_adaptor)
+from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_adaptor_norm,
+                                  init_keeping_starts, release_adaptor_statistics, resolve_adaptor)
+from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from mmstiff.models.utils import UnsupportedDepthError
@@ -191,9 +192,12 @@ class PreActStepResNet(BaseBackbone):
         adaptor_blocks (Sequence[Sequence[int] | None], optional): per stage, which blocks get
             adaptors (None: all); see :func:`mmstiff.models.steps.placement.adaptor_placement`.
         adaptor_norm (str): under ``norm_eval=True``, which adaptor BN layers keep updating
-            their statistics: ``'auto'`` (default) those the first loaded state dict did not
-            hold (all, when nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors
-            of frozen stages never (docs/methods.md §3, "Starting from a plain checkpoint").
+            their statistics: ``'auto'`` (default) those the first loaded state dict lacked
+            (none when nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors of
+            frozen stages never (docs/methods.md §3, "Starting from a plain checkpoint").
+        adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
+            (StepNet); None (default): ``norm_cfg`` (docs/methods.md §3, "The adaptor's
+            normalisation").
         out_indices (Sequence[int]): stages whose output is returned. The last stage's output
             passes through the final BN-act of pre-activation nets; earlier stages are returned
             as they are (un-normalised states of the trajectory). Default (2,).
@@ -223,6 +227,7 @@ class PreActStepResNet(BaseBackbone):
                  adaptor_stages=None,
                  adaptor_blocks=None,
                  adaptor_norm='auto',
+                 adaptor_norm_cfg=None,
                  out_indices=(2, ),
                  frozen_stages=-1,
                  norm_eval=False,
@@ -242,6 +247,9 @@ class PreActStepResNet(BaseBackbone):
         self.adaptor_stages = adaptor_stages
         self.adaptor_blocks = adaptor_blocks
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
+        self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
+            else check_norm_cfg(adaptor_norm_cfg)
+        adaptor = adaptor_with_norm(self.adaptor, norm_cfg, self.adaptor_norm_cfg)
         self.adaptor_placement = adaptor_placement(self.stage_blocks, adaptor_stages,
                                                    adaptor_blocks)
         self.base_channels = base_channels
@@ -269,7 +277,7 @@ class PreActStepResNet(BaseBackbone):
                         act_cfg=act_cfg))
                 channels = out_channels
             layer_name = f'layer{i + 1}'
-            self.add_module(layer_name, attach_adaptors(nn.Sequential(*blocks), self.adaptor, mask))
+            self.add_module(layer_name, attach_adaptors(nn.Sequential(*blocks), adaptor, mask))
             self.res_layers.append(layer_name)
         self.final_norm_name, final_norm = build_norm_layer(norm_cfg, channels, postfix='_final')
         self.add_module(self.final_norm_name, final_norm)
@@ -331,5 +339,5 @@ class PreActStepResNet(BaseBackbone):
                     m.eval()
             release_adaptor_statistics(
                 [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
-                 if i > self.frozen_stages], self.adaptor_norm)
+                 if i > self.frozen_stages], self.adaptor_norm, owner=self)
         return self

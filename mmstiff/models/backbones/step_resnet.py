@@ -11,9 +11,10 @@ parameters (``layerI.J.step_adaptor.*``) missing.
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
-from mmstiff.models.steps import (adaptor_placement, apply_step, build_adaptor,
+from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, apply_step, build_adaptor,
                                   check_adaptor_norm, init_keeping_starts,
                                   release_adaptor_statistics, resolve_adaptor)
+from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS
 from mmstiff.models.utils import check_depth
 
@@ -107,15 +108,20 @@ class StepPlacementMixin:
     """Validates depth, adaptor and placement before the upstream ResNet builds its layers,
     then gives each chosen block its adaptor (the arguments of :class:`StepResNet`).
 
+    The adaptors normalise with the backbone's ``norm_cfg`` unless ``adaptor_norm_cfg`` is set.
     It also keeps the adaptors' start through ``init_weights`` and, under ``norm_eval``, lets
     the adaptors' BN learn the statistics a checkpoint did not hold (``adaptor_norm``).
     """
 
     def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 adaptor_norm='auto', **kwargs):
+                 adaptor_norm='auto', adaptor_norm_cfg=None, **kwargs):
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
+        self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
+            else check_norm_cfg(adaptor_norm_cfg)
         self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
                             adaptor_blocks)
+        # a conflict between the adaptor's own norm_cfg and adaptor_norm_cfg fails here
+        adaptor_with_norm(self.adaptor, None, self.adaptor_norm_cfg)
         super().__init__(depth, **kwargs)
 
     def _prepare_steps(self, depth, num_stages, adaptor, adaptor_stages, adaptor_blocks):
@@ -129,7 +135,8 @@ class StepPlacementMixin:
     def make_res_layer(self, **kwargs):
         res_layer = super().make_res_layer(**kwargs)
         stage = len(self.res_layers)      # the upstream loop appends the name after this call
-        return attach_adaptors(res_layer, self.adaptor, self.adaptor_placement[stage])
+        adaptor = adaptor_with_norm(self.adaptor, self.norm_cfg, self.adaptor_norm_cfg)
+        return attach_adaptors(res_layer, adaptor, self.adaptor_placement[stage])
 
     def init_weights(self):
         """The upstream initialisation (``init_cfg``, a ``Pretrained`` checkpoint last); then
@@ -144,7 +151,7 @@ class StepPlacementMixin:
         if mode and self.norm_eval:
             release_adaptor_statistics(
                 [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
-                 if i > self.frozen_stages], self.adaptor_norm)
+                 if i > self.frozen_stages], self.adaptor_norm, owner=self)
         return self
 
 
@@ -163,9 +170,12 @@ class StepResNet(StepPlacementMixin, ResNet):
             (negative indices allowed); see :func:`mmstiff.models.steps.adaptor_placement`.
         adaptor_norm (str): under ``norm_eval=True``, which adaptor BN layers keep updating
             their statistics while every BN of the backbone is frozen: ``'auto'`` (default)
-            those whose statistics the first loaded state dict did not hold (or all, when
-            nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors of frozen stages
-            never (docs/methods.md §3, "Starting from a plain checkpoint").
+            those whose statistics the first loaded state dict lacked (none when nothing was
+            loaded), ``'follow'`` none, ``'train'`` all; adaptors of frozen stages never
+            (docs/methods.md §3, "Starting from a plain checkpoint").
+        adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
+            (StepNet), e.g. ``dict(type='SyncBN')``. None (default): the backbone's
+            ``norm_cfg`` (docs/methods.md §3, "The adaptor's normalisation").
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the

@@ -1,4 +1,5 @@
-from .iebn import IEBN, instance_enhancement  # noqa: F401
+from .iebn import IEBN, SyncIEBN, instance_enhancement  # noqa: F401
+from .sync_bn import CPUSyncBatchNorm  # noqa: F401
 from .attn_scale import AttnScale, record_attention_maps  # noqa: F401
 from .aug_shortcut import AugmentedShortcut  # noqa: F401
 from .circulant import CirculantLinear  # noqa: F401

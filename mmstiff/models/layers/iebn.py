@@ -13,12 +13,19 @@ it follows a backbone's ``norm_eval`` and ``init_cfg`` rules for BN layers.
 ``weight_init`` and ``bias_init`` set the initial γ and β (1 and 0, as BN); the StepNet adaptor's
 ``start='identity'`` builds it with γ = β = 0, so that its output is 0 whatever the input
 (docs/methods.md §3, "Starting from a plain checkpoint").
+
+:class:`SyncIEBN` is the same layer on ``nn.SyncBatchNorm``: its batch statistics are reduced
+over the processes of a distributed run (CPU processes too). The conversions of torch and MMEngine
+(``convert_sync_batchnorm``, ``sync_bn``) turn an :class:`IEBN` into a plain ``SyncBatchNorm``
+and lose the gate; build :class:`SyncIEBN` directly (``norm_cfg=dict(type='SyncBN')`` for a
+StepNet adaptor) instead.
 """
 import torch
 import torch.nn as nn
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.layout import pool_state
+from .sync_bn import CPUSyncBatchNorm
 
 
 def instance_enhancement(x, ie_weight, ie_bias):
@@ -28,8 +35,7 @@ def instance_enhancement(x, ie_weight, ie_bias):
                                        pooled))
 
 
-@MODELS.register_module()
-class IEBN(nn.BatchNorm2d):
+class InstanceEnhancementMixin:
     """Batch normalisation whose affine scale is gated per sample (IEBN, docs/methods.md §2).
 
     Args:
@@ -42,8 +48,6 @@ class IEBN(nn.BatchNorm2d):
 
     The affine part is always on (γ, β are IEBN's own parameters).
     """
-
-    _abbr_ = 'bn'
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
                  ie_weight_init=0.0, ie_bias_init=-1.0, weight_init=1.0, bias_init=0.0,
@@ -86,3 +90,19 @@ class IEBN(nn.BatchNorm2d):
         if (self.weight_init, self.bias_init) != (1.0, 0.0):
             text += f', weight_init={self.weight_init}, bias_init={self.bias_init}'
         return text
+
+
+@MODELS.register_module()
+class IEBN(InstanceEnhancementMixin, nn.BatchNorm2d):
+    """IEBN on ``nn.BatchNorm2d``; see :class:`InstanceEnhancementMixin` for the arguments."""
+
+    _abbr_ = 'bn'
+
+
+@MODELS.register_module()
+class SyncIEBN(InstanceEnhancementMixin, CPUSyncBatchNorm):
+    """IEBN on ``nn.SyncBatchNorm`` (batch statistics over every process of a distributed run,
+    on the GPU or the CPU: :class:`~mmstiff.models.layers.sync_bn.CPUSyncBatchNorm`; on one
+    process, as :class:`IEBN`); see :class:`InstanceEnhancementMixin` for the arguments."""
+
+    _abbr_ = 'bn'

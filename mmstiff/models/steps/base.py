@@ -29,15 +29,19 @@ Grafting adaptors onto a plain checkpoint also needs the backbone's help: the he
 end of this module let a backbone give back the start to the adaptors that its ``init_cfg``
 did not load (:func:`init_keeping_starts`), and let the adaptors' BN learn the statistics the
 checkpoint does not hold while ``norm_eval`` freezes the backbone's (:data:`ADAPTOR_NORMS`,
-:func:`release_adaptor_statistics`).
+:func:`release_adaptor_statistics`). An adaptor with a norm layer normalises as the backbone
+does unless told otherwise (:func:`adaptor_with_norm`; docs/methods.md §3, "The adaptor's
+normalisation").
 """
 import torch
+from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
 from mmstiff.utils.layout import check_layout
+from .starts import check_saved_start, mismatched_entries, record_start
 
 #: keys of an adaptor config that the backbone fills in for each block.
 BUILD_KEYS = ('channels', 'layout')
@@ -45,8 +49,8 @@ BUILD_KEYS = ('channels', 'layout')
 #: (Δ ≡ 1 exactly, the plain block: for grafting onto a plain checkpoint)
 STARTS = ('paper', 'identity')
 #: which adaptor BN statistics keep updating under a backbone's ``norm_eval=True``:
-#: ``'auto'`` those a loaded checkpoint did not hold, ``'follow'`` none (the backbone's rule),
-#: ``'train'`` all
+#: ``'auto'`` those a loaded checkpoint lacked (none when nothing was loaded), ``'follow'``
+#: none (the backbone's rule), ``'train'`` all
 ADAPTOR_NORMS = ('auto', 'follow', 'train')
 
 
@@ -69,13 +73,20 @@ def check_adaptor_norm(adaptor_norm):
 class StepAdaptor(BaseModule):
     """Base class of step-size adaptors ``(x_t, f) -> Δ_t``.
 
+    An adaptor class that builds a norm layer from a ``norm_cfg`` argument sets
+    :attr:`takes_norm_cfg`; a backbone then fills that argument in with its own normalisation
+    (:func:`adaptor_with_norm`).
+
     Args:
         layout (str): ``'nchw'`` or ``'nlc'``; see the module docstring.
         init_cfg (dict, optional): MMEngine initialisation config.
 
     Attributes:
-        state_loaded (bool): whether the last state dict loaded into the model held any of the
-            adaptor's keys (set by ``load_state_dict``; :func:`init_keeping_starts` reads it).
+        state_loaded (bool): whether the last state dict loaded into the model held the
+            adaptor's keys, each of the adaptor's shape (set by ``load_state_dict``;
+            :func:`init_keeping_starts` reads it).
+        load_mismatch (list): the entries of that state dict whose shape differed from the
+            adaptor's, ``[(key, checkpoint shape, adaptor shape)]``.
         statistics_loaded (bool | None): whether the FIRST state dict loaded into the model held
             the running statistics of every BN of the adaptor; None while nothing was loaded
             (a fresh model) or where the adaptor has no BN. Later loads (resuming a run,
@@ -85,12 +96,17 @@ class StepAdaptor(BaseModule):
 
     #: the output of forward is the step size Δ_t of the block (read by the recorders)
     step_source = True
+    #: whether the constructor takes a ``norm_cfg`` that a backbone fills in
+    takes_norm_cfg = False
 
     def __init__(self, layout='nchw', init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.layout = check_layout(layout)
         self.state_loaded = False
+        self.load_mismatch = []
         self.statistics_loaded = None
+        # every saved state dict records the start (mmstiff.models.steps.starts)
+        self._register_state_dict_hook(record_start)
 
     def forward(self, x_t, f):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -112,14 +128,19 @@ class StepAdaptor(BaseModule):
         return [f'{prefix}{name}.running_mean' for name, m in self.named_modules()
                 if isinstance(m, _BatchNorm) and m.track_running_stats]
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         names = [name for name, _ in self.named_parameters()]
         names += [name for name, _ in self.named_buffers()]
-        self.state_loaded = any(prefix + name in state_dict for name in names)
+        held = any(prefix + name in state_dict for name in names)
+        if held:
+            check_saved_start(self, local_metadata, prefix)
+        self.load_mismatch = mismatched_entries(self, state_dict, prefix)
+        self.state_loaded = held and not self.load_mismatch
         keys = self.statistics_keys(prefix)
         if self.statistics_loaded is None and keys:
-            self.statistics_loaded = all(key in state_dict for key in keys)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+            self.statistics_loaded = all(key in state_dict for key in keys) \
+                and not self.load_mismatch
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
 
 def resolve_adaptor(adaptor, name='adaptor'):
@@ -153,6 +174,29 @@ def resolve_adaptor(adaptor, name='adaptor'):
                          'StepAdaptor (a module (x_t, f) -> Δ_t)')
     adaptor['type'] = cls
     return adaptor
+
+
+def adaptor_with_norm(adaptor, norm_cfg, adaptor_norm_cfg=None):
+    """The adaptor config a backbone builds: ``norm_cfg`` filled in for an adaptor type that
+    takes one (:attr:`StepAdaptor.takes_norm_cfg`) and whose config does not set it.
+
+    Args:
+        adaptor (dict | None): a config checked by :func:`resolve_adaptor`.
+        norm_cfg (dict): the backbone's ``norm_cfg``, the default.
+        adaptor_norm_cfg (dict, optional): the backbone's explicit override for the adaptors.
+
+    Raises:
+        ValueError: when both the adaptor config and ``adaptor_norm_cfg`` set the norm.
+    """
+    if adaptor is None or not adaptor['type'].takes_norm_cfg:
+        return adaptor
+    if 'norm_cfg' in adaptor:
+        if adaptor_norm_cfg is not None:
+            raise ValueError(f"adaptor.norm_cfg={adaptor['norm_cfg']!r} and adaptor_norm_cfg="
+                             f'{adaptor_norm_cfg!r} both set the adaptors\' norm; expected one')
+        return adaptor
+    chosen = norm_cfg if adaptor_norm_cfg is None else adaptor_norm_cfg
+    return adaptor if chosen is None else dict(adaptor, norm_cfg=dict(chosen))
 
 
 def build_adaptor(adaptor, channels, layout):
@@ -193,26 +237,49 @@ def apply_step(x_t, step, f):
 def learns_statistics(adaptor, adaptor_norm):
     """Whether ``adaptor``'s BN keeps updating its statistics under ``norm_eval=True``.
 
-    ``'train'``: always; ``'follow'``: never (as every BN of the backbone); ``'auto'``: when the
-    first state dict loaded into the model did not hold them, or nothing was loaded.
+    ``'train'``: always; ``'follow'``: never (as every BN of the backbone); ``'auto'``: when
+    the first state dict loaded into the model lacked them. A model that loaded nothing keeps
+    the ``norm_eval`` contract: its adaptors' statistics stay frozen with the backbone's.
     """
     if adaptor_norm == 'train':
         return True
-    return adaptor_norm == 'auto' and not adaptor.statistics_loaded
+    return adaptor_norm == 'auto' and adaptor.statistics_loaded is False
 
 
-def release_adaptor_statistics(layers, adaptor_norm):
+#: why the adaptors named in the log line learn their statistics, per ``adaptor_norm``
+RELEASE_REASONS = {
+    'auto': "adaptor_norm='auto': the loaded checkpoint lacked their statistics",
+    'train': "adaptor_norm='train'",
+}
+
+
+def release_adaptor_statistics(layers, adaptor_norm, owner=None):
     """Put back in train mode the BN of the adaptors in ``layers`` that learn their statistics.
 
     A backbone calls it from ``train(True)`` after its ``norm_eval`` has put every BN in eval
-    mode, passing the stages that are not frozen.
+    mode, passing the stages that are not frozen and itself as ``owner``: the first release
+    of an ``owner`` logs one line naming how many adaptors learn their statistics and why.
+
+    Returns:
+        int: how many adaptors learn their statistics.
     """
+    released = 0
     for layer in layers:
         for adaptor in layer.modules():
-            if isinstance(adaptor, StepAdaptor) and learns_statistics(adaptor, adaptor_norm):
-                for m in adaptor.modules():
-                    if isinstance(m, _BatchNorm):
-                        m.train(True)
+            norms = [m for m in adaptor.modules() if isinstance(m, _BatchNorm)]
+            if isinstance(adaptor, StepAdaptor) and norms \
+                    and learns_statistics(adaptor, adaptor_norm):
+                released += 1
+                for m in norms:
+                    m.train(True)
+    if released and owner is not None and not getattr(owner, '_release_reported', False):
+        owner._release_reported = True
+        total = sum(isinstance(m, StepAdaptor) for m in owner.modules())
+        MMLogger.get_current_instance().info(
+            f'{type(owner).__name__}: norm_eval=True freezes the BN statistics, but {released} '
+            f'of {total} step adaptors learn theirs ({RELEASE_REASONS[adaptor_norm]}); '
+            "adaptor_norm='follow' freezes them too")
+    return released
 
 
 def init_keeping_starts(module, init):
@@ -225,10 +292,18 @@ def init_keeping_starts(module, init):
     own :meth:`StepAdaptor.init_weights` may not run, or run before the checkpoint; this runs
     after both and spares the adaptors the checkpoint held.
     """
-    adaptors = [m for m in module.modules() if isinstance(m, StepAdaptor)]
-    for adaptor in adaptors:
+    adaptors = [(name, m) for name, m in module.named_modules() if isinstance(m, StepAdaptor)]
+    for _, adaptor in adaptors:
         adaptor.state_loaded = False
+        adaptor.load_mismatch = []
     init()
-    for adaptor in adaptors:
-        if not adaptor.state_loaded:
-            adaptor.reset_start()
+    for name, adaptor in adaptors:
+        if adaptor.state_loaded:
+            continue
+        adaptor.reset_start()
+        if adaptor.load_mismatch:
+            key, saved, own = adaptor.load_mismatch[0]
+            MMLogger.get_current_instance().warning(
+                f'the checkpoint entry of adaptor {name!r} did not load: {key} has shape '
+                f'{saved}, the adaptor {own} ({len(adaptor.load_mismatch)} entries differ); '
+                f"it keeps its start={getattr(adaptor, 'start', None)!r}")

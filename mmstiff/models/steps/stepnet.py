@@ -20,12 +20,14 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
-from mmstiff.models.layers.iebn import IEBN
+from mmstiff.models.layers.iebn import InstanceEnhancementMixin
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from mmstiff.utils.layout import pool_state
 from .base import StepAdaptor, check_start
+from .norm import build_pooled_iebn, build_pooled_norm, distributed
 
 NORMS = ('bn_ie', 'iebn')
 #: the paper's initial W_IE, b_IE
@@ -92,24 +94,34 @@ class StepNetAdaptor(StepAdaptor):
         ie_bias_init (float, optional): initial ``b_IE`` (for ``'iebn'``: the gate bias).
             None: -1.0 (``'bn_ie'`` with ``start='identity'``: 0.0, and setting either is an
             error, since they would move Δ away from 1).
+        norm_cfg (dict, optional): the norm layer of ``'bn_ie'`` (any layer mmcv's
+            ``build_norm_layer`` builds: BN, SyncBN, GN, ...; see
+            :mod:`mmstiff.models.steps.norm`), or for ``'iebn'`` whether its BN is synchronised
+            (``type='SyncBN'``). None: ``dict(type='BN')``. A backbone fills it in with its own
+            ``norm_cfg`` or its ``adaptor_norm_cfg``.
         init_cfg (dict, optional): MMEngine initialisation config.
 
     Normalisation modes (a documented choice, the paper does not say):
 
-    * The BN is an ordinary ``nn.BatchNorm2d`` (or :class:`IEBN`) over the pooled (B, C, 1, 1)
-      statistics, so it obeys the backbone's rules for BN: under ``norm_eval=True`` (mmdet's
-      default) and in eval mode it normalises with its running statistics and does not update
-      them, exactly like the backbone's other BN layers, unless the backbone's
-      ``adaptor_norm`` lets it learn statistics that the loaded checkpoint did not hold
-      (docs/methods.md §3, "Starting from a plain checkpoint"); ``frozen_stages`` freezes it too.
+    * The norm is built from ``norm_cfg`` over the pooled (B, C, 1, 1) values: in a backbone
+      the backbone's own ``norm_cfg`` (BN, SyncBN, GN, ...) unless ``adaptor_norm_cfg`` says
+      otherwise (docs/methods.md §3, "The adaptor's normalisation"). A BN obeys the backbone's
+      rules for BN: under ``norm_eval=True`` (mmdet's default) and in eval mode it normalises
+      with its running statistics and does not update them, exactly like the backbone's other
+      BN layers, unless the backbone's ``adaptor_norm`` lets it learn statistics that the
+      loaded checkpoint lacked (docs/methods.md §3, "Starting from a plain checkpoint");
+      ``frozen_stages`` freezes it too.
     * In train mode with a batch of ONE sample there are no batch statistics to compute (one
-      value per channel); instead of failing, the adaptor normalises that sample with the
-      running statistics and leaves them unchanged, as in eval mode. The W_IE, b_IE and
-      BN affine parameters still receive gradients.
+      value per channel); instead of failing, a BN normalises that sample with the running
+      statistics and leaves them unchanged, as in eval mode (a SyncBN of several processes
+      uses the samples of every process). The W_IE, b_IE and BN affine parameters still
+      receive gradients.
     """
 
+    takes_norm_cfg = True
+
     def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie', start='paper',
-                 ie_weight_init=None, ie_bias_init=None, init_cfg=None):
+                 ie_weight_init=None, ie_bias_init=None, norm_cfg=None, init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         check_positive_int('channels', channels)
         groups = channels if groups is None else check_positive_int('groups', groups)
@@ -135,10 +147,10 @@ class StepNetAdaptor(StepAdaptor):
         self.conv = nn.Conv2d(2 * channels, channels, kernel_size=1, groups=groups, bias=False)
         if norm == 'iebn':
             affine = dict(weight_init=0.0, bias_init=0.0) if identity else {}
-            self.norm = IEBN(channels, ie_weight_init=ie_weight_init, ie_bias_init=ie_bias_init,
-                             **affine)
+            self.norm = build_pooled_iebn(norm_cfg, channels, ie_weight_init=ie_weight_init,
+                                          ie_bias_init=ie_bias_init, **affine)
         else:
-            self.norm = nn.BatchNorm2d(channels)
+            self.norm = build_pooled_norm(norm_cfg, channels)
             self.ie_weight_init = ie_weight_init
             self.ie_bias_init = ie_bias_init
             self.ie_weight = nn.Parameter(torch.full((channels, ), ie_weight_init))
@@ -158,8 +170,27 @@ class StepNetAdaptor(StepAdaptor):
             self.ie_weight.fill_(self.ie_weight_init)
             self.ie_bias.fill_(self.ie_bias_init)
 
+    def train(self, mode=True):
+        """``nn.Module.train``, refusing an IEBN that a BN conversion replaced (torch's and
+        MMEngine's ``convert_sync_batchnorm`` build a plain ``SyncBatchNorm`` without the
+        gate)."""
+        if self.norm_type == 'iebn' and not isinstance(self.norm, InstanceEnhancementMixin):
+            raise RuntimeError(
+                f"a StepNet adaptor with norm='iebn' holds a {type(self.norm).__name__}: a "
+                'conversion (convert_sync_batchnorm, the config\'s sync_bn) replaced its IEBN '
+                "and lost the gate; expected the backbone's norm_cfg or adaptor_norm_cfg "
+                "dict(type='SyncBN'), which builds a SyncIEBN, instead of the conversion")
+        return super().train(mode)
+
+    def _batch_of_one_frozen(self, z):
+        """Whether a batch of one must be normalised with the running statistics: a BN in
+        train mode that has no other sample (a SyncBN of several processes has theirs)."""
+        if not (self.training and z.shape[0] == 1 and isinstance(self.norm, _BatchNorm)):
+            return False
+        return not (isinstance(self.norm, nn.SyncBatchNorm) and distributed())
+
     def _normalise(self, z):
-        if self.training and z.shape[0] == 1:
+        if self._batch_of_one_frozen(z):
             with _frozen_statistics(self.norm) as norm:
                 return norm(z)
         return self.norm(z)

@@ -1,0 +1,59 @@
+"""The start an adaptor was trained with, kept in its checkpoints (docs/methods.md §3, "Starting
+from a plain checkpoint").
+
+An adaptor with ``start='identity'`` computes ``Δ = 2 σ(z)``, one with ``start='paper'``
+``Δ = σ(z)``: the same weights give another network under the other start. Every state dict an
+adaptor saves records its start in the per-module metadata that torch and MMEngine save with the
+weights (``state_dict._metadata[prefix]['start']``), and loading that entry into an adaptor built
+with the other start is refused (:func:`check_saved_start`). Checkpoints written before the
+start was recorded carry no entry and load as before.
+
+A checkpoint entry of another shape (another ``groups``, another width) does not load; the
+adaptor then counts as not loaded (:func:`mismatched_entries`), so a backbone gives it its start
+back instead of keeping the part of the entry whose shapes happened to fit.
+"""
+from mmstiff.utils.checkpoint import CheckpointError
+
+#: the key of an adaptor's start in its state-dict metadata
+START_KEY = 'start'
+
+
+class AdaptorStartError(CheckpointError):
+    """A checkpoint entry trained with another start than the adaptor it is loaded into."""
+
+
+def record_start(module, state_dict, prefix, local_metadata):
+    """State-dict hook of an adaptor: its ``start`` into its metadata."""
+    start = getattr(module, 'start', None)
+    if start is not None:
+        local_metadata[START_KEY] = start
+
+
+def check_saved_start(adaptor, local_metadata, prefix):
+    """Refuse a state-dict entry saved by an adaptor of another ``start``.
+
+    Raises:
+        AdaptorStartError: naming the entry, both starts and what the mismatch computes.
+    """
+    saved = (local_metadata or {}).get(START_KEY)
+    start = getattr(adaptor, 'start', None)
+    if saved is None or start is None or saved == start:
+        return
+    formula = {'identity': 'Δ = 2σ(z)', 'paper': 'Δ = σ(z)'}
+    raise AdaptorStartError(
+        f"checkpoint entry {prefix.rstrip('.')!r} was trained with start={saved!r}, but the "
+        f'config builds that adaptor with start={start!r}, which would compute '
+        f'{formula.get(start, start)} with weights trained for {formula.get(saved, saved)}; '
+        f"expected the adaptor's start={saved!r} in the config")
+
+
+def mismatched_entries(adaptor, state_dict, prefix):
+    """``[(key, checkpoint shape, adaptor shape)]`` of the adaptor's entries in ``state_dict``
+    whose shape differs from the adaptor's."""
+    found = []
+    own = list(adaptor.named_parameters()) + list(adaptor.named_buffers())
+    for name, tensor in own:
+        value = state_dict.get(prefix + name)
+        if value is not None and hasattr(value, 'shape') and value.shape != tensor.shape:
+            found.append((prefix + name, tuple(value.shape), tuple(tensor.shape)))
+    return found
