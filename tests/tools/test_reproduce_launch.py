@@ -39,7 +39,7 @@ def dry_run(tmp_path, *args):
 def commands(proc):
     """``{run: [command, ...]}`` of a dry run's output."""
     assert proc.returncode == 0, proc.stderr
-    runs = {}
+    runs, key = {}, None
     for line in proc.stdout.splitlines():
         if line.startswith('  '):
             runs[key].append(line.strip())

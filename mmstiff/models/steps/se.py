@@ -16,7 +16,7 @@ halves every residual branch of a plain pretrained backbone the adaptor is graft
 """
 import torch
 from mmcv.cnn import ConvModule
-from mmpretrain.models.utils import SELayer, make_divisible
+from mmpretrain.models.utils import make_divisible
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
