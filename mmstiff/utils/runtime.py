@@ -33,6 +33,8 @@ from copy import deepcopy
 import torch
 from mmengine.config import Config, ConfigDict
 
+from mmstiff.dependencies import missing_dependency
+
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
     'mmpretrain': dict(dump_results='DumpResults'),
@@ -97,6 +99,9 @@ def load_config(path):
         raise ConfigError(f'config file {path!r} has a syntax error: {exc.msg} '
                           f'({where}{line}){text}') from None
     except Exception as exc:
+        missing = missing_dependency(exc, f'config file {path!r}')
+        if missing is not None:
+            raise ConfigError(missing) from None
         raise ConfigError(f'config file {path!r} could not be loaded: '
                           f'{type(exc).__name__}: {exc}') from exc
     codebase_of(cfg)
