@@ -328,6 +328,18 @@ def resolve_resume(cfg, args):
     return f'Nothing to resume in {cfg.work_dir}: {search.why()}. Starting a new run.'
 
 
+def check_config(cfg, mode):
+    """The whole-config checks of :mod:`mmstiff.utils.config_checks` (mmstiff type names;
+    the training loop's keys in train mode), as :class:`ConfigError`."""
+    from .config_checks import check_mmstiff_types, check_train_loop
+    try:
+        check_mmstiff_types(cfg)
+        if mode == 'train':
+            check_train_loop(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_runtime(cfg):
     """Checks that must pass before the Runner starts any work."""
     for field in DATALOADERS:
@@ -374,6 +386,7 @@ def prepare_runner_cfg(cfg, args, mode):
         raise ValueError(f"mode={mode!r}; expected 'train' or 'test'")
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    check_config(cfg, mode)
     if mode == 'train':
         install_safeguards(cfg)
     check_runtime(cfg)
