@@ -10,6 +10,7 @@ this process, where it could not succeed anyway, so that classification keeps wo
 :func:`missing_dependency` turns the ``ImportError`` a detection run meets into one line that
 names the package to install. docs/install.md, "mmcv or mmcv-lite".
 """
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -36,7 +37,10 @@ class UnusablePackageError(ModuleNotFoundError):
 
 def _package_dir(name):
     """The folder of the top-level package ``name`` (found, not imported), or None."""
-    spec = importlib.util.find_spec(name)
+    try:
+        spec = importlib.util.find_spec(name)
+    except UnusablePackageError:  # blocked by check_det_stack: look on sys.path itself
+        spec = importlib.machinery.PathFinder.find_spec(name)
     if spec is None or spec.origin is None:
         return None
     return osp.dirname(spec.origin)
@@ -164,7 +168,9 @@ def missing_dependency(exc, what='this'):
         if isinstance(exc, UnusablePackageError):
             return f'{what} needs mmdet, but {exc}'
         if isinstance(exc, ModuleNotFoundError):
-            name = exc.name or ''
+            # MMEngine's `mmdet::` bases raise it without a name: 'mmdet is not installed, ...'
+            unnamed = re.match(r'(\w+) is not installed', str(exc))
+            name = exc.name or (unnamed.group(1) if unnamed else '')
             if name.split('.')[0] == 'mmdet':
                 return f'{what} needs mmdet, which is not installed: {DET_INSTALL_HINT}'
             if name.startswith(('mmcv._ext', 'mmcv.ops')):

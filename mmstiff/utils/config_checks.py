@@ -60,7 +60,8 @@ def check_mmstiff_types(cfg):
         registered = registered or registered_mmstiff_types()
         if value in registered:
             continue
-        close = closest_names(value, registered)
+        bare = [name[len(SCOPE_PREFIX):] for name in registered]
+        close = [SCOPE_PREFIX + name for name in closest_names(value[len(SCOPE_PREFIX):], bare)]
         hint = (f'did you mean {" or ".join(repr(c) for c in close)}?' if close else
                 f'mmstiff registers {", ".join(sorted(registered))}')
         raise ValueError(f'{field}={value!r} is not a type mmstiff registers; {hint}')
@@ -93,7 +94,7 @@ def check_train_loop(cfg):
              if p not in ('self', 'runner', 'dataloader')]
     length = LENGTH_KEYS[loop]
     for key in train_cfg:
-        if key in taken or key in ('type', 'by_epoch'):
+        if key in taken or key in ('type', 'by_epoch', '_scope_'):
             continue
         kind = 'epoch' if loop == 'EpochBasedTrainLoop' else 'iteration'
         if key in LENGTH_KEYS.values():
