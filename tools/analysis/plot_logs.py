@@ -121,10 +121,16 @@ def read_series(path):
             group = curve_group(key, validation)
             if group is None or not isinstance(value, (int, float)):
                 continue
-            series.setdefault(group, {}).setdefault(key, {})[int(step)] = float(value)
+            label = key[len(group) + 1:] if group in GROUPS else key
+            series.setdefault(group, {}).setdefault(label, {})[int(step)] = float(value)
     groups = {g: {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in curves.items()}
               for g, curves in series.items()}
     return groups, by_epoch
+
+
+def full_name(group, label):
+    """The logged name of series ``label`` of ``group`` (``stiffness/nsi`` + ``layer1.0``)."""
+    return f'{group}/{label}' if group in GROUPS else label
 
 
 def available_keys(groups):
@@ -144,14 +150,15 @@ def select(groups, keys):
     pattern must match something (else ``SystemExit`` listing what the log has)."""
     if not keys:
         return groups
-    names = [k for curves in groups.values() for k in curves]
+    names = [full_name(g, k) for g, curves in groups.items() for k in curves]
     unmatched = [p for p in keys if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unmatched:
         sys.exit(f'error: --keys {" ".join(unmatched)} matches no scalar of the log; it has: '
                  f'{", ".join(available_keys(groups)) or "nothing"}')
     selected = {}
     for group, curves in groups.items():
-        kept = {k: v for k, v in curves.items() if any(fnmatch.fnmatchcase(k, p) for p in keys)}
+        kept = {k: v for k, v in curves.items()
+                if any(fnmatch.fnmatchcase(full_name(group, k), p) for p in keys)}
         if kept:
             selected[group] = kept
     return selected
