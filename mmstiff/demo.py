@@ -4,7 +4,7 @@ Runs the ``tools/demo.py`` that came with this mmstiff (``.mim/tools`` of an ins
 ``tools/`` of a checkout) with ``--quick`` (unless ``--data-root`` is given): a tiny dataset in
 Fashion-MNIST's format written locally, one short epoch of the demo config, its evaluation and
 its diagnostics, in about a minute with nothing downloaded. Other arguments pass through
-(``python -m mmstiff.demo --work-dir DIR``); README, "First run".
+(``python -m mmstiff.demo --work-dir DIR``); docs/install.md, "First run".
 """
 import os.path as osp
 import runpy
