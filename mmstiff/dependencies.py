@@ -10,6 +10,7 @@ this process, where it could not succeed anyway, so that classification keeps wo
 :func:`missing_dependency` turns the ``ImportError`` a detection run meets into one line that
 names the package to install. docs/install.md, "mmcv or mmcv-lite".
 """
+import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -37,9 +38,8 @@ class UnusablePackageError(ModuleNotFoundError):
 
 def _package_dir(name):
     """The folder of the top-level package ``name`` (found, not imported), or None."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except UnusablePackageError:  # blocked by check_det_stack: look on sys.path itself
+    spec = importlib.util.find_spec(name)
+    if spec is not None and isinstance(spec.loader, _Unusable):  # blocked: look on sys.path
         spec = importlib.machinery.PathFinder.find_spec(name)
     if spec is None or spec.origin is None:
         return None
@@ -128,17 +128,23 @@ def det_stack_conflict():
             'compiled ops for detection (docs/install.md), or pip uninstall mmdet')
 
 
-class _Unusable:
-    """A ``sys.meta_path`` finder under which importing ``name`` raises ``UnusablePackageError``
-    with ``reason``."""
+class _Unusable(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A ``sys.meta_path`` finder under which package ``name`` is found (``find_spec`` says it
+    is installed) but importing it raises ``UnusablePackageError`` with ``reason``."""
 
     def __init__(self, name, reason):
         self.name, self.reason = name, reason
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == self.name or fullname.startswith(self.name + '.'):
-            raise UnusablePackageError(self.reason, name=fullname)
+            return importlib.machinery.ModuleSpec(fullname, self)
         return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise UnusablePackageError(self.reason, name=module.__name__)
 
 
 def check_det_stack():

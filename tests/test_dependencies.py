@@ -74,6 +74,8 @@ with warnings.catch_warnings(record=True) as caught:
     import mmstiff
 from mmstiff.dependencies import DetStackWarning
 out = dict(warnings=[str(w.message) for w in caught if w.category is DetStackWarning])
+import importlib.util
+out['found'] = importlib.util.find_spec('mmdet') is not None  # still looks installed
 try:
     import mmdet
     out['mmdet'] = 'imported'
@@ -116,6 +118,7 @@ def test_mmdet_refusing_the_mmcv_warns_once_and_classification_keeps_working(tmp
     assert '\n' not in out['warnings'][0] and 'pip uninstall mmdet' in out['warnings'][0]
     assert f'install mmcv>=2.0.0rc4,<{high} with its compiled ops' in out['warnings'][0]
     assert out['mmdet'] == f"UnusablePackageError: {out['warnings'][0]}"
+    assert out['found'] is True
     assert out['scores'] == [2, 3]
     assert out['det'] == f"mmstiff.DetStepResNet needs mmdet, but {out['warnings'][0]}"
 
