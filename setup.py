@@ -9,7 +9,8 @@ Installs into an existing OpenMMLab environment without touching its torch, torc
 ``install_requires`` holds only what pip can install anywhere (ranges, no pins); mmcv (or
 ``mmcv-lite``) is the user's, or comes from the ``mim`` extra, ``requirements/mminstall.txt``, as
 in every OpenMMLab project; the ``det`` extra asks for the mmcv range mmdet asserts, so that pip
-never puts mmdet beside an mmcv it refuses (docs/install.md, "mmcv or mmcv-lite"). The exact versions the project's own environment is tested with live in
+never puts mmdet beside an mmcv it refuses (docs/install.md, "mmcv or mmcv-lite"). The exact
+versions the project's own environment is tested with live in
 ``requirements/constraints.txt``, used by ``tools/setup_env.sh`` as ``pip install -c``.
 """
 import os

@@ -42,7 +42,7 @@ DEMO = 'demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 DET = 'faster_rcnn/faster-rcnn_r50-stepnet_fpn_1x_coco.py'
 
 #: builds the demo config's model from the installed package's configs and runs it
-CLASSIFY = f'''
+CLASSIFY = '''
 import json, sys, torch
 import mmstiff
 from mmengine.config import Config
