@@ -11,7 +11,8 @@ LINT_PATHS  := mmstiff tools tests configs setup.py
 # what test-light runs: the library's tests (classification, the ViT family, the diagnostics,
 # datasets, registries, packaging); config trainings and tools run in `make test` only
 LIGHT_TESTS ?= tests/models tests/engine tests/analysis tests/datasets tests/test_registry.py \
-               tests/test_packaging.py tests/test_package_boundaries.py
+               tests/test_packaging.py tests/test_package_boundaries.py tests/test_import_layers.py \
+               tests/test_dependencies.py tests/test_config_checks.py
 
 export MMSTIFF_VENV := $(abspath $(VENV))
 

@@ -3,13 +3,14 @@
 Installs into an existing OpenMMLab environment without touching its torch, torchvision or mmcv:
 
     pip install .                   # classification, ViT family, diagnostics
-    pip install ".[det]"            # + detection (mmdet)
-    mim install ".[det]"            # the same; mim also picks an mmcv build for your torch
+    pip install ".[det]"            # + detection: mmdet and the mmcv range it asserts
     pip install -e ".[det,tests]"   # development; docs/install.md says what needs a regular one
 
 ``install_requires`` holds only what pip can install anywhere (ranges, no pins); mmcv (or
-``mmcv-lite``) comes from the ``mim`` extra, ``requirements/mminstall.txt``, as in every
-OpenMMLab project. The exact versions the project's own environment is tested with live in
+``mmcv-lite``) is the user's, or comes from the ``mim`` extra, ``requirements/mminstall.txt``, as
+in every OpenMMLab project; the ``det`` extra asks for the mmcv range mmdet asserts, so that pip
+never puts mmdet beside an mmcv it refuses (docs/install.md, "mmcv or mmcv-lite"). The exact
+versions the project's own environment is tested with live in
 ``requirements/constraints.txt``, used by ``tools/setup_env.sh`` as ``pip install -c``.
 """
 import os

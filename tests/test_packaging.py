@@ -66,6 +66,11 @@ def test_extras_hold_detection_and_the_mim_mmcv_range():
     det = {r.name: r for r in requirements('det.txt')}
     assert 'mmdet' in det and det['mmdet'].specifier.contains('3.3.0')
     assert not det['mmdet'].specifier.contains('4.0.0')
+    # mmdet 3.x asserts 2.0.0rc4 <= mmcv < 2.2.0 at import: the extra never pairs it with
+    # an mmcv it refuses (mmcv-lite is another distribution: pip looks for mmcv itself)
+    mmcv = det['mmcv'].specifier
+    assert mmcv.contains('2.0.0rc4', prereleases=True) and mmcv.contains('2.1.0')
+    assert not mmcv.contains('2.2.0') and not mmcv.contains('2.0.0rc3', prereleases=True)
     mim = {r.name: r.specifier for r in requirements('mminstall.txt')}
     assert set(mim) == {'mmcv', 'mmengine'}
     # mmdet 3.3.0 asserts mmcv < 2.2.0 at import; mmpretrain 1.2.0 asserts mmcv >= 2.0.0

@@ -3,10 +3,18 @@
 
     python tools/demo.py [--config configs/demo/...] [--work-dir work_dirs/demo]
                          [--data-root data/fashion_mnist] [--cfg-options ...]
+    python tools/demo.py --quick [--work-dir work_dirs/demo-quick]    # or python -m mmstiff.demo
 
 Runs ``tools/train.py``, ``tools/test.py`` and the analysis tools of ``tools/analysis/`` as
 separate processes, exactly as a user would, and prints where the log, checkpoint, metrics and
-plots are.
+plots are. ``--quick`` is the first run of a new install, in about a minute from any folder
+with nothing downloaded: it writes a tiny dataset in Fashion-MNIST's format into
+``WORK_DIR/data`` (:func:`mmstiff.testing.write_mnist`: 256 training and 128 test images of
+class-coded shapes), trains one short epoch with the diagnostics recorded every two
+iterations, evaluates it, plots the curves and the TNS (the other analyses are printed, to run
+by hand); it checks the install, its accuracy is no result. The config, the tools and the
+data are found beside this script: ``configs/`` of a checkout or ``.mim/configs`` of the
+installed package.
 """
 import argparse
 import glob
@@ -18,17 +26,57 @@ import sys
 import time
 
 TOOLS = osp.dirname(osp.abspath(__file__))
+#: the checkout, or ``mmstiff/.mim`` of an installed package: configs/ lies beside tools/
+ROOT = osp.dirname(TOOLS)
+DEMO_CONFIG = osp.join('configs', 'demo', 'preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py')
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+#: the analysis tools run on the trained model (tools/analysis/<name>.py) and their batches
+ANALYSES = [('tns', '4'), ('spectrum', '2'), ('freq_noise', '2')]
+#: those --quick runs (the others are printed, to run by hand: each costs a process start)
+QUICK_ANALYSES = ('tns', )
+#: --quick: the tiny dataset, and the overrides that make one short epoch of it
+QUICK_DATA = dict(num_train=256, num_test=128)
+QUICK_OPTIONS = [
+    'train_cfg.max_epochs=1', 'train_cfg.val_interval=1', 'train_dataloader.batch_size=32',
+    'val_dataloader.batch_size=64', 'test_dataloader.batch_size=64',
+    'default_hooks.logger.interval=2', 'custom_hooks.0.interval=2', 'custom_hooks.1.interval=2',
+] + [f'{loader}.{key}' for loader in LOADERS
+     for key in ('num_workers=0', 'persistent_workers=False')]
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        '--config', default='configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py')
-    parser.add_argument('--work-dir', default='work_dirs/demo')
-    parser.add_argument('--data-root', default='data/fashion_mnist')
+    parser.add_argument('--config', default=None,
+                        help=f'config to train (default: {DEMO_CONFIG} beside this tool)')
+    parser.add_argument('--work-dir', default=None,
+                        help='where to write (default: work_dirs/demo, with --quick '
+                        'work_dirs/demo-quick)')
+    parser.add_argument('--data-root', default=None,
+                        help='the Fashion-MNIST folder (default: data/fashion_mnist; with '
+                        '--quick the tiny dataset written into WORK_DIR/data)')
+    parser.add_argument('--quick', action='store_true',
+                        help='first run in about a minute with nothing downloaded: a tiny '
+                        'dataset in Fashion-MNIST format written locally, one short epoch')
     parser.add_argument('--cfg-options', nargs='+', default=[],
                         help='extra key=value overrides passed to train.py and test.py')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.config is None:
+        args.config = osp.join(ROOT, DEMO_CONFIG)
+    if args.work_dir is None:
+        args.work_dir = osp.join('work_dirs', 'demo-quick' if args.quick else 'demo')
+    if args.quick and args.data_root is not None:
+        parser.error('--quick writes its own data into WORK_DIR/data; drop --data-root')
+    if args.data_root is None:
+        args.data_root = (osp.join(args.work_dir, 'data') if args.quick
+                          else osp.join('data', 'fashion_mnist'))
+    return args
+
+
+def write_quick_data(root):
+    """The tiny Fashion-MNIST-format dataset of ``--quick`` in ``root`` (rewritten each time:
+    the same bytes, as the writer is seeded)."""
+    from mmstiff.testing import write_mnist
+    return write_mnist(root, **QUICK_DATA)
 
 
 def run(cmd):
@@ -47,13 +95,17 @@ def latest(pattern):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not osp.isdir(args.data_root):
+    if not osp.isfile(args.config):
+        sys.exit(f'error: --config {args.config!r} does not exist')
+    if args.quick:
+        write_quick_data(args.data_root)
+    elif not osp.isdir(args.data_root):
         sys.exit(f'error: --data-root {args.data_root!r} does not exist; run '
-                 f'"python tools/prepare_fashion_mnist.py --dst {args.data_root}" first (add '
-                 '--install-with-apt to let it install Debian\'s dataset-fashion-mnist)')
-    overrides = [f'{loader}.dataset.data_root={args.data_root}'
-                 for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
-    overrides += list(args.cfg_options)
+                 f'"python {osp.join(TOOLS, "prepare_fashion_mnist.py")} --dst {args.data_root}" '
+                 "first (add --install-with-apt to let it install Debian's "
+                 'dataset-fashion-mnist), or try the demo on tiny local data with --quick')
+    overrides = [f'{loader}.dataset.data_root={args.data_root}' for loader in LOADERS]
+    overrides += (QUICK_OPTIONS if args.quick else []) + list(args.cfg_options)
     start = time.time()
     run([sys.executable, osp.join(TOOLS, 'train.py'), args.config, '--work-dir', args.work_dir,
          '--cfg-options', *overrides])
@@ -74,23 +126,35 @@ def main(argv=None):
     # Diagnostics: the logged curves, then TNS and spectra of the trained model on test data.
     analysis, plots = osp.join(TOOLS, 'analysis'), osp.join(args.work_dir, 'plots')
     test_data = ['--cfg-options', f'test_dataloader.dataset.data_root={args.data_root}']
+    if args.quick:
+        test_data += ['test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
     run([sys.executable, osp.join(analysis, 'plot_logs.py'), run_dir,
          '--out-dir', osp.join(plots, 'training')])
-    run([sys.executable, osp.join(analysis, 'tns.py'), args.config, checkpoint,
-         '--out-dir', osp.join(plots, 'tns'), '--num-batches', '4', *test_data])
-    run([sys.executable, osp.join(analysis, 'spectrum.py'), args.config, checkpoint,
-         '--out-dir', osp.join(plots, 'spectrum'), '--num-batches', '2', *test_data])
-    run([sys.executable, osp.join(analysis, 'freq_noise.py'), args.config, checkpoint,
-         '--out-dir', osp.join(plots, 'freq_noise'), '--num-batches', '2', *test_data])
+    analyses = [(tool, ['--num-batches', batches]) for tool, batches in ANALYSES]
+    skipped = []
+    for tool, extra in analyses:
+        cmd = [sys.executable, osp.join(analysis, f'{tool}.py'), args.config, checkpoint,
+               '--out-dir', osp.join(plots, tool), *extra, *test_data]
+        if args.quick and tool not in QUICK_ANALYSES:
+            skipped.append(' '.join(cmd))
+            continue
+        run(cmd)
     print('\n== mmstiff demo ==')
+    if args.quick:
+        print(f'quick run:   {QUICK_DATA["num_train"]} training images of a tiny dataset written '
+              f'to {args.data_root}, one short epoch: it checks the install, its accuracy is no '
+              'result (the real demo: "make demo", or tools/demo.py on Fashion-MNIST)')
     print(f'config:      {args.config}')
     print(f'train time:  {train_s / 60:.1f} min (total {(time.time() - start) / 60:.1f} min)')
     print(f'checkpoint:  {checkpoint}')
     print(f'train log:   {log}')
     print(f'scalars:     {scalars}')
     print(f'metrics:     {metrics_file}')
-    print(f'plots:       {plots}/{{training,tns,spectrum,freq_noise}}/*.png '
-          '(numbers in the *.json beside them)')
+    folders = ','.join(['training'] + [t for t, _ in ANALYSES if t in QUICK_ANALYSES
+                                       or not args.quick])
+    print(f'plots:       {plots}/{{{folders}}}/*.png (numbers in the *.json beside them)')
+    for cmd in skipped:
+        print(f'skipped:     {cmd}')
     for key, value in metrics.items():
         print(f'  {key}: {value:.2f}' if isinstance(value, float) else f'  {key}: {value}')
     return metrics

@@ -18,6 +18,7 @@ import sys
 
 from mmengine.config import DictAction
 
+from mmstiff.dependencies import missing_dependency
 from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner, cfg_option,
                                    shutdown_distributed)
 
@@ -74,5 +75,17 @@ def main(argv=None):
     return metrics
 
 
+def exit_if_missing_dependency(err):
+    """Exit with one line naming the package to install when ``err`` comes from a detection
+    import that cannot work here (mmdet missing or unusable, mmcv without its compiled ops)."""
+    message = missing_dependency(err, 'this config')
+    if message is not None:
+        sys.exit(f'error: {message}')
+
+
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except ImportError as err:
+        exit_if_missing_dependency(err)
+        raise

@@ -15,6 +15,7 @@ import sys
 
 from mmengine.config import DictAction
 
+from mmstiff.dependencies import missing_dependency
 from mmstiff.engine import DivergenceError
 from mmstiff.utils.checkpoint import CheckpointError
 from mmstiff.apis.runtime import ConfigError, build_runner, cfg_option, shutdown_distributed
@@ -72,5 +73,17 @@ def main(argv=None):
     shutdown_distributed()
 
 
+def exit_if_missing_dependency(err):
+    """Exit with one line naming the package to install when ``err`` comes from a detection
+    import that cannot work here (mmdet missing or unusable, mmcv without its compiled ops)."""
+    message = missing_dependency(err, 'this config')
+    if message is not None:
+        sys.exit(f'error: {message}')
+
+
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except ImportError as err:
+        exit_if_missing_dependency(err)
+        raise

@@ -13,6 +13,7 @@ from copy import deepcopy
 import torch
 from mmengine.config import Config, ConfigDict
 
+from mmstiff.dependencies import missing_dependency
 from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
 from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from mmstiff.utils.checkpoint import (CheckpointError, check_resume_checkpoint,
@@ -82,6 +83,9 @@ def load_config(path):
         raise ConfigError(f'config file {path!r} has a syntax error: {exc.msg} '
                           f'({where}{line}){text}') from None
     except Exception as exc:
+        missing = missing_dependency(exc, f'config file {path!r}')
+        if missing is not None:
+            raise ConfigError(missing) from None
         raise ConfigError(f'config file {path!r} could not be loaded: '
                           f'{type(exc).__name__}: {exc}') from exc
     codebase_of(cfg)
@@ -307,6 +311,18 @@ def resolve_resume(cfg, args):
     return f'Nothing to resume in {cfg.work_dir}: {search.why()}. Starting a new run.'
 
 
+def check_config(cfg, mode):
+    """The whole-config checks of :mod:`mmstiff.apis.config_checks` (mmstiff type names;
+    the training loop's keys in train mode), as :class:`ConfigError`."""
+    from .config_checks import check_mmstiff_types, check_train_loop
+    try:
+        check_mmstiff_types(cfg)
+        if mode == 'train':
+            check_train_loop(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_runtime(cfg):
     """Checks that must pass before the Runner starts any work."""
     for field in DATALOADERS:
@@ -353,6 +369,7 @@ def prepare_runner_cfg(cfg, args, mode):
         raise ValueError(f"mode={mode!r}; expected 'train' or 'test'")
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    check_config(cfg, mode)
     if mode == 'train':
         install_safeguards(cfg)
     check_runtime(cfg)

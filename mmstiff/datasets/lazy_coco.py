@@ -3,10 +3,13 @@
 Classification needs no mmdet, so ``import mmstiff.datasets`` must not load it. The registry
 first holds :class:`LazyCocoDataset` under the name ``CocoDataset``: building it imports
 :mod:`mmstiff.datasets.coco`, whose real class then takes the name over, and returns the real
-dataset. Where mmdet is missing, the build fails with one line that says what to install.
+dataset. Where mmdet is missing or cannot run (no mmcv ops, an mmcv outside its range), the
+build fails with one line that says what to install
+(:func:`mmstiff.dependencies.missing_dependency`).
 """
 import importlib
 
+from mmstiff.dependencies import missing_dependency
 from mmstiff.registry import DATASETS
 
 _MODULE = 'mmstiff.datasets.coco'
@@ -16,15 +19,15 @@ def load_coco_dataset():
     """Import the checked COCO dataset and return its class.
 
     Raises:
-        ImportError: mmdet is not installed; the message says how to install it.
+        ImportError: mmdet is missing or cannot run here; the message says what to install.
     """
     try:
         return importlib.import_module(_MODULE).CocoDataset
-    except ModuleNotFoundError as e:
-        if (e.name or '').split('.')[0] == 'mmdet':
-            raise ImportError('mmstiff.CocoDataset needs mmdet, which is not installed: '
-                              'pip install "mmstiff[det]"') from None
-        raise
+    except ImportError as e:
+        message = missing_dependency(e, 'mmstiff.CocoDataset')
+        if message is None:
+            raise
+        raise ImportError(message) from None
 
 
 @DATASETS.register_module(name='CocoDataset')

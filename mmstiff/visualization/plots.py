@@ -205,13 +205,14 @@ def noise_robustness(freqs, drops, path, title='Accuracy drop under frequency-ba
     return _save(fig, path)
 
 
-def training_curves(curves, path, ylabel, title, max_series=12):
-    """Scalar curves over training iterations, one line per series.
+def training_curves(curves, path, ylabel, title, max_series=12, xlabel='training iteration'):
+    """Scalar curves over training iterations (or epochs: ``xlabel``), one line per series.
 
     Args:
         curves (dict[str, tuple[list[int], list[float]]]): label -> ``(steps, values)``.
         max_series (int): more series than this are drawn in a depth colour map with a
             legend showing only the first and the last.
+        xlabel (str): what the steps count.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 4.5))
@@ -222,7 +223,7 @@ def training_curves(curves, path, ylabel, title, max_series=12):
         show = n <= max_series or i in (0, n - 1)
         ax.plot(list(steps), _as_list(values), color=color, linewidth=1.2, marker='.',
                 markersize=3, label=label if show else None)
-    ax.set_xlabel('training iteration')
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if n:

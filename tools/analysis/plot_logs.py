@@ -1,17 +1,23 @@
 #!/usr/bin/env python
-"""Curves of the logged stiffness and frequency diagnostics over training.
+"""Training curves and the stiffness and frequency diagnostics of a run, in one command.
 
     python tools/analysis/plot_logs.py LOG [--out-dir DIR] [--keys PATTERN ...]
 
 ``LOG`` is a JSON log written by MMEngine's visualizer (``vis_data/scalars.json``, which holds
-every row, or a hook's own log ``vis_data/<timestamp>_stiffness.json`` /
-``<timestamp>_freq.json``), a run folder holding ``vis_data/``, or a work dir (its most
-recent run is used). Writes ``curves.json`` (every plotted series as steps and values) and one
-PNG per metric: ``stiffness_nsi.png`` (one curve per block), ``stiffness_mu.png``,
-``stiffness_ratio.png``, ``stiffness_tns.png`` (per stage and network), ``stiffness_step.png``,
+every row: the training rows, the validation rows and the diagnostics; or a hook's own log
+``vis_data/<timestamp>_stiffness.json`` / ``<timestamp>_freq.json``), a run folder holding
+``vis_data/``, or a work dir (its most recent run is used). Writes ``curves.json`` (every
+plotted series as steps and values) and one PNG per group, each where the log has it: the
+training curves ``loss.png`` (every ``loss*`` scalar), ``lr.png`` and ``val.png`` (the
+validation metrics, by epoch for an epoch-based run), and the diagnostics
+``stiffness_nsi.png`` (one curve per block), ``stiffness_mu.png``, ``stiffness_ratio.png``,
+``stiffness_tns.png`` (per stage and network), ``stiffness_step.png``,
 ``stiffness_nsi_step_corr.png``, ``freq_hf_ratio.png``, ``freq_dlogamp.png``,
-``freq_token_cos.png``, ``freq_attn_cos.png``, and ``loss.png`` for reference, each where the log
-has the metric. Logged by ``mmstiff.StiffnessHook`` and ``mmstiff.FrequencyHook``.
+``freq_token_cos.png``, ``freq_attn_cos.png`` (logged by ``mmstiff.StiffnessHook`` and
+``mmstiff.FrequencyHook``). ``--keys`` patterns that match nothing are an error listing the
+keys the log has. A log without diagnostics still gets its training curves, with a note
+saying why there are none: no diagnostic hook in the run's config, or a run that ended before
+the hook's first recorded iteration. docs/diagnostics.md, "plot_logs.py".
 """
 import argparse
 import fnmatch
@@ -36,7 +42,18 @@ GROUPS = {
     'freq/token_cos': ('M_feat (mean |cos|)', 'Token cosine similarity per block'),
     'freq/attn_cos': ('M_attn (mean |cos|)', 'Attention-column cosine similarity per layer'),
 }
-REFERENCE = {'loss': ('training loss', 'Training loss')}
+#: training-curve group -> (y-axis label, title); ``val`` is drawn against the epoch in an
+#: epoch-based run (MMEngine logs validation rows at ``step = epoch`` there)
+CURVES = {
+    'loss': ('training loss', 'Training loss'),
+    'lr': ('learning rate', 'Learning rate'),
+    'val': ('validation metric', 'Validation metrics'),
+}
+#: what a row carries besides its scalars, and MMEngine's timings (not plotted)
+ROW_KEYS = ('step', 'iter', 'epoch')
+TIMINGS = ('time', 'data_time', 'memory')
+#: mmstiff's diagnostic hooks (what the run's config would need for GROUPS)
+DIAGNOSTIC_HOOKS = ('StiffnessHook', 'FrequencyHook', 'HessianHook')
 
 
 def find_log(path):
@@ -52,39 +69,132 @@ def find_log(path):
     return max(candidates, key=osp.getmtime)
 
 
-def read_scalars(path):
-    """``{key: (steps, values)}`` from a JSON-lines log (later lines win on repeated steps)."""
-    series = {}
+def read_rows(path):
+    """The JSON rows of a JSON-lines log (lines that are not JSON objects skipped)."""
+    rows = []
     with open(path) as f:
         for line in f:
-            line = line.strip()
-            if not line:
-                continue
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            step = entry.get('step', entry.get('iter'))
-            if step is None:
-                continue
-            for key, value in entry.items():
-                if key in ('step', 'iter', 'epoch') or not isinstance(value, (int, float)):
-                    continue
-                series.setdefault(key, {})[int(step)] = float(value)
-    return {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in series.items()}
+            if isinstance(entry, dict):
+                rows.append(entry)
+    return rows
 
 
-def group_series(series, keys=None):
-    groups = {}
-    for key, data in series.items():
-        if keys and not any(fnmatch.fnmatchcase(key, p) for p in keys):
+def is_validation_row(row):
+    """MMEngine's validation rows carry the metrics and timings, but no ``iter`` (training
+    rows and the diagnostic hooks' rows have one)."""
+    return 'iter' not in row and not any(k.startswith(tuple(GROUPS)) for k in row)
+
+
+def curve_group(key, validation):
+    """The group of scalar ``key``: a diagnostic group of GROUPS, a training curve of CURVES,
+    or None (timings, row counters)."""
+    if key in ROW_KEYS or key in TIMINGS:
+        return None
+    for group in GROUPS:
+        if key.startswith(group + '/'):
+            return group
+    if validation:
+        return 'val'
+    if key == 'loss' or key.startswith('loss_'):
+        return 'loss'
+    if key in ('lr', 'base_lr'):
+        return 'lr'
+    return None
+
+
+def read_series(path):
+    """``{group: {key: (steps, values)}}`` of every plottable scalar of the log (later rows
+    win on a repeated step), and whether the validation rows count epochs."""
+    rows = read_rows(path)
+    by_epoch = any('epoch' in r for r in rows if 'lr' in r)
+    series = {}
+    for row in rows:
+        step = row.get('step', row.get('iter'))
+        if step is None:
             continue
-        for group in GROUPS:
-            if key.startswith(group + '/'):
-                groups.setdefault(group, {})[key[len(group) + 1:]] = data
-        if key in REFERENCE:
-            groups.setdefault(key, {})[key] = data
-    return groups
+        validation = is_validation_row(row)
+        for key, value in row.items():
+            group = curve_group(key, validation)
+            if group is None or not isinstance(value, (int, float)):
+                continue
+            label = key[len(group) + 1:] if group in GROUPS else key
+            series.setdefault(group, {}).setdefault(label, {})[int(step)] = float(value)
+    groups = {g: {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in curves.items()}
+              for g, curves in series.items()}
+    return groups, by_epoch
+
+
+def full_name(group, label):
+    """The logged name of series ``label`` of ``group`` (``stiffness/nsi`` + ``layer1.0``)."""
+    return f'{group}/{label}' if group in GROUPS else label
+
+
+def available_keys(groups):
+    """The scalar names of ``groups`` for a message: a diagnostic group's per-block names
+    collapsed to ``group/*`` with their count."""
+    out = []
+    for group, curves in groups.items():
+        if group in GROUPS:
+            out.append(f'{group}/* ({len(curves)})')
+        else:
+            out.extend(sorted(curves))
+    return sorted(out)
+
+
+def select(groups, keys):
+    """``groups`` restricted to the scalar names matching one of the fnmatch ``keys``; every
+    pattern must match something (else ``SystemExit`` listing what the log has)."""
+    if not keys:
+        return groups
+    names = [full_name(g, k) for g, curves in groups.items() for k in curves]
+    unmatched = [p for p in keys if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        sys.exit(f'error: --keys {" ".join(unmatched)} matches no scalar of the log; it has: '
+                 f'{", ".join(available_keys(groups)) or "nothing"}')
+    selected = {}
+    for group, curves in groups.items():
+        kept = {k: v for k, v in curves.items()
+                if any(fnmatch.fnmatchcase(full_name(group, k), p) for p in keys)}
+        if kept:
+            selected[group] = kept
+    return selected
+
+
+def diagnostic_hooks_of(log):
+    """``[(index in custom_hooks, type, interval)]`` of the diagnostic hooks in the config
+    MMEngine saved beside ``log`` (``vis_data/config.py``), or None when there is none."""
+    config = osp.join(osp.dirname(osp.abspath(log)), 'config.py')
+    if not osp.isfile(config):
+        return None
+    from mmengine.config import Config
+    try:
+        hooks = Config.fromfile(config).get('custom_hooks') or []
+    except Exception:  # a config that no longer loads: no explanation, the plots still come
+        return None
+    found = []
+    for i, hook in enumerate(hooks):
+        kind = str(hook.get('type', '')) if isinstance(hook, dict) else ''
+        if kind.split('.')[-1] in DIAGNOSTIC_HOOKS:
+            found.append((i, kind, hook.get('interval', 1)))
+    return found
+
+
+def why_no_diagnostics(log, groups):
+    """One line saying why ``log`` holds no diagnostics, and what to change."""
+    hooks = diagnostic_hooks_of(log)
+    if not hooks:
+        return ('the run logged no diagnostics; train with custom_hooks=['
+                "dict(type='mmstiff.StiffnessHook'), dict(type='mmstiff.FrequencyHook')]")
+    last = max((s[-1] for c in groups.values() for s, _ in c.values()), default=0)
+    listed = ', '.join(f'{kind} (interval={interval})' for _, kind, interval in hooks)
+    first, kind, interval = hooks[0]
+    return (f'the run has {listed} but logged no diagnostics: it ended at iteration {last}, '
+            f'before their first recorded iteration; for a short run lower the interval, e.g. '
+            f'--cfg-options custom_hooks.{first}.interval={max(1, last // 2)}')
 
 
 def main(argv=None):
@@ -94,25 +204,30 @@ def main(argv=None):
                         help='where to write curves.json and the PNGs (default: '
                         '<folder of the log>/plots)')
     parser.add_argument('--keys', nargs='+', default=None,
-                        help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*"')
+                        help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*" '
+                        'loss "accuracy/*"')
     args = parser.parse_args(argv)
     log = find_log(args.log)
+    everything, by_epoch = read_series(log)
+    groups = select(everything, args.keys)
+    if not groups:
+        sys.exit(f'error: {log} holds no training curves and no diagnostics to plot')
+    note = None
+    if not any(g in GROUPS for g in everything):
+        note = why_no_diagnostics(log, everything)
+        print(f'note: {note}', file=sys.stderr)
     out_dir = args.out_dir or osp.join(osp.dirname(osp.abspath(log)), 'plots')
     os.makedirs(out_dir, exist_ok=True)
-    groups = group_series(read_scalars(log), args.keys)
-    diagnostics = [g for g in groups if g in GROUPS]
-    if not diagnostics:
-        sys.exit(f'error: {log} has no stiffness/ or freq/ scalars; train with '
-                 "custom_hooks=[dict(type='mmstiff.StiffnessHook'), "
-                 "dict(type='mmstiff.FrequencyHook')]")
 
     from mmstiff.visualization import plots
     files = []
     for group, curves in groups.items():
-        ylabel, title = GROUPS.get(group) or REFERENCE[group]
+        ylabel, title = GROUPS.get(group) or CURVES[group]
+        xlabel = 'epoch' if group == 'val' and by_epoch else 'training iteration'
         name = group.replace('/', '_') + '.png'
-        files.append(plots.training_curves(curves, osp.join(out_dir, name), ylabel, title))
-    summary = dict(log=log, figures=[osp.basename(f) for f in files],
+        files.append(plots.training_curves(curves, osp.join(out_dir, name), ylabel, title,
+                                           xlabel=xlabel))
+    summary = dict(log=log, figures=[osp.basename(f) for f in files], note=note,
                    series={group: {k: dict(steps=s, values=v) for k, (s, v) in curves.items()}
                            for group, curves in groups.items()})
     path = common.dump_json(summary, osp.join(out_dir, 'curves.json'))

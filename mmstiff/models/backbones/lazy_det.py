@@ -4,15 +4,15 @@ Classification, the ViT family and the diagnostics need neither mmdet nor mmcv's
 (mmcv-lite is enough), so ``import mmstiff.models`` must not load mmdet. The registry therefore
 first holds :class:`LazyDetStepResNet` under the name ``DetStepResNet``: building it imports
 :mod:`mmstiff.models.backbones.det_step_resnet`, whose real class then takes the name over, and
-returns the real model. Where mmdet (or mmcv's ops) is missing, the build fails with one line
-that says what to install.
+returns the real model. Where mmdet (or mmcv's ops) is missing, or mmdet cannot run with the
+installed mmcv, the build fails with one line that says what to install
+(:func:`mmstiff.dependencies.missing_dependency`).
 """
 import importlib
 
+from mmstiff.dependencies import missing_dependency
 from mmstiff.registry import MODELS
 
-#: what to install for detection (the ``det`` extra of setup.py)
-DET_INSTALL_HINT = 'pip install "mmstiff[det]"'
 _MODULE = 'mmstiff.models.backbones.det_step_resnet'
 
 
@@ -20,22 +20,17 @@ def load_det_step_resnet():
     """Import the detection backbone and return its class.
 
     Raises:
-        ImportError: mmdet is not installed, or mmcv comes without its compiled ops
-            (mmcv-lite); the message names the package and the command that installs it.
+        ImportError: mmdet is not installed or cannot run with the installed mmcv, or mmcv
+            comes without its compiled ops (mmcv-lite); the message names the package and
+            the command that installs it.
     """
     try:
         return importlib.import_module(_MODULE).DetStepResNet
-    except ModuleNotFoundError as e:
-        missing = (e.name or '').split('.')[0]
-        if missing == 'mmdet':
-            raise ImportError('mmstiff.DetStepResNet needs mmdet, which is not installed: '
-                              f'{DET_INSTALL_HINT}') from None
-        if (e.name or '').startswith(('mmcv._ext', 'mmcv.ops')):
-            raise ImportError('mmstiff.DetStepResNet needs mmdet, and mmdet needs mmcv with its '
-                              'compiled ops, but this mmcv has none (mmcv-lite?): install mmcv '
-                              '(mim install "mmcv>=2.0.0rc4,<2.2.0"), then '
-                              f'{DET_INSTALL_HINT}') from None
-        raise
+    except ImportError as e:
+        message = missing_dependency(e, 'mmstiff.DetStepResNet')
+        if message is None:
+            raise
+        raise ImportError(message) from None
 
 
 @MODELS.register_module(name='DetStepResNet')

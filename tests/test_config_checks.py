@@ -1,0 +1,109 @@
+"""Whole-config checks before the Runner: misspelled mmstiff types, keys of the other loop."""
+import argparse
+import os.path as osp
+
+import pytest
+from mmengine.config import Config
+
+from mmstiff.registry import HOOKS, MODELS
+from mmstiff.utils import ConfigError, prepare_runner_cfg
+from mmstiff.apis.config_checks import (check_mmstiff_types, check_train_loop, closest_names,
+                                         registered_mmstiff_types, train_loop_of)
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEMO = osp.join(REPO, 'configs', 'demo', 'preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py')
+
+
+def train_args(**kw):
+    base = dict(config=DEMO, work_dir=None, resume=None, amp=False, no_validate=False,
+                auto_scale_lr=False, no_pin_memory=False, no_persistent_workers=False,
+                cfg_options=None, launcher='none')
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_registered_types_are_every_name_of_mmstiffs_registries():
+    names = registered_mmstiff_types()
+    for registry in (MODELS, HOOKS):
+        registry.import_from_location()
+        assert {f'mmstiff.{n}' for n in registry.module_dict} <= set(names)
+    assert names['mmstiff.StepNetAdaptor'] == 'model'
+    assert names['mmstiff.StiffnessHook'] == 'hook'
+
+
+def test_closest_names_follow_difflib_ratio():
+    # 'StepResNett' is one insertion away from 'StepResNet': ratio 2*10/21 > 0.6
+    assert closest_names('StepResNett', ['StepResNet', 'CaiT']) == ['StepResNet']
+    assert closest_names('stiffnesshook', ['StiffnessHook']) == ['StiffnessHook']  # any case
+    assert closest_names('Qwxz', ['StiffnessHook', 'CaiT']) == []
+
+
+def test_misspelled_type_names_the_field_and_the_closest_names():
+    cfg = dict(model=dict(type='ImageClassifier',
+                          backbone=dict(type='mmstiff.StepResNet', depth=18,
+                                        adaptor=dict(type='mmstiff.StepNetAdaptr'))))
+    with pytest.raises(ValueError) as err:
+        check_mmstiff_types(cfg)
+    assert str(err.value).startswith(
+        "model.backbone.adaptor.type='mmstiff.StepNetAdaptr' is not a type mmstiff registers; "
+        "did you mean 'mmstiff.StepNetAdaptor'")
+    hooks = dict(custom_hooks=[dict(type='mmstiff.StiffnessHook'),
+                               dict(type='mmstiff.FrequncyHook')])
+    with pytest.raises(ValueError, match=r"^custom_hooks\.1\.type='mmstiff\.FrequncyHook' .*"
+                       r"did you mean 'mmstiff\.FrequencyHook'"):
+        check_mmstiff_types(hooks)
+    # nothing close: every registered name is listed
+    with pytest.raises(ValueError, match=r"mmstiff registers .*mmstiff\.StiffnessHook"):
+        check_mmstiff_types(dict(model=dict(type='mmstiff.Qwxz')))
+    # registered names and other scopes pass
+    check_mmstiff_types(Config.fromfile(DEMO))
+    check_mmstiff_types(dict(model=dict(type='mmpretrain.Whatever')))
+
+
+def test_train_loop_is_read_like_mmengine():
+    assert train_loop_of(dict(by_epoch=True, max_epochs=3)) == 'EpochBasedTrainLoop'
+    assert train_loop_of(dict(by_epoch=False, max_iters=3)) == 'IterBasedTrainLoop'
+    assert train_loop_of(dict(type='mmengine.IterBasedTrainLoop')) == 'IterBasedTrainLoop'
+    assert train_loop_of(dict(type='MyLoop', steps=3)) is None
+    check_train_loop(Config(dict(train_cfg=dict(type='MyLoop', steps=3))))  # not ours to judge
+
+
+def test_max_iters_on_an_epoch_based_config_says_which_key_to_use():
+    cfg = Config.fromfile(DEMO)
+    cfg.merge_from_dict({'train_cfg.max_iters': 20})
+    with pytest.raises(ValueError) as err:
+        check_train_loop(cfg)
+    assert str(err.value) == (
+        'train_cfg.max_iters=20 is not an argument of the epoch-based training loop; this '
+        'config trains for train_cfg.max_epochs=3 (EpochBasedTrainLoop: the loop is '
+        'epoch-based), so set train_cfg.max_epochs instead')
+    iters = Config(dict(train_cfg=dict(type='IterBasedTrainLoop', max_iters=5, max_epochs=1)))
+    with pytest.raises(ValueError, match=r'^train_cfg.max_epochs=1 .* iteration-based .* '
+                       r'train_cfg.max_iters=5 \(IterBasedTrainLoop'):
+        check_train_loop(iters)
+    typo = Config(dict(train_cfg=dict(by_epoch=True, max_epochs=1, val_intervall=1)))
+    with pytest.raises(ValueError, match=r'^train_cfg.val_intervall=1 .* did you mean '
+                       r'train_cfg.val_interval\?$'):
+        check_train_loop(typo)
+
+
+def test_tools_report_the_checks_as_config_errors():
+    with pytest.raises(ConfigError, match=r'set train_cfg.max_epochs instead'):
+        prepare_runner_cfg(Config.fromfile(DEMO), train_args(
+            cfg_options={'train_cfg.max_iters': 5}), 'train')
+    with pytest.raises(ConfigError, match=r"did you mean 'mmstiff.PreActStepResNet'"):
+        prepare_runner_cfg(Config.fromfile(DEMO), train_args(
+            cfg_options={'model.backbone.type': 'mmstiff.PreActStepResNt'}), 'train')
+
+
+@pytest.mark.slow
+def test_train_cli_stops_with_one_line_before_any_work(run_tool, tmp_path):
+    work = tmp_path / 'work'
+    proc = run_tool('tools/train.py', DEMO, '--work-dir', str(work), '--cfg-options',
+                    'train_cfg.max_iters=5', check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        'error: train_cfg.max_iters=5 is not an argument of the epoch-based training loop; '
+        'this config trains for train_cfg.max_epochs=3 (EpochBasedTrainLoop: the loop is '
+        'epoch-based), so set train_cfg.max_epochs instead')
+    assert 'Traceback' not in proc.stderr and not work.exists()
