@@ -21,7 +21,6 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from mmstiff.analysis.layout import pool_state
 from mmstiff.models.layers.iebn import IEBN
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
@@ -164,9 +163,13 @@ class StepNetAdaptor(StepAdaptor):
                 return norm(z)
         return self.norm(z)
 
-    def forward(self, x_t, f):
-        u = pool_state(x_t, self.layout, keepdim=False)      # (B, C)
-        v = u + pool_state(f, self.layout, keepdim=False)    # GAP(x_t + f)
+    from_pooled = True
+    pools_state = True
+
+    def step_from_pooled(self, state, residual):
+        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``."""
+        u = state
+        v = u + residual                                     # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
         z = self._normalise(z)                               # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':
