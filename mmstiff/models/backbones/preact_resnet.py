@@ -22,8 +22,9 @@ from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
 from mmstiff.analysis.blocks import register_block_type
-from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, init_keeping_starts,
-                                  release_adaptor_statistics, resolve_adaptor)
+from mmstiff.models.steps import (adaptor_placement, check_adaptor_norm, check_fused,
+                                  init_keeping_starts, release_adaptor_statistics,
+                                  resolve_adaptor, set_fused)
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .depth_error import UnsupportedDepthError
@@ -194,6 +195,8 @@ class PreActStepResNet(BaseBackbone):
             their statistics: ``'auto'`` (default) those the first loaded state dict did not
             hold (all, when nothing was loaded), ``'follow'`` none, ``'train'`` all; adaptors
             of frozen stages never (docs/methods.md §3, "Starting from a plain checkpoint").
+        fused (str | bool): ``'auto'`` (default), True or False: the fused step or the
+            reference; see :class:`~mmstiff.models.backbones.StepResNet`.
         out_indices (Sequence[int]): stages whose output is returned. The last stage's output
             passes through the final BN-act of pre-activation nets; earlier stages are returned
             as they are (un-normalised states of the trajectory). Default (2,).
@@ -223,6 +226,7 @@ class PreActStepResNet(BaseBackbone):
                  adaptor_stages=None,
                  adaptor_blocks=None,
                  adaptor_norm='auto',
+                 fused='auto',
                  out_indices=(2, ),
                  frozen_stages=-1,
                  norm_eval=False,
@@ -242,6 +246,7 @@ class PreActStepResNet(BaseBackbone):
         self.adaptor_stages = adaptor_stages
         self.adaptor_blocks = adaptor_blocks
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
+        self.fused = check_fused(fused)
         self.adaptor_placement = adaptor_placement(self.stage_blocks, adaptor_stages,
                                                    adaptor_blocks)
         self.base_channels = base_channels
@@ -275,6 +280,7 @@ class PreActStepResNet(BaseBackbone):
         self.add_module(self.final_norm_name, final_norm)
         self.final_act = build_activation_layer(act_cfg)
         self.feat_dim = channels
+        set_fused(self, fused)
         self._freeze_stages()
 
     def _check_args(self, in_channels, base_channels, strides, out_indices, frozen_stages):

@@ -17,6 +17,8 @@ The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operatio
 kernels run: CUDA with Triton). A compiled model (``torch.compile``) takes the reference,
 which the compiler fuses itself.
 """
+from contextlib import contextmanager
+
 import torch
 import torch.nn as nn
 
@@ -29,6 +31,7 @@ from .triton_step import HAS_TRITON, TritonStepKernels
 FUSED = ('auto', True, False)
 
 _TRITON = []  # the TritonStepKernels, made at the first fused step on CUDA
+_FORCED = []  # kernel sets of the enclosing forced_step_kernels blocks
 
 
 def check_fused(fused):
@@ -44,15 +47,40 @@ def step_kernels(x, fused):
     """The kernel set of the fused step for the state ``x``, or None for the reference step.
 
     ``'auto'``: Triton's on CUDA (with Triton installed), None elsewhere; True: Triton's on
-    CUDA, PyTorch's elsewhere; False, or inside ``torch.compile``: None.
+    CUDA, PyTorch's elsewhere; False, or inside ``torch.compile``: None. Inside
+    :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
     """
     if fused is False or torch.compiler.is_compiling():
         return None
+    if _FORCED:
+        return _FORCED[-1]
     if x.is_cuda and HAS_TRITON:
         if not _TRITON:
             _TRITON.append(TritonStepKernels())
         return _TRITON[0]
     return TorchStepKernels if fused is True else None
+
+
+@contextmanager
+def forced_step_kernels(kernels):
+    """Within the block, every step whose ``fused`` is not False (``'auto'`` included) is the
+    fused step on ``kernels``: e.g. the Triton kernels on CPU tensors in Triton's interpreter
+    (tests), or stand-ins that count kernel launches (``tools/benchmark``)."""
+    _FORCED.append(kernels)
+    try:
+        yield kernels
+    finally:
+        _FORCED.pop()
+
+
+def set_fused(module, fused):
+    """Give every step block of ``module`` (each module whose class has a ``fused`` attribute)
+    the choice ``fused`` (checked by :func:`check_fused`)."""
+    check_fused(fused)
+    for m in module.modules():
+        if hasattr(type(m), 'fused'):
+            m.fused = fused
+    return module
 
 
 class PoolStates(torch.autograd.Function):
