@@ -7,8 +7,8 @@
 # --device cuda (default when a GPU is present): GPU-sized settings (5 minutes on one H200
 #   without the compiled steps): ResNet-50 at 224x224 batch 64 (StepNet and SE against
 #   plain; the reference and the fused step, in fp32, bf16 AMP and fp16 AMP channels-last),
-#   the operator and kernel counts of one block's step, DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224
-#   batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
+#   the operator and kernel counts of one block's step, DeiT-S batch 128 (AttnScale,
+#   FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
 #   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
 #   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale) and the hooks at
 #   their defaults on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.

@@ -56,6 +56,7 @@ class TorchStepKernels:
         grad_f = grad if step is None else grad * broadcast_step(step, f, layout)
         grad_step = None
         if need_step_grad:
-            grad_step = (grad * f).sum(dim=POOLED_AXES[layout], dtype=torch.float32)
-            grad_step = grad_step.to(step.dtype)
+            low = grad.dtype in (torch.float16, torch.bfloat16)
+            grad_step = (grad * f).sum(dim=POOLED_AXES[layout],
+                                       dtype=torch.float32 if low else None).to(step.dtype)
         return grad, grad_f, grad_step
