@@ -5,7 +5,9 @@ the fused step), ``torch.profiler`` counts, in train mode:
 
 * ``fwd ops`` / ``bwd ops``: the top-level aten calls (those not made inside another aten call)
   of one bottleneck's forward pass (``layer3.1``, 1024 channels, identity shortcut) and of its
-  backward pass; the stem and the branch's convolutions and norms are in every row alike;
+  backward pass; the branch's three convolutions and norms are in every row alike;
+* ``fwd/bwd kernels``: of those, the calls that launch a kernel on a GPU (not allocations,
+  views or host-side type queries: :data:`NO_KERNEL`), plus the Triton launches;
 * ``triton``: the launches of the fused step's Triton kernels (forward / backward);
 * ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass.
 
@@ -31,6 +33,12 @@ VARIANTS = {
 }
 #: the profiled block: an identity-shortcut bottleneck of the third stage
 BLOCK = ('layer3', 1)
+#: top-level aten calls that launch no kernel: allocations, views, host-side queries
+NO_KERNEL = frozenset(f'aten::{name}' for name in (
+    'empty', 'empty_like', 'empty_strided', 'view', 'reshape', '_reshape_alias', 'expand',
+    'as_strided', 'unsqueeze', 'squeeze', 'select', 'slice', 'transpose', 'permute', 't',
+    'detach', 'alias', 'promote_types', 'result_type', 'lift_fresh', 'resolve_conj',
+    'resolve_neg'))
 
 
 class LaunchRecorder:
@@ -68,7 +76,8 @@ def _is_top_level_aten(event):
 
 
 def count(run, device):
-    """``(top-level aten calls, triton launches, cuda kernels or None)`` of ``run()``."""
+    """``(top-level aten calls, of them those that launch kernels + triton launches, triton
+    launches, cuda kernels or None)`` of ``run()``."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == 'cuda':
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -78,12 +87,13 @@ def count(run, device):
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
     events = prof.events()
-    aten = sum(_is_top_level_aten(e) for e in events)
+    aten = [e.name for e in events if _is_top_level_aten(e)]
     triton_launches = sum(e.name.startswith('triton::') for e in events)
+    launching = sum(name not in NO_KERNEL for name in aten) + triton_launches
     kernels = None
     if device.type == 'cuda':
         kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events)
-    return aten, triton_launches, kernels
+    return len(aten), launching, triton_launches, kernels
 
 
 def measure(adaptor, fused, args, device):
@@ -122,8 +132,8 @@ def main(argv=None):
         raise SystemExit('--device cuda was given but CUDA is not available')
     print(f'device={device} batch={args.batch_size} img={args.img_size} block='
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
-    header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"triton":>9}'
-              f'{"cuda kernels":>14}{"net fwd ops":>13}')
+    header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
+              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}')
     print(header)
     print('-' * len(header))
     for name, adaptor in VARIANTS.items():
@@ -133,10 +143,10 @@ def main(argv=None):
                     fwd, bwd, net = measure(adaptor, True, args, device)
             else:
                 fwd, bwd, net = measure(adaptor, fused, args, device)
-            launches = f'{fwd[1]}/{bwd[1]}'
-            kernels = 'n/a' if fwd[2] is None else f'{fwd[2]}/{bwd[2]}'
+            launches = f'{fwd[2]}/{bwd[2]}'
+            kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
             print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
-                  f'{launches:>9}{kernels:>14}{net[0]:>13}')
+                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}')
 
 
 if __name__ == '__main__':
