@@ -22,9 +22,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from mmstiff.analysis.layout import check_layout
 from .base import apply_step
-from .step_kernels import TorchStepKernels, broadcast_step
+from .step_kernels import TorchStepKernels
 from .triton_step import HAS_TRITON, TritonStepKernels
 
 #: values of a backbone's ``fused`` argument
@@ -167,7 +166,6 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
             f = drop_path(f)
         out = apply_step(shortcut, step, f)
         return out if act is None else act(out)
-    check_layout(layout)
     step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
     if drop_path is not None:
         f = drop_path(f)
