@@ -34,7 +34,6 @@ import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 

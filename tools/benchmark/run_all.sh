@@ -6,8 +6,9 @@
 #
 # --device cuda (default when a GPU is present): GPU-sized settings (5 minutes on one H200
 #   without the compiled steps): ResNet-50 at 224x224 batch 64 (StepNet and SE against
-#   plain), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at 224x224
-#   batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
+#   plain; the reference and the fused step, in fp32, bf16 AMP and fp16 AMP channels-last),
+#   the operator and kernel counts of one block's step, DeiT-S batch 128 (AttnScale,
+#   FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
 #   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
 #   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale) and the hooks at
 #   their defaults on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.
@@ -35,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --tiny) tiny=1; shift ;;
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -104,7 +105,14 @@ else
   ddp=()
 fi
 
-step bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}"
+step bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused both
+if [[ $device == cuda ]]; then
+  step bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+    --fused both --amp bf16
+  step bench_step_resnet_fp16_cl "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+    --fused both --amp fp16 --channels-last
+fi
+step count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
 step bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
 step bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
 step hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \

@@ -46,6 +46,7 @@ from mmcv.cnn.bricks import DropPath
 from mmpretrain.models.backbones.resnet import ResNet
 
 from mmstiff.models.layers.local_attention import LocalSelfAttention
+from mmstiff.models.steps import check_fused, set_fused
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import (check_indices, check_non_negative_int,
                                   check_positive_int)
@@ -203,6 +204,8 @@ class AlterNet(ResNet):
             all 4, the final norm too); -1 freezes nothing. Default -1.
         norm_eval (bool): keep every BN in eval mode while training. Default False.
         with_cp (bool): checkpoint each block (recompute it in the backward pass).
+        fused (str | bool): ``'auto'`` (default), True or False: the fused step of the conv and
+            MSA blocks or the reference; see :class:`~mmstiff.models.backbones.StepResNet`.
             Default False.
         conv_cfg, norm_cfg (dict): layer configs as in mmcv.
         act_cfg (dict): activation of the conv blocks and of the final norm. Default ReLU.
@@ -242,6 +245,7 @@ class AlterNet(ResNet):
                  frozen_stages=-1,
                  norm_eval=False,
                  with_cp=False,
+                 fused='auto',
                  conv_cfg=None,
                  norm_cfg=dict(type='BN', requires_grad=True),
                  act_cfg=dict(type='ReLU', inplace=True),
@@ -253,6 +257,7 @@ class AlterNet(ResNet):
         # every setting is checked before a layer is built; the upstream constructor then
         # builds the stem and the stages through _make_stem_layer and make_res_layer
         check_depth(depth, self.arch_settings, 'AlterNet')
+        self.fused = check_fused(fused)
         if stem not in STEMS:
             raise ValueError(f'stem={stem!r} is not supported; expected one of {STEMS}')
         stage_blocks = self.arch_settings[depth][1]
@@ -307,6 +312,7 @@ class AlterNet(ResNet):
                                                             postfix='_final')
         self.add_module(self.final_norm_name, final_norm)
         self.final_act = build_activation_layer(act_cfg)
+        set_fused(self, fused)
         self._freeze_stages()
 
     @property

@@ -22,7 +22,8 @@ from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
 from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_adaptor_norm,
-                                  init_keeping_starts, release_adaptor_statistics, resolve_adaptor)
+                                  check_fused, init_keeping_starts, release_adaptor_statistics,
+                                  resolve_adaptor, set_fused)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
@@ -198,6 +199,8 @@ class PreActStepResNet(BaseBackbone):
         adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
             (StepNet); None (default): ``norm_cfg`` (docs/methods.md §3, "The adaptor's
             normalisation").
+        fused (str | bool): ``'auto'`` (default), True or False: the fused step or the
+            reference; see :class:`~mmstiff.models.backbones.StepResNet`.
         out_indices (Sequence[int]): stages whose output is returned. The last stage's output
             passes through the final BN-act of pre-activation nets; earlier stages are returned
             as they are (un-normalised states of the trajectory). Default (2,).
@@ -228,6 +231,7 @@ class PreActStepResNet(BaseBackbone):
                  adaptor_blocks=None,
                  adaptor_norm='auto',
                  adaptor_norm_cfg=None,
+                 fused='auto',
                  out_indices=(2, ),
                  frozen_stages=-1,
                  norm_eval=False,
@@ -250,6 +254,7 @@ class PreActStepResNet(BaseBackbone):
         self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
             else check_norm_cfg(adaptor_norm_cfg)
         adaptor = adaptor_with_norm(self.adaptor, norm_cfg, self.adaptor_norm_cfg)
+        self.fused = check_fused(fused)
         self.adaptor_placement = adaptor_placement(self.stage_blocks, adaptor_stages,
                                                    adaptor_blocks)
         self.base_channels = base_channels
@@ -283,6 +288,7 @@ class PreActStepResNet(BaseBackbone):
         self.add_module(self.final_norm_name, final_norm)
         self.final_act = build_activation_layer(act_cfg)
         self.feat_dim = channels
+        set_fused(self, fused)
         self._freeze_stages()
 
     def _check_args(self, in_channels, base_channels, strides, out_indices, frozen_stages):

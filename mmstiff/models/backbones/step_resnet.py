@@ -11,9 +11,10 @@ parameters (``layerI.J.step_adaptor.*``) missing.
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
-from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, apply_step, build_adaptor,
-                                  check_adaptor_norm, init_keeping_starts,
-                                  release_adaptor_statistics, resolve_adaptor)
+from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, build_adaptor,
+                                  check_adaptor_norm, check_fused, init_keeping_starts,
+                                  release_adaptor_statistics, resolve_adaptor, residual_update,
+                                  set_fused, step_kernels)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.registry import MODELS
 from mmstiff.models.utils import check_depth
@@ -30,6 +31,9 @@ class StepBlockMixin:
     None and the block computes the plain ``x_t + f``, exactly the upstream ResNet block.
     """
 
+    #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
+    fused = 'auto'
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_adaptor = None
@@ -40,31 +44,31 @@ class StepBlockMixin:
         last_conv = self.conv3 if hasattr(self, 'conv3') else self.conv2
         return last_conv.out_channels
 
-    def residual_step(self, x_t, f):
-        """``x_t + Δ_t ⊙ drop_path(f)``, Δ_t from the adaptor (1 without one)."""
-        step = 1.0 if self.step_adaptor is None else self.step_adaptor(x_t, f)
-        drop_path = getattr(self, 'drop_path', None)
-        if drop_path is not None:
-            f = drop_path(f)
-        return apply_step(x_t, step, f)
+    def residual_step(self, x_t, f, act=None):
+        """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); the fused
+        step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`)."""
+        return residual_update(x_t, f, self.step_adaptor, 'nchw', self.fused, act=act,
+                               drop_path=getattr(self, 'drop_path', None))
 
     def residual_branch(self, x):  # pragma: no cover - abstract
         """The residual branch ``f`` of the block input ``x``, up to its last norm."""
         raise NotImplementedError
 
     def forward(self, x):
-        """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling."""
+        """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling (the fused step
+        applies the activation itself)."""
+        fused_act = step_kernels(x, self.fused) is not None
 
         def _inner_forward(x):
             f = self.residual_branch(x)
             identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, f)
+            return self.residual_step(identity, f, self.relu if fused_act else None)
 
         if self.with_cp and x.requires_grad:
             out = cp.checkpoint(_inner_forward, x, use_reentrant=False)
         else:
             out = _inner_forward(x)
-        return self.relu(out)
+        return out if fused_act else self.relu(out)
 
 
 def attach_adaptors(res_layer, adaptor, flags):
@@ -114,15 +118,18 @@ class StepPlacementMixin:
     """
 
     def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 adaptor_norm='auto', adaptor_norm_cfg=None, **kwargs):
+                 adaptor_norm='auto', adaptor_norm_cfg=None, fused='auto', **kwargs):
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
             else check_norm_cfg(adaptor_norm_cfg)
+        check_fused(fused)
         self._prepare_steps(depth, kwargs.get('num_stages', 4), adaptor, adaptor_stages,
                             adaptor_blocks)
         # a conflict between the adaptor's own norm_cfg and adaptor_norm_cfg fails here
         adaptor_with_norm(self.adaptor, None, self.adaptor_norm_cfg)
         super().__init__(depth, **kwargs)
+        self.fused = fused
+        set_fused(self, fused)
 
     def _prepare_steps(self, depth, num_stages, adaptor, adaptor_stages, adaptor_blocks):
         check_depth(depth, self.arch_settings, type(self).__name__)
@@ -176,6 +183,9 @@ class StepResNet(StepPlacementMixin, ResNet):
         adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
             (StepNet), e.g. ``dict(type='SyncBN')``. None (default): the backbone's
             ``norm_cfg`` (docs/methods.md §3, "The adaptor's normalisation").
+        fused (str | bool): ``'auto'`` (default; the fused step where its Triton kernels run,
+            CUDA), True (fused: Triton's kernels on CUDA, PyTorch's elsewhere) or False (the
+            reference step); the same values either way (docs/methods.md §0, "The fused step").
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the

@@ -49,7 +49,8 @@ from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.value_branch import ValueBranch
-from mmstiff.models.steps import apply_step, build_adaptor, resolve_adaptor
+from mmstiff.models.steps import (build_adaptor, check_fused, resolve_adaptor, residual_update,
+                                  set_fused)
 from mmstiff.registry import MODELS
 from mmstiff.models.utils import select_layers
 
@@ -181,6 +182,9 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             ``x' = scale · (x + Σ_i σ(LN(x) Θ_i) + Δ ⊙ f)``.
     """
 
+    #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
+    fused = 'auto'
+
     def __init__(self,
                  embed_dims,
                  num_heads,
@@ -262,7 +266,7 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
 
     def _euler_step(self, x, h, f, adaptor, aug):
         shortcut = x if aug is None else x + aug(h)
-        x_next = shortcut + f if adaptor is None else apply_step(shortcut, adaptor(x, f), f)
+        x_next = residual_update(x, f, adaptor, 'nlc', self.fused, shortcut=shortcut)
         return x_next * self.aug_scale if self.aug_scale != 1.0 else x_next
 
     def forward(self, x):
@@ -306,6 +310,9 @@ class StepViT(VisionTransformer):
             implementation: the whole block update is multiplied by it) and ``branches``
             (default ``('msa', 'mlp')``). Default None.
         aug_shortcut_layers: layers that get ``aug_shortcut``. Default ``'all'``.
+        fused (str | bool): ``'auto'`` (default), True or False: the fused step of the adapted
+            branches (layout ``'nlc'``) or the reference; see
+            :class:`~mmstiff.models.backbones.StepResNet`.
         **kwargs: the other arguments of :class:`VisionTransformer`.
 
     Attention maps (per layer and head) are available through
@@ -323,7 +330,9 @@ class StepViT(VisionTransformer):
                  replace_attention_layers=None,
                  aug_shortcut=None,
                  aug_shortcut_layers='all',
+                 fused='auto',
                  **kwargs):
+        self.fused = check_fused(fused)
         msa_adaptor = resolve_adaptor(msa_adaptor, 'msa_adaptor')
         mlp_adaptor = resolve_adaptor(mlp_adaptor, 'mlp_adaptor')
         super().__init__(arch=arch, **kwargs)
@@ -350,6 +359,7 @@ class StepViT(VisionTransformer):
                 mlp_adaptor=mlp_adaptor if i in mlp else None,
                 replace_attention=i in replace,
                 aug_shortcut=aug_shortcut if i in aug else None) for i in range(n))
+        set_fused(self, fused)
         if self.frozen_stages > 0:
             self._freeze_stages()
 

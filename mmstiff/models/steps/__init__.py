@@ -3,6 +3,8 @@ from mmstiff.utils.layout import pool_state
 from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, adaptor_with_norm, apply_step,
                    build_adaptor, check_adaptor_norm, check_start, init_keeping_starts,
                    learns_statistics, release_adaptor_statistics, resolve_adaptor)
+from .fused_step import (FUSED, check_fused, forced_step_kernels, residual_update, set_fused,
+                         step_kernels)
 from .placement import adaptor_placement
 from .se import SEAdaptor
 from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states
@@ -12,3 +14,5 @@ __all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_stat
             'grouped_pointwise', 'build_adaptor', 'resolve_adaptor', 'adaptor_with_norm']
 __all__ += ['STARTS', 'ADAPTOR_NORMS', 'check_start', 'check_adaptor_norm',
             'init_keeping_starts', 'learns_statistics', 'release_adaptor_statistics']
+__all__ += ['FUSED', 'check_fused', 'forced_step_kernels', 'residual_update', 'set_fused',
+            'step_kernels']

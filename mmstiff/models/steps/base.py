@@ -17,6 +17,11 @@ Contract for every adaptor:
   adaptor's constructor accepts ``channels`` (the number of channels of ``f``) and ``layout``.
 * ``layout`` says where the channels are: ``'nchw'`` (CNN feature maps, pooled over H, W) or
   ``'nlc'`` (transformer tokens, pooled over the token axis).
+* An adaptor whose Δ_t depends on the states only through their means over the pooled axes
+  (SE, StepNet) sets :attr:`StepAdaptor.from_pooled` and implements
+  :meth:`StepAdaptor.step_from_pooled`; its ``forward(x_t, f, pooled=...)`` then takes the
+  means computed elsewhere (the fused step of :mod:`.fused_step`, docs/methods.md §0) and still
+  runs as a module call, so the hooks on it see Δ_t.
 * The trajectory recorder of :mod:`mmstiff.analysis` reads a block's step size as the output
   of the :class:`StepAdaptor` submodule inside that block, so adaptors must be called exactly
   once per block forward and must not be shared between blocks.
@@ -40,7 +45,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
-from mmstiff.utils.layout import check_layout
+from mmstiff.utils.layout import check_layout, pool_state
 from .starts import check_saved_start, mismatched_entries, record_start
 
 #: keys of an adaptor config that the backbone fills in for each block.
@@ -108,7 +113,24 @@ class StepAdaptor(BaseModule):
         # every saved state dict records the start (mmstiff.models.steps.starts)
         self._register_state_dict_hook(record_start)
 
-    def forward(self, x_t, f):  # pragma: no cover - abstract
+    #: whether Δ_t is a function of the pooled states only (:meth:`step_from_pooled`)
+    from_pooled = False
+    #: whether :meth:`step_from_pooled` reads the pooled x_t (False: only the pooled f)
+    pools_state = False
+
+    def forward(self, x_t, f, pooled=None):
+        """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
+        ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself."""
+        if not self.from_pooled:  # pragma: no cover - abstract
+            raise NotImplementedError
+        if pooled is None:
+            state = pool_state(x_t, self.layout, keepdim=False) if self.pools_state else None
+            pooled = state, pool_state(f, self.layout, keepdim=False)
+        return self.step_from_pooled(*pooled)
+
+    def step_from_pooled(self, state, residual):  # pragma: no cover - abstract
+        """Δ_t (broadcastable against ``f``) from the (B, C) means of x_t (None where
+        :attr:`pools_state` is False) and of f over the pooled axes."""
         raise NotImplementedError
 
     def reset_start(self):

@@ -20,7 +20,6 @@ from mmpretrain.models.utils import make_divisible
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from mmstiff.utils.layout import pool_state
 from .base import StepAdaptor, check_start
 
 @MODELS.register_module()
@@ -71,13 +70,14 @@ class SEAdaptor(StepAdaptor):
             self.conv2.conv.weight.zero_()
             self.conv2.conv.bias.zero_()
 
-    def forward(self, x_t, f):
-        pooled = pool_state(f, self.layout)
+    from_pooled = True
+
+    def step_from_pooled(self, state, residual):
+        """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read."""
+        pooled = residual[:, :, None, None]
+        step = self.conv2(self.conv1(pooled))                # (B, C, 1, 1)
         if self.layout == 'nlc':
-            step = self.conv2(self.conv1(pooled.transpose(1, 2).unsqueeze(-1)))
-            step = step.squeeze(-1).transpose(1, 2)
-        else:
-            step = self.conv2(self.conv1(pooled))
+            step = step.view(step.shape[0], 1, self.channels)
         return step * self.step_scale if self.step_scale != 1.0 else step
 
     def extra_repr(self):

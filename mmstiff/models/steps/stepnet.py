@@ -25,7 +25,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mmstiff.models.layers.iebn import InstanceEnhancementMixin
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from mmstiff.utils.layout import pool_state
 from .base import StepAdaptor, check_start
 from .norm import build_pooled_iebn, build_pooled_norm, distributed
 
@@ -195,9 +194,13 @@ class StepNetAdaptor(StepAdaptor):
                 return norm(z)
         return self.norm(z)
 
-    def forward(self, x_t, f):
-        u = pool_state(x_t, self.layout, keepdim=False)      # (B, C)
-        v = u + pool_state(f, self.layout, keepdim=False)    # GAP(x_t + f)
+    from_pooled = True
+    pools_state = True
+
+    def step_from_pooled(self, state, residual):
+        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``."""
+        u = state
+        v = u + residual                                     # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
         z = self._normalise(z)                               # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':

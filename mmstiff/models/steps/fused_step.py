@@ -1,0 +1,174 @@
+"""The fused residual step ``x_{t+1} = act(x_t + Δ_t ⊙ f)`` (docs/methods.md §0, "The fused step").
+
+The reference step is the adaptor's forward on the full tensors (two poolings), then
+``addcmul`` and the activation, each with its own autograd node. The fused step computes the
+same values in three memory-bound passes (:mod:`.step_kernels`):
+
+1. :class:`PoolStates`: one pass reads x_t and f and writes their (B, C) means; its backward is
+   a broadcast view of the pooled gradients (no pass of its own);
+2. the adaptor's (B, C) arithmetic, through its own modules (``adaptor(x_t, f, pooled=...)``,
+   so its norm layer, its statistics and the hooks on it work as in the reference);
+3. :class:`EulerUpdate`: one pass writes ``act(shortcut + Δ ⊙ f)``; its backward is one pass
+   that writes the gradients of the shortcut and f and Δ's per-channel sums ``Σ g' ⊙ f``, and
+   keeps for it only f, Δ and (under a ReLU) the output, which the next block keeps anyway.
+
+The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
+``fused`` selects the path: True, False (the reference) or ``'auto'`` (fused where the Triton
+kernels run: CUDA with Triton). A compiled model (``torch.compile``) takes the reference,
+which the compiler fuses itself.
+"""
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+
+from .base import apply_step
+from .step_kernels import TorchStepKernels
+from .triton_step import HAS_TRITON, TritonStepKernels
+
+#: values of a backbone's ``fused`` argument
+FUSED = ('auto', True, False)
+
+_TRITON = []  # the TritonStepKernels, made at the first fused step on CUDA
+_FORCED = []  # kernel sets of the enclosing forced_step_kernels blocks
+
+
+def check_fused(fused):
+    """``fused`` if it is one of :data:`FUSED`; ValueError naming it otherwise."""
+    if fused is not True and fused is not False and not (isinstance(fused, str)
+                                                         and fused == 'auto'):
+        raise ValueError(f'fused={fused!r} is not supported; expected one of {FUSED} '
+                         "('auto': fused where the device supports it, CUDA with triton)")
+    return fused
+
+
+def step_kernels(x, fused):
+    """The kernel set of the fused step for the state ``x``, or None for the reference step.
+
+    ``'auto'``: Triton's on CUDA (with Triton installed), None elsewhere; True: Triton's on
+    CUDA, PyTorch's elsewhere; False, or inside ``torch.compile``: None. Inside
+    :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
+    """
+    if fused is False or torch.compiler.is_compiling():
+        return None
+    if _FORCED:
+        return _FORCED[-1]
+    if x.is_cuda and HAS_TRITON:
+        if not _TRITON:
+            _TRITON.append(TritonStepKernels())
+        return _TRITON[0]
+    return TorchStepKernels if fused is True else None
+
+
+@contextmanager
+def forced_step_kernels(kernels):
+    """Within the block, every step whose ``fused`` is not False (``'auto'`` included) is the
+    fused step on ``kernels``: e.g. the Triton kernels on CPU tensors in Triton's interpreter
+    (tests), or stand-ins that count kernel launches (``tools/benchmark``)."""
+    _FORCED.append(kernels)
+    try:
+        yield kernels
+    finally:
+        _FORCED.pop()
+
+
+def set_fused(module, fused):
+    """Give every step block of ``module`` (each module whose class has a ``fused`` attribute)
+    the choice ``fused`` (checked by :func:`check_fused`)."""
+    check_fused(fused)
+    for m in module.modules():
+        if hasattr(type(m), 'fused'):
+            m.fused = fused
+    return module
+
+
+class PoolStates(torch.autograd.Function):
+    """``(mean x_t, mean f)`` over the pooled axes in one pass (``mean f`` only for x_t None)."""
+
+    @staticmethod
+    def forward(ctx, state, residual, layout, kernels):
+        pooled, pooled_f = kernels.pool(state, residual, layout)
+        ctx.layout = layout
+        ctx.shapes = (None if state is None else state.shape), residual.shape
+        return pooled_f if pooled is None else (pooled, pooled_f)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        shapes = [shape for shape in ctx.shapes if shape is not None]
+        expanded = [_spread(grad, shape, ctx.layout) for grad, shape in zip(grads, shapes)]
+        if ctx.shapes[0] is None:
+            return None, expanded[0], None, None
+        return expanded[0], expanded[1], None, None
+
+
+def _spread(grad, shape, layout):
+    """The gradient of a mean: ``grad / N`` broadcast over the pooled axes (a view)."""
+    count = shape[1] if layout == 'nlc' else shape[2] * shape[3]
+    small = grad * (1.0 / count)
+    if layout == 'nlc':
+        return small.view(shape[0], 1, shape[2]).expand(shape)
+    return small.view(shape[0], shape[1], 1, 1).expand(shape)
+
+
+class EulerUpdate(torch.autograd.Function):
+    """``act(shortcut + Δ ⊙ f)`` with Δ (B, C) (None: Δ ≡ 1) and act ReLU or identity."""
+
+    @staticmethod
+    def forward(ctx, shortcut, step, f, relu, layout, kernels):
+        out = kernels.step(shortcut, step, f, relu, layout)
+        ctx.relu, ctx.layout, ctx.kernels = relu, layout, kernels
+        ctx.has_step = step is not None
+        ctx.save_for_backward(out if relu else None, f if ctx.has_step else None, step)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, f, step = ctx.saved_tensors
+        need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
+        grad_x, grad_f, grad_step = ctx.kernels.step_backward(
+            grad, out, f, step, ctx.relu, ctx.layout, need_step_grad)
+        return grad_x, grad_step, grad_f, None, None, None
+
+
+def adaptive_step(adaptor, x_t, f, layout, kernels):
+    """Δ_t (B, C) of a pooled-state adaptor from one pooling pass, through the adaptor's own
+    module call (its hooks see Δ_t in the adaptor's shape)."""
+    if adaptor.pools_state:
+        pooled = PoolStates.apply(x_t, f, layout, kernels)
+    else:
+        pooled = None, PoolStates.apply(None, f, layout, kernels)
+    step = adaptor(x_t, f, pooled=pooled)
+    return step.reshape(f.shape[0], -1)
+
+
+def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, shortcut=None):
+    """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
+
+    The fused step where :func:`step_kernels` gives kernels and the adaptor computes Δ_t from
+    pooled states (or there is none); the reference step otherwise, with the same values.
+
+    Args:
+        x_t (Tensor): the state the adaptor reads; also the shortcut unless ``shortcut`` is set.
+        f (Tensor): the residual branch output.
+        adaptor (StepAdaptor | None): the block's step-size adaptor.
+        layout (str): ``'nchw'`` or ``'nlc'``.
+        fused: ``'auto'``, True or False (:data:`FUSED`).
+        act (nn.Module, optional): the activation after the add; an ``nn.ReLU`` is fused.
+        drop_path (nn.Module, optional): applied to f after the adaptor read it.
+        shortcut (Tensor, optional): the term f is added to, where it is not x_t.
+    """
+    shortcut = x_t if shortcut is None else shortcut
+    kernels = step_kernels(f, fused)
+    poolable = adaptor is None or getattr(adaptor, 'from_pooled', False)
+    if kernels is None or not poolable:
+        step = 1.0 if adaptor is None else adaptor(x_t, f)
+        if drop_path is not None:
+            f = drop_path(f)
+        out = apply_step(shortcut, step, f)
+        return out if act is None else act(out)
+    step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
+    if drop_path is not None:
+        f = drop_path(f)
+    relu = type(act) is nn.ReLU
+    out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels)
+    return act(out) if act is not None and not relu else out

@@ -1,0 +1,62 @@
+"""The three memory-bound passes of a residual step, in PyTorch (docs/methods.md §0, "The fused
+step").
+
+A residual step ``x_{t+1} = act(shortcut + Δ ⊙ f)`` whose Δ (B, C) comes from pooled states
+reads and writes the full-size tensors in three places only:
+
+* ``pool``: the means of x_t and f over the pooled axes (one read of each);
+* ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write);
+* ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
+  ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
+  under a ReLU.
+
+:class:`TorchStepKernels` is the PyTorch expression of these passes: the reference for the
+Triton kernels of :mod:`.triton_step` and the fused path where those do not run (the CPU).
+Every kernel set takes ``layout`` ``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and
+(B, C) step sizes.
+"""
+import torch
+
+from mmstiff.utils.layout import POOLED_AXES, pool_state
+
+
+def broadcast_step(step, like, layout):
+    """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
+    if layout == 'nlc':
+        return step.view(step.shape[0], 1, step.shape[1])
+    return step.view(step.shape[0], step.shape[1], *([1] * (like.dim() - 2)))
+
+
+class TorchStepKernels:
+    """The passes of a residual step as PyTorch operations (the reference kernel set)."""
+
+    name = 'torch'
+
+    @staticmethod
+    def pool(state, residual, layout):
+        """The (B, C) means of ``state`` (None: not pooled, None returned) and ``residual``."""
+        pooled = None if state is None else pool_state(state, layout, keepdim=False)
+        return pooled, pool_state(residual, layout, keepdim=False)
+
+    @staticmethod
+    def step(shortcut, step, f, relu, layout):
+        """``act(shortcut + Δ ⊙ f)``; ``step`` (B, C) or None (Δ ≡ 1), act ReLU or identity."""
+        if step is None:
+            out = shortcut + f
+        else:
+            out = torch.addcmul(shortcut, broadcast_step(step, f, layout), f)
+        return out.relu_() if relu else out
+
+    @staticmethod
+    def step_backward(grad, out, f, step, relu, layout, need_step_grad):
+        """``(grad of shortcut, grad of f, grad of step or None)`` from the output's ``grad``;
+        ``out`` is read only for the ReLU's mask."""
+        if relu:
+            grad = torch.ops.aten.threshold_backward(grad, out, 0)
+        grad_f = grad if step is None else grad * broadcast_step(step, f, layout)
+        grad_step = None
+        if need_step_grad:
+            low = grad.dtype in (torch.float16, torch.bfloat16)
+            grad_step = (grad * f).sum(dim=POOLED_AXES[layout],
+                                       dtype=torch.float32 if low else None).to(step.dtype)
+        return grad, grad_f, grad_step

@@ -1,0 +1,200 @@
+"""Triton kernels of the residual step's three passes (docs/methods.md §0, "The fused step").
+
+The same passes as :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels`, one kernel
+each: ``pool`` reads x_t and f once and writes both (B, C) means; ``step`` writes
+``act(shortcut + Δ ⊙ f)``; ``step_backward`` reads g (and the output for the ReLU's mask, f for
+Δ's gradient) once and writes the gradients of the shortcut and f and Δ's per-(B, C) sums.
+
+Every tensor is addressed as (B, N, C) with its own strides: ``'nchw'`` maps (H, W) to N (both
+the contiguous and the channels-last memory format), ``'nlc'`` is (B, N, C) already. Sums
+accumulate in float32 whatever the input dtype. :class:`TritonStepKernels` launches them; with
+``TRITON_INTERPRET=1`` set before Triton is imported, they run in Triton's interpreter on CPU
+tensors (the tests).
+"""
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
+    triton = None
+
+#: whether Triton is importable (the fused kernels can run on CUDA)
+HAS_TRITON = triton is not None
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _pool_kernel(x_ptr, f_ptr, xm_ptr, fm_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, inv_n,
+                     POOL_X: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = cs < C
+        acc_f = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        acc_x = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            ns = n0 + tl.arange(0, BLOCK_N)
+            ok = (ns < N)[:, None] & c_ok[None, :]
+            f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                        other=0.0)
+            acc_f += f.to(tl.float32)
+            if POOL_X:
+                x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                            other=0.0)
+                acc_x += x.to(tl.float32)
+        tl.store(fm_ptr + b * C + cs, (tl.sum(acc_f, axis=0) * inv_n).to(
+            fm_ptr.dtype.element_ty), mask=c_ok)
+        if POOL_X:
+            tl.store(xm_ptr + b * C + cs, (tl.sum(acc_x, axis=0) * inv_n).to(
+                xm_ptr.dtype.element_ty), mask=c_ok)
+
+    @triton.jit
+    def _step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, sob, son,
+                     soc, HAS_STEP: tl.constexpr, RELU: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
+        b = tl.program_id(0).to(tl.int64)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        ns = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ok = cs < C
+        ok = (ns < N)[:, None] & c_ok[None, :]
+        x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                    other=0.0).to(tl.float32)
+        f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                    other=0.0).to(tl.float32)
+        if HAS_STEP:
+            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+            y = x + s[None, :] * f
+        else:
+            y = x + f
+        if RELU:
+            y = tl.maximum(y, 0.0)
+        tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
+                 y.to(o_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, gx_ptr, gf_ptr, gs_ptr, N, C, sgb,
+                              sgn, sgc, sob, son, soc, sfb, sfn, sfc, HAS_STEP: tl.constexpr,
+                              RELU: tl.constexpr, STEP_GRAD: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        # gx and gf are written with the strides of o (the output, or f without a ReLU)
+        b = tl.program_id(0).to(tl.int64)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = cs < C
+        if HAS_STEP:
+            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        acc = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            ns = n0 + tl.arange(0, BLOCK_N)
+            ok = (ns < N)[:, None] & c_ok[None, :]
+            g = tl.load(g_ptr + b * sgb + ns[:, None] * sgn + cs[None, :] * sgc, mask=ok,
+                        other=0.0).to(tl.float32)
+            at = b * sob + ns[:, None] * son + cs[None, :] * soc
+            if RELU:
+                o = tl.load(o_ptr + at, mask=ok, other=0.0)
+                g = tl.where(o > 0, g, 0.0)
+                tl.store(gx_ptr + at, g.to(gx_ptr.dtype.element_ty), mask=ok)
+            if HAS_STEP:
+                tl.store(gf_ptr + at, (g * s[None, :]).to(gf_ptr.dtype.element_ty), mask=ok)
+            if STEP_GRAD:
+                f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                            other=0.0)
+                acc += g * f.to(tl.float32)
+        if STEP_GRAD:
+            tl.store(gs_ptr + b * C + cs, tl.sum(acc, axis=0).to(gs_ptr.dtype.element_ty),
+                     mask=c_ok)
+
+
+def _next_power_of_2(n):
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def as_bnc(x, layout):
+    """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
+
+    ``'nchw'`` tensors whose H and W cannot be merged into one strided axis are made contiguous.
+    """
+    if layout == 'nlc':
+        return x, x.shape, x.stride()
+    if x.dim() == 4:
+        height, width = x.shape[2:]
+        if width == 1:
+            stride_n = x.stride(2)
+        else:
+            if height > 1 and x.stride(2) != width * x.stride(3):
+                x = x.contiguous()
+            stride_n = x.stride(3)
+        return x, (x.shape[0], height * width, x.shape[1]), (x.stride(0), stride_n, x.stride(1))
+    raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) for layout nchw')
+
+
+def _blocks(n, c, stride_n, stride_c):
+    """Tile sizes (BLOCK_N, BLOCK_C): long along the axis that is contiguous in memory."""
+    if stride_c == 1 and stride_n != 1:   # channels innermost (tokens, channels-last)
+        block_c = min(64, _next_power_of_2(c))
+        return min(_next_power_of_2(n), 4096 // block_c), block_c
+    block_n = min(1024, _next_power_of_2(n))
+    return block_n, max(1, min(_next_power_of_2(c), 2048 // block_n))
+
+
+class TritonStepKernels:
+    """The passes of :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels` as Triton
+    kernels (CUDA tensors; CPU tensors in Triton's interpreter)."""
+
+    name = 'triton'
+
+    def __init__(self):
+        if not HAS_TRITON:
+            raise RuntimeError('TritonStepKernels needs triton, which is not installed')
+        self._pool, self._step, self._backward = _pool_kernel, _step_kernel, _step_backward_kernel
+
+    def pool(self, state, residual, layout):
+        f, (batch, n, c), sf = as_bnc(residual, layout)
+        x, _, sx = (f, None, sf) if state is None else as_bnc(state, layout)
+        fm = torch.empty((batch, c), dtype=f.dtype, device=f.device)
+        xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
+        block_n, block_c = _blocks(n, c, sf[1], sf[2])
+        self._pool[(batch, triton.cdiv(c, block_c))](
+            x, f, xm, fm, n, c, *sx, *sf, 1.0 / n, POOL_X=state is not None, BLOCK_N=block_n,
+            BLOCK_C=block_c)
+        return (None if state is None else xm), fm
+
+    def step(self, shortcut, step, f, relu, layout):
+        dtype = f.dtype if step is None else torch.promote_types(f.dtype, step.dtype)
+        dtype = torch.promote_types(shortcut.dtype, dtype)
+        x, (batch, n, c), sx = as_bnc(shortcut, layout)
+        f, _, sf = as_bnc(f, layout)
+        out = torch.empty_like(x, dtype=dtype)
+        _, _, so = as_bnc(out, layout)
+        block_n, block_c = _blocks(n, c, so[1], so[2])
+        s = f if step is None else step.contiguous()
+        grid = (batch, triton.cdiv(c, block_c), triton.cdiv(n, block_n))
+        self._step[grid](x, s, f, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None,
+                         RELU=relu, BLOCK_N=block_n, BLOCK_C=block_c)
+        return out
+
+    def step_backward(self, grad, out, f, step, relu, layout, need_step_grad):
+        if not (relu or step is not None or need_step_grad):
+            return grad, grad, None
+        g, (batch, n, c), sg = as_bnc(grad, layout)
+        # the written gradients take the memory format of the output (ReLU) or of f
+        like = out if relu else f  # without a ReLU, a step was given: f is there
+        like, _, so = as_bnc(like.contiguous(memory_format=_memory_format(like, layout)), layout)
+        grad_x = torch.empty_like(like, dtype=grad.dtype) if relu else grad
+        grad_f = grad_x if step is None else torch.empty_like(like, dtype=f.dtype)
+        f, _, sf = (g, None, sg) if f is None else as_bnc(f, layout)
+        s = g if step is None else step.contiguous()
+        grad_step = None
+        if need_step_grad:
+            grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
+        block_n, block_c = _blocks(n, c, sg[1], sg[2])
+        self._backward[(batch, triton.cdiv(c, block_c))](
+            g, like, f, s, grad_x, grad_f, s if grad_step is None else grad_step, n, c, *sg, *so,
+            *sf, HAS_STEP=step is not None, RELU=relu, STEP_GRAD=need_step_grad,
+            BLOCK_N=block_n, BLOCK_C=block_c)
+        return grad_x, grad_f, grad_step
+
+
+def _memory_format(x, layout):
+    if layout == 'nchw' and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format

@@ -1,0 +1,97 @@
+"""The fused step's Triton kernels on a GPU against the reference step (docs/methods.md §0,
+"The fused step"): float32, AMP (float16 with a gradient scaler, bfloat16), channels-last."""
+import pytest
+import torch
+import torch.nn as nn
+
+from mmstiff.models.backbones import StepResNet, StepViT
+from mmstiff.models.steps import StepNetAdaptor, residual_update, step_kernels
+from mmstiff.models.steps.triton_step import TritonStepKernels
+
+pytestmark = pytest.mark.cuda
+STEPNET = dict(type='mmstiff.StepNetAdaptor')
+SE = dict(type='mmstiff.SEAdaptor')
+
+
+def test_auto_takes_the_triton_kernels_on_cuda():
+    assert isinstance(step_kernels(torch.zeros(1, device='cuda'), 'auto'), TritonStepKernels)
+    assert step_kernels(torch.zeros(1, device='cuda'), False) is None
+
+
+@pytest.mark.parametrize('layout, shape', [('nchw', (8, 64, 14, 14)), ('nchw', (4, 256, 7, 7)),
+                                           ('nlc', (4, 197, 96))])
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_triton_step_equals_reference(layout, shape, channels_last):
+    if channels_last and layout == 'nlc':
+        pytest.skip('tokens have no channels-last format')
+    channels = shape[1] if layout == 'nchw' else shape[2]
+    adaptor = StepNetAdaptor(channels, layout=layout).cuda().train()
+    torch.manual_seed(0)
+    x, f = torch.randn(shape, device='cuda'), torch.randn(shape, device='cuda')
+    if channels_last:
+        x, f = (t.contiguous(memory_format=torch.channels_last) for t in (x, f))
+    results = []
+    for fused in (False, True):
+        xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
+        out = residual_update(xx, ff, adaptor, layout, fused,
+                              act=nn.ReLU() if layout == 'nchw' else None)
+        grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
+        results.append([out, *grads])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def _pair(build):
+    torch.manual_seed(0)
+    reference = build(fused=False).cuda()
+    fused = build(fused=True).cuda()
+    fused.load_state_dict(reference.state_dict())
+    return reference, fused
+
+
+def _train_step(net, images, dtype, channels_last):
+    net.train()
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    scaler = torch.amp.GradScaler('cuda') if dtype == torch.float16 else None
+    with torch.autocast('cuda', dtype=dtype, enabled=dtype is not None):
+        out = net(images)[-1]
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        loss = out.float().square().mean()
+    (scaler.scale(loss) if scaler else loss).backward()
+    grads = [p.grad.float() / (scaler.get_scale() if scaler else 1.0)
+             for p in net.parameters() if p.grad is not None]
+    return out.float(), grads
+
+
+@pytest.mark.parametrize('adaptor', [STEPNET, SE, None])
+@pytest.mark.parametrize('dtype, channels_last, tol', [(None, False, 1e-4), (None, True, 1e-4),
+                                                       (torch.float16, False, 2e-2),
+                                                       (torch.bfloat16, True, 8e-2)])
+def test_fused_resnet_equals_reference(adaptor, dtype, channels_last, tol):
+    reference, fused = _pair(lambda fused: StepResNet(50, adaptor=adaptor, fused=fused))
+    images = torch.randn(4, 3, 64, 64, device='cuda')
+    ref = _train_step(reference, images, dtype, channels_last)
+    got = _train_step(fused, images, dtype, channels_last)
+    torch.testing.assert_close(got[0], ref[0], rtol=tol, atol=tol)
+    for a, b in zip(ref[1], got[1]):
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol * max(1.0, a.abs().max().item()))
+    for (key, a), b in zip(reference.state_dict().items(), fused.state_dict().values()):
+        if 'running' in key:
+            torch.testing.assert_close(b, a, rtol=tol, atol=tol, msg=key)
+
+
+@pytest.mark.parametrize('dtype', [None, torch.bfloat16])
+def test_fused_vit_equals_reference(dtype):
+    arch = dict(embed_dims=96, num_layers=2, num_heads=2, feedforward_channels=192)
+    reference, fused = _pair(lambda fused: StepViT(arch, img_size=64, patch_size=16,
+                                                   msa_adaptor=STEPNET, mlp_adaptor=SE,
+                                                   fused=fused))
+    images = torch.randn(4, 3, 64, 64, device='cuda')
+    tol = 1e-4 if dtype is None else 8e-2
+    ref = _train_step(reference, images, dtype, False)
+    got = _train_step(fused, images, dtype, False)
+    torch.testing.assert_close(got[0], ref[0], rtol=tol, atol=tol)
+    for a, b in zip(ref[1], got[1]):
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol * max(1.0, a.abs().max().item()))

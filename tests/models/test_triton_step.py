@@ -1,0 +1,130 @@
+"""The Triton kernels of the fused step on the CPU, in Triton's interpreter.
+
+Triton reads ``TRITON_INTERPRET`` when it compiles a kernel's decorator, so the kernels are
+interpreted only in a process that set it before importing Triton:
+:func:`test_kernels_in_the_interpreter` (and its slow twin) runs this file's other tests in such a
+process.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, residual_update
+from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
+from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
+
+INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
+interpreted = pytest.mark.skipif(not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 '
+                                 'process of test_kernels_in_the_interpreter')
+#: (layout, shape, memory format): H and W mergeable or not, a width of one, tokens
+CASES = [('nchw', (2, 5, 3, 4), None), ('nchw', (2, 5, 3, 4), torch.channels_last),
+         ('nchw', (2, 70, 1, 3), None), ('nchw', (3, 4, 33, 1), None), ('nlc', (2, 7, 5), None)]
+TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+
+
+driver = pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
+
+
+def _interpret(repo_root, markers):
+    env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
+    proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m',
+                           markers, __file__], cwd=repo_root, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+
+
+@driver
+def test_kernels_in_the_interpreter(repo_root):
+    _interpret(repo_root, 'not slow')
+
+
+@driver
+@pytest.mark.slow
+def test_kernels_run_a_backbone_in_the_interpreter(repo_root):
+    _interpret(repo_root, 'slow')
+
+
+def _inputs(shape, memory_format, dtype):
+    torch.manual_seed(0)
+    tensors = [torch.randn(shape).to(dtype) for _ in range(3)]
+    if memory_format is not None:
+        tensors = [t.contiguous(memory_format=memory_format) for t in tensors]
+    return tensors
+
+
+def _step(kernels, x, f, grad, layout, relu, pool_x, with_step):
+    """Output and gradients of a pooled-state step through the fused Functions on ``kernels``."""
+    x = x.clone().requires_grad_()
+    f = f.clone().requires_grad_()
+    channels = f.shape[1] if layout == 'nchw' else f.shape[2]
+    weight = torch.linspace(-1, 1, channels, dtype=f.dtype, requires_grad=True)
+    if pool_x:
+        pooled, pooled_f = PoolStates.apply(x, f, layout, kernels)
+    else:
+        pooled, pooled_f = 0.5, PoolStates.apply(None, f, layout, kernels)
+    step = torch.sigmoid(weight * pooled + pooled_f) if with_step else None
+    out = EulerUpdate.apply(x, step, f, relu, layout, kernels)
+    inputs = [x, f, weight] if with_step else [x, f]
+    return [out, *torch.autograd.grad(out, inputs, grad)]
+
+
+@interpreted
+@pytest.mark.parametrize('layout, shape, memory_format', CASES)
+@pytest.mark.parametrize('dtype', list(TOLERANCES))
+@pytest.mark.parametrize('relu, pool_x, with_step', [(True, True, True), (False, False, True),
+                                                     (True, False, False)])
+def test_triton_kernels_equal_torch_kernels(layout, shape, memory_format, dtype, relu, pool_x,
+                                            with_step):
+    x, f, grad = _inputs(shape, memory_format, dtype)
+    ref = _step(TorchStepKernels, x.double(), f.double(), grad.double(), layout, relu, pool_x,
+                with_step)
+    got = _step(TritonStepKernels(), x, f, grad, layout, relu, pool_x, with_step)
+    tol = TOLERANCES[dtype]
+    for a, b in zip(ref, got):
+        assert b.dtype == dtype
+        torch.testing.assert_close(b.double(), a, rtol=tol, atol=tol)
+    if memory_format is not None:  # the output and gradients keep the memory format
+        assert all(t.is_contiguous(memory_format=memory_format) for t in got[:3])
+
+
+@interpreted
+def test_triton_step_of_an_adaptor_equals_the_reference():
+    adaptor = StepNetAdaptor(6).train()
+    torch.manual_seed(0)
+    x, f = torch.randn(3, 6, 4, 4), torch.randn(3, 6, 4, 4)
+    results = []
+    for fused in (False, True):
+        xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
+        with forced_step_kernels(TritonStepKernels()):
+            out = residual_update(xx, ff, adaptor, 'nchw', fused, act=nn.ReLU())
+        grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
+        results.append([out, *grads])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@interpreted
+@pytest.mark.slow
+def test_triton_step_runs_a_backbone():
+    torch.manual_seed(0)
+    images = torch.randn(2, 3, 32, 32)
+    outputs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        net = StepResNet(18, base_channels=4, stem_channels=4,
+                         adaptor=dict(type='mmstiff.StepNetAdaptor'), fused=fused).train()
+        with forced_step_kernels(TritonStepKernels()):
+            out = net(images)[-1]
+        out.sum().backward()
+        outputs.append([out, net.conv1.weight.grad])
+    (out, grad), (fused_out, fused_grad) = outputs
+    torch.testing.assert_close(fused_out, out, rtol=1e-4, atol=1e-5)
+    # float32 sums in another order, through eight train-mode BN layers of two samples
+    torch.testing.assert_close(fused_grad, grad, rtol=1e-3, atol=1e-3 * grad.abs().max().item())

@@ -1,0 +1,153 @@
+"""Operator and kernel counts of one residual step of ResNet-50: the reference against the fused.
+
+For plain, SE and StepNet ResNet-50 and each step (``reference``: ``fused=False``; ``fused``:
+the fused step), ``torch.profiler`` counts, in train mode:
+
+* ``fwd ops`` / ``bwd ops``: the top-level aten calls (those not made inside another aten call)
+  of one bottleneck's forward pass (``layer3.1``, 1024 channels, identity shortcut) and of its
+  backward pass; the branch's three convolutions and norms are in every row alike;
+* ``fwd/bwd kernels``: of those, the calls that launch a kernel on a GPU (not allocations,
+  views or host-side type queries: :data:`NO_KERNEL`), plus the Triton launches;
+* ``triton``: the launches of the fused step's Triton kernels (forward / backward);
+* ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass.
+
+On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
+their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
+runs the real kernels and adds the CUDA kernels launched (``cuda kernels``, forward / backward).
+
+Usage:
+    python tools/benchmark/count_step_kernels.py [--device cpu|cuda] [--batch-size 2]
+"""
+import argparse
+
+import torch
+
+from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import forced_step_kernels
+from mmstiff.models.steps.triton_step import TritonStepKernels
+
+VARIANTS = {
+    'ResNet-50': None,
+    'SE-ResNet-50': dict(type='mmstiff.SEAdaptor'),
+    'StepNet-ResNet-50': dict(type='mmstiff.StepNetAdaptor'),
+}
+#: the profiled block: an identity-shortcut bottleneck of the third stage
+BLOCK = ('layer3', 1)
+#: top-level aten calls that launch no kernel: allocations, views, host-side queries
+NO_KERNEL = frozenset(f'aten::{name}' for name in (
+    'empty', 'empty_like', 'empty_strided', 'view', 'reshape', '_reshape_alias', 'expand',
+    'as_strided', 'unsqueeze', 'squeeze', 'select', 'slice', 'transpose', 'permute', 't',
+    'detach', 'alias', 'promote_types', 'result_type', 'lift_fresh', 'resolve_conj',
+    'resolve_neg'))
+
+
+class LaunchRecorder:
+    """A stand-in for a Triton kernel: ``kernel[grid](*args)`` records one ``triton::NAME``
+    profiler event and computes nothing."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            with torch.profiler.record_function(f'triton::{self.name}'):
+                pass
+        return launch
+
+
+def counting_kernels():
+    """The Triton kernel set with :class:`LaunchRecorder` stand-ins (for CPU counts)."""
+    kernels = TritonStepKernels()
+    kernels._pool = LaunchRecorder('pool')
+    kernels._step = LaunchRecorder('step')
+    kernels._backward = LaunchRecorder('step_backward')
+    return kernels
+
+
+def _is_top_level_aten(event):
+    if not event.name.startswith('aten::'):
+        return False
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith('aten::'):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
+def count(run, device):
+    """``(top-level aten calls, of them those that launch kernels + triton launches, triton
+    launches, cuda kernels or None)`` of ``run()``."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+    events = prof.events()
+    aten = [e.name for e in events if _is_top_level_aten(e)]
+    triton_launches = sum(e.name.startswith('triton::') for e in events)
+    launching = sum(name not in NO_KERNEL for name in aten) + triton_launches
+    kernels = None
+    if device.type == 'cuda':
+        kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events)
+    return len(aten), launching, triton_launches, kernels
+
+
+def measure(adaptor, fused, args, device):
+    """The counts of one backbone (see the module docstring)."""
+    torch.manual_seed(0)
+    net = StepResNet(50, adaptor=adaptor, fused=fused).to(device).train()
+    stage, index = BLOCK
+    block = getattr(net, stage)[index]
+    channels = block.conv3.out_channels
+    size = args.img_size // 16
+    x = torch.randn(args.batch_size, channels, size, size, device=device, requires_grad=True)
+    images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
+    block(x)  # warm-up (allocator, kernel compilation)
+    state = {}
+
+    def forward():
+        state['out'] = block(x)
+
+    def backward():
+        state['out'].backward(torch.ones_like(state['out']))
+
+    def net_forward():
+        net(images)
+
+    return count(forward, device), count(backward, device), count(net_forward, device)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
+    parser.add_argument('--batch-size', type=int, default=2)
+    parser.add_argument('--img-size', type=int, default=224)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was given but CUDA is not available')
+    print(f'device={device} batch={args.batch_size} img={args.img_size} block='
+          f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
+    header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
+              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}')
+    print(header)
+    print('-' * len(header))
+    for name, adaptor in VARIANTS.items():
+        for fused in (False, True):
+            if fused and device.type == 'cpu':
+                with forced_step_kernels(counting_kernels()):
+                    fwd, bwd, net = measure(adaptor, True, args, device)
+            else:
+                fwd, bwd, net = measure(adaptor, fused, args, device)
+            launches = f'{fwd[2]}/{bwd[2]}'
+            kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
+            print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
+                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}')
+
+
+if __name__ == '__main__':
+    main()
