@@ -1,37 +1,9 @@
 """Which modules of a network are Euler steps, and how to read their states (docs/methods.md §0).
 
-A *residual block* is a module whose forward computes ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``.
-The trajectory recorder needs, per block, the state before the step ``x_t`` and after it
-``x_{t+1}`` (the block output). Three kinds of blocks cover mmpretrain, mmdet and mmstiff:
-
-``'conv'``
-    Post-activation ResNet blocks, ``x_{t+1} = act(x_t + Δ_t ⊙ f)``: ``x_t`` is the block input
-    or, where the block changes shape, ``act(P x)`` with ``P`` its projection shortcut (the
-    submodule named ``downsample`` or ``shortcut``) and ``act`` its activation module
-    (``relu``). Taking the projected state through the activation keeps both ends of the step
-    in the same post-activation space, as the input of every other block is; with the raw
-    ``P x`` the NSI of each projection block would mostly measure how much of ``P x`` the final
-    ReLU clips, not the step.
-``'preact'``
-    Pre-activation blocks, ``x_{t+1} = x_t + Δ_t ⊙ f`` with no activation after the add:
-    ``x_t`` is the block input or its projection ``P(...)``, as is.
-``'transformer'``
-    Pre-norm transformer layers (ViT encoder layers, Swin blocks), two Euler steps: the MSA
-    step from the layer input to the input of the second pre-norm (``ln2`` / ``norm2``), and
-    the MLP step from there to the layer output.
-
-Discovery is by class or by any predicate (``is_block=`` of the recorder). Each backbone
-module declares its block classes with :func:`register_block_type` (mmstiff's backbones also
-declare the upstream mmpretrain and mmdet blocks they build on); subclasses of a declared class
-are blocks of the same kind (mmstiff's step blocks subclass the upstream ones). This module
-imports no backbone: the declarations import it, and it imports their package only lazily, at
-the first lookup (:data:`DECLARING_PACKAGE`).
-
-A block's *step size* is the output of the step-size adaptor inside it (a class declared with
-:func:`register_step_type`). mmpretrain's ``SELayer`` is read as a step-size source too
-(declared with :func:`register_step_gate`): its gate
-``sigmoid(W2 relu(W1 GAP(f)))`` is the step size Δ_t of the SE block (docs/methods.md §0, §3;
-the StepNet paper's Appendix D measures NSI against exactly these attention values).
+Blocks are found by class (:func:`register_block_type`) or by a predicate; step sizes are the
+outputs of the adaptor classes declared with :func:`register_step_type` or
+:func:`register_step_gate`. The three kinds of block and their states are in
+docs/diagnostics.md, "Which modules are steps".
 """
 import importlib
 from typing import NamedTuple

@@ -1,29 +1,8 @@
 """What ``tools/train.py`` and ``tools/test.py`` do to a config before the Runner sees it.
 
-The tools parse their own command lines (as mmpretrain's and mmdet's tools do) and hand the
-parsed arguments here; every function takes them as plain attributes (``args.work_dir``,
-``args.cfg_options`` as a dict, ...) and raises :class:`ConfigError` for a value it cannot run
-with, which the tools print as ``error: ...``. The config handling follows mmpretrain's and
-mmdet's own tools. On top of it, this module works around the known breakages of the pinned
-stack (see the README):
-
-* torch >= 2.6 loads checkpoints with ``weights_only=True``; MMEngine 0.10.7 checkpoints hold
-  non-tensor objects (``HistoryBuffer``, numpy scalars), so ``--resume``, ``load_from`` and
-  ``test.py CHECKPOINT`` fail. :func:`build_runner` makes MMEngine load local checkpoints
-  weights-only with an allow-list of exactly those objects
-  (:mod:`mmstiff.utils.checkpoint`); ``--trust-checkpoint`` unpickles them in full instead.
-* MMEngine loads ``test.py CHECKPOINT`` non-strictly: a checkpoint of another model gives the
-  numbers of a partly random model. ``build_runner(mode='test')`` loads it strictly first
-  (``--allow-partial-load`` allows a mismatch).
-* On a machine without CUDA, MMEngine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
-  wrapper passes ``device_ids=[local_rank]``. :func:`init_cpu_distributed` creates a gloo process
-  group first and makes the wrapper CPU-friendly.
-* ``--amp`` and ``persistent_workers`` with ``num_workers=0`` fail deep inside the Runner on CPU;
-  here they fail before any work starts, with a message that says what to change.
-
-Every training run is also protected against crashes and divergence
-(:func:`install_safeguards`), and ``--resume`` resumes only from a checkpoint checked complete,
-or stops when there is none (:func:`resolve_resume`); see "Failure behaviour" in the README.
+The tools hand their parsed arguments here; a value that cannot run raises :class:`ConfigError`,
+which they print as ``error: ...``. This is also where the stack's known breakages are worked
+around and the safeguards installed (docs/reliability.md).
 """
 import os
 import os.path as osp

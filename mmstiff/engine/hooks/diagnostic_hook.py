@@ -1,48 +1,8 @@
 """The wiring every trajectory diagnostic shares: when to record, on which blocks, how to log.
 
-A diagnostic hook rides on the training forward pass of the iterations at its interval: it
-registers the forward hooks of a :class:`~mmstiff.analysis.TrajectoryRecorder` in
-``before_train_iter`` and removes them in ``after_train_iter``, so the other iterations run
-with no hook at all and no extra forward pass is ever made. The recorder reduces each block's
-states on the fly (a few numbers per sample), under ``torch.no_grad()`` on detached tensors. In
-a compiled run (MMEngine's ``compile=True``) the recorded iterations run eagerly and the others
-compiled (:mod:`~mmstiff.engine.hooks.eager_recording`).
-
-Logging. The scalars are averaged over ranks (``mmengine.dist.all_reduce``; a value that is not
-finite on some rank is left out of the mean, and a value not finite on every rank is not
-written), then
-
-* written once, by rank 0, through ``runner.visualizer.add_scalars`` at ``step = iter + 1`` of
-  the recorded iteration, with the row's ``iter`` (``runner.iter + 1``) and ``epoch``
-  (``runner.epoch + 1``, as MMEngine's LogProcessor counts them) among its scalars:
-  into ``vis_data/scalars.json``, into the hook's own JSON log
-  ``vis_data/<timestamp>_<namespace>.json`` (``namespace``: the first component of the names,
-  e.g. ``stiffness``) and into every other configured backend (TensorBoard, W&B, MLflow, ...).
-  The run's ``vis_data/<timestamp>.json`` keeps MMEngine's rows only: mmpretrain's and mmdet's
-  ``analyze_logs.py`` read every row of a file as a training row (with ``lr``) or a validation
-  row, and cannot plot ``accuracy/top1`` from a file that also holds other rows;
-* stored in the MessageHub (``runner.message_hub.log_scalars``) under the same names, with
-  the last :data:`HISTORY_LENGTH` values kept (a hook at interval 1 would otherwise grow the
-  MessageHub, and every checkpoint, by one value per name and iteration for the whole run);
-* summarised on the console in one line, at the recorded iterations that are also logging
-  iterations of the run's ``LoggerHook`` (every ``lcm(interval, logger interval)``
-  iterations), so that a hook at interval 1 does not print a line per iteration; every
-  recorded iteration when the run has no ``LoggerHook``.
-
-The recorded iterations are summarised and written in batches, at those console iterations,
-at the end of each training epoch and at the end of training: every recorded iteration is
-still one row, at its own step, but the summary is computed for the batch at once, the
-MessageHub histories grow by one array append per name, the code runs warm after its first
-row (right after the backward pass, each first op of a kind costs several times a repeated
-one), and under DDP one ``all_reduce`` carries the whole batch: at interval 1 this cuts the
-summarising and writing per recorded iteration by more than half. Until its batch is written,
-a recorded iteration's values are in neither the log nor the MessageHub (so a checkpoint
-taken in between holds the MessageHub without them).
-
-The names have no ``train/`` prefix on purpose: the LogProcessor smooths every ``train/``
-scalar over its ``window_size`` of *updates*, which for a scalar measured every ``interval``
-iterations would average the last ``window_size`` measurements and repeat them at every log
-step. Written directly, each value appears exactly once, at the iteration it was measured.
+A hook records the training forward pass of every ``interval``-th iteration with a
+:class:`~mmstiff.analysis.TrajectoryRecorder`, averages its scalars over the ranks and writes
+them in batches to the visualizer and the MessageHub (docs/diagnostics.md, "How they run").
 """
 import logging
 import math
