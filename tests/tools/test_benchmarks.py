@@ -33,6 +33,7 @@ def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
     assert peaks['no hook'][1] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_hooks_refuses_blocks_that_cut_an_interval(run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--iters', '30', check=False, timeout=300)
     assert proc.returncode != 0
@@ -97,6 +98,7 @@ def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, n
     assert all(row[2] > 0 for row in rows.values())
 
 
+@pytest.mark.slow
 def test_compiled_benchmark_refuses_no_warmup(run_tool):
     proc = run_tool('tools/benchmark/bench_step_resnet.py', '--compile', '--warmup', '0',
                     check=False, timeout=120)
