@@ -48,12 +48,12 @@ endif
 reproduce: env
 	@$(PY) tools/reproduce.py $(STUDY) --jobs $(JOBS) $(REPRODUCE_ARGS)
 
-## test: the tests not marked slow (about TEST_MIN minutes on 2 CPU cores)
+## test: the tests not marked slow (about 12 minutes on 2 CPU cores)
 test: env
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 ## test-slow: the tests marked slow: config trainings, tools in fresh processes, DDP, the
-## install test (about SLOW_MIN minutes on 2 CPU cores); CI runs it after `make test`
+## install test (about an hour on 2 CPU cores); CI runs it after `make test`
 test-slow: env
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
