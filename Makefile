@@ -9,14 +9,15 @@ LIGHT_VENV  ?= .venv-light
 LINT_VENV   ?= .venv-lint
 LINT_PATHS  := mmstiff tools tests configs setup.py
 # what test-light runs: the library's tests (classification, the ViT family, the diagnostics,
-# datasets, registries, packaging); config trainings and tools run in `make test` only
+# datasets, registries, packaging); config trainings and tools run in `make test` and
+# `make test-slow` only
 LIGHT_TESTS ?= tests/models tests/engine tests/analysis tests/datasets tests/test_registry.py \
                tests/test_packaging.py tests/test_package_boundaries.py tests/test_import_layers.py \
                tests/test_dependencies.py tests/test_config_checks.py
 
 export MMSTIFF_VENV := $(abspath $(VENV))
 
-.PHONY: env env-light data demo test test-fast test-light lint format clean-env
+.PHONY: env env-light data demo test test-slow test-light lint format clean-env
 
 ## env: create .venv with the pinned OpenMMLab stack (idempotent; seconds when up to date)
 env:
@@ -50,13 +51,14 @@ endif
 reproduce: env
 	@$(PY) tools/reproduce.py $(STUDY) --jobs $(JOBS) $(REPRODUCE_ARGS)
 
-## test: the whole test suite
+## test: the tests not marked slow (about 12 minutes on 2 CPU cores)
 test: env
-	$(PY) -m pytest $(PYTEST_ARGS)
-
-## test-fast: the test suite without the tests marked slow
-test-fast: env
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## test-slow: the tests marked slow: config trainings, tools in fresh processes, DDP, the
+## install test (about an hour on 2 CPU cores); CI runs it after `make test`
+test-slow: env
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 ## test-light: in $(LIGHT_VENV), the tests not marked det: proves mmstiff needs no mmdet there
 test-light: env-light

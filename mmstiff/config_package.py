@@ -1,23 +1,8 @@
 """Let MMEngine read ``_base_ = 'mmstiff::FOLDER/CONFIG.py'`` from any config.
 
-MMEngine 0.10 resolves ``package::`` bases only for the codebases of its own table (mmpretrain,
-mmdet, ...: ``mmengine.config.utils.MODULE2PACKAGE``), finds their ``.mim/configs`` from the
-location of the package's dist-info (site-packages, also for an editable install), and gives
-every dict of such a base that has a ``type`` the package as ``_scope_``. mmstiff's configs are
-mmpretrain and mmdet configs whose own types are written scoped (``mmstiff.StepResNet``), so the
-last would send ``ImageClassifier`` to mmstiff's registry. Importing mmstiff therefore teaches
-``Config`` one more prefix: ``mmstiff::REL`` is ``.mim/configs/REL`` of the imported package (or
-``configs/REL`` of a checkout that was never installed), read as a local base, without a scope.
-Every other path goes to MMEngine unchanged.
-
-``mmstiff::`` bases resolve in every process that has imported mmstiff before reading the
-config: mmstiff's tools, ``mim train mmstiff`` / ``mim test mmstiff``, or a script of yours
-that runs ``import mmstiff`` first.
-
-MMEngine 0.10 also asks ``pkg_resources`` where mmpretrain or mmdet is installed before it reads
-their ``mmpretrain::`` / ``mmdet::`` bases, and setuptools 82 removed ``pkg_resources``
-(``pip install torch`` brings the newest setuptools). Where that lookup fails for that reason,
-the same ``.mim/configs/REL`` is found through importlib instead, with the same scope.
+Importing mmstiff teaches MMEngine's ``Config`` the ``mmstiff::`` prefix and a lookup of
+``mmpretrain::`` / ``mmdet::`` bases that needs no ``pkg_resources`` (docs/design.md,
+"Config bases").
 """
 import os.path as osp
 

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')  # as tools/ do for mmengine checkpoints
 
 
 @pytest.fixture(scope='session')

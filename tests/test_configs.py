@@ -11,6 +11,7 @@ Names follow OpenMMLab: ``{model}_{N}xb{B}[-{E}e]_{data}.py`` (mmpretrain: N pro
 samples, E epochs) or ``{model}_..._{k}x_{data}.py`` (mmdet: k x 12 epochs).
 """
 import glob
+import os
 import os.path as osp
 import re
 
@@ -139,8 +140,22 @@ def name_claims(config):
     return claims
 
 
-def test_config_folder_is_not_empty():
-    assert CONFIGS, 'configs/ holds no config'
+def test_every_config_of_every_family_is_collected():
+    """CONFIGS, which the training test runs, holds every config of every family folder and no
+    shared base or study, counted here by walking configs/ independently of its glob."""
+    families = sorted(d for d in os.listdir(osp.join(REPO, 'configs'))
+                      if osp.isdir(osp.join(REPO, 'configs', d)) and d not in NOT_CONFIGS)
+    walked = {osp.relpath(osp.join(REPO, 'configs', name), REPO)
+              for name in os.listdir(osp.join(REPO, 'configs')) if name.endswith('.py')}
+    for family in families:
+        for folder, dirs, files in os.walk(osp.join(REPO, 'configs', family)):
+            dirs[:] = [d for d in dirs if d not in NOT_CONFIGS]
+            walked |= {osp.relpath(osp.join(folder, f), REPO) for f in files if f.endswith('.py')}
+    assert set(CONFIGS) == walked
+    assert len(CONFIGS) == len(walked)  # no config collected twice
+    per_family = {f: [c for c in CONFIGS if c.split('/')[1] == f] for f in families}
+    assert all(per_family.values()), f'a family folder holds no config: {per_family}'
+    assert set(TRAINED) == set(CONFIGS) - set(ALIASES)
 
 
 @pytest.mark.parametrize('name, claims', [

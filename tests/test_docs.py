@@ -156,11 +156,22 @@ def test_methods_page_has_sections_0_to_13():
     assert heading_sections(text) == set(range(14))
 
 
-@pytest.mark.parametrize('page', ['methods.md', 'diagnostics.md', 'design.md'])
+@pytest.mark.parametrize('page', [
+    'docs/methods.md', 'docs/diagnostics.md', 'docs/design.md', 'docs/install.md',
+    'docs/training.md', 'docs/benchmarks.md', 'docs/reliability.md', 'docs/alternet.md',
+    'configs/README.md'
+])
 def test_readme_links_each_page(page):
     readme = read_text(osp.join(REPO, 'README.md'))
-    assert f'(docs/{page})' in readme
-    assert osp.isfile(osp.join(REPO, 'docs', page))
+    assert f'({page})' in readme
+    assert osp.isfile(osp.join(REPO, page))
+
+
+def test_readme_is_short_and_starts_with_the_quick_start():
+    lines = read_text(osp.join(REPO, 'README.md')).splitlines()
+    assert len(lines) <= 250, f'README.md has {len(lines)} lines; move details to docs/'
+    quick = [n for n, line in enumerate(lines, 1) if line.startswith('## Quick start')]
+    assert quick and quick[0] < 60, f'"## Quick start" at line {quick}, expected before line 60'
 
 
 def test_every_docs_reference_resolves():

@@ -42,6 +42,7 @@ def _classifier(depth, feat_dim):
         head=dict(type='LinearClsHead', num_classes=1000, in_channels=feat_dim))
 
 
+@pytest.mark.slow
 def test_converted_resnet18_classifier_reproduces_torchvision(tmp_path):
     reference = _random_torchvision('resnet18')
     src, dst = tmp_path / 'resnet18.pth', tmp_path / 'resnet18_mmpretrain.pth'
@@ -57,6 +58,7 @@ def test_converted_resnet18_classifier_reproduces_torchvision(tmp_path):
         torch.testing.assert_close(classifier.backbone(x)[0], _torchvision_features(reference, x))
 
 
+@pytest.mark.slow
 def test_converted_resnet50_loads_into_step_resnet_with_only_adaptor_keys_missing():
     reference = _random_torchvision('resnet50')
     backbone_sd = converter.convert_resnet(reference.state_dict(), backbone_only=True)

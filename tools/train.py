@@ -8,7 +8,7 @@
 Same flags and behaviour as mmpretrain's and mmdet's ``tools/train.py``; mmstiff's types
 (``type='mmstiff.X'``) resolve without ``custom_imports``. Unlike them, checkpoints are written
 crash-safe, a diverged run (non-finite loss) stops with exit status 1, and ``--resume`` with
-nothing to resume is an error instead of a silent new run (README, "Failure behaviour").
+nothing to resume is an error instead of a silent new run (docs/reliability.md, "Resuming").
 """
 import argparse
 import sys

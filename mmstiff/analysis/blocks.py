@@ -1,36 +1,10 @@
 """Which modules of a network are Euler steps, and how to read their states (docs/methods.md §0).
 
-A *residual block* is a module whose forward computes ``x_{t+1} = act(x_t + Δ_t ⊙ f(x_t))``.
-The trajectory recorder needs, per block, the state before the step ``x_t`` and after it
-``x_{t+1}`` (the block output). Three kinds of blocks cover mmpretrain, mmdet and mmstiff:
-
-``'conv'``
-    Post-activation ResNet blocks, ``x_{t+1} = act(x_t + Δ_t ⊙ f)``: ``x_t`` is the block input
-    or, where the block changes shape, ``act(P x)`` with ``P`` its projection shortcut (the
-    submodule named ``downsample`` or ``shortcut``) and ``act`` its activation module
-    (``relu``). Taking the projected state through the activation keeps both ends of the step
-    in the same post-activation space, as the input of every other block is; with the raw
-    ``P x`` the NSI of each projection block would mostly measure how much of ``P x`` the final
-    ReLU clips, not the step.
-``'preact'``
-    Pre-activation blocks, ``x_{t+1} = x_t + Δ_t ⊙ f`` with no activation after the add:
-    ``x_t`` is the block input or its projection ``P(...)``, as is.
-``'transformer'``
-    Pre-norm transformer layers (ViT encoder layers, Swin blocks), two Euler steps: the MSA
-    step from the layer input to the input of the second pre-norm (``ln2`` / ``norm2``), and
-    the MLP step from there to the layer output.
-
-Discovery is by class. A class says which kind of block it is through its own class attribute
-:data:`RESIDUAL_KIND_ATTR` (mmstiff's blocks do); the upstream blocks mmstiff's backbones build
-on are known here by name (:data:`UPSTREAM_BLOCKS`), and any other class can be declared with
-:func:`register_block_type` or found with the recorder's ``is_block=``. Subclasses of a block
-class are blocks of the same kind. This module imports no model: the models do not import it
-either (docs/design.md, "Declarations").
-
-A block's *step size* is the output of a step-size source inside it: a module whose class sets
-:data:`STEP_SOURCE_ATTR` (the step-size adaptors), or the gate of an SE layer
-(:data:`UPSTREAM_GATES`, :func:`register_step_gate`), whose ``sigmoid(W2 relu(W1 GAP(f)))`` is
-the SE block's Δ_t (docs/methods.md §0, §3).
+Blocks are found by class (a class attribute ``residual_kind``, the upstream classes listed
+here by name, or :func:`register_block_type`) or by a predicate; step sizes are the outputs of
+the modules whose class sets ``step_source`` (the adaptors) and of the SE gates. Nothing here
+imports a model. The three kinds of block and their states are in docs/diagnostics.md, "Which
+modules are steps".
 """
 from typing import NamedTuple
 

@@ -1,22 +1,8 @@
 """Feature-map variance along the trajectory (docs/methods.md §12).
 
-How-do-ViTs paper (Park and Kim, ICLR 2022, https://arxiv.org/abs/2202.06709), §3 Fig. 9 and
-Fig. D.1: "MSAs reduce the variance of feature map points, but Convs increase the variance".
-The variance of a state ``X`` of ``P`` positions (pixels of a map, patch tokens) and ``C``
-channels is, per sample,
-
-    Var[X] = (1 / C) Σ_c (1 / (P − 1)) Σ_p (X_{p,c} − X̄_c)²,    X̄_c = (1 / P) Σ_p X_{p,c}
-
-the unbiased variance over the positions of each channel, averaged over the channels (the
-authors' ``latent.var(dim=[-1, -2]).mean(dim=[0, 1])``, averaged over samples afterwards).
-Token states drop their leading non-patch tokens (class / distillation tokens) first, as the
-authors drop the class token.
-
-:func:`feature_map_variance` is the metric; :func:`step_variance` is a ``reduce`` for the
-:class:`~mmstiff.analysis.TrajectoryRecorder` (the variance of the state before and after each
-step), and :func:`variance_trajectory` orders its outputs into the states of Fig. 9: the input
-of the first step, a ``<step>.shortcut`` state where a step starts from a projected state (the
-subsampling layers, blue in the paper's figure), and the state after every step.
+:func:`feature_map_variance` is the metric, :func:`step_variance` a ``reduce`` for the
+trajectory recorder, and :func:`variance_trajectory` orders its outputs into the states of the
+How-do-ViTs paper's Fig. 9.
 """
 from collections import OrderedDict
 from typing import NamedTuple, Tuple

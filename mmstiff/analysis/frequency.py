@@ -1,22 +1,7 @@
-"""Frequency diagnostics of feature maps and token matrices (docs/methods.md §8).
-
-* High-frequency ratio ``||HC[X]||_F / ||X||_F`` with ``HC[X] = X - DC[X]``, the DC component
-  being the mean over tokens (anti-oversmoothing §2, Appendix G.3, Fig. 11) or, for CNN maps,
-  over spatial positions.
-* Relative log amplitude of the 2-D Fourier transform of a feature map along the diagonal from
-  the centre (frequency 0) to the corner (frequency 1.0π), and its value at 1.0π, the
-  "Δ log amplitude" of *How Do Vision Transformers Work?* (arXiv:2202.06709), §3,
-  Fig. 2a and Fig. 8.
+"""High-frequency ratio and Δ log amplitude of feature maps and token matrices
+(docs/methods.md §8; ``convention='exact'`` or ``'paper'`` as defined there).
 
 Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` tokens.
-
-Conventions (``convention=``, docs/methods.md §8): ``'exact'`` (default) walks the shifted
-diagonal from the centre to the top-left corner, ``size // 2 + 1`` points ending at the Nyquist
-frequency 1.0π; ``'paper'`` reproduces the authors' notebook (github.com/xxxnell/how-do-vits-work,
-``fourier_analysis.ipynb``), which walks from the centre towards the bottom-right corner for
-``size - size // 2`` points and labels them ``linspace(0, 1)``: on even sizes its last point,
-labelled 1.0π, is the bin ``(1 - 2 / size)π``. On odd sizes the values agree, only the labels
-differ.
 """
 import functools
 import math

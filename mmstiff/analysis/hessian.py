@@ -1,36 +1,7 @@
-"""Eigenvalues of the loss Hessian by power iteration on Hessian-vector products
-(docs/methods.md §12).
+"""Eigenvalues of the loss Hessian by power iteration and Lanczos on Hessian-vector products.
 
-How-do-ViTs paper (Park and Kim, ICLR 2022, https://arxiv.org/abs/2202.06709), Fig. 1c, Fig. 4
-and Appendix A: the *Hessian max-eigenvalue spectrum* is the density of the top-5 eigenvalues
-of the Hessian of the ``ℓ2``-regularised training loss, each computed on one batch of 16
-augmented training images by power iteration (the PyHessian algorithm, Yao et al., *PyHessian:
-Neural Networks Through the Lens of the Hessian*, https://arxiv.org/abs/1912.07145). Appendix
-C.5 summarises a spectrum by the negative max-eigenvalue proportion (NEP) and the average
-positive max eigenvalue (APE).
-
-* :func:`flat_gradient`, :func:`hessian_vector_product`: ``H v = ∇(∇L · v)``, the double
-  backward through one graph of the loss; :func:`loss_hessian` bundles them as an operator
-  ``v -> H v`` on flat vectors.
-* :func:`power_iteration`: the ``k`` eigenvalues of largest magnitude, one after the other,
-  each iterate orthogonalised against the eigenvectors already found (deflation). As in
-  PyHessian, the "top" eigenvalues are those of largest ``|λ|``, so a dominant negative
-  eigenvalue shows as such (which is how the paper's spectra hold negative values).
-* :func:`most_negative_eigenvalue`: power iteration on ``H − s I`` with ``s = |λ_dom|`` ≥
-  ``λ_max``, whose spectrum is ``≤ 0``: its dominant eigenvalue is ``λ_min − s``. The
-  near-zero bulk of a network's Hessian sits at ``−s`` there and makes the Rayleigh quotient
-  creep at first, which stops PyHessian's rule (a small relative change of ``λ``) on the bulk;
-  this iteration stops on the residual ``‖M v − μ v‖ ≤ tol · |μ|`` instead.
-* :func:`lanczos_ritz_values`: the Ritz values of ``m`` Lanczos steps (full
-  reorthogonalisation), whose extremes converge to both ends of the spectrum at once. Power
-  iteration ranks by ``|λ|``: where a positive and a negative eigenvalue of near-equal
-  magnitude lead, it returns a Rayleigh quotient between them that its rule takes for
-  converged; Lanczos separates them (``method='lanczos'``).
-* :func:`negative_eigenvalue_proportion`, :func:`average_positive_eigenvalue`: NEP and APE.
-
-All of it is plain torch; the double backward needs ops that support it, so a forward pass whose
-Hessian is wanted runs inside :func:`double_backward_kernels` (the fused attention kernels have
-no double backward; the math kernel has).
+The How-do-ViTs paper's Hessian max-eigenvalue spectrum, NEP and APE, the deflation, the shift
+for the most negative eigenvalue and when to use Lanczos: docs/methods.md §12.
 """
 import contextlib
 import math

@@ -1,27 +1,7 @@
 """The loss landscape along filter-normalised random directions (docs/methods.md §12).
 
-How-do-ViTs paper (Park and Kim, ICLR 2022, https://arxiv.org/abs/2202.06709), Fig. 1a and
-Fig. C.4a: the loss ``NLL + ℓ2`` of a trained network at ``w + α d₁ + β d₂``, with ``d₁, d₂``
-Gaussian random directions rescaled filter by filter (Li et al., *Visualizing the Loss
-Landscape of Neural Nets*, NeurIPS 2018, https://arxiv.org/abs/1712.09913, §4):
-
-    d_{i,j} ← d_{i,j} · ‖w_{i,j}‖ / ‖d_{i,j}‖        (filter j of parameter i; Li et al. Eq. 1)
-
-A *filter* is a slice along the first axis of a parameter of two or more axes (an output
-channel of a convolution, an output row of a linear layer). Parameters of one axis or none
-(biases, the scales and shifts of BN and LN) are handled as Li et al. offer: their direction is
-zeroed (``bias_bn='zero'``, Li et al.'s ``ignore='biasbn'``, as the How-do-ViTs authors do) or
-set to the weight itself (``bias_bn='weight'``, Li et al.'s default). Parameters whose name
-matches ``exclude`` (position embeddings, by default in the tool) get a zero direction.
-
-The ``ℓ2`` term of the paper's loss is the weight decay of the training recipe written as a
-penalty, ``Σ_i (λ_i / 2) ‖w_i‖²`` with ``λ_i`` the decay of parameter ``i``'s optimizer group:
-the penalty whose gradient SGD's ``weight_decay`` adds. For decoupled decay (AdamW) it is the
-paper's approximation ("we neglect the difference", Appendix A). It is shared with the Hessian
-instrument (:mod:`mmstiff.analysis.hessian`).
-
-Everything here is plain torch: parameters in, tensors out. The model is perturbed in place
-for each evaluation and restored afterwards, buffers (BN running statistics) included.
+Plain torch: the model is perturbed in place for each evaluation and restored afterwards,
+buffers included.
 """
 import contextlib
 import math

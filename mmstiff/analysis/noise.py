@@ -1,24 +1,4 @@
-"""Frequency-band noise (docs/methods.md §8; *How Do Vision Transformers Work?*,
-arXiv:2202.06709, §3, Fig. 2b).
-
-    x_noise = x + Re(F^{-1}(M_f ⊙ F(δ))),    δ = ε · sign(N(0, 1)),
-
-where ``M_f`` keeps the 2-D frequencies whose normalised Chebyshev radius
-``max(|ω_y|, |ω_x|) / π`` lies in the band ``[f - w/2, f + w/2)`` (a square annulus of width
-``w = 0.1`` around ``f``). Each axis' normalised frequency is ``2 · fftfreq(n)``, in [-1, 1).
-The accuracy drop of a classifier under this noise, band by band, shows which frequencies it
-relies on (ViTs are hurt by low-frequency noise, ResNets by high-frequency noise).
-
-``convention='paper'`` builds the mask as the authors' ``FreqAttack``
-(github.com/xxxnell/how-do-vits-work, ``ops/adversarial.py``) does, for square images of even
-size ``n``: with ``f = freq · π`` and ``s = width_band / 2 · π`` (so the band is
-``[f - s, f + s]``), two centred squares of sides ``a = 2 ⌊(f + s) n / 2π⌋`` and
-``b = 2 ⌊(f - s) n / 2π⌋`` (each clipped to ``[0, n]``, the floor rounding towards zero as
-Python's ``int``) keep the integer frequencies ``-a/2 ≤ k_y, k_x < a/2`` that are not also in
-``-b/2 ≤ k_y, k_x < b/2``. The sides are rounded down to whole bins, so a band may miss its
-nominal frequencies or hold the DC term, and ``k = -a/2`` is kept while ``k = +a/2`` is not.
-An empty band is not refused there (the authors' code then adds no noise).
-"""
+"""Frequency-band noise, exact Chebyshev bands or the authors' convention (docs/methods.md §8)."""
 import math
 
 import torch

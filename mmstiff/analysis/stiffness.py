@@ -1,23 +1,6 @@
 """Neural stiffness index (NSI) and total neural stiffness (TNS) (docs/methods.md §5).
 
-StepNet paper (arXiv:2308.09939), Appendix B, Lemma 1: a residual network with blocks
-``x_{t+1} = x_t + Δ_t ⊙ f(x_t; θ_t)`` has, per block ``t`` and per sample,
-
-    ζ_NSI(x_t) = || (x_{t+1} - x_t) / Δ_t ||_2 / || x_t ||_2,
-
-where ``Δ_t`` is the block's *step size* (its attention values; Δ_t ≡ 1 for a plain residual
-block). Dividing by the step makes NSI the norm of the slope ``f`` relative to the state, not of
-the displacement: a block that takes a small step along a steep slope is stiff.
-
-Per trajectory (a stage, or the whole network) μ = mean_t ζ_NSI(x_t). A *stiffness event* at
-thresholds ``M = (M1, M2)`` is ``∃t: ζ_NSI(x_t) >= max(μ (1 + M1), M2)``; δ(M) is its
-probability over the data and TNS = ∬_{M1, M2 >= 0} δ(M) dM1 dM2 (Theorem 1: finite).
-
-Both conditions only get easier as ζ grows, so only ζ* = max_t ζ_t matters; the set of
-thresholds with an event is the rectangle ``0 <= M1 <= ζ*/μ - 1, 0 <= M2 <= ζ*``. Hence the
-closed form ``TNS = E_x[(ζ*/μ - 1) · ζ*]`` implemented by :func:`total_neural_stiffness`.
-
-All functions take tensors and return tensors (per sample) or Python floats (over the data).
+Tensors in, tensors (per sample) or Python floats (over the data) out; TNS in its closed form.
 """
 import math
 from typing import NamedTuple

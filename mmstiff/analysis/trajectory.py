@@ -1,23 +1,7 @@
 """Record the trajectory x_0, x_1, ..., x_L of a residual network with forward hooks.
 
-For every selected residual block (see :mod:`mmstiff.analysis.blocks`) the recorder builds, on
-each forward pass, a :class:`StepRecord` ``(x_t, x_{t+1}, Δ_t)`` and hands it to a ``reduce``
-callable, whose result it keeps. Reducing on the fly (e.g. to the per-sample NSI, a ``(B,)``
-tensor) keeps the cost to a few norms per block and nothing but small tensors alive.
-
-* Tensors given to ``reduce`` are detached and ``reduce`` runs under ``torch.no_grad()``, so no
-  autograd graph is kept or extended.
-* No hook is registered until :meth:`TrajectoryRecorder.start` (or ``with recorder:``), and
-  :meth:`TrajectoryRecorder.stop` removes every one of them: a recorder that is off costs
-  nothing.
-* Δ_t is the output of the block's step-size adaptor when it has exactly one (per step), else
-  ``None`` (read as Δ_t = 1).
-* The hook functions are made once and are opaque to ``torch.compile``: a compiled model calls
-  them as they are at every recorded pass (a graph break at each hooked module while they are
-  registered; the compiler must guard on module hooks, see
-  ``torch._dynamo.config.skip_nnmodule_hook_guards``). The training hooks avoid that cut graph
-  altogether: their recorded iterations run eagerly
-  (:mod:`mmstiff.engine.hooks.eager_recording`).
+Each selected block's ``(x_t, x_{t+1}, Δ_t)`` goes to a ``reduce`` callable on the fly,
+detached and under ``torch.no_grad()`` (docs/diagnostics.md, "TrajectoryRecorder").
 
 Example:
     >>> from mmstiff.analysis import TrajectoryRecorder, neural_stiffness_index

@@ -1,9 +1,8 @@
 """What ``tools/train.py`` and ``tools/test.py`` do to a config before the Runner sees it.
 
-The tools parse their own command lines and pass the parsed arguments here; a value that cannot
-run raises :class:`ConfigError` before any work starts. The workarounds for the pinned stack
-(weights-only checkpoint loading, strict test-time loading, gloo on CPU-only machines) and the
-crash and divergence safeguards are described in docs/reliability.md.
+The tools hand their parsed arguments here; a value that cannot run raises :class:`ConfigError`,
+which they print as ``error: ...``. This is also where the stack's known breakages are worked
+around and the safeguards installed (docs/reliability.md).
 """
 import os
 import os.path as osp

@@ -1,26 +1,7 @@
-"""CIFAR-10 / CIFAR-100 that verify the files' *format* instead of their md5 sums.
+"""CIFAR-10 / CIFAR-100 that verify the files' format instead of their md5 sums.
 
-mmpretrain's ``CIFAR10`` and ``CIFAR100`` accept only the official files (md5-checked) and
-download when a check fails. ``mmstiff.CIFAR10`` / ``mmstiff.CIFAR100`` take the same
-arguments but check what the loader relies on, so the official files and the tiny ones of
-:func:`mmstiff.testing.write_cifar` both load:
-
-* every file of the official layout exists (else ``FileNotFoundError`` naming the missing
-  paths and how to get the data; nothing is downloaded unless ``download=True``, in which
-  case mmpretrain's download runs);
-* each file of the requested split unpickles to a dict with ``data`` (uint8, N x 3072) and
-  N integer labels (``labels`` for CIFAR-10, ``fine_labels`` for CIFAR-100) in range;
-* the split holds at least one image;
-* the meta file, when read, lists one name per class.
-
-Every file is unpickled with a restricted unpickler that builds only plain data and numpy
-arrays (:mod:`mmstiff.datasets.safe_pickle`), so a crafted file cannot run code; mmpretrain's
-own (plain) unpickling of the split's files runs only after they passed. A bad file raises
-``ValueError`` naming the file, the field and what was expected. The split's files are read
-twice (checked here, then loaded by mmpretrain's code); for the official CIFAR that costs
-well under a second.
-
-Use them in configs as ``type='mmstiff.CIFAR10'`` / ``type='mmstiff.CIFAR100'``.
+Every file is unpickled with a restricted unpickler before mmpretrain reads it; a bad file
+fails naming the file, the field and what was expected (docs/reliability.md, "Bad data").
 """
 import numpy as np
 from mmengine.fileio import exists, get, join_path

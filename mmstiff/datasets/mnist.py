@@ -1,25 +1,8 @@
 """MNIST and Fashion-MNIST that check their IDX files before mmpretrain reads them.
 
-mmpretrain's ``MNIST`` / ``FashionMNIST`` read the unzipped IDX files of a split and pair
-images with labels by ``zip``, so
-
-* a label file with fewer labels than images silently drops the extra images;
-* a truncated file fails with a reshape error that names no file;
-* an empty file gives an empty dataset, which fails later in MMEngine with "need at least one
-  array to concatenate";
-* the files are chosen by ``test_mode``, not by ``split``: ``split='test'`` without
-  ``test_mode=True`` silently reads the training files (and ``split='train'`` with
-  ``test_mode=True`` the test files, while warning that it uses the training set);
-* a label outside the classes (200 of 10) trains until an ``IndexError`` deep in the loss.
-
-``mmstiff.MNIST`` and ``mmstiff.FashionMNIST`` take the same arguments and, before mmpretrain
-reads anything, check that ``split`` and ``test_mode`` agree and that the split's two files
-have the IDX header, the 28 x 28 images and the exact size their header promises
-(:func:`mmstiff.datasets.fashion_mnist.verify_idx`), one label per image, at least one
-image, and every label in ``[0, number of classes)``. A bad value raises ``ValueError`` (a
-missing file ``FileNotFoundError``) naming the file, what it holds and what was expected.
-
-Use them in configs as ``type='mmstiff.FashionMNIST'`` / ``type='mmstiff.MNIST'``.
+A label count that differs from the image count, a truncated or foreign file, an empty split,
+a ``split`` that disagrees with ``test_mode`` or a label outside the classes fails naming the
+file (docs/reliability.md, "Bad data").
 """
 import os.path as osp
 

@@ -1,23 +1,7 @@
 """Which checkpoint a training run resumes from, checked before it is used.
 
-MMEngine resumes from the path written in ``WORK_DIR/last_checkpoint`` and fails if that file
-is empty or names a checkpoint that is gone or damaged; with nothing to resume it silently
-starts a new run. :func:`find_resume_checkpoint` instead
-
-1. takes the checkpoint ``last_checkpoint`` names, if it is complete;
-2. otherwise (``last_checkpoint`` missing, empty, naming a missing or damaged file) takes the
-   newest complete ``iter_N.pth`` / ``epoch_N.pth`` of the work dir (largest ``N``);
-3. otherwise reports that there is nothing to resume, and what it found instead;
-
-and returns a :class:`ResumeSearch` that says what it chose and why, for the tools to word.
-
-A checkpoint is *complete* when :func:`checkpoint_problem` finds nothing wrong with it: for
-PyTorch's zip format every record of the archive passes its CRC-32 check and the pickled
-structure loads (memory-mapped, so the tensors are not read twice) into a dict with
-``state_dict`` and ``meta``; a legacy-format file must load. Loading is weights-only
-(:func:`mmstiff.utils.checkpoint.load_checkpoint_file`), so nothing in the file runs; a file
-that refers to objects outside its allow-list counts as complete here and is refused, naming
-it, when the run loads it.
+:func:`find_resume_checkpoint` takes the one ``last_checkpoint`` names, else the newest
+complete ``iter_N.pth`` / ``epoch_N.pth``, and says why (docs/reliability.md, "Resuming").
 """
 import os
 import os.path as osp

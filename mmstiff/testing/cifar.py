@@ -1,23 +1,8 @@
 """Tiny CIFAR-10 / CIFAR-100 in the official "python version" pickle format.
 
-The official files are Python 2 pickles (protocol 2) of dicts whose keys and strings are
-Python 2 ``str``: unpickled with ``encoding='bytes'`` the keys read ``b'data'``,
-``b'labels'``...; with ``encoding='latin1'`` (what mmpretrain and torchvision use) they read
-``'data'``, ``'labels'``. The writer here emits the same opcodes, so both readers see the
-tiny files exactly as they see the official ones.
-
-Layout written under ``root``::
-
-    cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}
-        batch:  data (N, 3072) uint8 (R, G, B planes, each row-major 32x32), labels,
-                batch_label, filenames
-        meta:   label_names, num_cases_per_batch, num_vis
-    cifar-100-python/{train, test, meta}
-        split:  data, fine_labels, coarse_labels, batch_label, filenames
-        meta:   fine_label_names, coarse_label_names
-
-CIFAR-100's coarse labels here are a stand-in (``fine_label // 5``), not the official
-superclass mapping; mmpretrain reads only the fine labels.
+The files are Python 2 pickles (protocol 2) with the official layout and keys, so readers with
+``encoding='bytes'`` or ``'latin1'`` see them as the official ones. CIFAR-100's coarse labels
+are a stand-in (``fine_label // 5``).
 """
 import os
 import os.path as osp

@@ -1,31 +1,9 @@
 """Checkpoints loaded without running code from them, and loaded into a model strictly.
 
-**Weights only.** A checkpoint is a pickle: unpickled in full (``torch.load(weights_only=False)``)
-it can run any code. MMEngine 0.10.7 checkpoints hold, besides tensors and plain containers,
-the message hub's ``HistoryBuffer`` objects (whose state refers to its statistics methods as
-``getattr(HistoryBuffer, 'mean')``) and numpy arrays, dtypes and scalars.
-:func:`load_checkpoint_file` loads with ``weights_only=True`` and an allow-list of exactly those
-(:func:`checkpoint_safe_globals`; the ``getattr`` it allows returns only those four methods).
-Anything else fails with :class:`UntrustedCheckpointError`, naming the file and what it refers
-to, unless the caller trusts the file (``trust=True``; the tools' ``--trust-checkpoint``), which
-unpickles it in full with a warning naming the file.
-
-A checkpoint whose ``meta['config']`` holds code is refused as well: MMEngine's
-``Runner.resume`` executes that text as a Python config (``Config.fromstring``). MMEngine
-writes the config as ``meta['cfg']`` (never executed); ``meta['config']`` comes from older
-checkpoints, whose configs are plain ``key = value`` data, which passes.
-
-:func:`install_checkpoint_loader` makes this MMEngine's loader of local files, so that
-``load_from``, ``--resume`` and ``init_cfg=dict(type='Pretrained', checkpoint=PATH)`` all load
-this way. URLs (``torchvision://``, ``https://``) still load through MMEngine's own loaders.
-
-**Strict loading.** MMEngine loads ``load_from`` with ``strict=False``: a checkpoint of
-another model loads with a warning and the rest of the model keeps its random initial
-weights. :func:`load_weights` loads through the modules' own ``_load_from_state_dict`` (so
-checkpoint-upgrade hooks such as Swin's and the position-embedding resizing of ViTs still
-apply), collects the missing and unexpected keys and the shape mismatches
-(:class:`StateDictMismatch`) and, with ``strict=True``, raises
-:class:`CheckpointMismatchError` listing them.
+:func:`load_checkpoint_file` loads weights-only with an allow-list of what MMEngine checkpoints
+hold; :func:`install_checkpoint_loader` makes it MMEngine's loader of local files;
+:func:`load_weights` loads a state dict reporting every mismatch (docs/reliability.md,
+"Untrusted checkpoints" and "A checkpoint of another model").
 """
 import ast
 import logging

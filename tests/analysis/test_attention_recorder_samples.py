@@ -13,6 +13,7 @@ def _maps(model, images, **kwargs):
     return recorder.outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['mmpretrain', 'stepvit'])
 def test_first_samples_only(kind):
     torch.manual_seed(0)

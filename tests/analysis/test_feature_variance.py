@@ -54,6 +54,7 @@ def _cifar_resnet():
     return net
 
 
+@pytest.mark.slow
 def test_trajectory_of_a_resnet_with_its_subsampling_states():
     net = _cifar_resnet()
     images = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(1))

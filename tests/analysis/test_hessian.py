@@ -93,6 +93,7 @@ def test_eigenvectors_satisfy_the_eigen_equation_and_are_orthonormal():
     assert strict.values.tolist() == pytest.approx([5.0, 3.0], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_hessian_vector_products_of_a_network_equal_the_explicit_hessian():
     gen = _gen(5)
     x = torch.randn(6, 3, generator=gen, dtype=torch.float64)

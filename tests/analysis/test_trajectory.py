@@ -50,6 +50,7 @@ def test_mmpretrain_resnet_blocks_states_and_clean_removal():
     assert stage_of('layer3.1') == 'layer3'
 
 
+@pytest.mark.slow
 def test_recorder_detaches_and_reduces_on_the_fly():
     from mmpretrain.models.backbones import ResNet_CIFAR
     net = ResNet_CIFAR(depth=18, base_channels=8, stem_channels=8)
@@ -222,6 +223,7 @@ def test_custom_block_registration_and_predicate():
         register_block_type(Scale, 'recurrent')
 
 
+@pytest.mark.slow
 def test_step_resnet_cifar_reports_its_adaptor_output():
     from mmstiff.models.backbones import StepResNet_CIFAR
     torch.manual_seed(0)

@@ -122,6 +122,7 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
     assert _hook_count(model) == 0
 
 
+@pytest.mark.slow
 def test_stiffness_hook_logs_step_sizes_of_adaptors(tmp_path):
     torch.manual_seed(0)
     model = ToyClassifier(tiny_backbone(adaptor=dict(type='mmstiff.ConstantStep', step=0.5)))
@@ -225,6 +226,7 @@ def test_console_summary_follows_the_logger_interval(tmp_path):
     assert printed == [2, 4]
 
 
+@pytest.mark.slow
 def test_recorded_iterations_are_written_in_batches_at_the_logger_interval(tmp_path):
     from mmengine.hooks import Hook
 

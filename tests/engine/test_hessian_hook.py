@@ -148,6 +148,7 @@ def test_the_training_run_is_unchanged_by_the_hook(tmp_path):
         assert torch.equal(states[0][key], states[1][key]), key
 
 
+@pytest.mark.slow
 def test_weight_decay_override_lanczos_and_bad_arguments():
     torch.manual_seed(0)
     model = TinyNet()  # training mode, as in a run

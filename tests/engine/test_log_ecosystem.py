@@ -208,6 +208,7 @@ def test_tensorboard_gets_every_row_at_its_iteration(tmp_path):
             assert event.value == pytest.approx(row[key], rel=1e-6, abs=1e-7), key
 
 
+@pytest.mark.slow
 def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
     wandb = mock.MagicMock(name='wandb')
     monkeypatch.setitem(sys.modules, 'wandb', wandb)
@@ -232,6 +233,7 @@ def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
     assert [r['iter'] for r in logged if 'loss' in r] == [2, 4]
 
 
+@pytest.mark.slow
 def test_mlflow_gets_the_rows_at_their_iteration(tmp_path, monkeypatch):
     mlflow = mock.MagicMock(name='mlflow')
     monkeypatch.setitem(sys.modules, 'mlflow', mlflow)

@@ -169,6 +169,7 @@ def test_msa_block_widths_follow_the_public_blocks():
 
 
 # ------------------------------------------------------------------ shapes
+@pytest.mark.slow
 @pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)),
                                            (50, (256, 512, 1024, 2048))])
 def test_output_shapes_imagenet_stem(depth, widths):
@@ -179,6 +180,7 @@ def test_output_shapes_imagenet_stem(depth, widths):
     assert net.feat_dim == widths[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)),
                                            (34, (64, 128, 256, 512)),
                                            (50, (256, 512, 1024, 2048))])
@@ -217,6 +219,7 @@ def test_registered_in_mmstiff_and_reachable_from_mmpretrain():
         assert isinstance(net, AlterNet)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('frozen', [-1, 0, 2, 4])
 def test_frozen_stages(frozen):
     net = AlterNet(18, stem='cifar', window_size=4, frozen_stages=frozen)
@@ -254,6 +257,7 @@ def test_norm_eval_keeps_every_bn_in_eval_mode():
     assert all(torch.equal(m.running_mean, s) for m, s in zip(bns, stats))
 
 
+@pytest.mark.slow
 def test_with_cp_gives_the_same_outputs_and_gradients():
     torch.manual_seed(0)
     plain = randomise_bn(AlterNet(18, stem='cifar', window_size=4)).eval()

@@ -43,6 +43,7 @@ def _graphs_and_breaks(model, image_size):
     return backend.frame_count, list(counters['graph_break'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(BUILDS))
 def test_backbone_compiles_to_one_graph(name):
     build, image_size = BUILDS[name]
@@ -53,6 +54,7 @@ def test_backbone_compiles_to_one_graph(name):
     assert (graphs, breaks) == (1, [])
 
 
+@pytest.mark.slow
 def test_upstream_vit_breaks_at_every_numpy_drop_path_rate():
     """The check above can fail: mmpretrain's ViT keeps NumPy drop-path rates, on which the
     compiler cannot branch; StepViT passes Python floats."""

@@ -16,7 +16,9 @@ STEPNET = dict(type='mmstiff.StepNetAdaptor')
 
 
 @pytest.mark.parametrize('depth', [
-    18, 34, 50,
+    18,
+    pytest.param(34, marks=pytest.mark.slow),
+    pytest.param(50, marks=pytest.mark.slow),
     pytest.param(101, marks=pytest.mark.slow),
     pytest.param(152, marks=pytest.mark.slow)])
 @pytest.mark.parametrize('adaptor', [None, dict(type='mmstiff.ConstantStep')])
@@ -115,7 +117,8 @@ def test_pretrained_init_cfg_leaves_only_adaptor_keys_missing(tmp_path):
     assert torch.equal(model.layer1[0].step_adaptor.ie_bias, torch.full((256, ), -1.0))
 
 
-@pytest.mark.parametrize('depth, last_norm', [(18, 'norm2'), (50, 'norm3')])
+@pytest.mark.parametrize('depth, last_norm', [
+    (18, 'norm2'), pytest.param(50, 'norm3', marks=pytest.mark.slow)])
 def test_zero_init_residual_matches_mmdet(depth, last_norm):
     model = DetStepResNet(depth, adaptor=STEPNET)
     model.init_weights()

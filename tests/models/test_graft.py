@@ -90,6 +90,7 @@ def adaptor_keys(model):
             if '_adaptor.' in k and not k.endswith('num_batches_tracked')}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', IDENTITY_ADAPTORS.values(), ids=IDENTITY_ADAPTORS.keys())
 def test_identity_graft_on_a_plain_state_dict_computes_the_plain_network(backbone, adaptor):
@@ -106,6 +107,7 @@ def test_identity_graft_on_a_plain_state_dict_computes_the_plain_network(backbon
     assert_same_outputs(plain, model, x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', IDENTITY_ADAPTORS.values(), ids=IDENTITY_ADAPTORS.keys())
 def test_identity_graft_through_pretrained_init_cfg_and_load_checkpoint(backbone, adaptor,
@@ -142,6 +144,7 @@ def record_steps(model, x):
     return steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', IDENTITY_ADAPTORS.values(), ids=IDENTITY_ADAPTORS.keys())
 def test_init_weights_keeps_the_identity_start(backbone, adaptor):
@@ -177,6 +180,7 @@ def test_init_weights_reaches_adaptors_that_mmengine_initialises():
     assert torch.equal(norm.ie_bias, torch.full_like(norm.ie_bias, -1.0))   # the IEBN gate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('adaptor', IDENTITY_ADAPTORS.values(), ids=IDENTITY_ADAPTORS.keys())
 def test_identity_start_is_trainable(adaptor):
     """Δ = 2 sigmoid(z) with z's last affine map at 0: the first step's gradient reaches that
@@ -296,6 +300,7 @@ def moved(before, modules):
             for (mb, vb), (m, v) in zip(before, statistics(modules))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('backbone', CNN_BACKBONES)
 def test_auto_learns_the_statistics_a_plain_checkpoint_lacks(backbone):
     torch.manual_seed(7)

@@ -19,7 +19,9 @@ ALL_STAGES = (0, 1, 2, 3)
 
 
 @pytest.mark.parametrize('depth', [
-    18, 34, 50,
+    18,
+    pytest.param(34, marks=pytest.mark.slow),
+    pytest.param(50, marks=pytest.mark.slow),
     pytest.param(101, marks=pytest.mark.slow),
     pytest.param(152, marks=pytest.mark.slow)])
 @pytest.mark.parametrize('adaptor', [None, dict(type='mmstiff.ConstantStep')])
@@ -39,6 +41,7 @@ def _se_weights_to_steps(state_dict):
             for key, value in state_dict.items()}
 
 
+@pytest.mark.slow
 def test_se_adaptor_equals_mmpretrain_seresnet():
     torch.manual_seed(0)
     reference = SEResNet(50, out_indices=ALL_STAGES)
@@ -58,7 +61,8 @@ def test_se_adaptor_equals_mmpretrain_seresnet():
             torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize('depth, last_norm', [(18, 'norm2'), (50, 'norm3')])
+@pytest.mark.parametrize('depth, last_norm', [
+    (18, 'norm2'), pytest.param(50, 'norm3', marks=pytest.mark.slow)])
 def test_initial_stepnet_block_is_upstream_block_with_scaled_last_norm(depth, last_norm):
     """Δ ≡ sigmoid(-1) at init, so a StepNet block equals the upstream block whose last norm's
     γ and β are multiplied by sigmoid(-1) (that norm's output is exactly f)."""
@@ -89,6 +93,7 @@ def test_initial_stepnet_block_is_upstream_block_with_scaled_last_norm(depth, la
         torch.testing.assert_close(step, torch.full_like(step, SIGMOID_MINUS_ONE))
 
 
+@pytest.mark.slow
 def test_placement_builds_adaptors_only_where_chosen():
     model = StepResNet(34, adaptor=dict(type='mmstiff.StepNetAdaptor', groups=2),
                        adaptor_stages=(False, True, True, True),
@@ -150,6 +155,7 @@ def test_frozen_stages_and_norm_eval_reach_the_adaptors():
     assert torch.equal(model.layer3[1].step_adaptor.norm.running_mean, running_mean)
 
 
+@pytest.mark.slow
 def test_checkpointed_blocks_match_and_backpropagate():
     torch.manual_seed(3)
     model = StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor'))

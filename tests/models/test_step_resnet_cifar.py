@@ -35,7 +35,8 @@ def randomise_norms(module, x, seed=0):
 
 
 @pytest.mark.parametrize('depth', [
-    18, 50,
+    18,
+    pytest.param(50, marks=pytest.mark.slow),
     pytest.param(34, marks=pytest.mark.slow),
     pytest.param(101, marks=pytest.mark.slow),
     pytest.param(152, marks=pytest.mark.slow),

@@ -59,9 +59,45 @@ def test_switches_at_init_equal_mmpretrain():
 
 
 def test_shifted_blocks_really_use_masks():
-    model = StepSwin(**SMALL)
+    model = ours_like(upstream(), attn_scale_layers='all')
+    randomise(model)
     shifts = [block.attn.shift_size for stage in model.stages for block in stage.blocks]
     assert shifts == [0, 2, 0, 2]
+    attn = model.stages[0].blocks[1].attn
+    passed = []  # the mask each call of the window attention receives
+
+    def capture(module, args, kwargs):
+        passed.append(kwargs.get('mask'))
+
+    def drop_mask(module, args, kwargs):
+        return args, dict(kwargs, mask=None)
+
+    torch.manual_seed(5)
+    tokens = torch.randn(2, 256, 16)
+    unshifted = model.stages[0].blocks[0].attn
+    handles = [m.w_msa.register_forward_pre_hook(capture, with_kwargs=True)
+               for m in (attn, unshifted)]
+    with torch.no_grad():
+        masked = attn(tokens, (16, 16))
+        unshifted(tokens, (16, 16))
+    for handle in handles:
+        handle.remove()
+    # the shifted block passes the shift mask: 0 within a region, -100 across regions; windows
+    # inside the map hold one region (all 0), the windows at the wrapped-around edges several
+    expected = ShiftWindowMSA.get_attn_mask((16, 16), window_size=4, shift_size=2)
+    assert passed[1] is None  # the unshifted block has no mask
+    torch.testing.assert_close(passed[0], expected)
+    assert set(expected.unique().tolist()) == {0.0, -100.0}
+    masked_windows = (expected == -100).flatten(1).any(1)
+    assert not masked_windows[0] and masked_windows[-1] and masked_windows.sum() == 7
+    # and the mask changes the output: the same block with the mask dropped differs exactly in
+    # the tokens of the windows that hold several regions
+    handle = attn.w_msa.register_forward_pre_hook(drop_mask, with_kwargs=True)
+    with torch.no_grad():
+        unmasked = attn(tokens, (16, 16))
+    handle.remove()
+    differs = (masked - unmasked).abs().amax(-1) > 1e-4  # (B, 256) tokens
+    assert differs.sum() == 2 * 7 * 16  # 2 images, 7 windows of 16 tokens
 
 
 def explicit_window_attention(w_msa, x, mask, omega):

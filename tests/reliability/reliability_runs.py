@@ -11,6 +11,8 @@ import shutil
 
 import torch
 
+from mmstiff.utils.checkpoint import load_checkpoint_file
+
 HERE = osp.dirname(osp.abspath(__file__))
 REPO = osp.dirname(osp.dirname(HERE))
 BASE_CONFIG = osp.join(REPO, 'tests', 'data', 'configs', 'cifar10_resnet18_tiny.py')
@@ -34,7 +36,8 @@ def write_config(path, data_root, **fields):
 
 
 def load(path):
-    return torch.load(path, map_location='cpu', weights_only=False)
+    """A checkpoint the tools wrote, loaded weights-only as the tools load it."""
+    return load_checkpoint_file(str(path))
 
 
 def parameters(path):

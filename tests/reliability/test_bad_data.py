@@ -211,6 +211,7 @@ def tool_args(tmp_path, out):
                               cfg_options=None, launcher='none')
 
 
+@pytest.mark.slow
 def test_unwritable_out_fails_before_the_evaluation(tmp_path):
     blocker = tmp_path / 'a_file'
     blocker.write_text('')

@@ -162,6 +162,7 @@ def test_frozen_stages_of_the_backbones_without_a_twin(build, stem):
 
 
 # ------------------------------------------------------------------ init_weights
+@pytest.mark.slow
 @pytest.mark.parametrize('ours, upstream', [
     (lambda: StepResNet(depth=18, adaptor=STEPNET), lambda: ResNet(depth=18)),
     (lambda: StepResNet(depth=50), lambda: ResNet(depth=50)),

@@ -133,6 +133,7 @@ class InfiniteStep(Hook):
             self.handle.remove()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('interval, named', [(1, True), (2, False)])
 def test_non_finite_step_size_is_named(tmp_path, interval, named):
     """An infinite Δ in iteration 3 makes the loss NaN; checked at that iteration (interval 1)

@@ -13,8 +13,6 @@ from mmstiff.utils.checkpoint import (CheckpointMismatchError, StateDictMismatch
                                       state_dict_of)
 from reliability_runs import load
 
-USER_ENV = {'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '0'}
-
 
 def small_model(out=2):
     torch.manual_seed(0)
@@ -88,7 +86,7 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
     config, work = trained_run
     edited = edited_checkpoint(work / 'iter_4.pth', tmp_path / 'edited.pth')
     proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'a'),
-                    check=False, env=USER_ENV)
+                    check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert f'error: checkpoint {edited!r} does not match the model of the config' in proc.stderr
@@ -100,11 +98,11 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
     wide = ['--cfg-options', 'model.backbone.base_channels=16',
             'model.backbone.stem_channels=16', 'model.head.in_channels=128']
     proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                    str(tmp_path / 'b'), *wide, check=False, env=USER_ENV)
+                    str(tmp_path / 'b'), *wide, check=False)
     assert proc.returncode != 0 and 'size mismatch for backbone.conv1.weight' in proc.stderr
 
     proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'c'),
-                    '--allow-partial-load', env=USER_ENV)
+                    '--allow-partial-load')
     out = proc.stdout + proc.stderr
     assert 'loaded partially (--allow-partial-load)' in out and 'head.fc.weight' in out
     assert 'accuracy/top1' in out
@@ -115,7 +113,7 @@ def test_analysis_tool_refuses_another_models_checkpoint(trained_run, run_tool, 
     config, work = trained_run
     edited = edited_checkpoint(work / 'iter_4.pth', tmp_path / 'edited.pth')
     proc = run_tool('tools/analysis/tns.py', config, edited, '--num-batches', '1', '--out-dir',
-                    str(tmp_path / 'tns'), check=False, env=USER_ENV)
+                    str(tmp_path / 'tns'), check=False)
     assert proc.returncode != 0
     assert f'error: checkpoint {edited!r} does not match' in proc.stderr
     assert 'head.fc.weight' in proc.stderr and 'neck.extra' in proc.stderr

@@ -18,9 +18,6 @@ from mmstiff.utils.checkpoint import (CheckpointError, UntrustedCheckpointError,
                                       load_checkpoint_file)
 from reliability_runs import load
 
-#: the environment of a user who never set the variable that forces full unpickling
-USER_ENV = {'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '0'}
-
 
 class OpenPayload:
     """Unpickles to ``open(path, 'w')``: creates ``path``."""
@@ -160,7 +157,7 @@ def test_tools_refuse_a_crafted_checkpoint(trained_run, run_tool, tmp_path):
         if kind != 'system':  # one payload through every tool; the others through test.py
             runs = {'test': runs['test']}
         for tool, args in runs.items():
-            proc = run_tool(*args, check=False, env=USER_ENV)
+            proc = run_tool(*args, check=False)
             err = proc.stderr
             assert proc.returncode != 0, (tool, proc.stdout[-2000:])
             assert f'error: checkpoint {crafted!r}' in err and named in err, (tool, err[-3000:])
@@ -172,7 +169,7 @@ def test_tools_refuse_a_crafted_checkpoint(trained_run, run_tool, tmp_path):
 def test_tools_load_their_own_checkpoint_without_the_flag(trained_run, run_tool, tmp_path):
     config, work = trained_run
     proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                    str(tmp_path), env=USER_ENV)
+                    str(tmp_path))
     assert 'accuracy/top1' in proc.stdout + proc.stderr
     assert 'unpickling checkpoint' not in proc.stdout + proc.stderr  # no full unpickling
 

@@ -76,9 +76,8 @@ def vit_run(tmp_path_factory, tiny_data):
 
 
 def _tool(name, *args):
-    """Run a tool as a user would; without TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD in the env."""
-    env = {k: v for k, v in os.environ.items() if k != 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'}
-    env['OMP_NUM_THREADS'] = '1'
+    """Run a tool as a user would, in a fresh process."""
+    env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -99,13 +98,15 @@ def _first_test_batch(config, checkpoint):
     import tempfile
 
     from mmengine.config import Config
-    from mmengine.runner import Runner, load_checkpoint
+    from mmengine.runner import Runner
+
+    from mmstiff.utils.checkpoint import load_checkpoint_file
     cfg = Config.fromfile(config)
     # the Runner builds the model exactly as training did (top-level data_preprocessor included)
     cfg.work_dir = tempfile.mkdtemp()
     cfg.experiment_name = f'reference_{osp.basename(cfg.work_dir)}'
     model = Runner.from_cfg(cfg).model
-    load_checkpoint(model, checkpoint, map_location='cpu')
+    model.load_state_dict(load_checkpoint_file(checkpoint)['state_dict'])
     model.eval()
     data = next(iter(Runner.build_dataloader(cfg.test_dataloader)))
     return model, model.data_preprocessor(data, False)

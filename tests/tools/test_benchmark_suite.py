@@ -62,6 +62,7 @@ def test_bench_hooks_times_a_compiled_model(run_tool):
     assert rows['no hook'][1] == 1.0 and rows['StiffnessHook @1'][2] > 0
 
 
+@pytest.mark.slow
 def test_bench_hooks_refuses_an_unknown_depth(run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--depth', '20', check=False,
                     timeout=300)
@@ -95,6 +96,7 @@ def test_bench_ddp_one_and_two_processes(run_tool):
     assert 'hooks @1, 2 processes against 1: time ratio' in proc.stdout
 
 
+@pytest.mark.slow
 def test_run_all_refuses_bad_arguments(run_tool):
     proc = run_tool('tools/benchmark/run_all.sh', '--frobnicate', check=False, timeout=120)
     assert proc.returncode == 2 and 'unknown argument --frobnicate' in proc.stderr

@@ -33,6 +33,7 @@ def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
     assert peaks['no hook'][1] == 1.0
 
 
+@pytest.mark.slow
 def test_bench_hooks_refuses_blocks_that_cut_an_interval(run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--iters', '30', check=False, timeout=300)
     assert proc.returncode != 0
@@ -40,15 +41,39 @@ def test_bench_hooks_refuses_blocks_that_cut_an_interval(run_tool):
     assert '--iters 30 is not a multiple of 50' in proc.stderr
 
 
+def _ratio_of(time, base):
+    """The ratio the tables print for one repeat, and how far the printed times (0.1 ms
+    rounding) let it be from ``time / base``."""
+    return time / base, 5e-4 + time / base * (0.05 / time + 0.05 / base)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('script, args', [
-    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2']),
-    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2']),
+@pytest.mark.parametrize('script, args, names, columns', [
+    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'],
+     ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50'], dict(time=1, ratio=2, mem_ratio=4)),
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2'],
+     ['mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+FeatScale',
+      '+AttnScale +FeatScale'], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
 ])
-def test_model_benchmarks_print_ratios(run_tool, script, args):
+def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
     proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
                     timeout=600)
-    assert re.search(r'1\.000', proc.stdout), proc.stdout
+    rows = _rows(proc.stdout, tuple(names))
+    assert list(rows) == names, proc.stdout  # every model, the baseline first
+    base = rows[names[0]]
+    for name, row in rows.items():
+        # one repeat: each ratio is the model's time over the baseline's, as printed beside it
+        for time, ratio in (('time', 'ratio'), ('infer_time', 'infer_ratio')):
+            if time in columns:
+                expected, slack = _ratio_of(row[columns[time]], base[columns[time]])
+                assert abs(row[columns[ratio]] - expected) <= slack, (name, row, base)
+    assert base[columns['ratio']] == 1.0
+    if 'mem_ratio' in columns:
+        assert base[columns['mem_ratio']] == 1.0
+        # the adaptors keep each block's branch output for the backward pass of Δ ⊙ f
+        assert all(rows[n][columns['mem_ratio']] > 1.0 for n in names[1:]), proc.stdout
+        # params (M) of the 1000-class classifiers: torchvision's ResNet-50 has 25,557,032
+        assert rows['ResNet-50'][0] == 25.56
 
 
 @pytest.mark.slow
@@ -73,6 +98,7 @@ def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, n
     assert all(row[2] > 0 for row in rows.values())
 
 
+@pytest.mark.slow
 def test_compiled_benchmark_refuses_no_warmup(run_tool):
     proc = run_tool('tools/benchmark/bench_step_resnet.py', '--compile', '--warmup', '0',
                     check=False, timeout=120)

@@ -100,12 +100,14 @@ def _model_and_test_batch(config, checkpoint):
     import tempfile
 
     from mmengine.config import Config
-    from mmengine.runner import Runner, load_checkpoint
+    from mmengine.runner import Runner
+
+    from mmstiff.utils.checkpoint import load_checkpoint_file
     cfg = Config.fromfile(config)
     cfg.work_dir = tempfile.mkdtemp()
     cfg.experiment_name = f'reference_{osp.basename(cfg.work_dir)}'
     model = Runner.from_cfg(cfg).model
-    load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
+    model.load_state_dict(load_checkpoint_file(checkpoint)['state_dict'], strict=True)
     model.eval()
     data = next(iter(Runner.build_dataloader(cfg.test_dataloader)))
     return model, model.data_preprocessor(data, False)

@@ -1,7 +1,9 @@
 """The base of the trajectory diagnostics hooks: when to record, on which blocks, how to log.
 
-How the hooks run, where their values go and why: docs/diagnostics.md, "How they run". The
-batching of rows and their mean over ranks: :mod:`~mmstiff.engine.hooks.scalar_rows`.
+A hook records the training forward pass of every ``interval``-th iteration with a
+:class:`~mmstiff.analysis.TrajectoryRecorder`, averages its scalars over the ranks and writes
+them in batches to the visualizer and the MessageHub (docs/diagnostics.md, "How they run").
+The batching and the means over ranks: :mod:`~mmstiff.engine.hooks.scalar_rows`.
 """
 import logging
 import math

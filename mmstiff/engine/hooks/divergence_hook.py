@@ -1,35 +1,8 @@
 """Stop a diverged training run, or skip its bad iterations, instead of training on in NaN.
 
-Without it a run whose loss turns NaN trains on, writes checkpoints full of NaN and exits 0.
-This hook watches three things:
-
-* **the loss**, every iteration, from the model's outputs (``outputs['loss']``, else every
-  output whose name contains ``loss``). ``RuntimeInfoHook`` has already copied these values to
-  the host for the MessageHub, so reading them again waits for nothing;
-* **the step sizes** Δ_t of the step-size adaptors (docs/methods.md §0) and the adaptors'
-  parameters, at every ``interval``-th iteration (the ``LoggerHook``'s interval by default):
-  forward hooks on the adaptors of that iteration record on the device whether a Δ was not
-  finite, and one read after the iteration collects the flags, so the other iterations run
-  with no hook and no extra device synchronisation;
-* **the weights of every checkpoint**, before it is written (``before_save_checkpoint``): a
-  checkpoint whose ``state_dict`` holds a non-finite value is never written.
-
-``action='stop'`` (default): at the first non-finite value training stops with
-:class:`DivergenceError`, whose message names the iteration, what was not finite and the last
-checkpoint written (which has finite weights, as every checkpoint has). ``tools/train.py``
-prints it and exits with status 1.
-
-``action='skip'``: before each optimizer step the total gradient norm is checked; a step whose
-gradients are not finite is not applied (the gradients are dropped, so the weights and the
-optimizer state stay as they were; the learning-rate schedule still advances, as with AMP's
-skipped steps). Each skipped iteration is logged; after more than ``max_skips`` of them
-(counted over the whole run, resumes included) training stops as above. Checking the norm
-costs one device synchronisation per iteration. A skipped batch still passes through the
-forward pass, so a non-finite batch that reaches a BatchNorm layer corrupts its running
-statistics; the checkpoint check then stops the run. Under DDP the gradients are averaged
-across ranks before the check, so every rank skips the same steps. With ``AmpOptimWrapper``
-the loss scaler already skips steps with non-finite gradients; their non-finite losses are
-counted the same way.
+Watches the loss every iteration, the adaptors' step sizes at an interval and every checkpoint
+before it is written; what it does on each and what ``action='skip'`` costs:
+docs/reliability.md, "Divergence".
 """
 import math
 import os.path as osp

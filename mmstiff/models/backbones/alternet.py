@@ -1,39 +1,7 @@
 """AlterNet: a pre-activation ResNet whose stages end in local MSA blocks (docs/methods.md §10).
 
-Park & Kim, *How Do Vision Transformers Work?* (ICLR 2022), §4.1 and Appendix E;
-https://arxiv.org/abs/2202.06709. The build-up rule replaces Conv blocks with MSA blocks
-*alternately from the end of each stage*, so a stage of ``n`` blocks with ``m`` MSA blocks reads
-
-    conv, ..., conv, (conv, msa) × m          (n - 2m leading conv blocks),
-
-e.g. AlterNet-50, blocks (3, 4, 6, 4) (pre-activation ResNet-50 plus one block in stage 4) with
-MSA blocks (0, 1, 3, 2)::
-
-    layer1: conv conv conv
-    layer2: conv conv conv msa
-    layer3: conv msa conv msa conv msa
-    layer4: conv msa conv msa
-
-Every block is one Euler step ``x_{t+1} = x_t + f(x_t)`` with no activation after the add:
-
-* conv blocks are the pre-activation blocks of
-  :mod:`mmstiff.models.backbones.preact_resnet` (basic for depths 18/34, bottleneck for
-  50/101/152), stride on the first block of a stage;
-* MSA blocks are ``f = MSA(BN(conv1x1(GELU(BN(x)))))`` (:class:`PreActMSABlock`): a 1×1
-  convolution down to the stage's middle width (its output width for 18/34, a quarter of it
-  for 50+), then :class:`~mmstiff.models.layers.LocalSelfAttention` back to the full width with
-  ``num_heads`` (3, 6, 12, 24 by stage) heads of ``head_dim`` 64. No MLP follows the MSA.
-
-Stochastic depth as in the authors' code: rate ``drop_path_rate · j / (L - 1)`` for block ``j``
-of the ``L`` blocks counted through the whole network, applied in the MSA blocks (their
-pre-activation conv blocks take no drop path).
-
-Stems: ``'imagenet'`` is a 7×7 stride-2 convolution and a 3×3 stride-2 max pool, with no norm
-or activation (the first block pre-activates); ``'cifar'`` a single 3×3 stride-1 convolution.
-The last stage's output passes through the final BN-ReLU of pre-activation networks.
-
-Block names say what each step is: ``layer2.conv0``, ..., ``layer2.msa3`` (the kind and the
-block's position in its stage), which is also how the trajectory recorder names them.
+Park & Kim, *How Do Vision Transformers Work?*, ICLR 2022 (https://arxiv.org/abs/2202.06709).
+The stage layout, stems, drop-path rule and block names are in docs/alternet.md.
 """
 from collections import OrderedDict
 from collections.abc import Sequence

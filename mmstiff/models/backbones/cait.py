@@ -1,31 +1,8 @@
 """CaiT (Class-Attention in Image Transformers) with AttnScale and FeatScale per patch layer.
 
 Touvron et al., "Going deeper with Image Transformers", ICCV 2021
-(https://arxiv.org/abs/2103.17239). Two kinds of layers, each two explicit-Euler steps
-(docs/methods.md §0) whose branch outputs are scaled by LayerScale, a learned per-channel
-``γ`` initialised to a small ``ε`` (paper §2):
-
-* patch layers, self-attention among the patches (no class token yet), with talking-heads
-  attention (:mod:`mmstiff.models.layers.talking_heads`)::
-
-      x' = x + γ₁ ⊙ TH-MSA(LN₁ x),      x'' = x' + γ₂ ⊙ MLP(LN₂ x')
-
-* class-attention layers (§3), which step the class token ``c`` alone, the patches ``x`` as
-  context (:mod:`mmstiff.models.layers.class_attention`)::
-
-      c' = c + γ₁ ⊙ CA(LN₁ [c; x]),     c'' = c' + γ₂ ⊙ MLP(LN₂ c')
-
-The anti-oversmoothing paper (Wang et al., ICLR 2022, https://arxiv.org/abs/2203.05962, §5.1,
-Table 1: CaiT-S24) applies AttnScale and FeatScale to the patch layers only; the switches
-``attn_scale_layers`` / ``feat_scale_layers`` select among them (docs/methods.md §6, §7).
-AttnScale sits after the post-softmax head mixing of talking heads, FeatScale on the projected
-attention output before LayerScale and drop-path. With ω = s = t = 0 (their initial values) the
-outputs equal plain CaiT.
-
-Parameter names are those of timm's ``Cait`` (``patch_embed.proj``, ``cls_token``,
-``pos_embed``, ``blocks.i.*``, ``blocks_token_only.j.*``, ``norm``), so the backbone part of a
-timm or official CaiT checkpoint loads with only the AttnScale / FeatScale parameters missing;
-``tools/model_converters/timm_to_mmstiff_cait.py`` writes a whole classifier checkpoint.
+(https://arxiv.org/abs/2103.17239); AttnScale and FeatScale in the patch layers as in the
+anti-oversmoothing paper (docs/methods.md §6, §7). Parameter names are timm's ``Cait``'s.
 """
 from collections.abc import Mapping
 

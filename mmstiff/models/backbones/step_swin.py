@@ -1,29 +1,8 @@
 """Swin Transformer with AttnScale and FeatScale (docs/methods.md §6, §7).
 
-Swin-S with either switch is one of the backbones of Table 1 of the anti-oversmoothing paper
-(arXiv:2203.05962).
-
-Window attention with relative position bias and, in shifted blocks, the additive shift mask:
-the softmax still normalises every row over the window's ``n`` tokens, so ``A 1 = 1`` and
-
-    Â V = (A_LP + (1 + ω) A_HP) V = (1 + ω) A V - ω · mean_window_tokens(V),
-
-with ``A_LP = (1/n) 1 1ᵀ`` over *all* tokens of the window (masked ones and padding included).
-mmpretrain's window attention forms the small ``n × n`` matrices (n = 49) explicitly, and so does
-the fast path here; AttnScale is then applied to ``A V`` in that closed form, one pass over the
-window outputs instead of one over the ``n × n`` matrices. (The fused
-``scaled_dot_product_attention`` with the bias and mask as an additive float mask was measured
-slower than the explicit product on CPU at these window sizes.)
-
-FeatScale follows the public Swin code: on the MSA output after the windows are merged back,
-with the token mean over the whole feature map. It is applied after the block's drop-path,
-which is the same thing: FeatScale is linear per sample and per channel, drop-path multiplies a
-sample by a scalar.
-
-Parameter names are those of mmpretrain's :class:`SwinTransformer`; with every switch at its
-initial value the outputs equal mmpretrain's. Checkpoints of older ``SwinTransformer``
-versions load as they do into mmpretrain's class (:func:`upgrade_swin_state_dict`; upstream
-upgrades them for its own class only, not for subclasses).
+AttnScale acts on the window attention's output in closed form; FeatScale on the merged MSA
+output, as the public Swin code does. Parameter names are mmpretrain's ``SwinTransformer``'s,
+and older Swin checkpoints load as into mmpretrain's class.
 """
 import torch.nn as nn
 from mmcv.cnn.bricks.drop import DropPath

@@ -1,39 +1,10 @@
 """ViT / DeiT with AttnScale, FeatScale, step-size adaptors and augmented shortcuts.
 
-A ViT block is two explicit-Euler steps (docs/methods.md §0),
-
-    x' = x + Δ_msa ⊙ MSA(LN1 x),     x'' = x' + Δ_mlp ⊙ MLP(LN2 x'),
-
-and this backbone adds, each switch on its own set of layers:
-
-* AttnScale (§6): per-head ω in the attention, closed form on the fused kernel's output;
-* FeatScale (§7): per-channel s, t on the MSA output;
-* a step-size adaptor (§0, §1; StepNet on ViT, StepNet paper, Appendix G) on the MSA and/or
-  the MLP branch, ``Δ = adaptor(x, f)`` with ``layout='nlc'``;
-* the MSA branch without its attention matrix (``replace_attention_layers``, reading B below);
-* augmented shortcuts (§9): ``Σ_i GELU(LN(x) Θ_i)`` beside the identity of either branch.
-
-StepNet on ViT, two readings (docs/methods.md §13). Appendix G "directly replace[s] the
-attention modules in ViT with StepNet" and gives no code:
-
-* **Reading A** (``msa_adaptor=dict(type='mmstiff.StepNetAdaptor')``): the MSA stays and a
-  StepNet adaptor sets its step size, ``x' = x + Δ ⊙ MSA(LN1 x)``, ``Δ`` from
-  ``(x, x + MSA(LN1 x))``. StepNet replaces the implicit step size 1 of the MSA branch.
-* **Reading B** (the same ``msa_adaptor`` plus ``replace_attention_layers``): the token-mixing
-  attention matrix is removed and the branch keeps its value and output projections,
-  ``x' = x + Δ ⊙ f(LN1 x)`` with ``f(h) = W_o (W_v h + b_v) + b_o``
-  (:class:`~mmstiff.models.layers.value_branch.ValueBranch`) and ``Δ`` from ``(x, x + f)``:
-  the step size takes the attention's place. ``W_v``, ``b_v`` are the value rows of the
-  MSA's ``qkv`` and ``W_o``, ``b_o`` its ``proj``, so ViT checkpoints still load (their query
-  and key rows are loaded and unused). A replaced layer needs an MSA adaptor (any one:
-  ``ConstantStep`` gives the attention-free control with Δ ≡ 1).
-
-Parameter names are those of mmpretrain's :class:`VisionTransformer`, so mmpretrain and
-timm-converted DeiT checkpoints load with only the new parameters missing. With the switches
-off, or AttnScale / FeatScale at their initial value (ω = s = t = 0), the outputs equal
-mmpretrain's. (Adaptors and augmented shortcuts change the function from the start: StepNet's
-Δ starts at sigmoid(-1), the circulant paths at random weights; adaptors built with
-``start='identity'`` start at Δ ≡ 1 and keep the outputs equal too.)
+Each switch acts on its own set of layers: AttnScale and FeatScale (docs/methods.md §6, §7),
+an adaptor on the MSA and/or MLP branch (§0, §1), the MSA without its attention matrix
+(``replace_attention_layers``, §13 reading B) and augmented shortcuts (§9). Parameter names are
+mmpretrain's ``VisionTransformer``'s; with the switches at their initial values the outputs
+equal mmpretrain's.
 """
 from collections.abc import Mapping
 

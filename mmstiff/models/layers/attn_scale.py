@@ -1,24 +1,8 @@
 """AttnScale: make self-attention an all-pass filter (docs/methods.md §6).
 
-Anti-oversmoothing paper, §3.1, Eq. (8)-(9). Per layer ``l`` and head ``h``, after the softmax
-and before attention dropout,
-
-    A_LP = (1/n) 1 1ᵀ,   A_HP = A - A_LP,   Â = A_LP + (1 + ω_{l,h}) A_HP,   ω initialised to 0,
-
-where ``n`` counts every key token (class token included; for window attention, every token of
-the window). Since ``A_LP V = 1 · mean_tokens(V)``,
-
-    Â V = (1 + ω) · (A V) - ω · 1 · mean_tokens(V),
-
-which holds for any ``A`` (with or without additive masks or biases inside the softmax) and
-never materialises an ``n × n`` matrix, so the attention itself stays in the fused
-``scaled_dot_product_attention`` kernel. :func:`attn_scale_output` is that closed form (with a
-hand-written backward pass, :class:`AttnScaleFunction`), :func:`attn_scale_matrix` the explicit
-``Â`` for when attention maps are looked at.
-
-Attention maps for analysis: wrap a forward pass in :func:`record_attention_maps`; every
-attention module that supports it then takes its explicit-matrix path and keeps ``Â``
-(the matrix that multiplies ``V``, before attention dropout), without changing the output.
+:func:`attn_scale_output` is the closed form on ``A V`` (hand-written backward),
+:func:`attn_scale_matrix` the explicit ``Â``; :func:`record_attention_maps` makes attention
+modules take their explicit path and keep ``Â`` without changing the output.
 """
 from contextlib import contextmanager
 

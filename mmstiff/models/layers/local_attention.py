@@ -1,31 +1,7 @@
-"""Local (window) multi-head self-attention on convolutional feature maps (docs/methods.md §10).
+"""Local (window) multi-head self-attention on convolutional feature maps, AlterNet's MSA.
 
-The MSA of AlterNet (Park & Kim, *How Do Vision Transformers Work?*, ICLR 2022, §4 and
-Appendix E; https://arxiv.org/abs/2202.06709): Swin's window attention with a learned relative
-position bias, without Swin's cyclic shift. A ``(B, C, H, W)`` map is cut into non-overlapping
-``w × w`` windows; inside each window of ``N = w²`` positions, per head ``h``,
-
-    A_h = softmax(Q_h K_hᵀ / √d + B),      out = W_o [A_1 V_1, ..., A_H V_H] + b_o,
-
-with ``Q, K, V`` 1×1 convolutions of the input (no bias), ``d`` the head dimension and ``B`` the
-``N × N`` relative position bias ``B[i, j] = T[y_j - y_i + w - 1, x_j - x_i + w - 1]``, read from
-one learned ``(2w - 1) × (2w - 1)`` table ``T`` that all heads share (as in the authors' code;
-Swin keeps one table per head).
-
-Maps the window does not divide: the map is zero-padded at the bottom and right to a multiple
-of ``w`` and the padded positions are masked out as keys (``-inf`` before the softmax), then
-cropped away. Every real position therefore attends to exactly the real positions of its
-window, edge windows being smaller, and a map smaller than the window gets global attention
-over the whole map. Where ``w`` divides the map nothing is padded and the layer computes
-exactly the unpadded window attention.
-
-The attention runs in the fused ``scaled_dot_product_attention`` kernel; inside
-:func:`~mmstiff.models.layers.record_attention_maps` it takes the explicit path and hands out
-the maps ``(B · windows, H, N, N)``.
-
-Knobs: ``num_heads``, ``head_dim`` (the inner width is their product, independent of the
-input width), ``window_size``, ``out_channels`` (the output projection may change the width),
-``proj_drop``.
+Swin's window attention with one shared relative-position-bias table and no cyclic shift; maps
+the window does not divide are padded and the padding masked as keys (docs/methods.md §10).
 """
 import torch
 import torch.nn as nn

@@ -1,30 +1,7 @@
 """Talking-heads self-attention (CaiT's patch layers) with optional AttnScale and FeatScale.
 
-Talking-heads attention (Shazeer et al., 2020, https://arxiv.org/abs/2003.02436), as CaiT
-(Touvron et al., 2021, https://arxiv.org/abs/2103.17239) uses it in its patch layers, mixes the
-heads twice, with learned ``H × H`` maps (and biases) acting on the head axis of the ``n × n``
-maps:
-
-    L = P_l · (q kᵀ / √d),     A = P_w · softmax(L),     out = A V,
-
-``P_l`` (``proj_l``) before the softmax, ``P_w`` (``proj_w``) after it. The heads are mixed, so
-the map is materialised in every case: there is no fused kernel to keep.
-
-AttnScale (anti-oversmoothing §3.1, Eq. 8-9; docs/methods.md §6) goes after the post-softmax
-head mixing ``P_w`` and before attention dropout, where the authors' CaiT code puts it:
-
-    Â = A_LP + (1 + ω_h) (A - A_LP),     A_LP = (1/n) 1 1ᵀ,
-
-with ``A`` the map that multiplies ``V``. After ``P_w`` a row of ``A`` need not sum to 1, but the
-expression is linear in ``A``, so the closed form ``Â V = (1 + ω)(A V) - ω · mean_tokens(V)``
-still holds and spares an ``n × n`` tensor per layer in training (the explicit ``Â`` is formed
-only while maps are recorded, or under attention dropout so that dropout acts on ``Â``). The
-authors' A_LP divides by ``n``, the number of patches (no class token in these layers).
-
-FeatScale (§3.2, Eq. 10; docs/methods.md §7) acts on the projected output, before the layer's
-LayerScale and drop-path.
-
-Parameter names are timm's ``TalkingHeadAttn`` (``qkv``, ``proj_l``, ``proj_w``, ``proj``).
+AttnScale goes after the post-softmax head mixing, FeatScale on the projected output
+(docs/methods.md §6, §7). Parameter names are timm's ``TalkingHeadAttn``'s.
 """
 import torch
 import torch.nn as nn

@@ -1,27 +1,7 @@
 """The MSA branch of a ViT block without its attention matrix (docs/methods.md §13, reading B).
 
-StepNet paper, Appendix G: "we propose to directly replace the attention modules in ViT with
-StepNet". Read literally, the token-mixing attention matrix ``softmax(q kᵀ / √d)`` goes and the
-branch keeps only what acts on each token by itself, the value and output projections,
-
-    f(h) = γ ⊙ (W_o (W_v h + b_v) + b_o),        h = LN(x),
-
-(``γ`` the LayerScale, identity by default; dropout and drop-path as in the MSA), so that the
-block's first Euler step is ``x + Δ ⊙ f(h)`` with ``Δ`` from a step-size adaptor (StepNet) that
-sees ``x`` and ``x + f``: the step size takes the attention's place. It equals the MSA with the
-attention matrix fixed to the identity (``I V = V``), so the number of heads does not matter.
-
-:class:`ValueBranch` subclasses mmpretrain's ``MultiheadAttention`` and keeps its parameter
-names, so ViT checkpoints load into it unchanged: ``W_v``, ``b_v`` are the value rows of the
-fused ``qkv`` projection (rows ``2C … 3C - 1``, the layout of mmpretrain and timm) and
-``W_o``, ``b_o`` are ``proj``. What the module holds but does not use:
-
-* the query and key rows of ``qkv.weight`` and ``qkv.bias`` (they receive zero gradients; a
-  decoupled weight decay such as AdamW's still shrinks them, which changes nothing here);
-* ``attn_drop`` (there is no attention matrix to drop).
-
-The fused ``qkv`` projection is never called as a module (only its value rows are applied), so
-recorders that rebuild attention maps from its output record nothing for this branch.
+``f(h) = W_o (W_v h + b_v) + b_o`` from the value rows of mmpretrain's fused ``qkv`` and its
+``proj``, so ViT checkpoints load unchanged (the query and key rows load and go unused).
 """
 import torch.nn.functional as F
 from mmpretrain.models.utils import MultiheadAttention

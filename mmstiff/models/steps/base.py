@@ -1,42 +1,7 @@
-"""The step-size adaptor abstraction (docs/methods.md §0).
+"""The step-size adaptor abstraction ``(x_t, f) -> Δ_t`` (docs/methods.md §0), and the helpers
+that let a backbone graft adaptors onto a plain checkpoint (docs/methods.md §3).
 
-A residual block is one explicit-Euler step of an ODE,
-
-    x_{t+1} = act(x_t + Δ_t ⊙ f(x_t)),
-
-and a *step-size adaptor* is the module that computes Δ_t from the current state ``x_t`` and
-the residual branch output ``f``. The plain ResNet (Δ ≡ 1), SE (Δ from f) and StepNet
-(Δ from x_t and x_t + f) are all adaptors, so a backbone takes ``adaptor=dict(type=...)``.
-
-Contract for every adaptor:
-
-* ``forward(x_t, f)`` returns Δ_t, broadcastable against ``f`` (e.g. ``(B, C, 1, 1)`` for
-  feature maps, ``(B, 1, C)`` for tokens, or a Python scalar for :class:`ConstantStep`).
-  The block then computes ``x_t + Δ_t * f`` itself.
-* Backbones build adaptors as ``MODELS.build(dict(cfg, channels=C, layout=...))``, so every
-  adaptor's constructor accepts ``channels`` (the number of channels of ``f``) and ``layout``.
-* ``layout`` says where the channels are: ``'nchw'`` (CNN feature maps, pooled over H, W) or
-  ``'nlc'`` (transformer tokens, pooled over the token axis).
-* An adaptor whose Δ_t depends on the states only through their means over the pooled axes
-  (SE, StepNet) sets :attr:`StepAdaptor.from_pooled` and implements
-  :meth:`StepAdaptor.step_from_pooled`; its ``forward(x_t, f, pooled=...)`` then takes the
-  means computed elsewhere (the fused step of :mod:`.fused_step`, docs/methods.md §0) and still
-  runs as a module call, so the hooks on it see Δ_t.
-* The trajectory recorder of :mod:`mmstiff.analysis` reads a block's step size as the output
-  of the :class:`StepAdaptor` submodule inside that block, so adaptors must be called exactly
-  once per block forward and must not be shared between blocks.
-* An adaptor with a ``start`` argument (``'paper'`` or ``'identity'``, see :data:`STARTS`)
-  re-applies its start in :meth:`StepAdaptor.reset_start`, which runs after MMEngine's
-  initialisers, so that ``init_weights()`` keeps an identity start (docs/methods.md §3,
-  "Starting from a plain checkpoint").
-
-Grafting adaptors onto a plain checkpoint also needs the backbone's help: the helpers at the
-end of this module let a backbone give back the start to the adaptors that its ``init_cfg``
-did not load (:func:`init_keeping_starts`), and let the adaptors' BN learn the statistics the
-checkpoint does not hold while ``norm_eval`` freezes the backbone's (:data:`ADAPTOR_NORMS`,
-:func:`release_adaptor_statistics`). An adaptor with a norm layer normalises as the backbone
-does unless told otherwise (:func:`adaptor_with_norm`; docs/methods.md §3, "The adaptor's
-normalisation").
+The contract every adaptor keeps is in docs/design.md, "The step-size adaptor contract".
 """
 import torch
 from mmengine.logging import MMLogger
