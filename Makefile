@@ -60,9 +60,11 @@ test: env
 test-slow: env
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
-## test-light: in $(LIGHT_VENV), the tests not marked det: proves mmstiff needs no mmdet there
+## test-light: in $(LIGHT_VENV), the library's tests not marked det or slow: proves mmstiff needs
+## no mmdet there (the slow ones run once, in $(VENV))
 test-light: env-light
-	$(LIGHT_VENV)/bin/python -m pytest -m "not det and not install" $(LIGHT_TESTS) $(PYTEST_ARGS)
+	$(LIGHT_VENV)/bin/python -m pytest -m "not det and not install and not slow" $(LIGHT_TESTS) \
+	    $(PYTEST_ARGS)
 
 $(LINT_VENV)/.ok: requirements/lint.txt
 	@test -x $(LINT_VENV)/bin/python || python3 -m venv $(LINT_VENV)
