@@ -2,7 +2,8 @@
 stiffness (docs/methods.md §14).
 
 * ``final_rel_error``: ``‖x̂_L − x(T)‖ / ‖x(T)‖`` over the whole split (root of the summed
-  squares), the flow's error; ``trajectory_rel_error`` the same over all ``L`` states.
+  squares), the flow's error; ``final_log_error`` its natural log (differences are log
+  ratios); ``trajectory_rel_error`` the same over all ``L`` states.
 * ``step_stiffness_corr``: the Pearson correlation, over every (sample, step) pair, of the
   step's mean step size ``mean_c Δ_{l,c}`` with ``log ρ_l``, ``ρ_l`` the local stiffness
   (spectral radius of the Jacobian) at the state the step starts from;
@@ -59,10 +60,9 @@ class FlowMetric(BaseMetric):
     def compute_metrics(self, results):
         states = torch.stack([r['states'] for r in results])          # (N, L, d)
         target = torch.stack([r['trajectory'] for r in results])
-        metrics = dict(
-            final_rel_error=float((states[:, -1] - target[:, -1]).norm()
-                                  / target[:, -1].norm()),
-            trajectory_rel_error=float((states - target).norm() / target.norm()))
+        final = float((states[:, -1] - target[:, -1]).norm() / target[:, -1].norm())
+        metrics = dict(final_rel_error=final, final_log_error=float(np.log(final)),
+                       trajectory_rel_error=float((states - target).norm() / target.norm()))
         if results[0]['steps'] is not None:
             steps = torch.stack([r['steps'] for r in results]).mean(dim=2)   # (N, L)
             rho = torch.stack([r['stiffness'] for r in results])

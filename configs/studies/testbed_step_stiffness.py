@@ -1,0 +1,35 @@
+# The stiff-dynamics testbed (docs/methods.md §14): do StepNet's learned step sizes shrink where
+# the system is locally stiff? The runs of testbed_stiff_flow (reused, not trained again); the
+# outcome is the correlation along each trajectory between a step's mean step size and the log
+# of the local stiffness (spectral radius of the Jacobian) where the step starts.
+#
+#   python tools/reproduce.py configs/studies/testbed_step_stiffness.py
+_stiff = 'configs/testbed/flow-resnet8-stepnet_relaxation-stiff.py'
+_nonstiff = 'configs/testbed/flow-resnet8-stepnet_relaxation-nonstiff.py'
+_se = ['model.adaptor.type=mmstiff.SEAdaptor']
+
+name = 'testbed_step_stiffness'
+claim = dict(
+    quote=('Similar to the adaptive step-size method which is effective in solving stiff ODEs, '
+           'we show that the SAM is also a stiffness-aware step size adaptor that can enhance '
+           "the model's representational ability to measure intrinsic SP by refining the "
+           'estimation of stiffness information and generating adaptive attention values.'),
+    source=('Huang et al., "Understanding Self-attention Mechanism via Dynamical System '
+            'Perspective", ICCV 2023, abstract (https://arxiv.org/abs/2308.09939); the '
+            'testbed and its prediction are the project\'s own'),
+    tested=('an adaptive step size that is stiffness-aware shrinks where the system is stiff: '
+            "along each test trajectory of the stiff task, StepNet's mean step size correlates "
+            'negatively with ln ρ, the local stiffness where the step starts, and more so than '
+            "SE's (which sees only f(x)). Secondary: the pooled correlation over every (sample, "
+            'step) pair, the step sizes per step, and the non-stiff task. 20 seeds.'))
+outcome = dict(metric='test/flow/step_stiffness_corr_trajectory',
+               comparison=['stepnet_stiff', 'se_stiff'], direction='less', margin=0.1)
+seeds = list(range(20))
+reuse = ['testbed_stiff_flow']
+runs = [
+    dict(label='se_stiff', config=_stiff, cfg_options=_se, baseline=True),
+    dict(label='stepnet_stiff', config=_stiff, baseline='se_stiff'),
+    dict(label='se_nonstiff', config=_nonstiff, cfg_options=_se, baseline=True),
+    dict(label='stepnet_nonstiff', config=_nonstiff, baseline='se_nonstiff'),
+]
+verdict = None
