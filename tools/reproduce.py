@@ -2,10 +2,14 @@
 """Run a reproduction study: every variant × seed trained, tested and analysed, then its page.
 
     python tools/reproduce.py STUDY [--jobs N] [--report-only] [--dry-run]
+                              [--configs NAME] [--set KEY=VALUE ...]
+                              [--launcher none|pytorch|slurm] [--gpus N] [--partition P]
+                              [--device cpu|cuda]
                               [--work-dir work_dirs/studies] [--results-dir docs/results]
 
 ``STUDY`` is a study file (``configs/studies/<name>.py`` or ``.yaml``; its fields are described
-in ``tools/study_spec.py``) or its name. Every run (variant, seed) goes through
+in docs/studies.md) or its name; the library half is :mod:`mmstiff.studies`, this file starts
+the processes. Every run (variant, seed) goes through
 ``tools/train.py`` (seed: ``--cfg-options randomness.seed=S``), ``tools/test.py CONFIG CKPT
 --out metrics.json`` and the study's analysis tools, each a separate process, in the run's own
 work dir ``<work dir>/<study>/<variant>/seed<S>/``; ``--jobs N`` runs N runs at a time. A
@@ -16,7 +20,7 @@ commands, wall times and numbers. Running the same command again skips the finis
 resumes an interrupted one (``tools/train.py --resume``, from the last checkpoint of its work
 dir); stop a study with Ctrl-C. After every run the numbers go to
 ``<results dir>/<study>/runs.json`` (the raw data to commit), the page
-``<results dir>/<study>/README.md`` with its figures is written from it (tools/study_report.py),
+``<results dir>/<study>/README.md`` with its figures is written from it (mmstiff/studies/report.py),
 and ``<results dir>/README.md`` indexes the studies. ``--report-only`` rewrites the page and
 the index from the existing runs.json without running anything (same bytes for the same
 runs.json and study file); do that after filling in the study's ``verdict``.
@@ -31,16 +35,21 @@ import os
 import os.path as osp
 import platform
 import shlex
+import subprocess
 import sys
 import threading
+import time
 from importlib import metadata
 
-from study_report import fmt_duration, write_index, write_page, write_runs
-from study_collect import collect_run
-from study_runs import (adopt_reused_runs, check_against_state, execute, needs_work, plan_runs,
-                        stop_all)
-from study_spec import REPO, StudyError, load_study, repo_relative
-from study_state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
+
+from mmstiff.studies import (Launch, StudyError, check_launch, load_study, plan_runs, runs_json,
+                             write_index, write_page, write_runs)
+from mmstiff.studies.collect import collect_run
+from mmstiff.studies.execute import execute, now
+from mmstiff.studies.format import fmt_duration
+from mmstiff.studies.plan import adopt_reused_runs, check_against_state, needs_work
+from mmstiff.studies.spec import REPO, repo_relative
+from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
 
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet')
 _print_lock = threading.Lock()
@@ -67,13 +76,27 @@ def parse_args(argv=None):
                         help='only rewrite the page and the index from the existing runs.json')
     parser.add_argument('--recollect', action='store_true',
                         help='read the numbers of the finished runs again from their work dirs '
-                        '(after an upgrade of tools/study_collect.py), then go on as usual')
+                        '(after an upgrade of mmstiff/studies/collect.py), then go on as usual')
     parser.add_argument('--dry-run', action='store_true',
                         help='print the runs and their commands, run nothing')
     parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
                         help='root of the runs\' work dirs (default work_dirs/studies)')
     parser.add_argument('--results-dir', default=osp.join(REPO, 'docs', 'results'),
                         help='where runs.json, the page and the index go (default docs/results)')
+    parser.add_argument('--configs', metavar='NAME',
+                        help="apply the study file's configs[NAME] (another config, e.g. the "
+                        'paper-scale one); the study is then named <name>.<NAME>')
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                        help='a config option added to every run (repeatable); use your own '
+                        '--work-dir and --results-dir for such a run')
+    parser.add_argument('--launcher', default='none', help='how train and test start: none '
+                        '(one process), pytorch (tools/dist_*.sh) or slurm (tools/slurm_*.sh)')
+    parser.add_argument('--gpus', type=positive_int, default=1,
+                        help='GPUs of each train / test stage (pytorch, slurm), or the GPUs the '
+                        'runs are spread over (--device cuda)')
+    parser.add_argument('--partition', help='the Slurm partition (--launcher slurm)')
+    parser.add_argument('--device', help='cpu: hide the GPUs; cuda: run i on GPU i mod --gpus, '
+                        '--jobs runs at a time (several small runs packed onto each GPU)')
     return parser.parse_args(argv)
 
 
@@ -94,42 +117,79 @@ def environment():
     return f'{device}; Python {platform.python_version()}, ' + ', '.join(versions)
 
 
-def runs_json(study, plans, state):
-    """The raw data of the results page: the study as run and every run's entry."""
-    entries = state.runs()
-    runs = []
-    for plan in plans:
-        entry = entries.get(plan.key, {})
-        runs.append(dict(
-            key=plan.key, variant=plan.variant.label, seed=plan.seed, work_dir=plan.work_dir,
-            status=entry.get('status', PENDING), error=entry.get('error'),
-            started=entry.get('started'), finished=entry.get('finished'),
-            wall_time_s=entry.get('wall_time_s'), checkpoint=entry.get('checkpoint'),
-            environment=entry.get('environment'),
-            reused_from=entry.get('reused_from'),
-            stages=[dict(name=s['name'], status=s.get('status'), attempts=s.get('attempts', []))
-                    for s in entry.get('stages', [])],
-            record=entry.get('record') or dict(metrics={}, curves={}, profiles={})))
-    common = len(study.cfg_options)
-    variants = [dict(label=v.label, config=v.config, cfg_options=list(v.cfg_options[common:]),
-                     is_baseline=v.is_baseline, compare_to=list(v.compare_to),
-                     seeds=list(v.seeds), analysis=list(v.analysis)) for v in study.variants]
-    return dict(format=1, study=dict(
-        name=study.name, file=repo_relative(study.file), claim=study.claim._asdict(),
-        cfg_options=list(study.cfg_options), variants=variants,
-        analysis_args={k: list(v) for k, v in study.analysis_args.items()}), runs=runs)
+def draw():
+    from mmstiff.visualization.study_figures import draw_study_figures
+    return draw_study_figures
 
 
 def write_report(study, results_dir, strict=True):
-    page = write_page(results_dir, study.name, study.claim._asdict(), study.verdict,
-                      repo_relative(study.file), strict)
-    return page, write_index(results_dir)
+    return write_page(results_dir, study, strict, draw()), write_index(results_dir)
 
 
-def publish(study, plans, state, results_dir):
+def publish(study, plans, state, results_dir, args):
     """Write runs.json from the state, then the page and the index from runs.json."""
-    write_runs(results_dir, runs_json(study, plans, state))
+    write_runs(results_dir, runs_json(study, plans, state, args.configs, args.set))
     return write_report(study, results_dir, strict=False)
+
+
+#: set when the runner stops (Ctrl-C): no new stage starts, running processes are terminated
+STOP = threading.Event()
+_children = set()
+_children_lock = threading.Lock()
+
+
+def stop_all():
+    """Stop the study: no stage starts any more, the running ones are terminated; the runs stay
+    ``running`` in the state, and resume in the next invocation."""
+    with _children_lock:
+        STOP.set()
+        for proc in _children:
+            if proc.poll() is None:
+                proc.terminate()
+
+
+def call(command, log_path):
+    """Run ``command`` from the repository root, output appended to ``log_path``; return
+    ``(return code, wall time in seconds)``."""
+    argv = list(command)
+    if 'python' in argv:  # the program (after `env NAME=VALUE ...`, if any) is this interpreter
+        argv[argv.index('python')] = sys.executable
+    env = dict(os.environ)
+    # one compute thread per process: next to data-loading workers (and other runs with
+    # --jobs) more threads oversubscribe the cores
+    env.setdefault('OMP_NUM_THREADS', '1')
+    with open(log_path, 'a') as log:
+        log.write(f'\n[{now()}] $ {shlex.join(command)}\n')
+        log.flush()
+        start = time.monotonic()
+        with _children_lock:
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env)
+            _children.add(proc)
+            if STOP.is_set():
+                proc.terminate()
+        try:
+            returncode = proc.wait()
+        finally:
+            with _children_lock:
+                _children.discard(proc)
+        wall = time.monotonic() - start
+        log.write(f'[{now()}] exit {returncode} after {wall:.1f} s\n')
+    return returncode, wall
+
+
+
+
+class ProcessLauncher:
+    """Starts the stages' processes for :func:`mmstiff.studies.execute.execute`."""
+
+    @staticmethod
+    def call(command, log_path):
+        return call(command, log_path)
+
+    @staticmethod
+    def stopped():
+        return STOP.is_set()
 
 
 def _stage_times(entry):
@@ -210,7 +270,7 @@ def run_study(study, plans, state, args, results_dir, work_root):
         entry = state.run(plan.key)
         resuming = entry.get('status') not in (None, PENDING)
         say(f'start {plan.key}{" (resuming)" if resuming else ""}: {plan.work_dir}')
-        return execute(plan, state, machine)
+        return execute(plan, state, machine, ProcessLauncher)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
     try:
@@ -221,7 +281,7 @@ def run_study(study, plans, state, args, results_dir, work_root):
             if entry.get('status') != DONE:
                 failed.append(plan.key)
             progress.finished(plan.key, entry)
-            publish(study, plans, state, results_dir)
+            publish(study, plans, state, results_dir, args)
     except BaseException:
         stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -234,12 +294,13 @@ def main(argv=None):
     args = parse_args(argv)
     results_dir = osp.abspath(args.results_dir)
     try:
-        study = load_study(args.study)
+        study = load_study(args.study, args.configs, args.set)
+        launch = check_launch(Launch(args.launcher, args.gpus, args.partition, args.device))
         if args.report_only:
             page, index = write_report(study, results_dir)
             say(f'wrote {repo_relative(page)} and {repo_relative(index)}')
             return 0
-        plans = plan_runs(study, osp.abspath(args.work_dir))
+        plans = plan_runs(study, osp.abspath(args.work_dir), launch)
         if args.dry_run:
             dry_run(plans)
             return 0
@@ -248,7 +309,7 @@ def main(argv=None):
             state = StudyState(osp.join(study_dir, STATE_FILE), study.name)
             failed = run_study(study, plans, state, args, results_dir,
                                osp.abspath(args.work_dir))
-            page, index = publish(study, plans, state, results_dir)
+            page, index = publish(study, plans, state, results_dir, args)
     except (StudyError, RuntimeError) as err:
         sys.exit(f'error: {err}')
     except KeyboardInterrupt:

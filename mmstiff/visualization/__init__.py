@@ -12,3 +12,5 @@ __all__ = ['plots', 'overlays']
 #: ``instruments``: the How-do-ViTs paper's Hessian spectrum, loss landscape and feature-map
 #: variance figures (tools/analysis/hessian.py, loss_landscape.py, feature_variance.py)
 __all__ += ['instruments']
+#: ``study_figures``: the figures of a study page (tools/reproduce.py)
+__all__ += ['study_figures']

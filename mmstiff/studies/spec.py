@@ -1,7 +1,7 @@
-"""The study file of ``tools/reproduce.py``: what to run, checked before any work starts.
+"""The study file: what a study runs and what it asks, checked before any work starts.
 
 A study file is a Python file (top-level names, like a config) or a YAML mapping, usually under
-``configs/studies/``::
+``configs/studies/``; docs/studies.md describes every field::
 
     name = 'stepnet_vs_se_fashion_mnist'          # folder name of the work dirs and results
     claim = dict(quote='...', source='paper, section, link', tested='what is measured here')
@@ -17,6 +17,8 @@ A study file is a Python file (top-level names, like a config) or a YAML mapping
         dict(label='stepnet', config='configs/demo/x.py', baseline=['plain', 'se'],
              seeds=[0, 1, 2, 3], analysis=['tns']),
     ]
+    outcome = dict(metric='test/accuracy/top1', comparison=['stepnet', 'plain'],
+                   direction='greater', margin=0.5)   # the primary outcome, declared first
     reuse = ['other_study']                        # take identical finished runs (optional)
     # after looking: None (not yet judged) or text with the numbers as placeholders
     verdict = 'StepNet − SE: {diff[stepnet][se][test/accuracy/top1]} points'
@@ -43,7 +45,10 @@ import runpy
 import string
 from typing import NamedTuple, Optional
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+from .errors import StudyError
+from .outcome import parse_outcome
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 STUDY_DIR = osp.join('configs', 'studies')
 STUDY_SUFFIXES = ('.py', '.yaml', '.yml')
 
@@ -55,18 +60,15 @@ ANALYSIS_TOOLS = {
 }
 #: the fields a study file may set, and whether it must
 FIELDS = {'name': True, 'claim': True, 'runs': True, 'seeds': False, 'analysis': False,
-          'analysis_args': False, 'cfg_options': False, 'reuse': False, 'verdict': False}
+          'analysis_args': False, 'cfg_options': False, 'reuse': False, 'verdict': False,
+          'outcome': False, 'configs': False}
 RUN_FIELDS = {'label': True, 'config': True, 'cfg_options': False, 'baseline': False,
               'seeds': False, 'analysis': False}
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
-VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p')
+VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
 NAME_PATTERN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 #: set by the runner from the seeds; a study may not set it through cfg_options
 SEED_KEY = 'randomness.seed'
-
-
-class StudyError(ValueError):
-    """A study file the runner cannot run, with the field, the value and what was expected."""
 
 
 class Claim(NamedTuple):
@@ -107,6 +109,8 @@ class Study(NamedTuple):
     analysis_args: dict
     verdict: Optional[str]
     reuse: tuple = ()
+    outcome: object = None
+    configs: tuple = ()
 
 
 def resolve_study_path(study):
@@ -333,13 +337,67 @@ def parse_study(fields, path):
             raise StudyError(f'reuse[{i}]={other!r}; expected the name of another study')
     return Study(name=name, file=path, claim=claim, variants=tuple(variants), cfg_options=common,
                  analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')),
-                 reuse=reuse)
+                 reuse=reuse, outcome=parse_outcome(fields.get('outcome'), variants),
+                 configs=tuple(sorted((fields.get('configs') or {}))))
 
 
-def load_study(study):
-    """Find, read and check a study file; see the module docstring for its fields."""
+CONFIG_SET_FIELDS = ('config', 'cfg_options', 'seeds', 'analysis_args')
+
+
+def apply_config_set(fields, config_set):
+    """The raw fields with the study's ``configs[config_set]`` applied: its ``config`` (a path
+    for every variant, or ``{label: path}``) replaces the variants' configs, its
+    ``cfg_options`` follow the study's, its ``seeds`` and ``analysis_args`` replace the study's,
+    and the study is named ``<name>.<config_set>`` (its own work dirs and page)."""
+    sets = fields.get('configs') or {}
+    if not isinstance(sets, dict):
+        raise StudyError(f'configs={sets!r}; expected dict(NAME=dict(config=..., '
+                         'cfg_options=[...]))')
+    if config_set not in sets:
+        raise StudyError(f'--configs {config_set!r}: the study file has no such entry; its '
+                         f'configs: {sorted(sets)}')
+    chosen = sets[config_set]
+    if not isinstance(chosen, dict) or set(chosen) - set(CONFIG_SET_FIELDS):
+        raise StudyError(f'configs[{config_set!r}]={chosen!r}; expected a dict of some of '
+                         f'{list(CONFIG_SET_FIELDS)}')
+    if not NAME_PATTERN.match(str(config_set)):
+        raise StudyError(f'configs has the key {config_set!r}; expected letters, digits, "_", '
+                         '"." or "-" (it names folders)')
+    fields = dict(fields, name=f'{fields.get("name")}.{config_set}')
+    config = chosen.get('config')
+    runs = [dict(run) for run in fields.get('runs') or []]
+    for run in runs:
+        if isinstance(config, dict):
+            run['config'] = config.get(run.get('label'), run.get('config'))
+        elif config is not None:
+            run['config'] = config
+    fields['runs'] = runs
+    fields['cfg_options'] = list(fields.get('cfg_options') or []) + list(
+        _string_list(chosen.get('cfg_options') or [], f'configs[{config_set!r}].cfg_options'))
+    for key in ('seeds', 'analysis_args'):
+        if chosen.get(key) is not None:
+            fields[key] = chosen[key]
+    return fields
+
+
+def load_study(study, config_set=None, overrides=()):
+    """Find, read and check a study file; see docs/studies.md for its fields.
+
+    Args:
+        study (str): a path or a name under ``configs/studies/``.
+        config_set (str | None): an entry of the file's ``configs`` to apply
+            (:func:`apply_config_set`).
+        overrides (Sequence[str]): ``key=value`` config options added to every run after the
+            study's own (``--set``).
+    """
     path = resolve_study_path(study)
-    return parse_study(read_study_fields(path), path)
+    fields = read_study_fields(path)
+    if config_set is not None:
+        fields = apply_config_set(fields, config_set)
+    if overrides:
+        fields = dict(fields, cfg_options=list(fields.get('cfg_options') or [])
+                      + list(_cfg_options(list(overrides), '--set')))
+    return parse_study(fields, path)
 
 
 def repo_relative(path):

@@ -28,7 +28,7 @@ import math
 import os.path as osp
 import re
 
-from study_spec import ANALYSIS_TOOLS
+from .spec import ANALYSIS_TOOLS
 
 #: a curve longer than this is thinned to every k-th point (the last one always kept)
 MAX_CURVE_POINTS = 1000

@@ -1,0 +1,69 @@
+"""``docs/results/README.md``: one row per study folder, with its verdict category."""
+import glob
+import json
+import os
+import os.path as osp
+
+from .errors import StudyError
+from .format import code, fmt, fmt_interval, fmt_signed, table
+from .numbers import StudyNumbers
+from .report import PAGE, RUNS_FILE
+from .spec import load_study
+from .state import DONE
+
+
+def _primary(numbers):
+    if numbers.primary is None:
+        return 'no declared outcome', '–', '–'
+    o, j = numbers.outcome, numbers.primary['judgement']
+    d = j.difference
+    if d is None or d.low is None:
+        return j.category, '–', '–'
+    scale = (d.high - d.low) / 2 if d.high != d.low else None
+    return (j.category, f'{code(o.metric)} {o.variant} − {o.baseline}: '
+            f'{fmt_signed(d.difference, scale)} {fmt_interval(d.low, d.high, scale)}',
+            fmt(j.mde, scale))
+
+
+def write_index(results_dir):
+    """Write ``<results_dir>/README.md`` from every ``<results_dir>/*/runs.json``."""
+    rows = []
+    for path in sorted(glob.glob(osp.join(results_dir, '*', RUNS_FILE))):
+        with open(path) as f:
+            runs_data = json.load(f)
+        info = runs_data['study']
+        try:
+            study = load_study(info['file'], info.get('config_set'), info.get('overrides', ()))
+            source = study.claim.source
+            category, effect, mde = _primary(StudyNumbers(runs_data, study.outcome))
+        except StudyError as err:
+            source, category, effect, mde = info['claim']['source'], (
+                f'(study file {info["file"]} unreadable: {err})'), '–', '–'
+        done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
+        folder = osp.basename(osp.dirname(path))
+        rows.append([f'[{info["name"]}]({folder}/{PAGE})', source, category, effect, mde,
+                     f'{done}/{len(runs_data["runs"])}'])
+    lines = ['# Reproduction studies', '',
+             'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '
+             'the raw numbers of every run (`runs.json`) and the figures. A study file in '
+             '`configs/studies/` names the claim, the variants, the seeds and, before any run, '
+             'the primary outcome and the smallest effect of interest (docs/studies.md); run '
+             'one with', '', '```bash',
+             'make reproduce STUDY=configs/studies/<study>.py   # or: python '
+             'tools/reproduce.py configs/studies/<study>.py [--jobs N]', '```', '',
+             'and regenerate its page with `python tools/reproduce.py '
+             'configs/studies/<study>.py --report-only`. The verdict category is computed by '
+             'the runner from the declared outcome: *held* (the 95% interval excludes 0 in the '
+             'claimed direction), *did not hold* (it excludes the smallest effect of interest), '
+             '*inconclusive* (neither; the MDE column says what the study could have seen). '
+             'This index is rewritten with every page.', '']
+    if rows:
+        lines += table(['study', 'claim from', 'verdict', 'primary effect, 95% CI',
+                        'MDE (80% power)', 'runs done'], rows)
+    else:
+        lines += ['No study has been run yet.']
+    out = osp.join(results_dir, PAGE)
+    os.makedirs(results_dir, exist_ok=True)
+    with open(out, 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+    return out

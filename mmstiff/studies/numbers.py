@@ -1,0 +1,178 @@
+"""The statistics of a study's runs.json: per variant and metric, against baselines, and the
+judgement of the declared primary outcome (docs/studies.md, docs/methods.md §13)."""
+import math
+import string
+
+from mmstiff.analysis.statistics import summarize
+from .errors import StudyError
+from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
+from .outcome import judge
+from .state import DONE
+from .statistics import (bh_q_values, correlation, mean_interval, minimum_detectable_effect,
+                         seeds_for_effect, sign_counts, tost_p_value, welch_difference)
+
+CONFIDENCE = 0.95
+ALPHA = 1 - CONFIDENCE
+POWER = 0.8
+VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
+
+
+def trajectory_correlation(record):
+    """Pearson r across the blocks of one network between the mean NSI and the mean step size
+    of each block (``tns/nsi`` and ``tns/step`` profiles): one correlation per trajectory."""
+    profiles = record.get('profiles', {})
+    nsi, step = profiles.get('tns/nsi'), profiles.get('tns/step')
+    if not nsi or not step:
+        return None
+    by_block = dict(zip(nsi['x'], nsi['y']))
+    pairs = [(by_block[b], s) for b, s in zip(step['x'], step['y']) if b in by_block]
+    if len(pairs) < 3:
+        return None
+    r = correlation([p[0] for p in pairs], [p[1] for p in pairs]).r
+    return None if math.isnan(r) else r
+
+
+#: metrics computed from a run's record when the page is written: name -> function(record)
+DERIVED = {'derived/nsi_step_corr/per_trajectory': trajectory_correlation}
+
+
+class StudyNumbers:
+    """Per variant and metric: seed values, summaries, mean intervals; per compared pair: Welch
+    differences, BH q-values over every comparison but the primary one; the primary judgement.
+
+    Args:
+        runs_data (dict): a runs.json.
+        outcome (Outcome | None): the study's declared primary outcome.
+    """
+
+    def __init__(self, runs_data, outcome=None):
+        self.variants = runs_data['study']['variants']
+        self.labels = [v['label'] for v in self.variants]
+        self.runs = runs_data['runs']
+        self.done = {label: [r for r in self.runs if r['variant'] == label and r['status'] == DONE]
+                     for label in self.labels}
+        self.values = {}  # label -> metric -> [(seed, value)]
+        for label, runs in self.done.items():
+            per_metric = self.values.setdefault(label, {})
+            for run in runs:
+                metrics = dict(run['record']['metrics'])
+                for name, function in DERIVED.items():
+                    value = function(run['record'])
+                    if value is not None:
+                        metrics[name] = value
+                for metric, value in metrics.items():
+                    per_metric.setdefault(metric, []).append((run['seed'], value))
+        self.metrics = sorted({m for per in self.values.values() for m in per},
+                              key=metric_sort_key)
+        self.summary = {label: {m: summarize([v for _, v in pairs])
+                                for m, pairs in self.values[label].items()}
+                        for label in self.labels}
+        self.mean_intervals = {label: {m: mean_interval([v for _, v in pairs], CONFIDENCE)
+                                       for m, pairs in self.values[label].items()}
+                               for label in self.labels}
+        self.differences = {}  # (label, baseline) -> metric -> Difference
+        for variant in self.variants:
+            for baseline in variant['compare_to']:
+                pair = self.differences.setdefault((variant['label'], baseline), {})
+                for metric in self.metrics:
+                    a = self.values[baseline].get(metric)
+                    b = self.values[variant['label']].get(metric)
+                    if a and b:
+                        pair[metric] = welch_difference([v for _, v in a], [v for _, v in b],
+                                                        CONFIDENCE)
+        self.outcome = outcome
+        self.q_values = self._q_values()
+        self.primary = self._primary() if outcome is not None else None
+
+    def _is_primary(self, label, baseline, metric):
+        o = self.outcome
+        return o is not None and (label, baseline, metric) == (o.variant, o.baseline, o.metric)
+
+    def _q_values(self):
+        """BH q-values of every secondary comparison (all but the primary one), as one family."""
+        keys = [(pair, metric) for pair, per_metric in self.differences.items()
+                for metric in per_metric if not self._is_primary(*pair, metric)]
+        qs = bh_q_values([self.differences[pair][metric].p_value for pair, metric in keys])
+        return dict(zip(keys, qs))
+
+    def paired(self, label, baseline, metric):
+        """``[(variant value, baseline value)]`` of the seeds both have, in seed order."""
+        a = dict(self.values[baseline].get(metric, []))
+        b = dict(self.values[label].get(metric, []))
+        return [(b[s], a[s]) for s in sorted(set(a) & set(b))]
+
+    def mde(self, label, baseline, metric):
+        d = self.differences.get((label, baseline), {}).get(metric)
+        return None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA, POWER)
+
+    def _primary(self):
+        o = self.outcome
+        d = self.differences.get((o.variant, o.baseline), {}).get(o.metric)
+        mde = self.mde(o.variant, o.baseline, o.metric)
+        tost = None if d is None else tost_p_value(d, o.margin)
+        judgement = judge(o, d, mde, tost, ALPHA)
+        sa = self.summary[o.baseline].get(o.metric)
+        sb = self.summary[o.variant].get(o.metric)
+        seeds = None if sa is None or sb is None else seeds_for_effect(
+            sa.std, sb.std, o.margin, ALPHA, POWER)
+        link = None
+        if o.link:
+            pairs = [(r['record']['metrics'][o.metric], r['record']['metrics'][o.link])
+                     for label in self.labels for r in self.done[label]
+                     if o.metric in r['record']['metrics'] and o.link in r['record']['metrics']]
+            if pairs:
+                link = correlation([p[0] for p in pairs], [p[1] for p in pairs], CONFIDENCE)
+        return dict(judgement=judgement, seeds_for_margin=seeds, link=link,
+                    signs=sign_counts(self.paired(o.variant, o.baseline, o.metric)))
+
+    def verdict_namespace(self):
+        """The values a verdict template can use (docs/studies.md), as strings."""
+        ns = {name: {} for name in VERDICT_NAMES}
+        for label in self.labels:
+            for metric, s in self.summary[label].items():
+                ns['mean'].setdefault(label, {})[metric] = fmt(s.mean, s.std)
+                interval = self.mean_intervals[label][metric]
+                ns['mean_ci'].setdefault(label, {})[metric] = fmt_interval(
+                    *(interval or (None, None)), s.std)
+                ns['std'].setdefault(label, {})[metric] = fmt(s.std)
+                ns['n'].setdefault(label, {})[metric] = str(s.n)
+        for variant in self.variants:
+            label = variant['label']
+            for i, baseline in enumerate(variant['compare_to']):
+                for metric, d in self.differences[(label, baseline)].items():
+                    scale = None if d.low is None else (d.high - d.low) / 2
+                    q = self.q_values.get(((label, baseline), metric))
+                    texts = dict(diff=fmt_signed(d.difference, scale),
+                                 ci=fmt_interval(d.low, d.high, scale), p=fmt_p(d.p_value),
+                                 q=fmt_p(q) if q is not None else '– (primary outcome)')
+                    for name, text in texts.items():
+                        ns[name].setdefault(label, {}).setdefault(baseline, {})[metric] = text
+                        if i == 0:
+                            ns[name][label][metric] = text
+        return ns
+
+
+class _VerdictFormatter(string.Formatter):
+    def get_field(self, field_name, args, kwargs):
+        try:
+            return super().get_field(field_name, args, kwargs)
+        except (KeyError, IndexError, AttributeError) as err:
+            raise StudyError(f'verdict refers to {{{field_name}}}, which has no value ({err!r} '
+                             'is missing); use the variant labels, baseline labels and metric '
+                             'names of the results page') from None
+
+
+def verdict_text(verdict, numbers, strict=True):
+    """The verdict prose with its numbers filled in, or ``not yet judged``.
+
+    A placeholder without a value raises :class:`StudyError`; with ``strict=False`` (a study
+    still running) the text says so instead.
+    """
+    if not verdict:
+        return 'not yet judged'
+    try:
+        return _VerdictFormatter().vformat(verdict, (), numbers.verdict_namespace())
+    except StudyError as err:
+        if strict:
+            raise
+        return f'not yet judged ({err})'

@@ -1,0 +1,185 @@
+"""A study page, written from its ``runs.json`` and its study file alone.
+
+``docs/results/<study>/runs.json`` holds everything the page shows (the study as it was run,
+every run's status, wall times, commands and collected numbers); the claim, the declared
+outcome and the verdict prose come from the study file, so a verdict written after looking at
+the numbers only needs ``tools/reproduce.py STUDY --report-only``. The page is a pure function
+of the two: no clock, no machine state, rows in a fixed order, every number through
+:mod:`mmstiff.studies.format`, so writing it again gives the same bytes. It opens with the
+claim, the declared outcome, the verdict category the runner computed, the effect with its
+interval and the minimum detectable effect (docs/studies.md).
+"""
+import glob
+import json
+import os
+import os.path as osp
+
+from . import tables
+from .errors import StudyError
+from .format import code, fmt, fmt_interval, fmt_p, fmt_signed
+from .numbers import ALPHA, POWER, StudyNumbers, verdict_text
+from .outcome import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
+from .state import DONE, dump_json
+
+RUNS_FILE = 'runs.json'
+PAGE = 'README.md'
+WORDS = dict(greater='greater than', less='less than')
+
+
+def outcome_line(outcome):
+    """The declared primary outcome, in words."""
+    if outcome is None:
+        return ('- **Declared outcome:** none (the study file declares no primary outcome; '
+                'every comparison on this page is exploratory).')
+    o = outcome
+    claim = (f'equivalent within ±{fmt(o.margin)}' if o.direction == 'equivalent' else
+             f'{o.variant} {WORDS[o.direction]} {o.baseline}, smallest effect of interest '
+             f'{fmt(o.margin)}')
+    return f'- **Declared outcome:** {code(o.metric)}, {o.variant} − {o.baseline}: {claim}.'
+
+
+def _why(outcome, judgement, scale):
+    j = judgement
+    if j.category == INCONCLUSIVE:
+        return f'{j.reason}; the effect it could have detected: {fmt(j.mde, scale)}'
+    if j.category == NOT_HELD and outcome.direction == 'equivalent':
+        return f'{j.reason}; it rules out a difference smaller than {fmt(j.ruled_out, scale)}'
+    if j.category == NOT_HELD:
+        return (f'{j.reason}; it rules out an effect beyond {fmt_signed(j.ruled_out, scale)} '
+                'in the claimed direction')
+    return j.reason
+
+
+def primary_lines(numbers):
+    """The verdict category, the effect with its interval, the MDE, the signs, the link."""
+    o, primary = numbers.outcome, numbers.primary
+    if o is None:
+        return []
+    j = primary['judgement']
+    if j.category == NOT_RUN:
+        return [f'- **Verdict: {NOT_RUN}** ({j.reason}).']
+    d = j.difference
+    scale = (d.high - d.low) / 2 if d.high != d.low else None
+    sa, sb = numbers.summary[o.baseline][o.metric], numbers.summary[o.variant][o.metric]
+    seeds = primary['seeds_for_margin']
+    lines = [f'- **Verdict: {j.category}** ({_why(o, j, scale)}).',
+             f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
+             f'{fmt_interval(d.low, d.high, scale)} (Welch; {sb.n} and {sa.n} seeds; p = '
+             f'{fmt_p(d.p_value)}); seeds with {o.variant} above / below {o.baseline}: '
+             f'{primary["signs"][0]} / {primary["signs"][1]}.',
+             f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
+             f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
+             f'{fmt(o.margin)}: {seeds if seeds else "more than 1000"}.']
+    if o.direction == 'equivalent':
+        lines.append(f'- **Equivalence (TOST against ±{fmt(o.margin)}):** p = '
+                     f'{fmt_p(j.tost_p)}.')
+    link = primary['link']
+    if link is not None:
+        text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], p = '
+                f'{fmt_p(link.p_value)}' if link.low is not None else
+                'undefined (fewer than 3 runs or no spread)')
+        lines.append(f'- **Link:** Pearson {text} between {code(o.metric)} and '
+                     f'{code(o.link)} over the {link.n} finished runs of every variant.')
+    return lines
+
+
+def category(numbers):
+    """The runner's verdict category (None without a declared outcome)."""
+    return None if numbers.primary is None else numbers.primary['judgement'].category
+
+
+def checked_verdict(verdict, numbers, strict=True):
+    """The verdict prose filled in, refused (:class:`StudyError`) when it contradicts the
+    category, with ``strict``; without it, a contradiction is said in the text."""
+    text = verdict_text(verdict, numbers, strict)
+    found = category(numbers)
+    if verdict and found not in (None, NOT_RUN):
+        try:
+            check_prose(found, text)
+        except StudyError as err:
+            if strict:
+                raise
+            text += f' (not checked: {err})'
+    return text
+
+
+def render_page(runs_data, study, figures, strict=True):
+    """The Markdown of a study page (a string); ``study``: the checked study file."""
+    info = runs_data['study']
+    numbers = StudyNumbers(runs_data, study.outcome)
+    claim = study.claim
+    study_file = info['file']
+    done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
+    lines = [f'# {info["name"]}', '',
+             *[f'> {line}' if line else '>' for line in claim.quote.splitlines()], '',
+             f'— {claim.source}', '', outcome_line(study.outcome), *primary_lines(numbers), '',
+             '<!-- Written by tools/reproduce.py from runs.json and the study file; regenerate '
+             f'with: python tools/reproduce.py {study_file} --report-only -->', '',
+             f'Study file: {code(study_file)} · raw data: [{RUNS_FILE}]({RUNS_FILE}) · '
+             f'{done} of {len(runs_data["runs"])} runs done.', '']
+    if claim.tested:
+        lines += [f'Tested here: {claim.tested}', '']
+    lines += ['## Verdict', '', checked_verdict(study.verdict, numbers, strict), '',
+              '## Setup', '', *tables.setup(info), '',
+              '## Results: mean ± std over seeds', '',
+              'Sample standard deviation (n − 1); n = finished seeds. `test/` from '
+              '`tools/test.py --out`, `val/` the last validation during training, `train/` '
+              'from the JSON log (time per iteration: MMEngine\'s smoothed iteration time), '
+              '`log/` the last values of the diagnostic hooks, `derived/` computed from a '
+              'run\'s profiles when the page is written, the others from the analysis tools. '
+              'Decimals: two significant digits of the SD.', '', *tables.results(numbers), '',
+              '## Secondary comparisons (Welch t, Benjamini–Hochberg q)', '',
+              'Difference = mean(variant) − mean(baseline), with the 95% Welch interval '
+              '(mmstiff/studies/statistics.py; docs/methods.md §13). These are exploratory: '
+              'the primary outcome above is the study\'s test.', '',
+              *tables.differences(numbers), '',
+              '## Per seed', '', *tables.per_seed(numbers), '',
+              '## Wall time', '', *tables.wall_times(runs_data), '']
+    if figures:
+        lines += ['## Figures', '', 'One line per variant: the mean over its seeds; shaded or '
+                  'error bars: ± one standard deviation.', '']
+        for file, caption in figures:
+            lines += [f'![{caption}]({file})', '', f'*{caption}.*', '']
+    lines += ['## Commands', '', *tables.commands(runs_data), '']
+    return '\n'.join(lines)
+
+
+def read_runs(results_dir, name):
+    path = osp.join(results_dir, name, RUNS_FILE)
+    if not osp.isfile(path):
+        raise StudyError(f'{path} does not exist; run the study first (without --report-only)')
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_page(results_dir, study, strict=True, draw=None):
+    """Write ``<results_dir>/<study>/README.md`` (and its figures) from its runs.json.
+
+    Args:
+        study (Study): the checked study file.
+        strict (bool): refuse a verdict that cannot be filled in or contradicts the category.
+        draw (callable | None): ``draw(labels, done, out_dir) -> [(file, caption)]`` writes the
+            figures (:func:`mmstiff.visualization.study_figures.draw_study_figures`); None
+            keeps the page without figures.
+    """
+    runs_data = read_runs(results_dir, study.name)
+    out_dir = osp.join(results_dir, study.name)
+    numbers = StudyNumbers(runs_data, study.outcome)
+    checked_verdict(study.verdict, numbers, strict)  # a bad verdict fails before any writing
+    figures = draw(numbers.labels, numbers.done, out_dir) if draw else []
+    for stale in glob.glob(osp.join(out_dir, '*.png')):
+        if draw and osp.basename(stale) not in {f for f, _ in figures}:
+            os.remove(stale)
+    path = osp.join(out_dir, PAGE)
+    with open(path, 'w') as f:
+        f.write(render_page(runs_data, study, figures, strict))
+    return path
+
+
+def write_runs(results_dir, runs_data):
+    """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes)."""
+    return dump_json(runs_data, osp.join(results_dir, runs_data['study']['name'], RUNS_FILE))
+
+
+__all__ = ['HELD', 'NOT_HELD', 'INCONCLUSIVE', 'render_page', 'write_page', 'write_runs',
+           'read_runs', 'category']

@@ -1,0 +1,150 @@
+"""Inference over the seeds of a study: Welch intervals, TOST, power, Benjamini–Hochberg.
+
+Every distribution comes from SciPy (Student's t, Pearson's r, the BH step-up); the formulas
+and the choices (two-sided 95 %, power 80 %) are in docs/methods.md §13 and docs/studies.md.
+Pure functions on sequences of floats.
+"""
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+from scipy import stats
+
+from mmstiff.analysis.statistics import sample_std
+
+
+class Difference(NamedTuple):
+    """``mean(variant) - mean(baseline)`` with its Welch t confidence interval.
+
+    ``low``, ``high``, ``df``, ``std_error``, ``t`` and ``p_value`` are None when a group has
+    fewer than two values; when neither group has any spread the interval is the point
+    ``[difference, difference]`` and ``t``, ``p_value`` are None.
+    """
+    difference: float
+    low: Optional[float]
+    high: Optional[float]
+    df: Optional[float]
+    std_error: Optional[float]
+    t: Optional[float]
+    p_value: Optional[float]
+    confidence: float
+
+
+class Correlation(NamedTuple):
+    """Pearson's r of ``n`` pairs with its Fisher-z interval and two-sided p-value."""
+    n: int
+    r: float
+    low: Optional[float]
+    high: Optional[float]
+    p_value: Optional[float]
+
+
+def _floats(values, name):
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError(f'{name} is empty; expected at least one number')
+    return values
+
+
+def _check_confidence(confidence):
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f'confidence={confidence}; expected a number in (0, 1)')
+
+
+def mean_interval(values, confidence=0.95):
+    """The Student-t interval ``(low, high)`` of the mean of ``values``; None below 2 values."""
+    _check_confidence(confidence)
+    values = _floats(values, 'values')
+    if len(values) < 2:
+        return None
+    low, high = stats.t.interval(confidence, len(values) - 1, loc=np.mean(values),
+                                 scale=sample_std(values) / math.sqrt(len(values)))
+    return float(low), float(high)
+
+
+def welch_difference(baseline, variant, confidence=0.95):
+    """:class:`Difference` of ``mean(variant) - mean(baseline)`` (Welch's unequal-variance t)."""
+    _check_confidence(confidence)
+    a, b = _floats(baseline, 'baseline'), _floats(variant, 'variant')
+    difference = float(np.mean(b) - np.mean(a))
+    if len(a) < 2 or len(b) < 2:
+        return Difference(difference, None, None, None, None, None, None, confidence)
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    std_error = math.sqrt(va + vb)
+    if std_error == 0.0:
+        return Difference(difference, difference, difference, None, 0.0, None, None,
+                          confidence)
+    result = stats.ttest_ind(b, a, equal_var=False)
+    interval = result.confidence_interval(confidence)
+    return Difference(difference, float(interval.low), float(interval.high), float(result.df),
+                      std_error, float(result.statistic), float(result.pvalue), confidence)
+
+
+def tost_p_value(difference, margin):
+    """Two one-sided tests of ``|true difference| < margin`` from a :class:`Difference`: the
+    larger one-sided p-value (equivalence shown at level α when it is below α)."""
+    if not margin > 0:
+        raise ValueError(f'margin={margin}; expected a positive smallest effect of interest')
+    d = difference
+    if d.std_error is None:
+        return None
+    if d.std_error == 0.0:
+        return 0.0 if abs(d.difference) < margin else 1.0
+    lower = stats.t.sf((d.difference + margin) / d.std_error, d.df)
+    upper = stats.t.cdf((d.difference - margin) / d.std_error, d.df)
+    return float(max(lower, upper))
+
+
+def minimum_detectable_effect(std_error, df, alpha=0.05, power=0.8):
+    """The true difference a two-sided level-``alpha`` Welch test finds with probability
+    ``power``: ``(t_{1-α/2, ν} + t_{power, ν}) · se`` for the observed ``se`` and ``ν``."""
+    if std_error is None or df is None:
+        return None
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * std_error)
+
+
+def seeds_for_effect(std_a, std_b, effect, alpha=0.05, power=0.8, limit=1000):
+    """Seeds per variant for a minimum detectable effect of at most ``effect`` with the
+    standard deviations ``std_a``, ``std_b`` (Welch–Satterthwaite ν); None beyond ``limit``."""
+    if None in (std_a, std_b) or not effect > 0:
+        return None
+    for n in range(2, limit + 1):
+        va, vb = std_a ** 2 / n, std_b ** 2 / n
+        if va + vb == 0:
+            return n
+        df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+        if minimum_detectable_effect(math.sqrt(va + vb), df, alpha, power) <= effect:
+            return n
+    return None
+
+
+def bh_q_values(p_values):
+    """Benjamini–Hochberg adjusted p-values (q-values), in the order given; None stays None."""
+    known = [i for i, p in enumerate(p_values) if p is not None]
+    q = [None] * len(p_values)
+    if known:
+        adjusted = stats.false_discovery_control([p_values[i] for i in known], method='bh')
+        for i, value in zip(known, adjusted):
+            q[i] = float(value)
+    return q
+
+
+def sign_counts(pairs):
+    """``(above, below, equal)``: how many ``(variant, baseline)`` pairs of the same seed have
+    the variant above, below or equal to the baseline."""
+    above = sum(1 for v, b in pairs if v > b)
+    below = sum(1 for v, b in pairs if v < b)
+    return above, below, len(pairs) - above - below
+
+
+def correlation(x, y, confidence=0.95):
+    """:class:`Correlation` of the paired values ``x``, ``y`` (None fields below 3 pairs)."""
+    x, y = _floats(x, 'x'), _floats(y, 'y')
+    if len(x) != len(y):
+        raise ValueError(f'x has {len(x)} values and y {len(y)}; expected pairs')
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return Correlation(len(x), math.nan, None, None, None)
+    result = stats.pearsonr(x, y)
+    interval = result.confidence_interval(confidence)
+    return Correlation(len(x), float(result.statistic), float(interval.low),
+                       float(interval.high), float(result.pvalue))

@@ -1,0 +1,105 @@
+"""The figures of a study page: every variant's curves and per-block profiles overlaid.
+
+Reads runs.json entries (their ``record``: curves over training, profiles along the network);
+each figure shows the mean over seeds ± one standard deviation per variant (docs/studies.md).
+"""
+import os.path as osp
+
+from .overlays import overlay_curves, overlay_profiles
+
+#: figure file -> (profile names by preference, y label, title, x label, reference line)
+PROFILE_FIGURES = {
+    'nsi_per_block.png': (('tns/nsi', 'log/nsi'), 'mean NSI ζ (dimensionless)',
+                          'Neural stiffness index per block', 'block', None),
+    'step_size_per_block.png': (('tns/step', 'log/step'), 'mean step size Δ (dimensionless)',
+                                'Step size per block', 'block', None),
+    'dlogamp_per_block.png': (('spectrum/dlogamp', 'log/dlogamp'),
+                              'Δ log amplitude at 1.0π (log units)',
+                              'High-frequency log amplitude per state', 'state after the step',
+                              0.0),
+    'hf_ratio_per_block.png': (('spectrum/hf_ratio', 'log/hf_ratio'),
+                               '||HC[X]|| / ||X|| (fraction)', 'High-frequency ratio per state',
+                               'state after the step', None),
+    'nsi_step_corr_per_block.png': (('log/nsi_step_corr', ), 'Pearson r (NSI, Δ) over the batch',
+                                    'NSI–step-size correlation per block, last recorded batch',
+                                    'block', 0.0),
+    'nsi_step_corr_training_mean_per_block.png': (
+        ('log/nsi_step_corr_training_mean', ), 'Pearson r (NSI, Δ) over the batch',
+        'NSI–step-size correlation per block, mean over training', 'block', 0.0),
+    'token_cos_per_block.png': (('log/token_cos', ), 'token cosine similarity M_feat',
+                                'Token cosine similarity per state, last recorded batch',
+                                'state after the step', None),
+    'noise_robustness.png': (('freq_noise/drop',), 'accuracy drop (percentage points)',
+                             'Accuracy drop under frequency-band noise',
+                             'noise band centre frequency (×π rad/sample)', 0.0),
+}
+SOURCES = {'tns': 'tools/analysis/tns.py', 'spectrum': 'tools/analysis/spectrum.py',
+           'freq_noise': 'tools/analysis/freq_noise.py',
+           'log': 'training log, last recorded iteration'}
+CURVE_KEYWORDS = ('top1', 'accuracy', 'mAP')
+
+
+def _series(runs, kind, name):
+    """``{x: y}`` of every run that has the curve / profile ``name``."""
+    out = []
+    for run in runs:
+        item = run['record'][kind].get(name)
+        if item and item['x']:
+            out.append(dict(zip(item['x'], item['y'])))
+    return out
+
+
+def _x_label(runs, kind, name):
+    for run in runs:
+        item = run['record'][kind].get(name)
+        if item:
+            return item['x_label']
+    return ''
+
+
+def draw_study_figures(labels, done, out_dir):
+    """Overlay figures of a study's finished runs in ``out_dir``; returns ``[(file, caption)]``.
+
+    Args:
+        labels (list[str]): the variants, in table order (one colour each).
+        done (dict[str, list[dict]]): the finished runs of each variant (runs.json entries).
+        out_dir (str): where the PNG files go.
+    """
+    colors = {label: f'C{i % 10}' for i, label in enumerate(labels)}
+    runs = [r for label in labels for r in done[label]]
+    figures = []
+    curves = sorted({c for r in runs for c in r['record']['curves']})
+    val_curves = [c for c in curves if c.startswith('val/')]
+    chosen = [c for c in val_curves if any(k in c for k in CURVE_KEYWORDS)] or val_curves
+    for name in [c for c in curves if c == 'train/loss'] + chosen:
+        series = {label: _series(done[label], 'curves', name) for label in labels}
+        series = {k: v for k, v in series.items() if v}
+        if not series:
+            continue
+        file = name.replace('/', '_') + '.png'
+        x_label = _x_label(runs, 'curves', name)
+        what = 'Training loss' if name == 'train/loss' else f'Validation {name[4:]}'
+        overlay_curves(series, osp.join(out_dir, file), x_label,
+                       name[4:] if name.startswith('val/') else 'loss',
+                       f'{what} (mean ± std over seeds)', colors=colors)
+        figures.append((file, f'{what} per {x_label}'))
+    for file, (sources, ylabel, title, default_x, hline) in PROFILE_FIGURES.items():
+        # the source most variants have (the first listed on a tie): one source per figure
+        counts = [sum(1 for label in labels
+                      if any(s in r['record']['profiles'] for r in done[label]))
+                  for s in sources]
+        if not max(counts):
+            continue
+        name = sources[counts.index(max(counts))]
+        series = {label: _series(done[label], 'profiles', name)
+                  for label in labels}
+        series = {k: v for k, v in series.items() if v}
+        source = ('training log, mean over the recorded iterations'
+                  if name.endswith('_training_mean') else SOURCES[name.split('/')[0]])
+        overlay_profiles(series, osp.join(out_dir, file),
+                         _x_label(runs, 'profiles', name) or default_x, ylabel,
+                         f'{title} (mean ± std over seeds)', colors=colors, hline=hline)
+        figures.append((file, f'{title} ({source})'))
+    return figures
+
+
