@@ -2,7 +2,7 @@
 # feature collapse). An 8-layer ViT with and without augmented shortcuts beside both branches
 # (T = 2 paths, docs/methods.md §9), trained 3 epochs on the first 6 000 Fashion-MNIST training
 # images; the token cosine similarity of every state on test images (tools/analysis/spectrum.py)
-# and the test top-1. 5 seeds.
+# and the test top-1. 3 seeds.
 #
 #   python tools/reproduce.py configs/studies/augshortcut_token_diversity.py
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
@@ -18,10 +18,10 @@ claim = dict(
     tested=('with augmented shortcuts, the tokens of the last state of an 8-layer ViT are less '
             'alike: their mean pairwise cosine similarity is lower by at least 0.05 than '
             'without; secondary: the similarity at every depth and the test top-1. Scale for '
-            '2 CPU cores: 6 000 training images, 3 epochs, 5 seeds.'))
+            '2 CPU cores: 6 000 training images, 3 epochs, 3 seeds.'))
 outcome = dict(metric='spectrum/token_cos/last', comparison=['augmented', 'vit'],
                direction='less', margin=0.05)
-seeds = [0, 1, 2, 3, 4]
+seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
 cfg_options = ['model.backbone.arch.num_layers=8', 'train_dataloader.dataset.indices=6000',
                'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3',
                'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
