@@ -7,6 +7,9 @@
 #   python tools/reproduce.py configs/studies/augshortcut_token_diversity.py
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
+# no loader worker processes on a shared CPU
+_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+           for key in ('num_workers=0', 'persistent_workers=False')]
 name = 'augshortcut_token_diversity'
 claim = dict(
     quote=('The above equation shows that paralleling the MLP module with the augmented '
@@ -23,9 +26,7 @@ outcome = dict(metric='spectrum/token_cos/last', comparison=['augmented', 'vit']
                direction='less', margin=0.05)
 seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
 cfg_options = ['model.backbone.arch.num_layers=8', 'train_dataloader.dataset.indices=6000',
-               'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3',
-               'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-               'test_dataloader.num_workers=0']
+               'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'] + _serial
 analysis = ['spectrum']
 analysis_args = dict(spectrum=['--num-batches', '2'])
 runs = [

@@ -9,6 +9,9 @@
 _alternet = 'configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
+# no loader worker processes on a shared CPU
+_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+           for key in ('num_workers=0', 'persistent_workers=False')]
 name = 'hdv_hessian_magnitude'
 claim = dict(
     quote=('Another property of MSAs is that they reduces the magnitude of Hessian eigenvalues. '
@@ -26,8 +29,7 @@ outcome = dict(metric='hessian/log_ape', comparison=['vit', 'resnet'], direction
                margin=0.69)   # ln 2: eigenvalues at least halved
 seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
 cfg_options = ['train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3',
-               'param_scheduler.1.T_max=3', 'train_dataloader.num_workers=0',
-               'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
+               'param_scheduler.1.T_max=3'] + _serial
 analysis = ['hessian']
 analysis_args = dict(hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50'])
 runs = [

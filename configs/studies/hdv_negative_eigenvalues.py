@@ -7,6 +7,9 @@
 #   python tools/reproduce.py configs/studies/hdv_negative_eigenvalues.py
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
+# no loader worker processes on a shared CPU
+_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+           for key in ('num_workers=0', 'persistent_workers=False')]
 name = 'hdv_negative_eigenvalues'
 claim = dict(
     quote=('MSAs allow negative Hessian eigenvalues in small data regimes. This means that the '
@@ -22,8 +25,7 @@ claim = dict(
 outcome = dict(metric='hessian/nep', comparison=['vit_small', 'vit_large'],
                direction='greater', margin=0.05)
 seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
-cfg_options = ['train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-               'test_dataloader.num_workers=0']
+cfg_options = _serial
 analysis = ['hessian']
 analysis_args = dict(hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50',
                               '--most-negative'])

@@ -6,6 +6,9 @@
 #   python tools/reproduce.py configs/studies/hdv_small_data_alternet.py
 _alternet = 'configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'
 
+# no loader worker processes on a shared CPU
+_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+           for key in ('num_workers=0', 'persistent_workers=False')]
 name = 'hdv_small_data_alternet'
 claim = dict(
     quote=('AlterNet outperforms CNNs not only in large data regimes but also in small data '
@@ -20,8 +23,7 @@ outcome = dict(metric='test/accuracy/top1', comparison=['alternet', 'resnet'],
                direction='greater', margin=0.5)
 seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
 cfg_options = ['train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3',
-               'param_scheduler.1.T_max=3', 'train_dataloader.num_workers=0',
-               'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
+               'param_scheduler.1.T_max=3'] + _serial
 runs = [
     dict(label='resnet', config=_alternet,
          cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'], baseline=True),

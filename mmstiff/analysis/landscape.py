@@ -273,5 +273,5 @@ def loss_landscape(loss_fn, params, directions, coords, on_point=None):
 
 
 __all__ = ['Landscape', 'l2_penalty', 'param_weight_decays', 'filter_normalised_direction',
-           'normalise_filters', 'normalise_across_outputs', 'preserved_buffers', 'displaced', 'grid_coordinates',
-           'loss_landscape', 'BIAS_BN_MODES', 'CONVENTIONS']
+           'normalise_filters', 'normalise_across_outputs', 'preserved_buffers', 'displaced',
+           'grid_coordinates', 'loss_landscape', 'BIAS_BN_MODES', 'CONVENTIONS']
