@@ -38,6 +38,8 @@ import instrument_setup as setup_lib
 
 BATCH_SIZE = 16  # the paper's
 BINS = 40
+#: the most points of the smoothed density's grid
+MAX_DENSITY_POINTS = 200_000
 
 
 def parse_args(argv=None):
@@ -148,8 +150,11 @@ def density_summary(results, points=1000):
     density = SpectralDensity(nodes, weights, 0)
     sigma = smoothing_width(density)
     theta = torch.cat(nodes)
-    grid = torch.linspace(float(theta.min()) - 0.01, float(theta.max()) + 0.01, points,
-                          dtype=torch.float64)
+    # 5 σ beyond the extreme nodes, and at least 4 points per σ, so that the grid holds the
+    # whole mass of every Gaussian
+    low, high = float(theta.min()) - 5 * sigma, float(theta.max()) + 5 * sigma
+    points = min(MAX_DENSITY_POINTS, max(points, int(4 * (high - low) / sigma) + 1))
+    grid = torch.linspace(low, high, points, dtype=torch.float64)
     return dict(sigma=sigma, grid=grid.tolist(),
                 density=density_on_grid(density, grid, sigma).tolist())
 
