@@ -5,7 +5,6 @@
 #
 #   python tools/reproduce.py configs/studies/testbed_step_stiffness.py
 _stiff = 'configs/testbed/flow-resnet8-stepnet_relaxation-stiff.py'
-_nonstiff = 'configs/testbed/flow-resnet8-stepnet_relaxation-nonstiff.py'
 _se = ['model.adaptor.type=mmstiff.SEAdaptor']
 
 name = 'testbed_step_stiffness'
@@ -21,7 +20,8 @@ claim = dict(
             "along each test trajectory of the stiff task, StepNet's mean step size correlates "
             'negatively with ln ρ, the local stiffness where the step starts, and more so than '
             "SE's (which sees only f(x)). Secondary: the pooled correlation over every (sample, "
-            'step) pair, the step sizes per step, and the non-stiff task. 5 seeds.'))
+            'step) pair and the step sizes per step; the non-stiff task\'s correlations are on '
+            'the testbed_stiff_flow page. 5 seeds.'))
 outcome = dict(metric='test/flow/step_stiffness_corr_trajectory',
                comparison=['stepnet_stiff', 'se_stiff'], direction='less', margin=0.1)
 # 5 seeds, sized for a shared 2-core machine; the full design's 20 are list(range(20)) (the
@@ -31,7 +31,19 @@ reuse = ['testbed_stiff_flow']
 runs = [
     dict(label='se_stiff', config=_stiff, cfg_options=_se, baseline=True),
     dict(label='stepnet_stiff', config=_stiff, baseline='se_stiff'),
-    dict(label='se_nonstiff', config=_nonstiff, cfg_options=_se, baseline=True),
-    dict(label='stepnet_nonstiff', config=_nonstiff, baseline='se_nonstiff'),
 ]
-verdict = None
+verdict = (
+    'The declared comparison held: along each test trajectory of the stiff task, StepNet\'s '
+    'mean step size\'s correlation with ln ρ differs from SE\'s by '
+    '{diff[stepnet_stiff][se_stiff][test/flow/step_stiffness_corr_trajectory]} (95% CI {ci[stepnet_stiff][se_stiff][test/flow/step_stiffness_corr_trajectory]}). The '
+    'sign the claim predicts is absent for both adaptors, though: StepNet\'s mean correlation '
+    'is {mean[stepnet_stiff][test/flow/step_stiffness_corr_trajectory]} (95% CI {mean_ci[stepnet_stiff][test/flow/step_stiffness_corr_trajectory]}) and SE\'s '
+    '{mean[se_stiff][test/flow/step_stiffness_corr_trajectory]} ({mean_ci[se_stiff][test/flow/step_stiffness_corr_trajectory]}); pooled over every (sample, step) pair '
+    '{mean[stepnet_stiff][test/flow/step_stiffness_corr]} and {mean[se_stiff][test/flow/step_stiffness_corr]}. Both take their largest steps first, '
+    'where the slow modes are largest and the system stiffest, and smaller ones as ρ falls '
+    'along the trajectory (StepNet: {mean[stepnet_stiff][test/flow/step/1]} at step 1, '
+    '{mean[stepnet_stiff][test/flow/step/8]} at step 8). On this testbed the adaptors\' steps '
+    'do not shrink where the system is stiff; StepNet\'s follow the stiffness less closely '
+    'than SE\'s. Because ρ only falls along these trajectories, the per-trajectory '
+    'correlation is also a reading of depth (docs/methods.md §14); a depth-free reading is not '
+    'computed.')
