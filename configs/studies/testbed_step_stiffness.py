@@ -32,16 +32,19 @@ runs = [
     dict(label='se_stiff', config=_stiff, cfg_options=_se, baseline=True),
     dict(label='stepnet_stiff', config=_stiff, baseline='se_stiff'),
 ]
+_r = '[test/flow/step_stiffness_corr_trajectory]'
+_p = '[test/flow/step_stiffness_corr]'
 verdict = (
     'The declared comparison held: along each test trajectory of the stiff task, StepNet\'s '
     'mean step size\'s correlation with ln ρ differs from SE\'s by '
-    '{diff[stepnet_stiff][se_stiff][test/flow/step_stiffness_corr_trajectory]} (95% CI {ci[stepnet_stiff][se_stiff][test/flow/step_stiffness_corr_trajectory]}). The '
-    'sign the claim predicts is absent for both adaptors, though: StepNet\'s mean correlation '
-    'is {mean[stepnet_stiff][test/flow/step_stiffness_corr_trajectory]} (95% CI {mean_ci[stepnet_stiff][test/flow/step_stiffness_corr_trajectory]}) and SE\'s '
-    '{mean[se_stiff][test/flow/step_stiffness_corr_trajectory]} ({mean_ci[se_stiff][test/flow/step_stiffness_corr_trajectory]}); pooled over every (sample, step) pair '
-    '{mean[stepnet_stiff][test/flow/step_stiffness_corr]} and {mean[se_stiff][test/flow/step_stiffness_corr]}. Both take their largest steps first, '
-    'where the slow modes are largest and the system stiffest, and smaller ones as ρ falls '
-    'along the trajectory (StepNet: {mean[stepnet_stiff][test/flow/step/1]} at step 1, '
+    '{diff[stepnet_stiff][se_stiff]' + _r + '} (95% CI '
+    '{ci[stepnet_stiff][se_stiff]' + _r + '}). The sign the claim predicts is absent for both '
+    'adaptors, though: StepNet\'s mean correlation is {mean[stepnet_stiff]' + _r + '} (95% CI '
+    '{mean_ci[stepnet_stiff]' + _r + '}) and SE\'s {mean[se_stiff]' + _r + '} '
+    '({mean_ci[se_stiff]' + _r + '}); pooled over every (sample, step) pair '
+    '{mean[stepnet_stiff]' + _p + '} and {mean[se_stiff]' + _p + '}. Both take their largest '
+    'steps first, where the slow modes are largest and the system stiffest, and smaller ones as '
+    'ρ falls along the trajectory (StepNet: {mean[stepnet_stiff][test/flow/step/1]} at step 1, '
     '{mean[stepnet_stiff][test/flow/step/8]} at step 8). On this testbed the adaptors\' steps '
     'do not shrink where the system is stiff; StepNet\'s follow the stiffness less closely '
     'than SE\'s. Because ρ only falls along these trajectories, the per-trajectory '
