@@ -10,6 +10,7 @@ registers something in are declared; a scoped name in any other registry fails a
 """
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import METRICS as MMENGINE_METRICS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import Registry
 
@@ -27,3 +28,5 @@ MODELS = _child('model', MMENGINE_MODELS, ['mmstiff.models'])
 HOOKS = _child('hook', MMENGINE_HOOKS, ['mmstiff.engine'])
 #: Datasets mmpretrain lacks (STL-10) and checking variants (CIFAR, MNIST, COCO).
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['mmstiff.datasets'])
+#: Metrics of the stiff-dynamics testbed (FlowMetric).
+METRICS = _child('metric', MMENGINE_METRICS, ['mmstiff.evaluation'])

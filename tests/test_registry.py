@@ -36,7 +36,7 @@ def test_mmstiff_registries_are_children_of_the_roots(scope):
     import mmstiff.registry as reg
     from mmengine import registry as root
 
-    for name in ('MODELS', 'HOOKS', 'DATASETS'):
+    for name in ('MODELS', 'HOOKS', 'DATASETS', 'METRICS'):
         child = getattr(reg, name)
         assert child.scope == 'mmstiff'
         assert child.parent is getattr(root, name)
@@ -54,7 +54,7 @@ def test_each_registry_is_filled_from_its_locations():
 
     declared = {name: value for name, value in vars(reg).items()
                 if isinstance(value, Registry) and value.scope == 'mmstiff'}
-    assert sorted(declared) == ['DATASETS', 'HOOKS', 'MODELS']
+    assert sorted(declared) == ['DATASETS', 'HOOKS', 'METRICS', 'MODELS']
     for name, registry in declared.items():
         registry.import_from_location()
         assert registry.module_dict, f'{name} is declared but nothing is registered in it'

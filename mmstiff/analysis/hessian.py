@@ -2,6 +2,8 @@
 
 The How-do-ViTs paper's Hessian max-eigenvalue spectrum, NEP and APE, the deflation, the shift
 for the most negative eigenvalue and when to use Lanczos: docs/methods.md §12.
+The trace (Hutchinson) and the whole spectrum's density (stochastic Lanczos quadrature) are in
+:mod:`mmstiff.analysis.hessian_density`.
 """
 import contextlib
 import math
@@ -192,21 +194,21 @@ def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, gen
     return float(pairs.values[0]) + s, pairs.iterations[0], pairs.converged[0]
 
 
-def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=torch.float32,
-                        device=None):
-    """The Ritz values of ``steps`` Lanczos steps on a symmetric operator: the eigenvalues of
-    the tridiagonal ``T`` with ``Q_mᵀ M Q_m = T`` (each new vector reorthogonalised against
-    all the previous ones, twice). They interlace the spectrum and their extremes converge to
-    ``λ_min`` and ``λ_max`` first; with ``steps = dim`` they are the whole spectrum.
+def lanczos_tridiagonal(matvec, start, steps=LANCZOS_STEPS):
+    """``steps`` Lanczos steps on a symmetric operator from the unit vector ``start``: the
+    diagonal ``α`` and off-diagonal ``β`` of ``T = Q_mᵀ M Q_m``, each new vector
+    reorthogonalised against all the previous ones, twice.
+
+    Stops early where a Krylov space closes (then ``T`` holds its eigenvalues exactly).
 
     Returns:
-        Tensor: ascending ``(m,)`` float64, ``m ≤ steps`` (fewer when a Krylov space closes).
+        tuple[Tensor, Tensor]: ``α`` ``(m,)`` and ``β`` ``(m − 1,)``, float64, ``m ≤ steps``.
     """
     check_positive_int('steps', steps)
-    check_positive_int('dim', dim)
+    dim = start.numel()
     steps = min(steps, dim)
-    basis = torch.empty(steps, dim, dtype=dtype, device=device)  # the Lanczos vectors, by row
-    basis[0] = _random_unit(dim, generator, dtype, device)
+    basis = torch.empty(steps, dim, dtype=start.dtype, device=start.device)  # by row
+    basis[0] = start
     alphas, betas = [], []
     for j in range(steps):
         w = matvec(basis[j])
@@ -222,11 +224,32 @@ def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=
             break  # an invariant subspace: T holds its eigenvalues exactly
         betas.append(beta)
         basis[j + 1] = w / beta
-    t = torch.diag(torch.tensor(alphas, dtype=torch.float64))
-    if betas:
-        off = torch.tensor(betas, dtype=torch.float64)
-        t = t + torch.diag(off, 1) + torch.diag(off, -1)
-    return torch.linalg.eigvalsh(t)
+    return (torch.tensor(alphas, dtype=torch.float64),
+            torch.tensor(betas, dtype=torch.float64))
+
+
+def tridiagonal(alphas, betas):
+    """The symmetric tridiagonal matrix with diagonal ``alphas`` and off-diagonal ``betas``."""
+    t = torch.diag(alphas.double())
+    if len(betas):
+        t = t + torch.diag(betas.double(), 1) + torch.diag(betas.double(), -1)
+    return t
+
+
+def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=torch.float32,
+                        device=None):
+    """The Ritz values of ``steps`` Lanczos steps on a symmetric operator from a random start
+    (:func:`lanczos_tridiagonal`). They interlace the spectrum and their extremes converge to
+    ``λ_min`` and ``λ_max`` first; with ``steps = dim`` they are the whole spectrum.
+
+    Returns:
+        Tensor: ascending ``(m,)`` float64, ``m ≤ steps`` (fewer when a Krylov space closes).
+    """
+    check_positive_int('steps', steps)
+    check_positive_int('dim', dim)
+    alphas, betas = lanczos_tridiagonal(matvec, _random_unit(dim, generator, dtype, device),
+                                        steps)
+    return torch.linalg.eigvalsh(tridiagonal(alphas, betas))
 
 
 def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_ITER, tol=TOL,
@@ -299,6 +322,7 @@ def average_positive_eigenvalue(values):
 
 __all__ = ['EigenPairs', 'HessianEigenvalues', 'double_backward_kernels', 'flat_gradient',
            'hessian_vector_product', 'loss_hessian', 'power_iteration',
-           'most_negative_eigenvalue', 'lanczos_ritz_values', 'hessian_eigenvalues',
+           'most_negative_eigenvalue', 'lanczos_tridiagonal', 'tridiagonal',
+           'lanczos_ritz_values', 'hessian_eigenvalues',
            'negative_eigenvalue_proportion', 'average_positive_eigenvalue', 'MAX_ITER', 'TOL',
            'LANCZOS_STEPS', 'METHODS']

@@ -14,8 +14,13 @@ from mmstiff.utils.checks import check_patterns, matches_any
 
 #: what a parameter of at most one axis (bias, norm scale / shift) gets as its direction.
 BIAS_BN_MODES = ('zero', 'weight')
+#: how a direction is rescaled: per filter (Li et al.) or across output channels (the
+#: How-do-ViTs authors' ``normalize_filter``, docs/methods.md §12).
+CONVENTIONS = ('li', 'paper')
 #: added to a filter's direction norm before dividing (Li et al.'s code uses 1e-10).
 EPS = 1e-10
+#: the How-do-ViTs authors' code adds 1e-7.
+PAPER_EPS = 1e-7
 
 
 class Landscape(NamedTuple):
@@ -76,9 +81,11 @@ def param_weight_decays(params, param_groups, default=0.0):
     return [decay_of.get(id(p), float(default)) for p in params]
 
 
-def filter_normalised_direction(named_params, generator=None, bias_bn='zero', exclude=None):
+def filter_normalised_direction(named_params, generator=None, bias_bn='zero', exclude=None,
+                                convention='li'):
     """A Gaussian random direction rescaled filter by filter to the weights' norms (Li et al.
-    2018, Eq. 1; docs/methods.md §12).
+    2018, Eq. 1; docs/methods.md §12), or across output channels as the How-do-ViTs authors'
+    code does (``convention='paper'``).
 
     Args:
         named_params (Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]): the weights ``w``
@@ -89,10 +96,16 @@ def filter_normalised_direction(named_params, generator=None, bias_bn='zero', ex
             ``'weight'`` (the direction is the weight itself).
         exclude (Sequence[str], optional): ``fnmatch`` patterns of parameter names whose
             direction is 0 (e.g. ``['*pos_embed*']``).
+        convention (str): ``'li'`` (:func:`normalise_filters`) or ``'paper'``
+            (:func:`normalise_across_outputs`).
 
     Returns:
         OrderedDict[str, Tensor]: a direction per parameter, of its shape, dtype and device.
     """
+    if convention not in CONVENTIONS:
+        raise ValueError(f'convention={convention!r} is not supported; expected one of '
+                         f'{CONVENTIONS}')
+    normalise = normalise_filters if convention == 'li' else normalise_across_outputs
     if bias_bn not in BIAS_BN_MODES:
         raise ValueError(f'bias_bn={bias_bn!r} is not supported; expected one of '
                          f'{BIAS_BN_MODES}')
@@ -110,7 +123,7 @@ def filter_normalised_direction(named_params, generator=None, bias_bn='zero', ex
         elif w.dim() <= 1:
             d = torch.zeros_like(w) if bias_bn == 'zero' else w.clone()
         else:
-            d = normalise_filters(d, w)
+            d = normalise(d, w)
         directions[name] = d
     return directions
 
@@ -125,6 +138,19 @@ def normalise_filters(direction, weight):
     w_norm = weight.flatten(1).norm(dim=1).view(shape)
     d_norm = direction.flatten(1).norm(dim=1).view(shape)
     return direction * (w_norm / (d_norm + EPS))
+
+
+def normalise_across_outputs(direction, weight):
+    """The How-do-ViTs authors' ``normalize_filter``: ``direction`` rescaled, at every index of
+    the axes after the first (an input channel and kernel position of a convolution, a column
+    of a linear layer), to the norm of ``weight`` across the first axis (the output channels):
+    ``d[:, k] · ‖w[:, k]‖ / (‖d[:, k]‖ + 10⁻⁷)``."""
+    if direction.shape != weight.shape or weight.dim() < 2:
+        raise ValueError(f'direction {tuple(direction.shape)} and weight '
+                         f'{tuple(weight.shape)} must have the same shape of two or more axes')
+    w_norm = weight.norm(dim=0, keepdim=True)
+    d_norm = direction.norm(dim=0, keepdim=True)
+    return direction * (w_norm / (d_norm + PAPER_EPS))
 
 
 def _check_directions(params, directions):
@@ -227,5 +253,5 @@ def loss_landscape(loss_fn, params, directions, coords, on_point=None):
 
 
 __all__ = ['Landscape', 'l2_penalty', 'param_weight_decays', 'filter_normalised_direction',
-           'normalise_filters', 'preserved_buffers', 'displaced', 'grid_coordinates',
-           'loss_landscape', 'BIAS_BN_MODES']
+           'normalise_filters', 'normalise_across_outputs', 'preserved_buffers', 'displaced',
+           'grid_coordinates', 'loss_landscape', 'BIAS_BN_MODES', 'CONVENTIONS']

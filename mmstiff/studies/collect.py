@@ -246,6 +246,11 @@ def collect_spectrum(result, record):
     record['profiles']['spectrum/hf_ratio'] = _profile(hf, 'state')
     if hf and _finite(hf[-1][1]):
         record['metrics']['spectrum/hf_ratio/last'] = float(hf[-1][1])
+    cos = [(n, s['token_cos']) for n, s in states.items() if 'token_cos' in s]
+    if cos:
+        record['profiles']['spectrum/token_cos'] = _profile(cos, 'state')
+        if _finite(cos[-1][1]):
+            record['metrics']['spectrum/token_cos/last'] = float(cos[-1][1])
     if dla:
         record['profiles']['spectrum/dlogamp'] = _profile(dla, 'state')
         if _finite(dla[-1][1]):
@@ -264,7 +269,23 @@ def collect_freq_noise(result, record):
         [(float(b['freq']), b.get('drop')) for b in bands], 'noise band centre (×π)')
 
 
-COLLECTORS = dict(tns=collect_tns, spectrum=collect_spectrum, freq_noise=collect_freq_noise)
+def collect_hessian(result, record):
+    """The Hessian spectrum's summaries (docs/methods.md §12): NEP, APE and its natural log,
+    the largest and smallest top-k eigenvalue, and where measured the most negative eigenvalue
+    and Hutchinson's trace, each over all the tool's batches."""
+    spectrum, metrics = result.get('spectrum', {}), record['metrics']
+    for key in ('nep', 'ape', 'max', 'min'):
+        if _finite(spectrum.get(key)):
+            metrics[f'hessian/{key}'] = float(spectrum[key])
+    if _finite(spectrum.get('ape')) and spectrum['ape'] > 0:
+        metrics['hessian/log_ape'] = math.log(spectrum['ape'])
+    for key in ('most_negative', 'trace'):
+        if _finite(spectrum.get(key, {}).get('mean')):
+            metrics[f'hessian/{key}'] = float(spectrum[key]['mean'])
+
+
+COLLECTORS = dict(tns=collect_tns, spectrum=collect_spectrum, freq_noise=collect_freq_noise,
+                  hessian=collect_hessian)
 
 
 def collect_run(work_dir, analysis):

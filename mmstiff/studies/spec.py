@@ -57,6 +57,7 @@ ANALYSIS_TOOLS = {
     'tns': ('tools/analysis/tns.py', 'tns.json'),
     'spectrum': ('tools/analysis/spectrum.py', 'spectrum.json'),
     'freq_noise': ('tools/analysis/freq_noise.py', 'freq_noise.json'),
+    'hessian': ('tools/analysis/hessian.py', 'hessian.json'),
 }
 #: the fields a study file may set, and whether it must
 FIELDS = {'name': True, 'claim': True, 'runs': True, 'seeds': False, 'analysis': False,

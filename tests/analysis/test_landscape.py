@@ -5,8 +5,8 @@ import torch.nn as nn
 
 from mmstiff.analysis.landscape import (displaced, filter_normalised_direction,
                                         grid_coordinates, l2_penalty, loss_landscape,
-                                        normalise_filters, param_weight_decays,
-                                        preserved_buffers)
+                                        normalise_across_outputs, normalise_filters,
+                                        param_weight_decays, preserved_buffers)
 
 
 def _net():
@@ -167,3 +167,40 @@ def test_bad_arguments_fail_naming_them():
         grid_coordinates(0.0, 5)
     with pytest.raises(ValueError, match='one or two directions'):
         loss_landscape(lambda: 0.0, [], [[], [], []], [[0.0]] * 3)
+
+
+def test_paper_convention_normalises_across_output_channels_by_hand():
+    w = torch.tensor([[3.0, 0.0], [4.0, 2.0]])  # column norms (across outputs) 5, 2
+    d = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # column norms 1, √2
+    expected = torch.tensor([[5.0, 2 ** 0.5], [0.0, 2 ** 0.5]])
+    assert torch.allclose(normalise_across_outputs(d, w), expected, atol=1e-5)
+    with pytest.raises(ValueError, match='same shape of two or more axes'):
+        normalise_across_outputs(torch.ones(3), torch.ones(3))
+
+
+def test_paper_convention_directions_match_the_explicit_formula():
+    net = _net()
+    named = dict(net.named_parameters())
+    paper = filter_normalised_direction(named, torch.Generator().manual_seed(5),
+                                        convention='paper')
+    li = filter_normalised_direction(named, torch.Generator().manual_seed(5))
+    raw = torch.Generator().manual_seed(5)
+    for name, w in named.items():
+        d = torch.randn(w.shape, generator=raw, dtype=torch.float64).float()
+        if w.dim() <= 1:
+            assert torch.count_nonzero(paper[name]) == 0, name
+            continue
+        w = w.detach()
+        # every (input channel, kernel position) index: its norm over the output channels
+        for index in torch.cartesian_prod(*[torch.arange(n) for n in w.shape[1:]]).view(
+                -1, w.dim() - 1):
+            column = (slice(None), ) + tuple(int(i) for i in index)
+            expected = d[column] * w[column].norm() / (d[column].norm() + 1e-7)
+            assert torch.allclose(paper[name][column], expected, rtol=1e-5, atol=1e-7)
+        # not the per-filter reading: its output-filter norms differ from the weight's
+        norms = paper[name].flatten(1).norm(dim=1)
+        assert not torch.allclose(norms, w.flatten(1).norm(dim=1), rtol=1e-2), name
+        assert torch.allclose(li[name].flatten(1).norm(dim=1), w.flatten(1).norm(dim=1),
+                              rtol=1e-5)
+    with pytest.raises(ValueError, match="convention='x'"):
+        filter_normalised_direction(named, convention='x')

@@ -181,6 +181,29 @@ def test_hessian_tool_on_a_vit_equals_the_explicit_hessian(vit, run_tool, tmp_pa
     assert batch['converged'] and batch['eigenvalues'] == pytest.approx(by_magnitude[:1],
                                                                         rel=1e-3)
 
+    # the trace (Hutchinson) and the density of the whole spectrum (stochastic Lanczos
+    # quadrature) against the same explicit Hessian
+    out = str(tmp_path / 'density')
+    samples = 300
+    _tool(run_tool, 'hessian.py', config, checkpoint, '--out-dir', out, '--split', 'test',
+          '--batch-size', '8', '--num-batches', '1', '--top-k', '1', '--max-iter', '3',
+          '--trace-samples', str(samples), '--density-runs', '2', '--density-steps', '40')
+    result = json.load(open(osp.join(out, 'hessian.json')))
+    batch = result['batches'][0]
+    off = hessian - torch.diag(hessian.diag())
+    error = (2 * float((off ** 2).sum()) / samples) ** 0.5  # Rademacher: 2 Σ_{i≠j} H_ij²
+    assert abs(batch['trace'] - float(hessian.trace())) < 4 * error
+    assert batch['trace_std_error'] == pytest.approx(error, rel=0.3)
+    for nodes, weights in zip(batch['quadrature']['nodes'], batch['quadrature']['weights']):
+        assert len(nodes) == 40 and sum(weights) == pytest.approx(1.0, abs=1e-6)
+        # Ritz values lie inside the spectrum, and the extremes converge first
+        assert float(exact[0]) - 1e-3 <= min(nodes) and max(nodes) <= float(exact[-1]) + 1e-3
+        assert max(nodes) == pytest.approx(float(exact[-1]), rel=1e-2)
+    density = result['spectrum']['density']
+    grid, phi = torch.tensor(density['grid']), torch.tensor(density['density'])
+    assert float(torch.trapezoid(phi, grid)) == pytest.approx(1.0, abs=1e-3)
+    assert result['spectrum']['trace']['mean'] == pytest.approx(batch['trace'])
+
 
 @pytest.mark.slow
 def test_hessian_tool_spectrum_over_augmented_training_batches(cnn, run_tool, tmp_path):

@@ -4,6 +4,8 @@
     python tools/analysis/hessian.py CONFIG CHECKPOINT [--num-batches N] [--batch-size 16]
                                      [--top-k 5] [--most-negative] [--method power|lanczos]
                                      [--max-iter 100] [--tol 1e-3] [--lanczos-steps 50]
+                                     [--trace-samples N] [--density-runs N]
+                                     [--density-steps 100]
                                      [--mode eval|train] [--weight-decay W]
                                      [--split train] [--device cuda] [--seed 0]
                                      [--out-dir DIR] [--cfg-options k=v ...]
@@ -22,6 +24,11 @@ that power iteration mixes; see docs/methods.md §12). Writes
   stopping rule (``converged``); over all batches the spectrum (every
   eigenvalue), its histogram density, NEP (negative max-eigenvalue proportion) and APE (average
   positive max eigenvalue) of Appendix C.5;
+  with ``--trace-samples N``, per batch Hutchinson's estimate of the Hessian's trace from N
+  Rademacher vectors and its standard error, and their mean; with ``--density-runs N``, per
+  batch the nodes and weights of stochastic Lanczos quadrature (N runs of ``--density-steps``
+  Lanczos steps) and over all batches the smoothed density of the whole spectrum on a grid
+  (PyHessian's trace and density);
 * ``hessian_spectrum.png``: the density of the max eigenvalues over the batches.
 """
 import os.path as osp
@@ -31,6 +38,8 @@ import instrument_setup as setup_lib
 
 BATCH_SIZE = 16  # the paper's
 BINS = 40
+#: the most points of the smoothed density's grid
+MAX_DENSITY_POINTS = 200_000
 
 
 def parse_args(argv=None):
@@ -56,7 +65,19 @@ def parse_args(argv=None):
     parser.add_argument('--lanczos-steps', type=common.positive_int, default=50,
                         help='lanczos: steps (products) per batch; keeps that many vectors of '
                         'the size of the model in memory (default 50)')
+    parser.add_argument('--trace-samples', type=int, default=0,
+                        help="Hutchinson's trace from this many Rademacher vectors per batch "
+                        '(default 0: none)')
+    parser.add_argument('--density-runs', type=int, default=0,
+                        help='stochastic Lanczos quadrature runs per batch for the density of '
+                        'the whole spectrum (default 0: none)')
+    parser.add_argument('--density-steps', type=common.positive_int, default=100,
+                        help='Lanczos steps per quadrature run (default 100, PyHessian\'s)')
     args = parser.parse_args(argv)
+    for flag in ('trace_samples', 'density_runs'):
+        if getattr(args, flag) < 0:
+            parser.error(f'--{flag.replace("_", "-")} {getattr(args, flag)} is negative; '
+                         'expected 0 (off) or a positive count')
     if not args.tol > 0:
         parser.error(f'--tol {args.tol} is not positive')
     if args.method == 'lanczos' and args.lanczos_steps < args.top_k:
@@ -85,9 +106,57 @@ def analyse(args, model, batches, decays):
                      converged=found.converged)
         if args.most_negative:
             entry['most_negative'] = common.finite(found.most_negative)
+        if args.trace_samples or args.density_runs:
+            with preserved_buffers(model), double_backward_kernels():
+                entry.update(whole_spectrum(args, model, data, params, decays, generator))
         results.append(entry)
     model.eval()
     return results
+
+
+def whole_spectrum(args, model, data, params, decays, generator):
+    """Hutchinson's trace and the quadrature of stochastic Lanczos quadrature on one batch."""
+    from mmstiff.analysis.hessian import loss_hessian
+    from mmstiff.analysis.hessian_density import hutchinson_trace, slq_density
+    from mmstiff.analysis.landscape import l2_penalty
+    loss = setup_lib.training_loss(model, data) + l2_penalty(params, decays)
+    matvec, dim = loss_hessian(loss.reshape(()), params)
+    dtype, device = params[0].dtype, params[0].device
+    entry = {}
+    if args.trace_samples:
+        trace = hutchinson_trace(matvec, dim, args.trace_samples, generator, dtype, device)
+        entry.update(trace=common.finite(trace.trace),
+                     trace_std_error=common.finite(trace.std_error))
+    if args.density_runs:
+        density = slq_density(matvec, dim, args.density_runs, args.density_steps, generator,
+                              dtype, device)
+        entry['quadrature'] = dict(nodes=[t.tolist() for t in density.nodes],
+                                   weights=[w.tolist() for w in density.weights])
+    return entry
+
+
+def density_summary(results, points=1000):
+    """The quadratures of every batch pooled into one smoothed density on a grid."""
+    import torch
+
+    from mmstiff.analysis.hessian_density import (SpectralDensity, density_on_grid,
+                                                  smoothing_width)
+    nodes = [torch.tensor(n, dtype=torch.float64) for r in results
+             for n in r.get('quadrature', {}).get('nodes', [])]
+    weights = [torch.tensor(w, dtype=torch.float64) for r in results
+               for w in r.get('quadrature', {}).get('weights', [])]
+    if not nodes:
+        return None
+    density = SpectralDensity(nodes, weights, 0)
+    sigma = smoothing_width(density)
+    theta = torch.cat(nodes)
+    # 5 σ beyond the extreme nodes, and at least 4 points per σ, so that the grid holds the
+    # whole mass of every Gaussian
+    low, high = float(theta.min()) - 5 * sigma, float(theta.max()) + 5 * sigma
+    points = min(MAX_DENSITY_POINTS, max(points, int(4 * (high - low) / sigma) + 1))
+    grid = torch.linspace(low, high, points, dtype=torch.float64)
+    return dict(sigma=sigma, grid=grid.tolist(),
+                density=density_on_grid(density, grid, sigma).tolist())
 
 
 def spectrum_summary(results, bins=BINS):
@@ -109,6 +178,12 @@ def spectrum_summary(results, bins=BINS):
         summary['histogram'] = dict(
             edges=torch.linspace(low, high, bins + 1, dtype=torch.float64).tolist(),
             density=(counts.double() / (counts.sum() * width)).tolist())
+    traces = [r['trace'] for r in results if r.get('trace') is not None]
+    if traces:
+        summary['trace'] = dict(values=traces, mean=sum(traces) / len(traces))
+    density = density_summary(results)
+    if density is not None:
+        summary['density'] = density
     lowest = [r['most_negative'] for r in results if r.get('most_negative') is not None]
     if lowest:
         summary['most_negative'] = dict(values=lowest, min=min(lowest),
@@ -129,6 +204,8 @@ def main(argv=None):
                   augmented=training, batch_size=loader.batch_size, mode=args.mode,
                   device=str(device), top_k=args.top_k, method=args.method,
                   max_iter=args.max_iter, tol=args.tol, lanczos_steps=args.lanczos_steps,
+                  trace_samples=args.trace_samples, density_runs=args.density_runs,
+                  density_steps=args.density_steps,
                   num_params=sum(p.numel() for p in params),
                   weight_decays=setup_lib.decay_summary(decays), batches=results,
                   spectrum=summary)

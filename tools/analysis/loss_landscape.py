@@ -5,6 +5,7 @@
     python tools/analysis/loss_landscape.py CONFIG CHECKPOINT [--dim 1|2] [--range R]
                                             [--steps S] [--num-batches N] [--batch-size B]
                                             [--bias-bn zero|weight] [--exclude PATTERN ...]
+                                            [--convention li|paper]
                                             [--mode eval|train] [--weight-decay W]
                                             [--split train] [--device cuda] [--seed 0]
                                             [--out-dir DIR] [--cfg-options k=v ...]
@@ -14,7 +15,9 @@ normalisation: the loss NLL + l2 (the config's training loss plus Σ λ/2 ||w||�
 decay) at ``w + α d₁`` (``--dim 1``) or ``w + α d₁ + β d₂`` (``--dim 2``) for α, β on a grid of
 ``--steps`` points in ``[-R, R]``. The N batches are drawn once, through the training pipeline
 and the batch augments for ``--split train`` (the default), and reused at every point, so the
-landscape is a function of the coordinates alone. Writes
+landscape is a function of the coordinates alone. ``--convention paper`` rescales the
+directions across output channels as the authors' ``normalize_filter`` does, instead of filter by
+filter (Li et al., the default). Writes
 
 * ``landscape.json``: the coordinates, the loss and its NLL and l2 parts at every point, the
   loss at the trained weights, and how the directions were made;
@@ -47,6 +50,10 @@ def parse_args(argv=None):
     parser.add_argument('--exclude', nargs='*', default=DEFAULT_EXCLUDE,
                         help='fnmatch patterns of parameter names whose direction is 0 '
                         f'(default {" ".join(DEFAULT_EXCLUDE)}; pass none for no exclusion)')
+    parser.add_argument('--convention', choices=('li', 'paper'), default='li',
+                        help='li (default): each filter of a direction gets the norm of the '
+                        "weight's filter; paper: the How-do-ViTs authors' normalize_filter, "
+                        'the norm across output channels at every other index')
     args = parser.parse_args(argv)
     if not args.span > 0:
         parser.error(f'--range {args.span} is not positive')
@@ -91,7 +98,8 @@ def main(argv=None):
     print('drawing the batches')
     cached = list(setup_lib.batches(model, loader, args.num_batches, training))
     generator = torch.Generator().manual_seed(args.seed)
-    directions = [filter_normalised_direction(named, generator, args.bias_bn, args.exclude)
+    directions = [filter_normalised_direction(named, generator, args.bias_bn, args.exclude,
+                                              args.convention)
                   for _ in range(args.dim)]
     coords = [grid_coordinates(args.span, args.steps) for _ in range(args.dim)]
     loss_fn, parts = build_loss(model, cached, params, decays, args.mode)
@@ -117,6 +125,7 @@ def main(argv=None):
                   span=args.span, steps=args.steps,
                   num_samples=sum(len(d['inputs']) for d in cached),
                   directions=dict(seed=args.seed, bias_bn=args.bias_bn, exclude=args.exclude,
+                                  convention=args.convention,
                                   norms=norms, zero_params=zeroed,
                                   weight_norm=float(torch.sqrt(sum(p.detach().double().pow(2)
                                                                    .sum() for p in params)))),
