@@ -6,7 +6,7 @@ import pytest
 from mmengine.config import Config
 
 from mmstiff.registry import HOOKS, MODELS
-from mmstiff.utils import ConfigError, prepare_runner_cfg
+from mmstiff.apis import ConfigError, prepare_runner_cfg
 from mmstiff.apis.config_checks import (check_mmstiff_types, check_train_loop, closest_names,
                                          registered_mmstiff_types, train_loop_of)
 

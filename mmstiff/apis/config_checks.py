@@ -8,7 +8,7 @@
   epoch-based and which key to use, where MMEngine would end in a ``TypeError``.
 
 Both raise ``ValueError`` with a message that names the field, the value and what to write
-instead; ``mmstiff.utils.runtime`` turns it into the tools' ``error: ...`` line.
+instead; ``mmstiff.apis.runtime`` turns it into the tools' ``error: ...`` line.
 """
 import difflib
 import inspect
