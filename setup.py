@@ -100,12 +100,17 @@ if __name__ == '__main__':
         python_requires='>=3.9',
         install_requires=read_requirements('runtime.txt'),
         extras_require={
-            'det': read_requirements('det.txt'),
-            'mim': read_requirements('mminstall.txt'),
-            'tests': read_requirements('tests.txt'),
-            'optional': read_requirements('optional.txt'),
-            'all': read_requirements('runtime.txt') + read_requirements('det.txt')
-            + read_requirements('optional.txt') + read_requirements('tests.txt'),
+            'det':
+            read_requirements('det.txt'),
+            'mim':
+            read_requirements('mminstall.txt'),
+            'tests':
+            read_requirements('tests.txt'),
+            'optional':
+            read_requirements('optional.txt'),
+            'all':
+            read_requirements('runtime.txt') + read_requirements('det.txt') +
+            read_requirements('optional.txt') + read_requirements('tests.txt'),
         },
         classifiers=[
             'License :: OSI Approved :: Apache Software License',

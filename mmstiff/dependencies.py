@@ -98,8 +98,10 @@ def mmdet_mmcv_range():
     if folder is None:
         return None
     source = _read(osp.join(folder, '__init__.py'))
-    bounds = [re.search(rf"^mmcv_{b}_version\s*=\s*['\"]([^'\"]+)", source, re.M)
-              for b in ('minimum', 'maximum')]
+    bounds = [
+        re.search(rf"^mmcv_{b}_version\s*=\s*['\"]([^'\"]+)", source, re.M)
+        for b in ('minimum', 'maximum')
+    ]
     if not all(bounds):
         return None
     try:
@@ -121,8 +123,7 @@ def det_stack_conflict():
     if digit_version(low) <= digit_version(version) < digit_version(high):
         return None
     lite = dist == 'mmcv-lite'
-    keep = (f'pip install "mmcv-lite>={low},<{high}" to classify, or '
-            if lite else '')
+    keep = (f'pip install "mmcv-lite>={low},<{high}" to classify, or ' if lite else '')
     return (f'mmdet {det_version} cannot run with {dist} {version} (it needs mmcv>={low},<{high}), '
             f'so detection is off in this process; {keep}install mmcv>={low},<{high} with its '
             'compiled ops for detection (docs/install.md), or pip uninstall mmdet')

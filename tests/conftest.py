@@ -17,8 +17,7 @@ def repo_root():
 @pytest.fixture(scope='session')
 def tiny_data(tmp_path_factory):
     """Lazily written tiny datasets: ``tiny_data('cifar10')`` returns the data_root to use."""
-    from mmstiff.testing import (write_cifar, write_coco, write_imagenet, write_mnist,
-                                 write_stl10)
+    from mmstiff.testing import write_cifar, write_coco, write_imagenet, write_mnist, write_stl10
 
     base = tmp_path_factory.mktemp('tiny_data')
     writers = {
@@ -53,8 +52,8 @@ def _run_tool(*args, env=None, check=True, timeout=900):
         cmd = [osp.join(REPO, cmd[0])] + cmd[1:]
     full_env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1')
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n'
                              f'{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}')
@@ -109,7 +108,7 @@ def pytest_collection_modifyitems(config, items):
     if det_available():
         return
     skip = pytest.mark.skip(reason='needs mmdet and mmcv with compiled ops: '
-                                   'pip install "mmstiff[det]"')
+                            'pip install "mmstiff[det]"')
     for item in items:
         if item.get_closest_marker('det') is not None:
             item.add_marker(skip)

@@ -13,8 +13,9 @@ def test_check_positive_int():
             check_positive_int('interval', bad)
         assert f'interval={bad!r}' in str(err.value)
         assert str(err.value).endswith('expected a positive int')
-    with pytest.raises(ValueError, match='num_samples=0 is not supported; expected None or a '
-                       'positive int'):
+    with pytest.raises(
+            ValueError, match='num_samples=0 is not supported; expected None or a '
+            'positive int'):
         check_positive_int('num_samples', 0, optional=True)
 
 
@@ -55,8 +56,10 @@ def test_check_patterns_and_matches_any():
         with pytest.raises(ValueError, match=f'blocks={bad!r}'.replace('[', r'\[')):
             check_patterns('blocks', bad)
     patterns = ['layer1.*', 'layer3.0']
-    assert [n for n in ('layer1.0', 'layer1.1', 'layer2.0', 'layer3.0', 'layer3.01')
-            if matches_any(n, patterns)] == ['layer1.0', 'layer1.1', 'layer3.0']
+    assert [
+        n for n in ('layer1.0', 'layer1.1', 'layer2.0', 'layer3.0', 'layer3.01')
+        if matches_any(n, patterns)
+    ] == ['layer1.0', 'layer1.1', 'layer3.0']
     assert matches_any('anything', None)
     assert not matches_any('Layer1.0', patterns)  # case-sensitive
 
@@ -66,8 +69,10 @@ def test_check_config():
     cfg = dict(type='mmstiff.SEAdaptor', ratio=8)
     checked = check_config('adaptor', cfg, reserved=('channels', ))
     assert checked == cfg and checked is not cfg  # a copy: the caller may fill it in
-    with pytest.raises(ValueError, match="adaptor='se' is not supported; expected None or a "
-                       "dict with a 'type', e.g. dict"):
+    with pytest.raises(
+            ValueError,
+            match="adaptor='se' is not supported; expected None or a "
+            "dict with a 'type', e.g. dict"):
         check_config('adaptor', 'se', example="dict(type='mmstiff.SEAdaptor')")
     with pytest.raises(ValueError, match=r"msa_adaptor=\{'ratio': 8\}"):
         check_config('msa_adaptor', dict(ratio=8))

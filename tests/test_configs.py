@@ -23,14 +23,15 @@ REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 #: studies of tools/reproduce.py
 NOT_CONFIGS = ('_base_', 'studies')
 CONFIGS = sorted(
-    osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
+    osp.relpath(p, REPO)
+    for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
     if not set(osp.relpath(p, REPO).split(osp.sep)[1:-1]) & set(NOT_CONFIGS))
 
 #: configs kept under an earlier documented name: each only inherits the config it names, so it
 #: is checked to resolve to exactly that config and is not trained a second time
 ALIASES = {
     'configs/faster_rcnn_r50_stepnet_coco.py':
-        'configs/faster_rcnn/faster-rcnn_r50-stepnet_fpn_1x_coco.py',
+    'configs/faster_rcnn/faster-rcnn_r50-stepnet_fpn_1x_coco.py',
 }
 TRAINED = [c for c in CONFIGS if c not in ALIASES]
 
@@ -148,10 +149,13 @@ def name_claims(config):
 def test_every_config_of_every_family_is_collected():
     """CONFIGS, which the training test runs, holds every config of every family folder and no
     shared base or study, counted here by walking configs/ independently of its glob."""
-    families = sorted(d for d in os.listdir(osp.join(REPO, 'configs'))
-                      if osp.isdir(osp.join(REPO, 'configs', d)) and d not in NOT_CONFIGS)
-    walked = {osp.relpath(osp.join(REPO, 'configs', name), REPO)
-              for name in os.listdir(osp.join(REPO, 'configs')) if name.endswith('.py')}
+    families = sorted(
+        d for d in os.listdir(osp.join(REPO, 'configs'))
+        if osp.isdir(osp.join(REPO, 'configs', d)) and d not in NOT_CONFIGS)
+    walked = {
+        osp.relpath(osp.join(REPO, 'configs', name), REPO)
+        for name in os.listdir(osp.join(REPO, 'configs')) if name.endswith('.py')
+    }
     for family in families:
         for folder, dirs, files in os.walk(osp.join(REPO, 'configs', family)):
             dirs[:] = [d for d in dirs if d not in NOT_CONFIGS]
@@ -210,8 +214,9 @@ def test_alias_is_the_config_it_names(alias, target):
 @pytest.mark.slow
 @pytest.mark.parametrize('config', TRAINED)
 def test_config_trains_two_iterations(config, tiny_data, tmp_path):
-    import mmstiff  # noqa: F401
     from mmengine.runner import Runner
+
+    import mmstiff  # noqa: F401
 
     cfg = Config.fromfile(osp.join(REPO, config))
     assert cfg.get('default_scope') in ('mmpretrain', 'mmdet'), cfg.get('default_scope')

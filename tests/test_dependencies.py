@@ -58,8 +58,12 @@ def run_fresh(code, site=None):
     """Run ``code`` in a fresh interpreter, ``site`` first on its path; return the process."""
     path = [p for p in (site, REPO, os.environ.get('PYTHONPATH')) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
+                          cwd=REPO,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
 
 
 def mmcv_now():
@@ -132,7 +136,8 @@ def test_mmcv_lite_fix_is_named_for_mmcv_lite(tmp_path):
     info.mkdir()
     (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: mmcv-lite\nVersion: 2.2.0\n')
     fake_mmdet(tmp_path, '3.3.0', '2.0.0rc4', '2.2.0')
-    proc = run_fresh('''
+    proc = run_fresh(
+        '''
         import json
         from mmstiff.dependencies import det_stack_conflict, installed_mmcv, has_compiled_ops
         print(json.dumps([installed_mmcv(), has_compiled_ops(), det_stack_conflict()]))
@@ -150,7 +155,8 @@ def test_mmcv_lite_fix_is_named_for_mmcv_lite(tmp_path):
 def test_mmdet_in_range_is_left_alone(tmp_path):
     _, version = mmcv_now()
     site = fake_mmdet(tmp_path, '3.3.0', '2.0.0rc4', '9.0.0')
-    proc = run_fresh('''
+    proc = run_fresh(
+        '''
         import json, warnings
         warnings.simplefilter('error', UserWarning)
         import mmstiff, mmdet
@@ -183,9 +189,10 @@ def test_missing_dependency_reads_the_import_error_and_its_causes():
             raise RuntimeError('while building') from inner
     except RuntimeError as outer:
         assert missing_dependency(outer, 'this config').startswith('this config needs mmdet')
-    assert missing_dependency(ModuleNotFoundError('mmdet is not installed, please install '
-                                                  'mmdet manually'), 'Y') == (
-        'Y needs mmdet, which is not installed: pip install "mmstiff[det]"')
+    assert missing_dependency(
+        ModuleNotFoundError('mmdet is not installed, please install '
+                            'mmdet manually'),
+        'Y') == ('Y needs mmdet, which is not installed: pip install "mmstiff[det]"')
     assert missing_dependency(ModuleNotFoundError('x', name='scipy')) is None
     assert missing_dependency(ValueError('mmdet')) is None
 
@@ -215,10 +222,14 @@ def test_detection_config_without_mmcv_ops_ends_in_one_line(tool, tmp_path):
         checkpoint = tmp_path / 'model.pth'
         checkpoint.write_bytes(b'never read')
         args.insert(1, str(checkpoint))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / 'site'), REPO]),
-               OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', tool), *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / 'site'), REPO]), OMP_NUM_THREADS='1')
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', tool), *args],
+                          cwd=REPO,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert 'Traceback' not in proc.stderr, proc.stderr[-4000:]
     last = proc.stderr.strip().splitlines()[-1]

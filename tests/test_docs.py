@@ -75,11 +75,16 @@ def walk_text_files(root, entries):
 def repository_files(root):
     """Tracked files and new files git does not ignore; every text file when git is absent."""
     try:
-        out = subprocess.run(['git', 'ls-files', '--cached', '--others', '--exclude-standard',
-                              '-z'], cwd=root, capture_output=True, check=True).stdout
+        out = subprocess.run(
+            ['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'],
+            cwd=root,
+            capture_output=True,
+            check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return walk_text_files(root, sorted(os.listdir(root)))
-    return sorted({p for p in out.decode('utf-8').split('\0') if p and osp.isfile(osp.join(root, p))})
+    return sorted(
+        {p
+         for p in out.decode('utf-8').split('\0') if p and osp.isfile(osp.join(root, p))})
 
 
 def cited_sections(citations):
@@ -181,8 +186,10 @@ def test_every_docs_reference_resolves():
 
 def test_the_code_cites_docs():
     # guards the check above against silently matching nothing
-    refs = [ref for rel in walk_text_files(REPO, ('mmstiff', ))
-            for ref in doc_references(read_text(osp.join(REPO, rel)) or '')]
+    refs = [
+        ref for rel in walk_text_files(REPO, ('mmstiff', ))
+        for ref in doc_references(read_text(osp.join(REPO, rel)) or '')
+    ]
     assert any(page == 'methods.md' and sections for _, page, sections in refs)
 
 
@@ -198,7 +205,7 @@ def test_section_citations_are_parsed_with_ranges_and_lists():
     text = ('see docs/methods.md §0-§2, §5 and docs/design.md\n'
             '(docs/methods.md §6, §7; paper §3.1) docs/methods.md §8–9')
     assert doc_references(text) == [(1, 'methods.md', [0, 1, 2, 5]), (1, 'design.md', []),
-                                     (2, 'methods.md', [6, 7]), (2, 'methods.md', [8, 9])]
+                                    (2, 'methods.md', [6, 7]), (2, 'methods.md', [8, 9])]
 
 
 @pytest.fixture
@@ -212,8 +219,8 @@ def planted(tmp_path):
 
 
 def test_planted_good_references_pass(planted):
-    (planted / 'mmstiff' / 'cite.py').write_text(
-        '# the public code: github.com/xxxnell/how-do-' 'vits-work, arXiv:2202.06709\n')
+    (planted / 'mmstiff' / 'cite.py').write_text('# the public code: github.com/xxxnell/how-do-'
+                                                 'vits-work, arXiv:2202.06709\n')
     assert broken_doc_references(str(planted)) == []
     assert outside_references(str(planted), ['mmstiff/good.py', 'mmstiff/cite.py']) == []
 

@@ -53,7 +53,8 @@ def module_path(name):
 def imported_modules(tree, relpath):
     """``(line, module name)`` of every mmstiff module ``tree`` imports."""
     package = ['mmstiff'] + osp.dirname(relpath).split(osp.sep) if osp.dirname(relpath) else [
-        'mmstiff']
+        'mmstiff'
+    ]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -64,8 +65,10 @@ def imported_modules(tree, relpath):
             else:
                 module = node.module or ''
             # ``from pkg import sub`` imports the module ``pkg.sub`` where one exists
-            names = [f'{module}.{alias.name}' if module_path(f'{module}.{alias.name}')
-                     else module for alias in node.names]
+            names = [
+                f'{module}.{alias.name}' if module_path(f'{module}.{alias.name}') else module
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -128,8 +131,7 @@ def test_a_planted_upward_import_fails(relpath, source, table):
 
 
 def test_allowed_and_same_layer_imports_pass(table):
-    assert layer_violations('engine/x.py', 'from mmstiff.analysis import stiffness\n',
-                            table) == []
+    assert layer_violations('engine/x.py', 'from mmstiff.analysis import stiffness\n', table) == []
     assert layer_violations('models/steps/x.py', 'from .base import StepAdaptor\n', table) == []
-    assert layer_violations('newpkg/x.py', 'import torch\n', table) == [
-        'newpkg/x.py: in no row of the import table']
+    assert layer_violations('newpkg/x.py', 'import torch\n',
+                            table) == ['newpkg/x.py: in no row of the import table']

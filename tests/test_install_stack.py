@@ -56,26 +56,32 @@ with torch.no_grad():
 
 
 class Venv:
+
     def __init__(self, root):
         self.root = root
         subprocess.run([sys.executable, '-m', 'venv', str(root / 'venv')], check=True)
         self.python = str(root / 'venv' / 'bin' / 'python')
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
-        self.env.update(OMP_NUM_THREADS='1', PATH=os.pathsep.join(
-            [str(root / 'venv' / 'bin'), os.environ.get('PATH', '')]))
+        self.env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+        self.env.update(
+            OMP_NUM_THREADS='1',
+            PATH=os.pathsep.join([str(root / 'venv' / 'bin'),
+                                  os.environ.get('PATH', '')]))
 
     def run(self, *args, cwd=None, check=True, timeout=900):
-        proc = subprocess.run(list(args), cwd=str(cwd or self.root), env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            list(args),
+            cwd=str(cwd or self.root),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout)
         if check:
             assert proc.returncode == 0, (f'{args} exited {proc.returncode}\n'
                                           f'{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
         return proc
 
     def pip(self, *args, check=True):
-        return self.run(self.python, '-m', 'pip', '--disable-pip-version-check', *args,
-                        check=check)
+        return self.run(self.python, '-m', 'pip', '--disable-pip-version-check', *args, check=check)
 
     def py(self, *args, check=True, cwd=None):
         return self.run(self.python, *args, check=check, cwd=cwd)
@@ -128,7 +134,8 @@ def test_pip_install_on_mmcv_lite_then_the_first_run_outside_the_checkout(user):
     assert (work / 'plots' / 'training' / 'stiffness_nsi.png').read_bytes()[:4] == b'\x89PNG'
     assert sorted(os.listdir(work / 'data')) == [
         't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte', 'train-images-idx3-ubyte',
-        'train-labels-idx1-ubyte']
+        'train-labels-idx1-ubyte'
+    ]
 
 
 def test_det_extra_on_mmcv_lite_stops_before_changing_anything(user):
@@ -161,8 +168,12 @@ def test_mmdet_beside_mmcv_lite_2_2_warns_once_and_classification_works(user):
 def test_detection_with_mmcv_lite_ends_in_one_line(user):
     user.pip('install', '-q', 'mmcv-lite==2.1.0')
     mim = user.mim_dir()
-    proc = user.py(osp.join(mim, 'tools', 'train.py'), osp.join(mim, 'configs', DET),
-                   '--work-dir', str(user.root / 'det'), check=False)
+    proc = user.py(
+        osp.join(mim, 'tools', 'train.py'),
+        osp.join(mim, 'configs', DET),
+        '--work-dir',
+        str(user.root / 'det'),
+        check=False)
     assert proc.returncode == 1
     assert 'Traceback' not in proc.stderr and 'DetStackWarning' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -177,8 +188,10 @@ def test_detection_with_mmcv_lite_ends_in_one_line(user):
 def test_mim_installs_without_downgrading_setuptools(user):
     report = user.root / 'plain-openmim.json'
     user.pip('install', '--dry-run', '--quiet', '--report', str(report), 'openmim')
-    planned = {i['metadata']['name'].lower(): i['metadata']['version']
-               for i in json.loads(report.read_text())['install']}
+    planned = {
+        i['metadata']['name'].lower(): i['metadata']['version']
+        for i in json.loads(report.read_text())['install']
+    }
     assert Version(planned['setuptools']) < Version('77')  # what the docs warn about
 
     user.pip('install', '-q', 'setuptools>=77,<82', 'openmim', 'openxlab<0.0.12')

@@ -15,12 +15,12 @@ import subprocess
 import sys
 import zipfile
 
+import model_index  # tools/misc (pytest.ini's pythonpath)
 import pytest
 import yaml
+from test_packaging import copy_checkout
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-import model_index  # tools/misc (pytest.ini's pythonpath)
-from test_packaging import copy_checkout
 
 SKIPPED_FOLDERS = ('_base_', 'studies')
 
@@ -31,9 +31,13 @@ def site(tmp_path_factory):
     base = tmp_path_factory.mktemp('installed')
     src = copy_checkout(str(base / 'src'))
     dist = base / 'dist'
-    proc = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps',
-                           '--no-build-isolation', '-q', '-w', str(dist), src],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w',
+        str(dist), src
+    ],
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not osp.exists(osp.join(src, 'mmstiff', '.mim'))  # the build copied, the tree stayed
     (wheel, ) = dist.glob('mmstiff-*.whl')
@@ -43,13 +47,19 @@ def site(tmp_path_factory):
 
 
 def installed_env(site):
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [site, os.environ.get('PYTHONPATH')])), OMP_NUM_THREADS='1')
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [site, os.environ.get('PYTHONPATH')])),
+        OMP_NUM_THREADS='1')
 
 
 def run(site, *args, cwd=None, check=True, timeout=600):
-    proc = subprocess.run([sys.executable, *args], cwd=cwd or REPO, env=installed_env(site),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, *args],
+                          cwd=cwd or REPO,
+                          env=installed_env(site),
+                          capture_output=True,
+                          text=True,
+                          timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -76,10 +86,11 @@ def test_wheel_carries_every_module_config_tool_and_the_index(site):
     for name in wanted:
         with open(osp.join(REPO, name), 'rb') as a, open(osp.join(mim, name), 'rb') as b:
             assert a.read() == b.read(), name
-    modules = {osp.relpath(osp.join(folder, n), REPO)
-               for folder, _, names in os.walk(osp.join(REPO, 'mmstiff'))
-               if '.mim' not in folder and '__pycache__' not in folder
-               for n in names if n.endswith('.py')}
+    modules = {
+        osp.relpath(osp.join(folder, n), REPO)
+        for folder, _, names in os.walk(osp.join(REPO, 'mmstiff'))
+        if '.mim' not in folder and '__pycache__' not in folder for n in names if n.endswith('.py')
+    }
     missing = {m for m in modules if not osp.isfile(osp.join(site, m))}
     assert not missing, sorted(missing)
 
@@ -123,8 +134,9 @@ def test_mmstiff_base_resolves_to_the_installed_config(site, base, tmp_path):
     installed package's ``.mim/configs`` and with no ``_scope_`` added to its dicts."""
     mine = tmp_path / 'mine.py'
     mine.write_text(f"_base_ = 'mmstiff::{base}'\nrandomness = dict(seed=1234)\n")
-    out = json.loads(run(site, '-c', RESOLVE, base, str(mine), cwd=str(tmp_path)).stdout
-                     .strip().splitlines()[-1])
+    out = json.loads(
+        run(site, '-c', RESOLVE, base, str(mine),
+            cwd=str(tmp_path)).stdout.strip().splitlines()[-1])
     assert out['path'] == osp.join(site, 'mmstiff', '.mim', 'configs', base)
     assert out['scope'] is None
     assert out['cfg'] == expected_config(base, randomness=dict(seed=1234))
@@ -133,9 +145,10 @@ def test_mmstiff_base_resolves_to_the_installed_config(site, base, tmp_path):
 def test_mmstiff_base_in_this_environment_builds_the_model(tmp_path):
     """The same in this process (an editable install: ``.mim`` links to the checkout), down
     to building the model in the config's own default scope."""
-    import mmstiff  # noqa: F401
     from mmengine.config import Config
     from mmengine.registry import MODELS, DefaultScope
+
+    import mmstiff  # noqa: F401
 
     base = 'vit/vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py'
     mine = tmp_path / 'mine.py'
@@ -153,12 +166,15 @@ def test_mmstiff_base_in_this_environment_builds_the_model(tmp_path):
 
 
 def test_unknown_mmstiff_base_names_the_missing_file(tmp_path):
-    import mmstiff  # noqa: F401
     from mmengine.config import Config
+
+    import mmstiff  # noqa: F401
     mine = tmp_path / 'mine.py'
     mine.write_text("_base_ = 'mmstiff::vit/no-such-config.py'\n")
-    with pytest.raises(FileNotFoundError, match=r"'mmstiff::vit/no-such-config.py' is not an "
-                                                r'mmstiff config: .*no-such-config.py does not'):
+    with pytest.raises(
+            FileNotFoundError,
+            match=r"'mmstiff::vit/no-such-config.py' is not an "
+            r'mmstiff config: .*no-such-config.py does not'):
         Config.fromfile(str(mine))
 
 
@@ -181,12 +197,16 @@ print(json.dumps(Config._get_cfg_path(sys.argv[1], sys.argv[2])))
 def test_upstream_bases_resolve_without_pkg_resources(tmp_path):
     """Where setuptools >= 82 took pkg_resources away, ``mmpretrain::`` bases (which every
     mmstiff config uses) resolve to the file MMEngine itself finds where it is present."""
-    import mmstiff  # noqa: F401
     from mmengine.config import Config
+
+    import mmstiff  # noqa: F401
     base = 'mmpretrain::_base_/default_runtime.py'
     expected = list(Config._get_cfg_path(base, str(tmp_path / 'mine.py')))
-    proc = subprocess.run([sys.executable, '-c', NO_PKG_RESOURCES, base, str(tmp_path / 'x.py')],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, '-c', NO_PKG_RESOURCES, base,
+                           str(tmp_path / 'x.py')],
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
     assert expected[1] == 'mmpretrain' and osp.isfile(expected[0])
@@ -221,8 +241,7 @@ def test_model_index_covers_every_config_once():
                                                      f'{measured[model["Config"]][2]}/'))
     for config in measured:  # every measured config carries its figure
         assert any(r['Metrics'].get('Top 1 Accuracy') == measured[config][0]
-                   for m in models.values() if m['Config'] == config
-                   for r in m.get('Results', []))
+                   for m in models.values() if m['Config'] == config for r in m.get('Results', []))
 
 
 @pytest.mark.slow
@@ -261,16 +280,24 @@ def test_mim_run_finds_the_packaged_scripts(site, tmp_path):
     assert f'Use the script {script}' in proc.stdout
 
     config = osp.join(REPO, 'configs', 'vit', 'vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py')
-    proc = run(site, '-m', 'mim', 'run', 'mmpretrain', 'get_flops', config, '--shape', '32',
-               cwd=str(tmp_path))
+    proc = run(
+        site,
+        '-m',
+        'mim',
+        'run',
+        'mmpretrain',
+        'get_flops',
+        config,
+        '--shape',
+        '32',
+        cwd=str(tmp_path))
     params = re.search(r'Params: ([\d.]+)M', proc.stdout)
     assert params, proc.stdout[-2000:]
     measured = indexed_models()['vit-lite-7-p4-stepnet_1xb128-200e_cifar10']['Metadata']
     assert abs(float(params.group(1)) * 1e6 - measured['Parameters']) < 1e3
 
     # print_config resolves the mmpretrain:: bases and the mmstiff types of the config
-    proc = run(site, '-m', 'mim', 'run', 'mmpretrain', 'print_config', config,
-               cwd=str(tmp_path))
+    proc = run(site, '-m', 'mim', 'run', 'mmpretrain', 'print_config', config, cwd=str(tmp_path))
     assert "type='mmstiff.StepViT'" in proc.stdout and 'msa_adaptor=' in proc.stdout, \
         proc.stdout[-2000:]
 
@@ -278,20 +305,49 @@ def test_mim_run_finds_the_packaged_scripts(site, tmp_path):
 @pytest.mark.slow
 def test_mim_train_and_test_run_the_packaged_tools(site, tiny_data, tmp_path):
     root = tiny_data('cifar10')
-    options = [f'{loader}.dataset.data_root={root}'
-               for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    options = [
+        f'{loader}.dataset.data_root={root}'
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    ]
     config = osp.join(REPO, 'tests', 'data', 'configs', 'cifar10_resnet18_tiny.py')
     work = tmp_path / 'work'
-    proc = run(site, '-m', 'mim', 'train', 'mmstiff', config, '--gpus', '0',
-               '--work-dir', str(work), '--cfg-options', *options, cwd=str(tmp_path))
+    proc = run(
+        site,
+        '-m',
+        'mim',
+        'train',
+        'mmstiff',
+        config,
+        '--gpus',
+        '0',
+        '--work-dir',
+        str(work),
+        '--cfg-options',
+        *options,
+        cwd=str(tmp_path))
     tools = osp.join(site, 'mmstiff', '.mim', 'tools')
     assert f'{tools}/train.py {config} --launcher none' in proc.stdout
     assert (work / 'iter_2.pth').is_file()
 
     metrics = tmp_path / 'metrics.json'
-    proc = run(site, '-m', 'mim', 'test', 'mmstiff', config, '--checkpoint',
-               str(work / 'iter_2.pth'), '--gpus', '0', '--work-dir', str(work), '--out',
-               str(metrics), '--cfg-options', *options, cwd=str(tmp_path))
+    proc = run(
+        site,
+        '-m',
+        'mim',
+        'test',
+        'mmstiff',
+        config,
+        '--checkpoint',
+        str(work / 'iter_2.pth'),
+        '--gpus',
+        '0',
+        '--work-dir',
+        str(work),
+        '--out',
+        str(metrics),
+        '--cfg-options',
+        *options,
+        cwd=str(tmp_path))
     assert f'{tools}/test.py {config}' in proc.stdout
     assert 0.0 <= json.loads(metrics.read_text())['accuracy/top1'] <= 100.0
 
@@ -301,8 +357,18 @@ def test_mim_train_finds_a_config_by_name_in_the_package(site, tmp_path):
     """A bare config name is looked up in the installed package's configs; train.py then
     refuses the unknown flag, so nothing trains."""
     name = 'vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py'
-    proc = run(site, '-m', 'mim', 'train', 'mmstiff', name, '--gpus', '0', '--no-such-flag',
-               cwd=str(tmp_path), check=False)
+    proc = run(
+        site,
+        '-m',
+        'mim',
+        'train',
+        'mmstiff',
+        name,
+        '--gpus',
+        '0',
+        '--no-such-flag',
+        cwd=str(tmp_path),
+        check=False)
     found = osp.join(site, 'mmstiff', '.mim', 'configs', 'vit', name)
     assert f'will use {found} instead' in proc.stdout, proc.stdout[-2000:]
     assert proc.returncode != 0 and 'unrecognized arguments: --no-such-flag' in proc.stderr

@@ -7,12 +7,13 @@ import torch
 import torchvision
 from mmpretrain.models import ImageClassifier
 from mmpretrain.models.backbones import ResNet
-
-from mmstiff.models.backbones import StepResNet
 from reference_weights import randomise_bn
 
-SCRIPT = (Path(__file__).parents[1] / 'tools' / 'model_converters' /
-          'torchvision_to_mmpretrain_resnet.py')
+from mmstiff.models.backbones import StepResNet
+
+SCRIPT = (
+    Path(__file__).parents[1] / 'tools' / 'model_converters' /
+    'torchvision_to_mmpretrain_resnet.py')
 
 
 def _load_converter():
@@ -51,7 +52,7 @@ def test_converted_resnet18_classifier_reproduces_torchvision(tmp_path):
     state_dict = torch.load(dst, weights_only=True)['state_dict']
 
     classifier = _classifier(18, 512).eval()
-    classifier.load_state_dict(state_dict)               # strict: every key matches
+    classifier.load_state_dict(state_dict)  # strict: every key matches
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(classifier(x, mode='tensor'), reference(x))
@@ -75,8 +76,11 @@ def test_converted_resnet50_loads_into_step_resnet_with_only_adaptor_keys_missin
     result = model.load_state_dict(backbone_sd, strict=False)
     assert result.unexpected_keys == []
     # BN fills a missing num_batches_tracked itself: every other adaptor key is reported
-    assert set(result.missing_keys) == {k for k in model.state_dict() if '.step_adaptor.' in k
-                                        and not k.endswith('num_batches_tracked')}
+    assert set(result.missing_keys) == {
+        k
+        for k in model.state_dict()
+        if '.step_adaptor.' in k and not k.endswith('num_batches_tracked')
+    }
     assert len(result.missing_keys) > 0
 
 

@@ -95,10 +95,16 @@ result = dict(model=type(model).__module__, out=list(out[-1].shape))
 
 def _report(script, path=()):
     """Run ``script`` in a fresh interpreter (``path``: folders put first on its PYTHONPATH)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [*path, REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [*path, REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, '-c', script],
+                          capture_output=True,
+                          text=True,
+                          cwd=REPO,
+                          env=env,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -146,11 +152,15 @@ def _absolute(node, relpath):
 
 
 def _docstrings(tree):
-    nodes = [tree] + [n for n in ast.walk(tree)
-                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    return {id(n.body[0].value) for n in nodes
-            if n.body and isinstance(n.body[0], ast.Expr)
-            and isinstance(n.body[0].value, ast.Constant)}
+    nodes = [tree] + [
+        n for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+    return {
+        id(n.body[0].value)
+        for n in nodes
+        if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }
 
 
 def violations(relpath, source):

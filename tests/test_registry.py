@@ -33,8 +33,9 @@ def test_scoped_type_builds_without_custom_imports(scope):
 
 @pytest.mark.parametrize('scope', ['mmpretrain', 'mmdet'])
 def test_mmstiff_registries_are_children_of_the_roots(scope):
-    import mmstiff.registry as reg
     from mmengine import registry as root
+
+    import mmstiff.registry as reg
 
     for name in ('MODELS', 'HOOKS', 'DATASETS', 'METRICS'):
         child = getattr(reg, name)
@@ -49,11 +50,15 @@ def test_mmstiff_registries_are_children_of_the_roots(scope):
 
 def test_each_registry_is_filled_from_its_locations():
     """Every declared registry holds something, and only from the modules its locations name."""
-    import mmstiff.registry as reg
     from mmengine.registry import Registry
 
-    declared = {name: value for name, value in vars(reg).items()
-                if isinstance(value, Registry) and value.scope == 'mmstiff'}
+    import mmstiff.registry as reg
+
+    declared = {
+        name: value
+        for name, value in vars(reg).items()
+        if isinstance(value, Registry) and value.scope == 'mmstiff'
+    }
     assert sorted(declared) == ['DATASETS', 'HOOKS', 'METRICS', 'MODELS']
     for name, registry in declared.items():
         registry.import_from_location()

@@ -37,28 +37,43 @@ QUICK_ANALYSES = ('tns', )
 #: --quick: the tiny dataset, and the overrides that make one short epoch of it
 QUICK_DATA = dict(num_train=256, num_test=128)
 QUICK_OPTIONS = [
-    'train_cfg.max_epochs=1', 'train_cfg.val_interval=1', 'train_dataloader.batch_size=32',
-    'val_dataloader.batch_size=64', 'test_dataloader.batch_size=64',
-    'default_hooks.logger.interval=2', 'custom_hooks.0.interval=2', 'custom_hooks.1.interval=2',
-] + [f'{loader}.{key}' for loader in LOADERS
-     for key in ('num_workers=0', 'persistent_workers=False')]
+    'train_cfg.max_epochs=1',
+    'train_cfg.val_interval=1',
+    'train_dataloader.batch_size=32',
+    'val_dataloader.batch_size=64',
+    'test_dataloader.batch_size=64',
+    'default_hooks.logger.interval=2',
+    'custom_hooks.0.interval=2',
+    'custom_hooks.1.interval=2',
+] + [
+    f'{loader}.{key}' for loader in LOADERS for key in ('num_workers=0', 'persistent_workers=False')
+]
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--config', default=None,
-                        help=f'config to train (default: {DEMO_CONFIG} beside this tool)')
-    parser.add_argument('--work-dir', default=None,
-                        help='where to write (default: work_dirs/demo, with --quick '
-                        'work_dirs/demo-quick)')
-    parser.add_argument('--data-root', default=None,
-                        help='the Fashion-MNIST folder (default: data/fashion_mnist; with '
-                        '--quick the tiny dataset written into WORK_DIR/data)')
-    parser.add_argument('--quick', action='store_true',
-                        help='first run in about a minute with nothing downloaded: a tiny '
-                        'dataset in Fashion-MNIST format written locally, one short epoch')
-    parser.add_argument('--cfg-options', nargs='+', default=[],
-                        help='extra key=value overrides passed to train.py and test.py')
+    parser.add_argument(
+        '--config', default=None, help=f'config to train (default: {DEMO_CONFIG} beside this tool)')
+    parser.add_argument(
+        '--work-dir',
+        default=None,
+        help='where to write (default: work_dirs/demo, with --quick '
+        'work_dirs/demo-quick)')
+    parser.add_argument(
+        '--data-root',
+        default=None,
+        help='the Fashion-MNIST folder (default: data/fashion_mnist; with '
+        '--quick the tiny dataset written into WORK_DIR/data)')
+    parser.add_argument(
+        '--quick',
+        action='store_true',
+        help='first run in about a minute with nothing downloaded: a tiny '
+        'dataset in Fashion-MNIST format written locally, one short epoch')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        default=[],
+        help='extra key=value overrides passed to train.py and test.py')
     args = parser.parse_args(argv)
     if args.config is None:
         args.config = osp.join(ROOT, DEMO_CONFIG)
@@ -67,8 +82,8 @@ def parse_args(argv=None):
     if args.quick and args.data_root is not None:
         parser.error('--quick writes its own data into WORK_DIR/data; drop --data-root')
     if args.data_root is None:
-        args.data_root = (osp.join(args.work_dir, 'data') if args.quick
-                          else osp.join('data', 'fashion_mnist'))
+        args.data_root = (
+            osp.join(args.work_dir, 'data') if args.quick else osp.join('data', 'fashion_mnist'))
     return args
 
 
@@ -107,16 +122,22 @@ def main(argv=None):
     overrides = [f'{loader}.dataset.data_root={args.data_root}' for loader in LOADERS]
     overrides += (QUICK_OPTIONS if args.quick else []) + list(args.cfg_options)
     start = time.time()
-    run([sys.executable, osp.join(TOOLS, 'train.py'), args.config, '--work-dir', args.work_dir,
-         '--cfg-options', *overrides])
+    run([
+        sys.executable,
+        osp.join(TOOLS, 'train.py'), args.config, '--work-dir', args.work_dir, '--cfg-options',
+        *overrides
+    ])
     train_s = time.time() - start
     run_dir = latest(osp.join(args.work_dir, '2*'))  # the timestamped folder of this run
 
     with open(osp.join(args.work_dir, 'last_checkpoint')) as f:
         checkpoint = f.read().strip()
     metrics_file = osp.join(args.work_dir, 'test_metrics.json')
-    run([sys.executable, osp.join(TOOLS, 'test.py'), args.config, checkpoint,
-         '--work-dir', args.work_dir, '--out', metrics_file, '--cfg-options', *overrides])
+    run([
+        sys.executable,
+        osp.join(TOOLS, 'test.py'), args.config, checkpoint, '--work-dir', args.work_dir, '--out',
+        metrics_file, '--cfg-options', *overrides
+    ])
     with open(metrics_file) as f:
         metrics = json.load(f)
 
@@ -128,13 +149,19 @@ def main(argv=None):
     test_data = ['--cfg-options', f'test_dataloader.dataset.data_root={args.data_root}']
     if args.quick:
         test_data += ['test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
-    run([sys.executable, osp.join(analysis, 'plot_logs.py'), run_dir,
-         '--out-dir', osp.join(plots, 'training')])
+    run([
+        sys.executable,
+        osp.join(analysis, 'plot_logs.py'), run_dir, '--out-dir',
+        osp.join(plots, 'training')
+    ])
     analyses = [(tool, ['--num-batches', batches]) for tool, batches in ANALYSES]
     skipped = []
     for tool, extra in analyses:
-        cmd = [sys.executable, osp.join(analysis, f'{tool}.py'), args.config, checkpoint,
-               '--out-dir', osp.join(plots, tool), *extra, *test_data]
+        cmd = [
+            sys.executable,
+            osp.join(analysis, f'{tool}.py'), args.config, checkpoint, '--out-dir',
+            osp.join(plots, tool), *extra, *test_data
+        ]
         if args.quick and tool not in QUICK_ANALYSES:
             skipped.append(' '.join(cmd))
             continue
@@ -150,8 +177,8 @@ def main(argv=None):
     print(f'train log:   {log}')
     print(f'scalars:     {scalars}')
     print(f'metrics:     {metrics_file}')
-    folders = ','.join(['training'] + [t for t, _ in ANALYSES if t in QUICK_ANALYSES
-                                       or not args.quick])
+    folders = ','.join(['training'] +
+                       [t for t, _ in ANALYSES if t in QUICK_ANALYSES or not args.quick])
     print(f'plots:       {plots}/{{{folders}}}/*.png (numbers in the *.json beside them)')
     for cmd in skipped:
         print(f'skipped:     {cmd}')

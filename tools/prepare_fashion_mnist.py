@@ -60,17 +60,17 @@ def install_from(src_dir, dst, counts=FULL_COUNTS):
     os.makedirs(dst, exist_ok=True)
     for split, (images, labels) in SPLIT_FILES.items():
         want = None if counts is None else counts[split]
-        n = gunzip_verified(osp.join(src_dir, images + '.gz'), osp.join(dst, images),
-                            IMAGES_MAGIC, want)[0]
-        gunzip_verified(osp.join(src_dir, labels + '.gz'), osp.join(dst, labels),
-                        LABELS_MAGIC, n)
+        n = gunzip_verified(
+            osp.join(src_dir, images + '.gz'), osp.join(dst, images), IMAGES_MAGIC, want)[0]
+        gunzip_verified(osp.join(src_dir, labels + '.gz'), osp.join(dst, labels), LABELS_MAGIC, n)
     return verify_folder(dst, counts)
 
 
 def has_sources(src_dir):
     """Whether ``src_dir`` holds the four gzipped files."""
-    return all(osp.isfile(osp.join(src_dir, name + '.gz'))
-               for pair in SPLIT_FILES.values() for name in pair)
+    return all(
+        osp.isfile(osp.join(src_dir, name + '.gz')) for pair in SPLIT_FILES.values()
+        for name in pair)
 
 
 def default_cache_dir():
@@ -87,11 +87,15 @@ def is_root():
 def apt_plan(cache_dir):
     """The commands ``--install-with-apt`` runs here, one line each, for the user to read."""
     if is_root():
-        return [f'apt-cache show {PACKAGE}',
-                'apt-get update    (only if apt-cache does not know the package)',
-                f'apt-get install -y {PACKAGE}']
-    return [f'apt-get download {PACKAGE}    (in {cache_dir})',
-            f'dpkg-deb -x {cache_dir}/{PACKAGE}_*.deb {cache_dir}/root']
+        return [
+            f'apt-cache show {PACKAGE}',
+            'apt-get update    (only if apt-cache does not know the package)',
+            f'apt-get install -y {PACKAGE}'
+        ]
+    return [
+        f'apt-get download {PACKAGE}    (in {cache_dir})',
+        f'dpkg-deb -x {cache_dir}/{PACKAGE}_*.deb {cache_dir}/root'
+    ]
 
 
 def _run(cmd, cwd=None):
@@ -152,8 +156,12 @@ def how_to_install(dst, cache_dir):
             f'or put the four unzipped *-ubyte files in {dst}.')
 
 
-def prepare_fashion_mnist(dst='data/fashion_mnist', system_dir=SYSTEM_DIR, use_apt=False,
-                          counts=FULL_COUNTS, cache_dir=None, run=_run):
+def prepare_fashion_mnist(dst='data/fashion_mnist',
+                          system_dir=SYSTEM_DIR,
+                          use_apt=False,
+                          counts=FULL_COUNTS,
+                          cache_dir=None,
+                          run=_run):
     """Make Fashion-MNIST's unzipped IDX files available in ``dst``; return ``dst``.
 
     Args:
@@ -218,12 +226,16 @@ def prepare_fashion_mnist(dst='data/fashion_mnist', system_dir=SYSTEM_DIR, use_a
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--dst', default='data/fashion_mnist',
-                        help='folder to fill (the data_root of FashionMNIST configs)')
-    parser.add_argument(APT_FLAG, action='store_true',
-                        help=f'when {PACKAGE} is not installed, run apt-get to install it (as '
-                        'root) or to download and extract it into a user cache; the commands '
-                        'are printed before they run')
+    parser.add_argument(
+        '--dst',
+        default='data/fashion_mnist',
+        help='folder to fill (the data_root of FashionMNIST configs)')
+    parser.add_argument(
+        APT_FLAG,
+        action='store_true',
+        help=f'when {PACKAGE} is not installed, run apt-get to install it (as '
+        'root) or to download and extract it into a user cache; the commands '
+        'are printed before they run')
     return parser.parse_args(argv)
 
 

@@ -42,7 +42,6 @@ import threading
 import time
 from importlib import metadata
 
-
 from mmstiff.studies import (Launch, StudyError, check_launch, load_study, plan_runs, runs_json,
                              write_index, write_page, write_runs)
 from mmstiff.studies.collect import collect_run
@@ -72,33 +71,58 @@ def positive_int(text):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('study', help='study file (configs/studies/<name>.py|.yaml) or its name')
-    parser.add_argument('--jobs', type=positive_int, default=1,
-                        help='runs at a time (default 1); each run is one process at a time')
-    parser.add_argument('--report-only', action='store_true',
-                        help='only rewrite the page and the index from the existing runs.json')
-    parser.add_argument('--recollect', action='store_true',
-                        help='read the numbers of the finished runs again from their work dirs '
-                        '(after an upgrade of mmstiff/studies/collect.py), then go on as usual')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='print the runs and their commands, run nothing')
-    parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
-                        help='root of the runs\' work dirs (default work_dirs/studies)')
-    parser.add_argument('--results-dir', default=osp.join(REPO, 'docs', 'results'),
-                        help='where runs.json, the page and the index go (default docs/results)')
-    parser.add_argument('--configs', metavar='NAME',
-                        help="apply the study file's configs[NAME] (another config, e.g. the "
-                        'paper-scale one); the study is then named <name>.<NAME>')
-    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                        help='a config option added to every run (repeatable); use your own '
-                        '--work-dir and --results-dir for such a run')
-    parser.add_argument('--launcher', default='none', help='how train and test start: none '
-                        '(one process), pytorch (tools/dist_*.sh) or slurm (tools/slurm_*.sh)')
-    parser.add_argument('--gpus', type=positive_int, default=1,
-                        help='GPUs of each train / test stage (pytorch, slurm), or the GPUs the '
-                        'runs are spread over (--device cuda)')
+    parser.add_argument(
+        '--jobs',
+        type=positive_int,
+        default=1,
+        help='runs at a time (default 1); each run is one process at a time')
+    parser.add_argument(
+        '--report-only',
+        action='store_true',
+        help='only rewrite the page and the index from the existing runs.json')
+    parser.add_argument(
+        '--recollect',
+        action='store_true',
+        help='read the numbers of the finished runs again from their work dirs '
+        '(after an upgrade of mmstiff/studies/collect.py), then go on as usual')
+    parser.add_argument(
+        '--dry-run', action='store_true', help='print the runs and their commands, run nothing')
+    parser.add_argument(
+        '--work-dir',
+        default=osp.join(REPO, 'work_dirs', 'studies'),
+        help='root of the runs\' work dirs (default work_dirs/studies)')
+    parser.add_argument(
+        '--results-dir',
+        default=osp.join(REPO, 'docs', 'results'),
+        help='where runs.json, the page and the index go (default docs/results)')
+    parser.add_argument(
+        '--configs',
+        metavar='NAME',
+        help="apply the study file's configs[NAME] (another config, e.g. the "
+        'paper-scale one); the study is then named <name>.<NAME>')
+    parser.add_argument(
+        '--set',
+        action='append',
+        default=[],
+        metavar='KEY=VALUE',
+        help='a config option added to every run (repeatable); use your own '
+        '--work-dir and --results-dir for such a run')
+    parser.add_argument(
+        '--launcher',
+        default='none',
+        help='how train and test start: none '
+        '(one process), pytorch (tools/dist_*.sh) or slurm (tools/slurm_*.sh)')
+    parser.add_argument(
+        '--gpus',
+        type=positive_int,
+        default=1,
+        help='GPUs of each train / test stage (pytorch, slurm), or the GPUs the '
+        'runs are spread over (--device cuda)')
     parser.add_argument('--partition', help='the Slurm partition (--launcher slurm)')
-    parser.add_argument('--device', help='cpu: hide the GPUs; cuda: run i on GPU i mod --gpus, '
-                        '--jobs runs at a time (several small runs packed onto each GPU)')
+    parser.add_argument(
+        '--device',
+        help='cpu: hide the GPUs; cuda: run i on GPU i mod --gpus, '
+        '--jobs runs at a time (several small runs packed onto each GPU)')
     return parser.parse_args(argv)
 
 
@@ -112,8 +136,8 @@ def environment():
             pass
     try:
         import torch
-        device = (f'GPU {torch.cuda.get_device_name(0)}' if torch.cuda.is_available()
-                  else f'CPU, {os.cpu_count()} cores')
+        device = (f'GPU {torch.cuda.get_device_name(0)}'
+                  if torch.cuda.is_available() else f'CPU, {os.cpu_count()} cores')
     except ImportError:
         device = 'CPU'
     return f'{device}; Python {platform.python_version()}, ' + ', '.join(versions)
@@ -165,8 +189,7 @@ def call(command, log_path):
         log.flush()
         start = time.monotonic()
         with _children_lock:
-            proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env)
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
             _children.add(proc)
             if STOP.is_set():
                 proc.terminate()
@@ -178,8 +201,6 @@ def call(command, log_path):
         wall = time.monotonic() - start
         log.write(f'[{now()}] exit {returncode} after {wall:.1f} s\n')
     return returncode, wall
-
-
 
 
 class ProcessLauncher:
@@ -219,11 +240,13 @@ class Progress:
         runs = self.state.runs().values()
         done = [r for r in runs if r.get('status') == DONE]
         times = [r['wall_time_s'] for r in done if r.get('wall_time_s')]
-        eta = (fmt_duration(sum(times) / len(times) * math.ceil(self.left / self.jobs))
-               if times and self.left else ('0 s' if not self.left else 'unknown'))
+        eta = (
+            fmt_duration(sum(times) / len(times) *
+                         math.ceil(self.left / self.jobs)) if times and self.left else
+            ('0 s' if not self.left else 'unknown'))
         status = entry.get('status')
-        what = (f'done in {fmt_duration(entry.get("wall_time_s"))}' if status == DONE
-                else f'FAILED ({entry.get("error")})')
+        what = (f'done in {fmt_duration(entry.get("wall_time_s"))}'
+                if status == DONE else f'FAILED ({entry.get("error")})')
         say(f'[{len(done)}/{self.total}] {key}: {what} ({_stage_times(entry)}); '
             f'{self.left} left, ETA {eta}')
 
@@ -243,8 +266,8 @@ def recollect(plans, state):
     for plan in plans:
         entry = state.run(plan.key)
         if entry.get('status') == DONE and osp.isdir(plan.path(plan.work_dir)):
-            state.update(plan.key, record=collect_run(plan.path(plan.work_dir),
-                                                      plan.variant.analysis))
+            state.update(
+                plan.key, record=collect_run(plan.path(plan.work_dir), plan.variant.analysis))
 
 
 def run_study(study, plans, state, args, results_dir, work_root):
@@ -315,8 +338,7 @@ def main(argv=None):
         study_dir = osp.join(osp.abspath(args.work_dir), study.name)
         with RunnerLock(study_dir):
             state = StudyState(osp.join(study_dir, STATE_FILE), study.name)
-            failed = run_study(study, plans, state, args, results_dir,
-                               osp.abspath(args.work_dir))
+            failed = run_study(study, plans, state, args, results_dir, osp.abspath(args.work_dir))
             page, index = publish(study, plans, state, results_dir, args)
     except (StudyError, RuntimeError) as err:
         sys.exit(f'error: {err}')

@@ -38,8 +38,7 @@ model = dict(
         topk=(1, )))
 
 # AdamW as in the paper's recipe, at a short-schedule learning rate
-optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999)))
+optim_wrapper = dict(optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999)))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
     dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=3, convert_to_iter_based=True),

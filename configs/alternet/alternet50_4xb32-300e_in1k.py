@@ -14,11 +14,7 @@ data_root = 'data/imagenet'
 model = dict(
     type='ImageClassifier',
     backbone=dict(
-        type='mmstiff.AlterNet',
-        depth=50,
-        stem='imagenet',
-        window_size=7,
-        drop_path_rate=0.1),
+        type='mmstiff.AlterNet', depth=50, stem='imagenet', window_size=7, drop_path_rate=0.1),
     neck=dict(type='GlobalAveragePooling'),
     head=dict(
         type='LinearClsHead',
@@ -39,12 +35,22 @@ train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='RandomResizedCrop', scale=224, backend='pillow', interpolation='bicubic'),
     dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='RandAugment', policies='timm_increasing', num_policies=2, total_level=10,
-         magnitude_level=9, magnitude_std=0.5,
-         hparams=dict(pad_val=bgr_mean, interpolation='bicubic')),
+    dict(
+        type='RandAugment',
+        policies='timm_increasing',
+        num_policies=2,
+        total_level=10,
+        magnitude_level=9,
+        magnitude_std=0.5,
+        hparams=dict(pad_val=bgr_mean, interpolation='bicubic')),
     # erased patches are the mean colour, i.e. zero after normalisation
-    dict(type='RandomErasing', erase_prob=0.25, mode='const', min_area_ratio=0.02,
-         max_area_ratio=1 / 3, fill_color=bgr_mean),
+    dict(
+        type='RandomErasing',
+        erase_prob=0.25,
+        mode='const',
+        min_area_ratio=0.02,
+        max_area_ratio=1 / 3,
+        fill_color=bgr_mean),
     dict(type='PackInputs'),
 ]
 test_pipeline = [
@@ -72,10 +78,20 @@ test_evaluator = val_evaluator
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1.25e-4, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=5,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=True, begin=5, end=300,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        begin=0,
+        end=5,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=0.0,
+        by_epoch=True,
+        begin=5,
+        end=300,
+        convert_to_iter_based=True),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 val_cfg = dict()

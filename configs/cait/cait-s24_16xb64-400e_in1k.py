@@ -30,14 +30,18 @@ test_pipeline = [
     dict(type='PackInputs'),
 ]
 train_dataloader = dict(batch_size=64, dataset=dict(type='ImageNet', data_root=data_root))
-val_dataloader = dict(
-    dataset=dict(type='ImageNet', data_root=data_root, pipeline=test_pipeline))
+val_dataloader = dict(dataset=dict(type='ImageNet', data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5, end=400,
-         convert_to_iter_based=True)
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=5,
+        end=400,
+        convert_to_iter_based=True)
 ]
 train_cfg = dict(by_epoch=True, max_epochs=400, val_interval=1)
 # mmpretrain's DeiT schedule clips gradients at norm 5; the DeiT and CaiT code do not

@@ -13,8 +13,12 @@ _base_ = [
 
 adaptor = dict(type='mmstiff.StepNetAdaptor')
 backbone = dict(
-    type='mmstiff.PreActStepResNet', depth=20, in_channels=1, base_channels=16,
-    strides=(2, 2, 2), adaptor=adaptor)
+    type='mmstiff.PreActStepResNet',
+    depth=20,
+    in_channels=1,
+    base_channels=16,
+    strides=(2, 2, 2),
+    adaptor=adaptor)
 model = dict(
     type='ImageClassifier',
     backbone=backbone,

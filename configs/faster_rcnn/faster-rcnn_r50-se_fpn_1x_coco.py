@@ -13,5 +13,4 @@
 #                 prefix='backbone.')
 _base_ = ['./faster-rcnn_r50_fpn_1x_coco.py']
 
-model = dict(
-    backbone=dict(adaptor=dict(type='mmstiff.SEAdaptor', ratio=16, start='identity')))
+model = dict(backbone=dict(adaptor=dict(type='mmstiff.SEAdaptor', ratio=16, start='identity')))

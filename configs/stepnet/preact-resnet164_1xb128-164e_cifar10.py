@@ -28,5 +28,5 @@ test_dataloader = val_dataloader
 param_scheduler = dict(type='MultiStepLR', by_epoch=True, milestones=[81, 122], gamma=0.1)
 train_cfg = dict(by_epoch=True, max_epochs=164, val_interval=1)
 
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2,
-                                     save_best='auto'))
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2, save_best='auto'))

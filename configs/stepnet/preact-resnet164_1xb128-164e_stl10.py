@@ -12,10 +12,7 @@ data_root = 'data/stl10'
 
 # STL-10 training-split pixel statistics (RGB, 0..255).
 data_preprocessor = dict(
-    num_classes=10,
-    mean=[113.9, 112.1, 103.7],
-    std=[66.4, 65.4, 69.2],
-    to_rgb=False)
+    num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2], to_rgb=False)
 
 train_pipeline = [
     dict(type='RandomCrop', crop_size=96, padding=12),
@@ -27,26 +24,23 @@ test_pipeline = [dict(type='PackInputs')]
 train_dataloader = dict(
     batch_size=128,
     num_workers=4,
-    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='train',
-                 pipeline=train_pipeline),
+    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='train', pipeline=train_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=True))
 val_dataloader = dict(
     batch_size=128,
     num_workers=4,
-    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='test',
-                 pipeline=test_pipeline),
+    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='test', pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader
 test_evaluator = val_evaluator
 
-optim_wrapper = dict(
-    optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4))
+optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4))
 param_scheduler = dict(type='MultiStepLR', by_epoch=True, milestones=[81, 122], gamma=0.1)
 train_cfg = dict(by_epoch=True, max_epochs=164, val_interval=4)
 val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=128)
 
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=4, max_keep_ckpts=2,
-                                     save_best='auto'))
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=4, max_keep_ckpts=2, save_best='auto'))

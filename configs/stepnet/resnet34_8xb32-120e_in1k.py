@@ -13,18 +13,15 @@ model = dict(backbone=dict(type='mmstiff.StepResNet', depth=34))
 
 train_dataloader = dict(
     batch_size=32,
-    dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/train.txt',
-                 data_prefix='train'))
+    dataset=dict(
+        type='ImageNet', data_root=data_root, ann_file='meta/train.txt', data_prefix='train'))
 val_dataloader = dict(
     batch_size=32,
-    dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/val.txt',
-                 data_prefix='val'))
+    dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/val.txt', data_prefix='val'))
 test_dataloader = val_dataloader
 
-optim_wrapper = dict(
-    optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4))
-param_scheduler = dict(
-    type='MultiStepLR', by_epoch=True, milestones=[30, 60, 90], gamma=0.1)
+optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4))
+param_scheduler = dict(type='MultiStepLR', by_epoch=True, milestones=[30, 60, 90], gamma=0.1)
 train_cfg = dict(by_epoch=True, max_epochs=120, val_interval=1)
 
 # base_batch_size = (8 GPUs) x (32 samples per GPU)

@@ -8,8 +8,10 @@
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
 # no loader worker processes on a shared CPU
-_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
-           for key in ('num_workers=0', 'persistent_workers=False')]
+_serial = [
+    f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+    for key in ('num_workers=0', 'persistent_workers=False')
+]
 name = 'augshortcut_token_diversity'
 claim = dict(
     quote=('The above equation shows that paralleling the MLP module with the augmented '
@@ -22,16 +24,24 @@ claim = dict(
             'alike: their mean pairwise cosine similarity is lower by at least 0.05 than '
             'without; secondary: the similarity at every depth and the test top-1. Scale for '
             '2 CPU cores: 6 000 training images, 3 epochs, 3 seeds.'))
-outcome = dict(metric='spectrum/token_cos/last', comparison=['augmented', 'vit'],
-               direction='less', margin=0.05)
-seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
-cfg_options = ['model.backbone.arch.num_layers=8', 'train_dataloader.dataset.indices=6000',
-               'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'] + _serial
+outcome = dict(
+    metric='spectrum/token_cos/last',
+    comparison=['augmented', 'vit'],
+    direction='less',
+    margin=0.05)
+seeds = [0, 1, 2]  # more seeds extend the study (finished runs are kept)
+cfg_options = [
+    'model.backbone.arch.num_layers=8', 'train_dataloader.dataset.indices=6000',
+    'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'
+] + _serial
 analysis = ['spectrum']
 analysis_args = dict(spectrum=['--num-batches', '2'])
 runs = [
     dict(label='vit', config=_vit, baseline=True),
-    dict(label='augmented', config=_vit,
-         cfg_options=['model.backbone.aug_shortcut.num_paths=2'], baseline='vit'),
+    dict(
+        label='augmented',
+        config=_vit,
+        cfg_options=['model.backbone.aug_shortcut.num_paths=2'],
+        baseline='vit'),
 ]
 verdict = None

@@ -26,20 +26,23 @@ _config = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 _plain_checkpoint = 'work_dirs/studies/graft/plain-3e/seed0/epoch_3.pth'
 _adaptors = {
     'plain': ['model.backbone.adaptor=None'],
-    'se-paper': ['model.backbone.adaptor.type=mmstiff.SEAdaptor',
-                 'model.backbone.adaptor.start=paper'],
-    'se-identity': ['model.backbone.adaptor.type=mmstiff.SEAdaptor',
-                    'model.backbone.adaptor.start=identity'],
+    'se-paper':
+    ['model.backbone.adaptor.type=mmstiff.SEAdaptor', 'model.backbone.adaptor.start=paper'],
+    'se-identity':
+    ['model.backbone.adaptor.type=mmstiff.SEAdaptor', 'model.backbone.adaptor.start=identity'],
     'stepnet-paper': ['model.backbone.adaptor.start=paper'],
     'stepnet-identity': ['model.backbone.adaptor.start=identity'],
 }
-_one_epoch = ['model.init_cfg.type=Pretrained', f'model.init_cfg.checkpoint={_plain_checkpoint}',
-              'train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1']
+_one_epoch = [
+    'model.init_cfg.type=Pretrained', f'model.init_cfg.checkpoint={_plain_checkpoint}',
+    'train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1'
+]
 _fine_tune = _one_epoch + ['optim_wrapper.optimizer.lr=0.01']
 # one batch of 128 at learning rate 0, every BN frozen: the saved model is the loaded one
-_step0 = _one_epoch + ['optim_wrapper.optimizer.lr=0.0', 'model.backbone.norm_eval=True',
-                       'model.backbone.adaptor_norm=follow',
-                       'train_dataloader.dataset.indices=128']
+_step0 = _one_epoch + [
+    'optim_wrapper.optimizer.lr=0.0', 'model.backbone.norm_eval=True',
+    'model.backbone.adaptor_norm=follow', 'train_dataloader.dataset.indices=128'
+]
 
 name = 'graft'
 claim = dict(
@@ -57,20 +60,34 @@ claim = dict(
             'plain accuracy exactly and fine-tunes at least as well as the plain network.'))
 seeds = [0, 1, 2]
 cfg_options = ['train_cfg.val_begin=1000', 'custom_hooks=[]']
-runs = [dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], seeds=[0],
-             baseline=False)]
-runs += [dict(label=f'step0.{label}', config=_config, cfg_options=_step0 + options,
-              baseline=True if label == 'plain' else 'step0.plain')
-         for label, options in _adaptors.items()]
-runs += [dict(label=f'ft.{label}', config=_config, cfg_options=_fine_tune + options,
-              baseline=True if label == 'plain' else 'ft.plain')
-         for label, options in _adaptors.items()]
+runs = [
+    dict(
+        label='plain-3e', config=_config, cfg_options=_adaptors['plain'], seeds=[0], baseline=False)
+]
+runs += [
+    dict(
+        label=f'step0.{label}',
+        config=_config,
+        cfg_options=_step0 + options,
+        baseline=True if label == 'plain' else 'step0.plain')
+    for label, options in _adaptors.items()
+]
+runs += [
+    dict(
+        label=f'ft.{label}',
+        config=_config,
+        cfg_options=_fine_tune + options,
+        baseline=True if label == 'plain' else 'ft.plain') for label, options in _adaptors.items()
+]
 # Filled in after looking at the results page, with its numbers as placeholders.
 _top1 = '[test/accuracy/top1]'
 # The primary outcome (the project's hypothesis): StepNet grafted with the identity start
 # fine-tunes as well as the plain network fine-tuned alike, within ±0.5 points of top-1.
-outcome = dict(metric='test/accuracy/top1', comparison=['ft.stepnet-identity', 'ft.plain'],
-               direction='equivalent', margin=0.5)
+outcome = dict(
+    metric='test/accuracy/top1',
+    comparison=['ft.stepnet-identity', 'ft.plain'],
+    direction='equivalent',
+    margin=0.5)
 verdict = (
     'Equivalence shown within ±0.5 points: StepNet grafted with the identity start and '
     'fine-tuned one epoch ends {diff[ft.stepnet-identity]' + _top1 + '} points from the plain '
@@ -83,5 +100,4 @@ verdict = (
     '{diff[ft.stepnet-paper]' + _top1 + '} points from the plain network (CI '
     '{ci[ft.stepnet-paper]' + _top1 + '}). Every seed fine-tunes the same plain checkpoint '
     '(plain-3e, seed 0), so the intervals hold fine-tuning noise only, not the variation '
-    'between checkpoints.'
-)
+    'between checkpoints.')

@@ -10,8 +10,10 @@ _alternet = 'configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
 # no loader worker processes on a shared CPU
-_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
-           for key in ('num_workers=0', 'persistent_workers=False')]
+_serial = [
+    f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+    for key in ('num_workers=0', 'persistent_workers=False')
+]
 name = 'hdv_hessian_magnitude'
 claim = dict(
     quote=('Another property of MSAs is that they reduces the magnitude of Hessian eigenvalues. '
@@ -25,16 +27,21 @@ claim = dict(
             'right), NEP, the largest eigenvalue. Scale for 2 CPU cores: 6 000 training '
             'images, 3 epochs, 4 batches of 16 for the spectrum, 2 seeds; the paper trains '
             'on CIFAR-100 and ImageNet and measures 10 batches.'))
-outcome = dict(metric='hessian/log_ape', comparison=['vit', 'resnet'], direction='less',
-               margin=0.69)   # ln 2: eigenvalues at least halved
-seeds = [0, 1]   # sized for a shared 2-core machine; more seeds extend the study
-cfg_options = ['train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3',
-               'param_scheduler.1.T_max=3'] + _serial
+outcome = dict(
+    metric='hessian/log_ape', comparison=['vit', 'resnet'], direction='less',
+    margin=0.69)  # ln 2: eigenvalues at least halved
+seeds = [0, 1]  # sized for a shared 2-core machine; more seeds extend the study
+cfg_options = [
+    'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'
+] + _serial
 analysis = ['hessian']
 analysis_args = dict(hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50'])
 runs = [
-    dict(label='resnet', config=_alternet,
-         cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'], baseline=True),
+    dict(
+        label='resnet',
+        config=_alternet,
+        cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'],
+        baseline=True),
     dict(label='vit', config=_vit, baseline='resnet'),
     dict(label='alternet', config=_alternet, baseline='resnet'),
 ]

@@ -8,8 +8,10 @@
 _vit = 'configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py'
 
 # no loader worker processes on a shared CPU
-_serial = [f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
-           for key in ('num_workers=0', 'persistent_workers=False')]
+_serial = [
+    f'{loader}_dataloader.{key}' for loader in ('train', 'val', 'test')
+    for key in ('num_workers=0', 'persistent_workers=False')
+]
 name = 'hdv_negative_eigenvalues'
 claim = dict(
     quote=('MSAs allow negative Hessian eigenvalues in small data regimes. This means that the '
@@ -22,18 +24,26 @@ claim = dict(
             'eigenvalues of a 4-layer ViT trained on a tenth of Fashion-MNIST is higher, by at '
             'least 0.05, than that of the same ViT trained on all of it for as many iterations; '
             'secondary: the most negative eigenvalue, APE. 3 seeds, 4 batches of 16.'))
-outcome = dict(metric='hessian/nep', comparison=['vit_small', 'vit_large'],
-               direction='greater', margin=0.05)
-seeds = [0, 1, 2]   # more seeds extend the study (finished runs are kept)
+outcome = dict(
+    metric='hessian/nep', comparison=['vit_small', 'vit_large'], direction='greater', margin=0.05)
+seeds = [0, 1, 2]  # more seeds extend the study (finished runs are kept)
 cfg_options = _serial
 analysis = ['hessian']
-analysis_args = dict(hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50',
-                              '--most-negative'])
+analysis_args = dict(
+    hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50', '--most-negative'])
 runs = [
-    dict(label='vit_large', config=_vit,
-         cfg_options=['train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1'], baseline=True),
-    dict(label='vit_small', config=_vit,
-         cfg_options=['train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=10',
-                      'param_scheduler.1.T_max=10'], baseline='vit_large'),
+    dict(
+        label='vit_large',
+        config=_vit,
+        cfg_options=['train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1'],
+        baseline=True),
+    dict(
+        label='vit_small',
+        config=_vit,
+        cfg_options=[
+            'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=10',
+            'param_scheduler.1.T_max=10'
+        ],
+        baseline='vit_large'),
 ]
 verdict = None

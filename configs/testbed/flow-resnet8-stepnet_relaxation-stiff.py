@@ -7,27 +7,36 @@
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
 system = dict(dim=8, spread=100.0, coupling=1.0, horizon=1.0, num_steps=8, system_seed=0)
-model = dict(type='mmstiff.FlowResNet', dim=8, depth=8, hidden=32,
-             adaptor=dict(type='mmstiff.StepNetAdaptor'), supervise='trajectory')
+model = dict(
+    type='mmstiff.FlowResNet',
+    dim=8,
+    depth=8,
+    hidden=32,
+    adaptor=dict(type='mmstiff.StepNetAdaptor'),
+    supervise='trajectory')
 
 train_dataloader = dict(
-    batch_size=128, num_workers=0, persistent_workers=False,
+    batch_size=128,
+    num_workers=0,
+    persistent_workers=False,
     collate_fn=dict(type='default_collate'),
     sampler=dict(type='DefaultSampler', shuffle=True),
-    dataset=dict(type='mmstiff.StiffFlowDataset', num_samples=1024, split='train', seed=0,
-                 **system))
+    dataset=dict(
+        type='mmstiff.StiffFlowDataset', num_samples=1024, split='train', seed=0, **system))
 test_dataloader = dict(
-    batch_size=512, num_workers=0, persistent_workers=False,
+    batch_size=512,
+    num_workers=0,
+    persistent_workers=False,
     collate_fn=dict(type='default_collate'),
     sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(type='mmstiff.StiffFlowDataset', num_samples=512, split='test', seed=0,
-                 **system))
+    dataset=dict(type='mmstiff.StiffFlowDataset', num_samples=512, split='test', seed=0, **system))
 test_evaluator = dict(type='mmstiff.FlowMetric')
 val_dataloader = val_cfg = val_evaluator = None
 
 optim_wrapper = dict(optimizer=dict(type='Adam', lr=1e-2))
-param_scheduler = [dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=20,
-                        convert_to_iter_based=True)]
+param_scheduler = [
+    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=20, convert_to_iter_based=True)
+]
 train_cfg = dict(by_epoch=True, max_epochs=20)
 test_cfg = dict()
 

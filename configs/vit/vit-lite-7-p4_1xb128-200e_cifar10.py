@@ -55,8 +55,7 @@ optim_wrapper = dict(
         }),
     clip_grad=dict(max_norm=5.0))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=10,
-         convert_to_iter_based=True),
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=10, convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=10),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=200, val_interval=5)
@@ -64,5 +63,5 @@ val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=128)
 
-default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2,
-                                     save_best='auto'))
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2, save_best='auto'))

@@ -11,10 +11,7 @@ model = dict(backbone=dict(img_size=96, patch_size=8))
 
 # STL-10 training-split pixel statistics (RGB, 0..255).
 data_preprocessor = dict(
-    num_classes=10,
-    mean=[113.9, 112.1, 103.7],
-    std=[66.4, 65.4, 69.2],
-    to_rgb=False)
+    num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2], to_rgb=False)
 
 train_pipeline = [
     dict(type='RandomCrop', crop_size=96, padding=12),

@@ -2,25 +2,24 @@
 
 Nothing here depends on MMEngine: tensors in, numbers out (docs/methods.md §5 and §8).
 """
+from mmstiff.utils.layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .attention import (AttentionModule, AttentionRecorder, attention_from_qkv, attention_modules,
                         softmax_column_cosine_similarity)
-from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block,
-                     register_block_type, register_step_gate, register_step_type, step_sources)
+from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block, register_block_type,
+                     register_step_gate, register_step_type, step_sources)
 from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_log_amplitudes,
                         diagonal_end_bins, diagonal_frequencies, frequency_summary,
                         high_frequency_ratio, log_amplitude_profile, log_amplitude_spectrum,
                         tokens_to_maps)
-from mmstiff.utils.layout import LAYOUTS, check_layout, infer_layout, pool_state
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .scratch import ScratchBuffer
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
                          token_cosine_similarity)
 from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson_correlation,
                         mean_step_size, neural_stiffness_index, nsi_step_correlation,
-                        pearson_correlation, stiffness_event,
-                        stiffness_event_probability, stiffness_norms, stiffness_ratio,
-                        tns_per_trajectory, total_neural_stiffness, trajectory_mean,
-                        trajectory_statistics)
+                        pearson_correlation, stiffness_event, stiffness_event_probability,
+                        stiffness_norms, stiffness_ratio, tns_per_trajectory,
+                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
 from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [

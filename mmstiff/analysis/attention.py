@@ -106,8 +106,7 @@ def attention_modules(model, select=None):
         if not isinstance(attn, nn.Module):
             continue
         window = getattr(attn, 'w_msa', None)  # Swin: the window attention inside the shift
-        found.append(AttentionModule(block.name, window if isinstance(window, nn.Module)
-                                     else attn))
+        found.append(AttentionModule(block.name, window if isinstance(window, nn.Module) else attn))
     return found
 
 
@@ -163,8 +162,9 @@ class AttentionRecorder(RecorderBase):
             module.keep_attn_map = True
             module._attn_map_sink = sink
         for module, before, hook in self._module_hooks:
-            self._handles.append(module.register_forward_pre_hook(hook) if before else
-                                 module.register_forward_hook(hook))
+            self._handles.append(
+                module.register_forward_pre_hook(hook) if before else module.
+                register_forward_hook(hook))
         return self
 
     def stop(self):
@@ -231,7 +231,6 @@ class AttentionRecorder(RecorderBase):
 
         def on_qkv(module, args, output):
             with torch.no_grad():
-                self._keep(name, attention_from_qkv(first(output.detach()), num_heads,
-                                                    scale))
+                self._keep(name, attention_from_qkv(first(output.detach()), num_heads, scale))
 
         add(qkv, False, on_qkv)

@@ -95,8 +95,9 @@ def _full_name(cls):
 def block_kind(module):
     """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
     for cls in type(module).__mro__:
-        kind = (_BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(_full_name(cls))
-                or cls.__dict__.get(RESIDUAL_KIND_ATTR))
+        kind = (
+            _BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(_full_name(cls))
+            or cls.__dict__.get(RESIDUAL_KIND_ATTR))
         if kind:
             return kind
     return None
@@ -191,8 +192,7 @@ def step_sources(block, read_se_gates=True):
     """
     sources, names = [], []
     for name, module in block.named_modules():
-        if _is_step_source(module) and not any(
-                name.startswith(outer + '.') for outer in names):
+        if _is_step_source(module) and not any(name.startswith(outer + '.') for outer in names):
             sources.append(module)
             names.append(name)
     if read_se_gates:

@@ -124,5 +124,7 @@ def variance_trajectory(outputs):
     return states
 
 
-__all__ = ['StepVariance', 'VarianceState', 'feature_map_variance', 'step_variance',
-           'variance_trajectory', 'INPUT', 'SHORTCUT_SUFFIX']
+__all__ = [
+    'StepVariance', 'VarianceState', 'feature_map_variance', 'step_variance', 'variance_trajectory',
+    'INPUT', 'SHORTCUT_SUFFIX'
+]

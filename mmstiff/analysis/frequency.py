@@ -220,14 +220,12 @@ def diagonal_end_bins(x, num_extra_tokens=0, grid=None, convention='exact'):
         if x.shape[-1] != x.shape[-2]:
             raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) with H == W')
         size = x.shape[-1]
-        rows = _end_bin_rows(size, x.device, torch.float32,
-                             diagonal_length(size, convention) - 1)
+        rows = _end_bin_rows(size, x.device, torch.float32, diagonal_length(size, convention) - 1)
         return F.linear(x.float().flatten(2), rows)
     if x.dim() == 3:
         patches = x[:, num_extra_tokens:]
         size = _square_side(patches.shape[1], num_extra_tokens, grid)
-        rows = _end_bin_rows(size, x.device, torch.float32,
-                             diagonal_length(size, convention) - 1)
+        rows = _end_bin_rows(size, x.device, torch.float32, diagonal_length(size, convention) - 1)
         return torch.matmul(rows, patches.float()).transpose(1, 2)
     raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or (B, N, C) '
                      'tokens')
@@ -288,8 +286,9 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
     else:
         raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or '
                          '(B, N, C) tokens')
-    hf_ratio = (torch.linalg.vector_norm(flat - dc, dim=(1, 2)) /
-                torch.linalg.vector_norm(flat, dim=(1, 2)))
+    hf_ratio = (
+        torch.linalg.vector_norm(flat - dc, dim=(1, 2)) /
+        torch.linalg.vector_norm(flat, dim=(1, 2)))
     return FrequencySummary(hf_ratio, bins)
 
 

@@ -83,8 +83,8 @@ def hessian_vector_product(grad, params, vector):
     params = list(params)
     if not grad.requires_grad:  # the loss is linear in every parameter: H = 0
         return torch.zeros_like(vector)
-    products = torch.autograd.grad(grad, params, grad_outputs=vector, retain_graph=True,
-                                   allow_unused=True)
+    products = torch.autograd.grad(
+        grad, params, grad_outputs=vector, retain_graph=True, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if h is None else h).reshape(-1)
                       for p, h in zip(params, products)])
 
@@ -119,8 +119,15 @@ def _random_unit(dim, generator, dtype, device, basis=()):
     return _unit(_orthogonalise(v, basis))
 
 
-def power_iteration(matvec, dim, num_eigs=1, max_iter=MAX_ITER, tol=TOL, generator=None,
-                    dtype=torch.float32, device=None, criterion='eigenvalue'):
+def power_iteration(matvec,
+                    dim,
+                    num_eigs=1,
+                    max_iter=MAX_ITER,
+                    tol=TOL,
+                    generator=None,
+                    dtype=torch.float32,
+                    device=None,
+                    criterion='eigenvalue'):
     """The ``num_eigs`` eigenvalues of largest magnitude of a symmetric operator, by power
     iteration with deflation (PyHessian's algorithm).
 
@@ -170,12 +177,19 @@ def power_iteration(matvec, dim, num_eigs=1, max_iter=MAX_ITER, tol=TOL, generat
         vectors.append(v)
         iterations.append(count)
         converged.append(done)
-    return EigenPairs(torch.tensor(values, dtype=torch.float64), torch.stack(vectors),
-                      tuple(iterations), tuple(converged))
+    return EigenPairs(
+        torch.tensor(values, dtype=torch.float64), torch.stack(vectors), tuple(iterations),
+        tuple(converged))
 
 
-def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, generator=None,
-                             dtype=torch.float32, device=None):
+def most_negative_eigenvalue(matvec,
+                             dim,
+                             shift,
+                             max_iter=MAX_ITER,
+                             tol=TOL,
+                             generator=None,
+                             dtype=torch.float32,
+                             device=None):
     """The smallest eigenvalue ``λ_min`` of a symmetric operator ``M``: power iteration on
     ``M − s I`` with ``s = |shift|``, stopped on the residual.
 
@@ -189,8 +203,16 @@ def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, gen
     s = abs(float(shift))
     if not math.isfinite(s):
         raise ValueError(f'shift={shift!r} is not supported; expected a finite float')
-    pairs = power_iteration(lambda v: matvec(v) - s * v, dim, 1, max_iter, tol, generator,
-                            dtype, device, criterion='residual')
+    pairs = power_iteration(
+        lambda v: matvec(v) - s * v,
+        dim,
+        1,
+        max_iter,
+        tol,
+        generator,
+        dtype,
+        device,
+        criterion='residual')
     return float(pairs.values[0]) + s, pairs.iterations[0], pairs.converged[0]
 
 
@@ -224,8 +246,7 @@ def lanczos_tridiagonal(matvec, start, steps=LANCZOS_STEPS):
             break  # an invariant subspace: T holds its eigenvalues exactly
         betas.append(beta)
         basis[j + 1] = w / beta
-    return (torch.tensor(alphas, dtype=torch.float64),
-            torch.tensor(betas, dtype=torch.float64))
+    return (torch.tensor(alphas, dtype=torch.float64), torch.tensor(betas, dtype=torch.float64))
 
 
 def tridiagonal(alphas, betas):
@@ -236,7 +257,11 @@ def tridiagonal(alphas, betas):
     return t
 
 
-def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=torch.float32,
+def lanczos_ritz_values(matvec,
+                        dim,
+                        steps=LANCZOS_STEPS,
+                        generator=None,
+                        dtype=torch.float32,
                         device=None):
     """The Ritz values of ``steps`` Lanczos steps on a symmetric operator from a random start
     (:func:`lanczos_tridiagonal`). They interlace the spectrum and their extremes converge to
@@ -247,13 +272,19 @@ def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=
     """
     check_positive_int('steps', steps)
     check_positive_int('dim', dim)
-    alphas, betas = lanczos_tridiagonal(matvec, _random_unit(dim, generator, dtype, device),
-                                        steps)
+    alphas, betas = lanczos_tridiagonal(matvec, _random_unit(dim, generator, dtype, device), steps)
     return torch.linalg.eigvalsh(tridiagonal(alphas, betas))
 
 
-def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_ITER, tol=TOL,
-                        generator=None, method='power', lanczos_steps=LANCZOS_STEPS):
+def hessian_eigenvalues(loss,
+                        params,
+                        num_eigs=5,
+                        negative=False,
+                        max_iter=MAX_ITER,
+                        tol=TOL,
+                        generator=None,
+                        method='power',
+                        lanczos_steps=LANCZOS_STEPS):
     """The ``num_eigs`` Hessian eigenvalues of largest magnitude of one scalar ``loss`` (with its
     graph) in ``params``, and optionally the most negative one.
 
@@ -297,8 +328,8 @@ def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_I
     spent, converged = sum(pairs.iterations), all(pairs.converged)
     lowest = None
     if negative:
-        lowest, count, done = most_negative_eigenvalue(matvec, dim, pairs.values[0], max_iter,
-                                                       tol, generator, dtype, device)
+        lowest, count, done = most_negative_eigenvalue(matvec, dim, pairs.values[0], max_iter, tol,
+                                                       generator, dtype, device)
         spent, converged = spent + count, converged and done
     return HessianEigenvalues(pairs.values, lowest, spent, converged)
 
@@ -320,9 +351,10 @@ def average_positive_eigenvalue(values):
     return float(positive.mean()) if positive.numel() else float('nan')
 
 
-__all__ = ['EigenPairs', 'HessianEigenvalues', 'double_backward_kernels', 'flat_gradient',
-           'hessian_vector_product', 'loss_hessian', 'power_iteration',
-           'most_negative_eigenvalue', 'lanczos_tridiagonal', 'tridiagonal',
-           'lanczos_ritz_values', 'hessian_eigenvalues',
-           'negative_eigenvalue_proportion', 'average_positive_eigenvalue', 'MAX_ITER', 'TOL',
-           'LANCZOS_STEPS', 'METHODS']
+__all__ = [
+    'EigenPairs', 'HessianEigenvalues', 'double_backward_kernels', 'flat_gradient',
+    'hessian_vector_product', 'loss_hessian', 'power_iteration', 'most_negative_eigenvalue',
+    'lanczos_tridiagonal', 'tridiagonal', 'lanczos_ritz_values', 'hessian_eigenvalues',
+    'negative_eigenvalue_proportion', 'average_positive_eigenvalue', 'MAX_ITER', 'TOL',
+    'LANCZOS_STEPS', 'METHODS'
+]

@@ -67,8 +67,13 @@ def _check_distribution(distribution):
                          f'{DISTRIBUTIONS}')
 
 
-def hutchinson_trace(matvec, dim, num_samples=100, generator=None, dtype=torch.float32,
-                     device=None, distribution='rademacher'):
+def hutchinson_trace(matvec,
+                     dim,
+                     num_samples=100,
+                     generator=None,
+                     dtype=torch.float32,
+                     device=None,
+                     distribution='rademacher'):
     """Hutchinson's estimate of the trace of a symmetric operator.
 
     Args:
@@ -91,12 +96,17 @@ def hutchinson_trace(matvec, dim, num_samples=100, generator=None, dtype=torch.f
         v = _random_vector(dim, distribution, generator, dtype, device)
         samples.append(float(torch.dot(matvec(v).double(), v.double())))
     samples = torch.tensor(samples, dtype=torch.float64)
-    error = float(samples.std() / num_samples ** 0.5) if num_samples > 1 else float('nan')
+    error = float(samples.std() / num_samples**0.5) if num_samples > 1 else float('nan')
     return TraceEstimate(float(samples.mean()), error, samples)
 
 
-def slq_density(matvec, dim, num_runs=SLQ_RUNS, steps=SLQ_STEPS, generator=None,
-                dtype=torch.float32, device=None):
+def slq_density(matvec,
+                dim,
+                num_runs=SLQ_RUNS,
+                steps=SLQ_STEPS,
+                generator=None,
+                dtype=torch.float32,
+                device=None):
     """Stochastic Lanczos quadrature: per run, the Ritz values and their weights from a random
     Rademacher start scaled to unit norm (PyHessian's ``density``).
 
@@ -112,21 +122,22 @@ def slq_density(matvec, dim, num_runs=SLQ_RUNS, steps=SLQ_STEPS, generator=None,
         alphas, betas = lanczos_tridiagonal(matvec, v / v.norm(), steps)
         theta, u = torch.linalg.eigh(tridiagonal(alphas, betas))
         nodes.append(theta)
-        weights.append(u[0] ** 2)
+        weights.append(u[0]**2)
     return SpectralDensity(nodes, weights, dim)
 
 
 def quadrature_moment(density, power):
     """``(1/n) Σ_l Σ_k τ_{l,k} θ_{l,k}^power``: the estimate of ``tr(H^power) / dim`` (exact for
     one run's start ``v``: ``vᵀ H^power v`` while ``power < 2m``)."""
-    return float(sum((w * t ** power).sum() for t, w in zip(density.nodes, density.weights))
-                 / len(density.nodes))
+    return float(
+        sum((w * t**power).sum()
+            for t, w in zip(density.nodes, density.weights)) / len(density.nodes))
 
 
 def smoothing_width(density, sigma_squared=SIGMA_SQUARED):
     """PyHessian's Gaussian width: ``σ² = sigma_squared · max(1, θ_max − θ_min)``."""
     theta = torch.cat(density.nodes)
-    return (sigma_squared * max(1.0, float(theta.max() - theta.min()))) ** 0.5
+    return (sigma_squared * max(1.0, float(theta.max() - theta.min())))**0.5
 
 
 def density_on_grid(density, grid, sigma):
@@ -141,10 +152,12 @@ def density_on_grid(density, grid, sigma):
     grid = torch.as_tensor(grid, dtype=torch.float64).flatten()
     total = torch.zeros_like(grid)
     for theta, tau in zip(density.nodes, density.weights):
-        kernel = torch.exp(-(grid[:, None] - theta[None]) ** 2 / (2 * sigma ** 2))
-        total += kernel @ tau / (sigma * (2 * torch.pi) ** 0.5)
+        kernel = torch.exp(-(grid[:, None] - theta[None])**2 / (2 * sigma**2))
+        total += kernel @ tau / (sigma * (2 * torch.pi)**0.5)
     return total / len(density.nodes)
 
 
-__all__ = ['TraceEstimate', 'SpectralDensity', 'hutchinson_trace', 'slq_density',
-           'quadrature_moment', 'smoothing_width', 'density_on_grid', 'DISTRIBUTIONS']
+__all__ = [
+    'TraceEstimate', 'SpectralDensity', 'hutchinson_trace', 'slq_density', 'quadrature_moment',
+    'smoothing_width', 'density_on_grid', 'DISTRIBUTIONS'
+]

@@ -81,7 +81,10 @@ def param_weight_decays(params, param_groups, default=0.0):
     return [decay_of.get(id(p), float(default)) for p in params]
 
 
-def filter_normalised_direction(named_params, generator=None, bias_bn='zero', exclude=None,
+def filter_normalised_direction(named_params,
+                                generator=None,
+                                bias_bn='zero',
+                                exclude=None,
                                 convention='li'):
     """A Gaussian random direction rescaled filter by filter to the weights' norms (Li et al.
     2018, Eq. 1; docs/methods.md §12), or across output channels as the How-do-ViTs authors'
@@ -252,6 +255,8 @@ def loss_landscape(loss_fn, params, directions, coords, on_point=None):
     return Landscape(coords, torch.tensor(losses, dtype=torch.float64).view(shape))
 
 
-__all__ = ['Landscape', 'l2_penalty', 'param_weight_decays', 'filter_normalised_direction',
-           'normalise_filters', 'normalise_across_outputs', 'preserved_buffers', 'displaced',
-           'grid_coordinates', 'loss_landscape', 'BIAS_BN_MODES', 'CONVENTIONS']
+__all__ = [
+    'Landscape', 'l2_penalty', 'param_weight_decays', 'filter_normalised_direction',
+    'normalise_filters', 'normalise_across_outputs', 'preserved_buffers', 'displaced',
+    'grid_coordinates', 'loss_landscape', 'BIAS_BN_MODES', 'CONVENTIONS'
+]

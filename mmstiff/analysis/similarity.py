@@ -32,8 +32,9 @@ def _mean_offdiagonal_abs_cosine(vectors, eps=1e-12):
     inv = gram.diagonal(dim1=-2, dim2=-1).sqrt().clamp_min(eps).reciprocal()
     # |G| scaled by r along both axes, in place on the product (a temporary of this function)
     cos = gram.abs_().mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2))
-    total = (cos.sum(dim=(-1, -2), dtype=torch.float64)
-             - cos.diagonal(dim1=-2, dim2=-1).sum(dim=-1, dtype=torch.float64))
+    total = (
+        cos.sum(dim=(-1, -2), dtype=torch.float64) -
+        cos.diagonal(dim1=-2, dim2=-1).sum(dim=-1, dtype=torch.float64))
     return total / (n * (n - 1))
 
 

@@ -129,8 +129,7 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
 def _difference(x_t, x_next, scratch):
     """``x_next - x_t`` in float32 (``x_t`` already is), into ``scratch`` when given, else a
     new tensor. A float16 / bfloat16 ``x_next`` is promoted inside the subtraction, exactly."""
-    out = (torch.empty_like(x_t) if scratch is None else
-           scratch.take(x_next.shape, x_next.device))
+    out = (torch.empty_like(x_t) if scratch is None else scratch.take(x_next.shape, x_next.device))
     return torch.sub(x_next, x_t, out=out)
 
 
@@ -198,8 +197,9 @@ def trajectory_statistics(zeta, groups=None):
     if groups is None:
         peak, mean = zeta.max(axis=1), zeta.mean(axis=1)
     else:
-        well_formed = (torch.is_tensor(groups) and groups.dtype == torch.bool
-                       and groups.dim() == 2 and groups.shape[1] == zeta.shape[1])
+        well_formed = (
+            torch.is_tensor(groups) and groups.dtype == torch.bool and groups.dim() == 2
+            and groups.shape[1] == zeta.shape[1])
         inside = groups.detach().cpu().numpy() if well_formed else None  # (G, T)
         sizes = None if inside is None else inside.sum(axis=1)
         if sizes is None or not sizes.all():

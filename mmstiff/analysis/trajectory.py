@@ -157,8 +157,15 @@ class TrajectoryRecorder(RecorderBase):
         ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
     """
 
-    def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True, num_samples=None, on_pass_end=None):
+    def __init__(self,
+                 model,
+                 reduce=None,
+                 level='block',
+                 select=None,
+                 is_block=None,
+                 read_se_gates=True,
+                 num_samples=None,
+                 on_pass_end=None):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
@@ -189,12 +196,13 @@ class TrajectoryRecorder(RecorderBase):
         self._frames = {}
         # (module, pre-hook?, hook) of every block, made once: start() registers the same
         # functions at every recorded iteration
-        self._module_hooks = [hook for block, taps in zip(self.blocks, self._taps)
-                              for hook in self._block_hooks(block.name, block.module,
-                                                            block.kind, taps)]
+        self._module_hooks = [
+            hook for block, taps in zip(self.blocks, self._taps)
+            for hook in self._block_hooks(block.name, block.module, block.kind, taps)
+        ]
         if on_pass_end is not None:
-            self._module_hooks.append((model, False, opaque_to_compiler(
-                lambda module, args, output: on_pass_end())))
+            self._module_hooks.append(
+                (model, False, opaque_to_compiler(lambda module, args, output: on_pass_end())))
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -218,8 +226,9 @@ class TrajectoryRecorder(RecorderBase):
         if self.active:
             return self
         for module, before, hook in self._module_hooks:
-            self._handles.append(module.register_forward_pre_hook(hook) if before else
-                                 module.register_forward_hook(hook))
+            self._handles.append(
+                module.register_forward_pre_hook(hook) if before else module.
+                register_forward_hook(hook))
         return self
 
     def stop(self):
@@ -295,8 +304,7 @@ class TrajectoryRecorder(RecorderBase):
                 if frame is not None and out is not None:
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
-                    frame.shortcut = cut(out) if act is None else _apply_out_of_place(
-                        act, cut(out))
+                    frame.shortcut = cut(out) if act is None else _apply_out_of_place(act, cut(out))
 
             add(shortcut, False, on_shortcut)
         if norm is not None:
@@ -316,8 +324,8 @@ class TrajectoryRecorder(RecorderBase):
                 frame = frames.get(name)
                 if frame is not None:
                     step = _detach(output)
-                    if (n is not None and torch.is_tensor(step) and
-                            step.dim() == frame.x_in.dim() and step.shape[0] == frame.batch):
+                    if (n is not None and torch.is_tensor(step) and step.dim() == frame.x_in.dim()
+                            and step.shape[0] == frame.batch):
                         step = step[:n]  # per sample: keep the recorded samples' steps
                     if step is not None:
                         frame.steps[frame.phase].append(step)
@@ -331,10 +339,11 @@ class TrajectoryRecorder(RecorderBase):
             self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
             return
         if self.level in ('branch', 'both') and frame.mid is not None:
-            self._keep(StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                                  _single(frame.steps[0])))
-            self._keep(StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out,
-                                  _single(frame.steps[1])))
+            self._keep(
+                StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
+                           _single(frame.steps[0])))
+            self._keep(
+                StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1])))
         if self.level in ('block', 'both') or frame.mid is None:
             steps = frame.steps[0] + frame.steps[1]
             self._keep(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))
@@ -393,5 +402,7 @@ def record_states(model, inputs, **kwargs):
     return OrderedDict((name, values[-1]) for name, values in recorder.outputs.items())
 
 
-__all__ = ['StepRecord', 'BlockTaps', 'TrajectoryRecorder', 'keep_record', 'record_states',
-           'stage_of', 'LEVELS', 'BRANCH_NAMES']
+__all__ = [
+    'StepRecord', 'BlockTaps', 'TrajectoryRecorder', 'keep_record', 'record_states', 'stage_of',
+    'LEVELS', 'BRANCH_NAMES'
+]

@@ -48,8 +48,7 @@ def _scoped_types(node, field=''):
 def closest_names(name, names, n=3):
     """Up to ``n`` of ``names`` closest to ``name`` (``difflib``, case-insensitive)."""
     lowered = {candidate.lower(): candidate for candidate in names}
-    return [lowered[m] for m in difflib.get_close_matches(name.lower(), lowered, n=n,
-                                                          cutoff=0.6)]
+    return [lowered[m] for m in difflib.get_close_matches(name.lower(), lowered, n=n, cutoff=0.6)]
 
 
 def check_mmstiff_types(cfg):
@@ -62,8 +61,8 @@ def check_mmstiff_types(cfg):
             continue
         bare = [name[len(SCOPE_PREFIX):] for name in registered]
         close = [SCOPE_PREFIX + name for name in closest_names(value[len(SCOPE_PREFIX):], bare)]
-        hint = (f'did you mean {" or ".join(repr(c) for c in close)}?' if close else
-                f'mmstiff registers {", ".join(sorted(registered))}')
+        hint = (f'did you mean {" or ".join(repr(c) for c in close)}?'
+                if close else f'mmstiff registers {", ".join(sorted(registered))}')
         raise ValueError(f'{field}={value!r} is not a type mmstiff registers; {hint}')
 
 
@@ -90,8 +89,10 @@ def check_train_loop(cfg):
     if loop is None:
         return
     from mmengine import runner
-    taken = [p for p in inspect.signature(getattr(runner, loop).__init__).parameters
-             if p not in ('self', 'runner', 'dataloader')]
+    taken = [
+        p for p in inspect.signature(getattr(runner, loop).__init__).parameters
+        if p not in ('self', 'runner', 'dataloader')
+    ]
     length = LENGTH_KEYS[loop]
     for key in train_cfg:
         if key in taken or key in ('type', 'by_epoch', '_scope_'):
@@ -102,7 +103,7 @@ def check_train_loop(cfg):
                    f'({loop}: the loop is {kind}-based), so set train_cfg.{length} instead')
         else:
             close = closest_names(key, taken)
-            how = (f'did you mean train_cfg.{close[0]}?' if close else
-                   f'{loop} takes {", ".join(taken)}')
+            how = (f'did you mean train_cfg.{close[0]}?'
+                   if close else f'{loop} takes {", ".join(taken)}')
         raise ValueError(f'train_cfg.{key}={train_cfg[key]!r} is not an argument of the '
                          f'{kind}-based training loop; {how}')

@@ -343,7 +343,9 @@ def init_cpu_distributed(cfg):
     if cfg.launcher != 'pytorch':
         raise ConfigError(f'--launcher {cfg.launcher!r} needs CUDA; on CPU use --launcher '
                           "pytorch (tools/dist_train.sh does)")
-    missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if k not in os.environ]
+    missing = [
+        k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if k not in os.environ
+    ]
     if missing:
         raise ConfigError(f'--launcher pytorch needs the torchrun environment; {missing} are not '
                           'set (start it with tools/dist_train.sh or torchrun)')
@@ -406,9 +408,10 @@ def build_runner(args, mode):
     Raises:
         ConfigError: for bad input, naming the value, before any work starts.
     """
-    import mmstiff  # noqa: F401  (registers mmstiff's modules)
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+
+    import mmstiff  # noqa: F401  (registers mmstiff's modules)
 
     os.environ.setdefault('LOCAL_RANK', str(getattr(args, 'local_rank', 0)))
     trust = getattr(args, 'trust_checkpoint', False)
@@ -432,9 +435,12 @@ def build_runner(args, mode):
         check_resume_model(runner, cfg.load_from, trust)
     if mode == 'test':
         try:
-            load_checkpoint_into(runner.model, args.checkpoint, trust=trust,
-                                 strict=not getattr(args, 'allow_partial_load', False),
-                                 allow_non_finite=getattr(args, 'allow_non_finite', False))
+            load_checkpoint_into(
+                runner.model,
+                args.checkpoint,
+                trust=trust,
+                strict=not getattr(args, 'allow_partial_load', False),
+                allow_non_finite=getattr(args, 'allow_non_finite', False))
         except (CheckpointError, FileNotFoundError) as err:
             raise ConfigError(str(err)) from None
     return runner

@@ -5,5 +5,6 @@ from .mnist import MNIST, FashionMNIST  # noqa: F401
 from .stiff_flow import StiffFlowDataset
 from .stl10 import STL10  # noqa: F401
 
-__all__ = ['CIFAR10', 'CIFAR100', 'LazyCocoDataset', 'MNIST', 'FashionMNIST', 'StiffFlowDataset',
-           'STL10']
+__all__ = [
+    'CIFAR10', 'CIFAR100', 'LazyCocoDataset', 'MNIST', 'FashionMNIST', 'StiffFlowDataset', 'STL10'
+]

@@ -49,8 +49,8 @@ def check_cifar_batch(entry, path, label_key, num_classes):
     data = _field(entry, path, 'data')
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 \
             or data.shape[1] != ROW_LENGTH:
-        desc = (f'{data.dtype} array of shape {data.shape}' if isinstance(data, np.ndarray)
-                else type(data).__name__)
+        desc = (f'{data.dtype} array of shape {data.shape}'
+                if isinstance(data, np.ndarray) else type(data).__name__)
         raise ValueError(f"{path}: field 'data' must be a uint8 array of shape "
                          f'(N, {ROW_LENGTH}); got {desc}')
     labels = _field(entry, path, label_key)
@@ -112,8 +112,8 @@ class _FormatChecked:
         total = 0
         paths = [self._path(filename) for filename, _ in self._split_files()]
         for path in paths:
-            total += check_cifar_batch(load_cifar_pickle(path), path, self.label_key,
-                                       self.num_classes)
+            total += check_cifar_batch(
+                load_cifar_pickle(path), path, self.label_key, self.num_classes)
         if not total:
             split = getattr(self, 'split', 'test' if self.test_mode else 'train')
             raise ValueError(f'{type(self).__name__} split {split!r} holds no image: '
@@ -137,8 +137,7 @@ class _FormatChecked:
         Called when no class names are configured (e.g. ``metainfo=dict(classes=None)``).
         """
         path = self._path(self.meta['filename'])
-        names = check_cifar_meta(load_cifar_pickle(path), path, self.meta['key'],
-                                 self.num_classes)
+        names = check_cifar_meta(load_cifar_pickle(path), path, self.meta['key'], self.num_classes)
         if self._metainfo.get('classes') is None:
             self._metainfo['classes'] = names
 

@@ -99,9 +99,11 @@ class CocoDataset(_UpstreamCocoDataset):
             counts = '; '.join(f'{n} with {reason} (e.g. annotation id '
                                f'{self._dropped_examples[reason]})'
                                for reason, n in self.dropped_boxes.most_common())
-            print_log(f'{self.ann_file}: dropped {sum(self.dropped_boxes.values())} of '
-                      f'{self._num_boxes} boxes: {counts}', logger='current',
-                      level=logging.WARNING)
+            print_log(
+                f'{self.ann_file}: dropped {sum(self.dropped_boxes.values())} of '
+                f'{self._num_boxes} boxes: {counts}',
+                logger='current',
+                level=logging.WARNING)
         if kept == 0 and (self._num_boxes or not self.test_mode):
             raise ValueError(
                 f'{self.ann_file}: no box is left of the {self._num_boxes} in the file '
@@ -112,10 +114,12 @@ class CocoDataset(_UpstreamCocoDataset):
     def _report_unknown_images(self):
         unknown = self._unknown_image_anns or []
         if unknown:
-            print_log(f'{self.ann_file}: {len(unknown)} annotation(s) refer to an image id the '
-                      f'file does not list (e.g. annotation id {unknown[0]["id"]}, image id '
-                      f'{unknown[0]["image_id"]}); they are not used', logger='current',
-                      level=logging.WARNING)
+            print_log(
+                f'{self.ann_file}: {len(unknown)} annotation(s) refer to an image id the '
+                f'file does not list (e.g. annotation id {unknown[0]["id"]}, image id '
+                f'{unknown[0]["image_id"]}); they are not used',
+                logger='current',
+                level=logging.WARNING)
 
     def filter_data(self):
         """mmdet's filter, reporting the images it drops and failing when none is left."""
@@ -134,9 +138,11 @@ class CocoDataset(_UpstreamCocoDataset):
                 raise ValueError(f'{self.ann_file}: filter_cfg={self.filter_cfg!r} drops every '
                                  f'one of the {len(self.data_list)} images ({counts}); '
                                  'expected at least one image left to train on')
-            print_log(f'{self.ann_file}: filter_cfg dropped {sum(counts.values())} of '
-                      f'{len(self.data_list)} images: {counts}', logger='current',
-                      level=logging.WARNING)
+            print_log(
+                f'{self.ann_file}: filter_cfg dropped {sum(counts.values())} of '
+                f'{len(self.data_list)} images: {counts}',
+                logger='current',
+                level=logging.WARNING)
         if self.check_files:
             check_image_files(kept, self.ann_file)
         return kept
@@ -144,8 +150,10 @@ class CocoDataset(_UpstreamCocoDataset):
     def parse_data_info(self, raw_data_info):
         if self._unknown_image_anns is None:  # self.coco exists while mmdet parses
             listed = set(self.coco.imgs)
-            self._unknown_image_anns = [ann for ann in self.coco.dataset.get('annotations', [])
-                                        if ann.get('image_id') not in listed]
+            self._unknown_image_anns = [
+                ann for ann in self.coco.dataset.get('annotations', [])
+                if ann.get('image_id') not in listed
+            ]
         img_info = raw_data_info['raw_img_info']
         for ann in raw_data_info['raw_ann_info']:
             self._num_boxes += not ann.get('ignore', False)

@@ -19,6 +19,7 @@ import numpy as np
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(0))[0]
 _SCALAR = np.float64(0).__reduce__()[0]
 
+
 class UnsafePickleError(pickle.UnpicklingError):
     """A pickle that refers to a global outside :data:`ALLOWED_GLOBALS`, or calls one of the
     restricted ones otherwise than plain data needs."""
@@ -44,9 +45,11 @@ def _empty_bytes(*args):
 ALLOWED_GLOBALS = {
     ('numpy', 'ndarray'): np.ndarray,
     ('numpy', 'dtype'): np.dtype,
-    **{(f'{package}.multiarray', name): obj
-       for package in ('numpy.core', 'numpy._core')
-       for name, obj in (('_reconstruct', _RECONSTRUCT), ('scalar', _SCALAR))},
+    **{
+        (f'{package}.multiarray', name): obj
+        for package in ('numpy.core', 'numpy._core')
+        for name, obj in (('_reconstruct', _RECONSTRUCT), ('scalar', _SCALAR))
+    },
     ('_codecs', 'encode'): _latin1_bytes,
     ('__builtin__', 'bytes'): _empty_bytes,
     ('builtins', 'bytes'): _empty_bytes,

@@ -49,8 +49,10 @@ def write_atomic(path, data, encoding='utf-8'):
     folder = osp.dirname(path)
     os.makedirs(folder, exist_ok=True)
     tmp = partial_path(path)
-    mode, kwargs = ('wb', {}) if isinstance(data, (bytes, bytearray, memoryview)) else (
-        'w', dict(encoding=encoding))
+    mode, kwargs = ('wb',
+                    {}) if isinstance(data,
+                                      (bytes, bytearray, memoryview)) else ('w',
+                                                                            dict(encoding=encoding))
     try:
         with open(tmp, mode, **kwargs) as f:
             f.write(data)

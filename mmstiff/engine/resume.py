@@ -50,12 +50,14 @@ class ResumeSearch(NamedTuple):
             path, problem = rejected.pop(0)
             said = f'{LAST_CHECKPOINT} names {path}, which {problem}'
         else:
-            said = {'missing': f'there is no {LAST_CHECKPOINT} file',
-                    'empty': f'{LAST_CHECKPOINT} is empty'}[self.marker]
+            said = {
+                'missing': f'there is no {LAST_CHECKPOINT} file',
+                'empty': f'{LAST_CHECKPOINT} is empty'
+            }[self.marker]
         reasons = '; '.join([said] + [f'{osp.basename(p)} {problem}' for p, problem in rejected])
         if self.path is None:
-            found = ('no iter_*.pth or epoch_*.pth checkpoint is there' if not rejected
-                     else 'no complete checkpoint is left')
+            found = ('no iter_*.pth or epoch_*.pth checkpoint is there'
+                     if not rejected else 'no complete checkpoint is left')
             return f'{reasons}; {found}'
         return f'it is the newest complete checkpoint ({reasons})'
 

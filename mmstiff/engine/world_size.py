@@ -17,8 +17,7 @@ def run_layout(runner):
     """``{'world_size': W, 'train_batch_size': B}`` of a runner (B: per process; None where
     its training loop is not built: MMEngine's ``runner.train_loop`` would build it)."""
     loader = getattr(getattr(runner, '_train_loop', None), 'dataloader', None)
-    return dict(world_size=runner.world_size,
-                train_batch_size=getattr(loader, 'batch_size', None))
+    return dict(world_size=runner.world_size, train_batch_size=getattr(loader, 'batch_size', None))
 
 
 def batches_to_skip(iters, saved, current):

@@ -15,7 +15,8 @@ from .report import category, read_runs, render_page, write_page, write_runs
 from .runs import runs_json
 from .spec import ANALYSIS_TOOLS, Study, load_study
 
-__all__ = ['StudyError', 'Study', 'load_study', 'ANALYSIS_TOOLS', 'Outcome', 'judge', 'HELD',
-           'NOT_HELD', 'INCONCLUSIVE', 'Launch', 'RunPlan', 'check_launch', 'plan_runs',
-           'StudyNumbers', 'category', 'read_runs', 'render_page', 'write_page', 'write_runs',
-           'write_index', 'runs_json']
+__all__ = [
+    'StudyError', 'Study', 'load_study', 'ANALYSIS_TOOLS', 'Outcome', 'judge', 'HELD', 'NOT_HELD',
+    'INCONCLUSIVE', 'Launch', 'RunPlan', 'check_launch', 'plan_runs', 'StudyNumbers', 'category',
+    'read_runs', 'render_page', 'write_page', 'write_runs', 'write_index', 'runs_json'
+]

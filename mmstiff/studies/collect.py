@@ -33,10 +33,14 @@ from .spec import ANALYSIS_TOOLS
 #: a curve longer than this is thinned to every k-th point (the last one always kept)
 MAX_CURVE_POINTS = 1000
 #: logged per block / per state: final values go to ``profiles`` (name -> profile name)
-BLOCK_GROUPS = {'stiffness/nsi': 'log/nsi', 'stiffness/step': 'log/step',
-                'stiffness/nsi_step_corr': 'log/nsi_step_corr',
-                'freq/hf_ratio': 'log/hf_ratio', 'freq/dlogamp': 'log/dlogamp',
-                'freq/token_cos': 'log/token_cos'}
+BLOCK_GROUPS = {
+    'stiffness/nsi': 'log/nsi',
+    'stiffness/step': 'log/step',
+    'stiffness/nsi_step_corr': 'log/nsi_step_corr',
+    'freq/hf_ratio': 'log/hf_ratio',
+    'freq/dlogamp': 'log/dlogamp',
+    'freq/token_cos': 'log/token_cos'
+}
 #: logged per block and also averaged over every recorded iteration of training: the mean
 #: per block goes to ``profiles`` as ``<name>_training_mean``, and per stage to ``metrics``
 TRAINING_MEAN_GROUPS = ('stiffness/nsi_step_corr', )
@@ -63,8 +67,8 @@ def training_logs(work_dir):
     runs = sorted(d for d in glob.glob(osp.join(work_dir, '*', 'vis_data')))
     logs = []
     for vis_data in runs:
-        stamped = sorted(p for p in glob.glob(osp.join(vis_data, '*.json'))
-                         if osp.basename(p) != 'scalars.json')
+        stamped = sorted(
+            p for p in glob.glob(osp.join(vis_data, '*.json')) if osp.basename(p) != 'scalars.json')
         logs += stamped or glob.glob(osp.join(vis_data, 'scalars.json'))
     return logs
 
@@ -124,8 +128,8 @@ def iters_per_epoch(work_dir):
 
 def collect_training(work_dir, record):
     rows = read_rows(training_logs(work_dir))
-    train, val, diagnostics = rows.get('train', []), rows.get('val', []), rows.get(
-        'diagnostics', [])
+    train, val, diagnostics = rows.get('train', []), rows.get('val',
+                                                              []), rows.get('diagnostics', [])
     metrics, curves, profiles = record['metrics'], record['curves'], record['profiles']
     by_epoch = any('epoch' in row for row in train)
     losses = sorted({k for row in train for k in row if 'loss' in k and _finite(row[k])})
@@ -150,8 +154,8 @@ def collect_training(work_dir, record):
         blocks = [(k[len(group) + 1:], v) for k, v in final.items()
                   if k.startswith(group + '/') and _finite(v)]
         if blocks:
-            profiles[name] = dict(x=[b for b, _ in blocks], y=[float(v) for _, v in blocks],
-                                  x_label='block')
+            profiles[name] = dict(
+                x=[b for b, _ in blocks], y=[float(v) for _, v in blocks], x_label='block')
     for key, value in final.items():
         if key.startswith(TRAJECTORY_GROUPS) and _finite(value):
             metrics[f'log/{key}'] = float(value)
@@ -166,14 +170,17 @@ def collect_training(work_dir, record):
         if means:
             profiles[f'{BLOCK_GROUPS[group]}_training_mean'] = dict(
                 x=list(means), y=list(means.values()), x_label='block')
-            for stage, value in _stage_means(
-                    {f'{group}/{b}': v for b, v in means.items()}, group).items():
+            for stage, value in _stage_means({
+                    f'{group}/{b}': v
+                    for b, v in means.items()
+            }, group).items():
                 metrics[f'log/{group}/{stage}/training_mean'] = value
     record['train_info'] = dict(
         iterations=max((int(row['step']) for row in train), default=None),
         epochs=max((int(row['epoch']) for row in train if 'epoch' in row), default=None),
         iters_per_epoch=per_epoch,
-        logs=len({osp.dirname(p) for p in training_logs(work_dir)}))  # processes
+        logs=len({osp.dirname(p)
+                  for p in training_logs(work_dir)}))  # processes
 
 
 def _stage_means(values, group):
@@ -213,8 +220,9 @@ def dlogamp_steps(states):
     changes = {}
     for (_, before, size_before), (name, after, size) in zip(states, states[1:]):
         if _finite(before) and _finite(after):
-            kind = (step_kind(name) if None in (size, size_before) or size == size_before
-                    else 'downsample')
+            kind = (
+                step_kind(name)
+                if None in (size, size_before) or size == size_before else 'downsample')
             changes.setdefault(kind, []).append(float(after) - float(before))
     return {kind: math.fsum(v) / len(v) for kind, v in changes.items()}
 
@@ -229,8 +237,8 @@ def collect_tns(result, record):
         if _finite(values.get('tns')):
             record['metrics'][f'tns/{trajectory}'] = float(values['tns'])
     blocks = result.get('blocks', {})
-    record['profiles']['tns/nsi'] = _profile(
-        [(n, b.get('nsi_mean')) for n, b in blocks.items()], 'block')
+    record['profiles']['tns/nsi'] = _profile([(n, b.get('nsi_mean')) for n, b in blocks.items()],
+                                             'block')
     steps = [(n, b['step_mean']) for n, b in blocks.items() if 'step_mean' in b]
     if steps:
         record['profiles']['tns/step'] = _profile(steps, 'block')
@@ -241,8 +249,10 @@ def collect_spectrum(result, record):
     hf = [(n, s.get('hf_ratio')) for n, s in states.items()]
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
     # the map size of each state: the number of frequency bins of its profile
-    sizes = {n: len(s['freqs']) if isinstance(s.get('freqs'), list) else None
-             for n, s in states.items()}
+    sizes = {
+        n: len(s['freqs']) if isinstance(s.get('freqs'), list) else None
+        for n, s in states.items()
+    }
     record['profiles']['spectrum/hf_ratio'] = _profile(hf, 'state')
     if hf and _finite(hf[-1][1]):
         record['metrics']['spectrum/hf_ratio/last'] = float(hf[-1][1])
@@ -265,8 +275,8 @@ def collect_freq_noise(result, record):
     drops = [b['drop'] for b in bands if _finite(b.get('drop'))]
     if drops:
         record['metrics']['freq_noise/mean_drop'] = math.fsum(drops) / len(drops)
-    record['profiles']['freq_noise/drop'] = _profile(
-        [(float(b['freq']), b.get('drop')) for b in bands], 'noise band centre (×π)')
+    record['profiles']['freq_noise/drop'] = _profile([(float(b['freq']), b.get('drop'))
+                                                      for b in bands], 'noise band centre (×π)')
 
 
 def collect_hessian(result, record):
@@ -284,8 +294,11 @@ def collect_hessian(result, record):
             metrics[f'hessian/{key}'] = float(spectrum[key]['mean'])
 
 
-COLLECTORS = dict(tns=collect_tns, spectrum=collect_spectrum, freq_noise=collect_freq_noise,
-                  hessian=collect_hessian)
+COLLECTORS = dict(
+    tns=collect_tns,
+    spectrum=collect_spectrum,
+    freq_noise=collect_freq_noise,
+    hessian=collect_hessian)
 
 
 def collect_run(work_dir, analysis):

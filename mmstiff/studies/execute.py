@@ -29,27 +29,32 @@ def _run_stage(launcher, state, plan, name, command, spec=None):
     entry = state.run(plan.key)
     stage = _stage(entry, name) or {}
     attempts = stage.get('attempts', [])
-    attempts.append(dict(command=shlex.join(command), started=now(), returncode=None,
-                         wall_time_s=None))
+    attempts.append(
+        dict(command=shlex.join(command), started=now(), returncode=None, wall_time_s=None))
     state.update_stage(plan.key, name, status=RUNNING, attempts=attempts, spec=spec)
     returncode, wall = launcher.call(command, plan.path(osp.join(plan.work_dir, LOG_FILE)))
     attempts[-1].update(returncode=returncode, wall_time_s=round(wall, 3), finished=now())
-    state.update_stage(plan.key, name, status=DONE if returncode == 0 else FAILED,
-                       attempts=attempts, spec=spec)
+    state.update_stage(
+        plan.key, name, status=DONE if returncode == 0 else FAILED, attempts=attempts, spec=spec)
     return returncode == 0
 
 
 def wall_time(entry):
     """Seconds the run's finished attempts took (an interrupted attempt's time is unknown)."""
-    return round(sum(a['wall_time_s'] for s in entry.get('stages', [])
-                     for a in s.get('attempts', []) if a.get('wall_time_s') is not None), 3)
+    return round(
+        sum(a['wall_time_s'] for s in entry.get('stages', []) for a in s.get('attempts', [])
+            if a.get('wall_time_s') is not None), 3)
 
 
 def _fail(launcher, state, plan, message):
     if launcher.stopped():  # stopped, not failed: the run resumes next time
         return state.run(plan.key)
-    state.update(plan.key, status=FAILED, error=message, finished=now(),
-                 wall_time_s=wall_time(state.run(plan.key)))
+    state.update(
+        plan.key,
+        status=FAILED,
+        error=message,
+        finished=now(),
+        wall_time_s=wall_time(state.run(plan.key)))
     return state.run(plan.key)
 
 
@@ -66,9 +71,17 @@ def execute(plan, state, environment, launcher):
     # keep the stages still planned, in plan order (an analysis tool dropped from the study
     # file is forgotten)
     stages = [s for name in plan.stages for s in entry.get('stages', []) if s['name'] == name]
-    state.update(plan.key, variant=plan.variant.label, seed=plan.seed, work_dir=plan.work_dir,
-                 spec=plan.spec(), status=RUNNING, started=entry.get('started') or now(),
-                 stages=stages, error=None, environment=environment)
+    state.update(
+        plan.key,
+        variant=plan.variant.label,
+        seed=plan.seed,
+        work_dir=plan.work_dir,
+        spec=plan.spec(),
+        status=RUNNING,
+        started=entry.get('started') or now(),
+        stages=stages,
+        error=None,
+        environment=environment)
 
     if launcher.stopped():
         return state.run(plan.key)
@@ -79,9 +92,10 @@ def execute(plan, state, environment, launcher):
                          f'the train stage failed; see {plan.work_dir}/{LOG_FILE}')
     checkpoint = read_checkpoint(work_dir)
     if checkpoint is None:
-        return _fail(launcher, state, plan, f'training finished but {plan.work_dir}/'
-                     'last_checkpoint names no checkpoint; does the config save one '
-                     '(default_hooks.checkpoint)?')
+        return _fail(
+            launcher, state, plan, f'training finished but {plan.work_dir}/'
+            'last_checkpoint names no checkpoint; does the config save one '
+            '(default_hooks.checkpoint)?')
     checkpoint = repo_relative(checkpoint)
 
     if launcher.stopped():
@@ -108,11 +122,15 @@ def execute(plan, state, environment, launcher):
     try:
         record = collect_run(work_dir, plan.variant.analysis)
     except (OSError, ValueError, KeyError) as err:
-        return _fail(launcher, state, plan, f'could not read the results of {plan.work_dir}: '
-                     f'{type(err).__name__}: {err}')
+        return _fail(
+            launcher, state, plan, f'could not read the results of {plan.work_dir}: '
+            f'{type(err).__name__}: {err}')
     entry = state.run(plan.key)
-    state.update(plan.key, status=DONE, finished=now(), checkpoint=checkpoint,
-                 wall_time_s=wall_time(entry), record=record)
+    state.update(
+        plan.key,
+        status=DONE,
+        finished=now(),
+        checkpoint=checkpoint,
+        wall_time_s=wall_time(entry),
+        record=record)
     return state.run(plan.key)
-
-

@@ -32,8 +32,8 @@ def fmt(value, scale=None):
     elif abs(value) >= 1e4:
         text = f'{value:.0f}'
     else:
-        text = np.format_float_positional(value, precision=4, unique=False, fractional=False,
-                                          trim='-')
+        text = np.format_float_positional(
+            value, precision=4, unique=False, fractional=False, trim='-')
     return '0' if float(text) == 0 and decimals is None else text
 
 
@@ -82,8 +82,10 @@ def cell(text):
 
 
 def table(header, rows):
-    lines = ['| ' + ' | '.join(cell(h) for h in header) + ' |',
-             '|' + '|'.join('---' for _ in header) + '|']
+    lines = [
+        '| ' + ' | '.join(cell(h) for h in header) + ' |',
+        '|' + '|'.join('---' for _ in header) + '|'
+    ]
     lines += ['| ' + ' | '.join(cell(c) for c in row) + ' |' for row in rows]
     return lines
 
@@ -93,5 +95,3 @@ def metric_sort_key(name):
         if name.startswith(prefix):
             return (i, name)
     return (len(METRIC_ORDER), name)
-
-

@@ -41,25 +41,30 @@ def write_index(results_dir):
                 f'(study file {info["file"]} unreadable: {err})'), '–', '–'
         done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
         folder = osp.basename(osp.dirname(path))
-        rows.append([f'[{info["name"]}]({folder}/{PAGE})', source, category, effect, mde,
-                     f'{done}/{len(runs_data["runs"])}'])
-    lines = ['# Reproduction studies', '',
-             'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '
-             'the raw numbers of every run (`runs.json`) and the figures. A study file in '
-             '`configs/studies/` names the claim, the variants, the seeds and, before any run, '
-             'the primary outcome and the smallest effect of interest (docs/studies.md); run '
-             'one with', '', '```bash',
-             'make reproduce STUDY=configs/studies/<study>.py   # or: python '
-             'tools/reproduce.py configs/studies/<study>.py [--jobs N]', '```', '',
-             'and regenerate its page with `python tools/reproduce.py '
-             'configs/studies/<study>.py --report-only`. The verdict category is computed by '
-             'the runner from the declared outcome: *held* (the 95% interval excludes 0 in the '
-             'claimed direction), *did not hold* (it excludes the smallest effect of interest), '
-             '*inconclusive* (neither; the MDE column says what the study could have seen). '
-             'This index is rewritten with every page.', '']
+        rows.append([
+            f'[{info["name"]}]({folder}/{PAGE})', source, category, effect, mde,
+            f'{done}/{len(runs_data["runs"])}'
+        ])
+    lines = [
+        '# Reproduction studies', '',
+        'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '
+        'the raw numbers of every run (`runs.json`) and the figures. A study file in '
+        '`configs/studies/` names the claim, the variants, the seeds and, before any run, '
+        'the primary outcome and the smallest effect of interest (docs/studies.md); run '
+        'one with', '', '```bash', 'make reproduce STUDY=configs/studies/<study>.py   # or: python '
+        'tools/reproduce.py configs/studies/<study>.py [--jobs N]', '```', '',
+        'and regenerate its page with `python tools/reproduce.py '
+        'configs/studies/<study>.py --report-only`. The verdict category is computed by '
+        'the runner from the declared outcome: *held* (the 95% interval excludes 0 in the '
+        'claimed direction), *did not hold* (it excludes the smallest effect of interest), '
+        '*inconclusive* (neither; the MDE column says what the study could have seen). '
+        'This index is rewritten with every page.', ''
+    ]
     if rows:
-        lines += table(['study', 'claim from', 'verdict', 'primary effect, 95% CI',
-                        'MDE (80% power)', 'runs done'], rows)
+        lines += table([
+            'study', 'claim from', 'verdict', 'primary effect, 95% CI', 'MDE (80% power)',
+            'runs done'
+        ], rows)
     else:
         lines += ['No study has been run yet.']
     out = osp.join(results_dir, PAGE)

@@ -4,7 +4,6 @@ import math
 import string
 
 from mmstiff.analysis.statistics import summarize
-
 from .errors import StudyError
 from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
 from .outcome import judge
@@ -58,8 +57,10 @@ class StudyNumbers:
         self.variants = runs_data['study']['variants']
         self.labels = [v['label'] for v in self.variants]
         self.runs = runs_data['runs']
-        self.done = {label: [r for r in self.runs if r['variant'] == label and r['status'] == DONE]
-                     for label in self.labels}
+        self.done = {
+            label: [r for r in self.runs if r['variant'] == label and r['status'] == DONE]
+            for label in self.labels
+        }
         self.values = {}  # label -> metric -> [(seed, value)]
         for label, runs in self.done.items():
             per_metric = self.values.setdefault(label, {})
@@ -69,14 +70,21 @@ class StudyNumbers:
                     metrics.update(function(run['record']))
                 for metric, value in metrics.items():
                     per_metric.setdefault(metric, []).append((run['seed'], value))
-        self.metrics = sorted({m for per in self.values.values() for m in per},
-                              key=metric_sort_key)
-        self.summary = {label: {m: summarize([v for _, v in pairs])
-                                for m, pairs in self.values[label].items()}
-                        for label in self.labels}
-        self.mean_intervals = {label: {m: mean_interval([v for _, v in pairs], CONFIDENCE)
-                                       for m, pairs in self.values[label].items()}
-                               for label in self.labels}
+        self.metrics = sorted({m for per in self.values.values() for m in per}, key=metric_sort_key)
+        self.summary = {
+            label: {
+                m: summarize([v for _, v in pairs])
+                for m, pairs in self.values[label].items()
+            }
+            for label in self.labels
+        }
+        self.mean_intervals = {
+            label: {
+                m: mean_interval([v for _, v in pairs], CONFIDENCE)
+                for m, pairs in self.values[label].items()
+            }
+            for label in self.labels
+        }
         self.differences = {}  # (label, baseline) -> metric -> Difference
         for variant in self.variants:
             for baseline in variant['compare_to']:
@@ -119,8 +127,7 @@ class StudyNumbers:
             values = [v for _, v in self.values[o.variant].get(o.metric, [])]
             d = one_sample_difference(values, CONFIDENCE) if values else None
             signs = sign_counts([(v, 0.0) for v in values])
-            mde = None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA,
-                                                                   POWER)
+            mde = None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA, POWER)
             seeds = None if sb is None else seeds_for_effect(sb.std, 0.0, o.margin, ALPHA, POWER)
         else:
             d = self.differences.get((o.variant, o.baseline), {}).get(o.metric)
@@ -147,8 +154,9 @@ class StudyNumbers:
             for metric, s in self.summary[label].items():
                 ns['mean'].setdefault(label, {})[metric] = fmt(s.mean, s.std)
                 interval = self.mean_intervals[label][metric]
-                ns['mean_ci'].setdefault(label, {})[metric] = fmt_interval(
-                    *(interval or (None, None)), s.std)
+                ns['mean_ci'].setdefault(label,
+                                         {})[metric] = fmt_interval(*(interval or (None, None)),
+                                                                    s.std)
                 ns['std'].setdefault(label, {})[metric] = fmt(s.std, s.std)
                 ns['n'].setdefault(label, {})[metric] = str(s.n)
         for variant in self.variants:
@@ -157,9 +165,11 @@ class StudyNumbers:
                 for metric, d in self.differences[(label, baseline)].items():
                     scale = None if d.low is None else (d.high - d.low) / 2
                     q = self.q_values.get(((label, baseline), metric))
-                    texts = dict(diff=fmt_signed(d.difference, scale),
-                                 ci=fmt_interval(d.low, d.high, scale), p=fmt_p(d.p_value),
-                                 q=fmt_p(q) if q is not None else '– (primary outcome)')
+                    texts = dict(
+                        diff=fmt_signed(d.difference, scale),
+                        ci=fmt_interval(d.low, d.high, scale),
+                        p=fmt_p(d.p_value),
+                        q=fmt_p(q) if q is not None else '– (primary outcome)')
                     for name, text in texts.items():
                         ns[name].setdefault(label, {}).setdefault(baseline, {})[metric] = text
                         if i == 0:
@@ -168,6 +178,7 @@ class StudyNumbers:
 
 
 class _VerdictFormatter(string.Formatter):
+
     def get_field(self, field_name, args, kwargs):
         try:
             return super().get_field(field_name, args, kwargs)

@@ -122,8 +122,9 @@ def judge(outcome, difference, mde, tost_p, alpha=0.05):
         return Judgement(HELD, d, mde, None, tost_p, 'the interval excludes 0 in the claimed '
                          'direction')
     if high < m:
-        return Judgement(NOT_HELD, d, mde, sign * high, tost_p, 'the interval excludes an '
-                         f'effect of the margin {m:g} in the claimed direction')
+        return Judgement(
+            NOT_HELD, d, mde, sign * high, tost_p, 'the interval excludes an '
+            f'effect of the margin {m:g} in the claimed direction')
     return Judgement(INCONCLUSIVE, d, mde, None, tost_p, 'the interval holds both 0 and the '
                      'margin')
 

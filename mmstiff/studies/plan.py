@@ -115,27 +115,31 @@ class RunPlan(NamedTuple):
             script = f'tools/dist_{tool}.sh'
             return [script, *positional[:1 + (tool == 'test')], str(launch.gpus)]
         if launch.launcher == 'slurm':
-            return ['env', f'GPUS={launch.gpus}', f'tools/slurm_{tool}.sh', launch.partition,
-                    f'{self.job}/{tool}', *positional]
+            return [
+                'env', f'GPUS={launch.gpus}', f'tools/slurm_{tool}.sh', launch.partition,
+                f'{self.job}/{tool}', *positional
+            ]
         return self._env() + ['python', f'tools/{tool}.py', *positional]
 
     def train_command(self, resume=False):
         launch = self.launch
-        head = self._start('train', [self.variant.config] + (
-            [self.work_dir] if launch.launcher == 'slurm' else []))
+        head = self._start('train', [self.variant.config] +
+                           ([self.work_dir] if launch.launcher == 'slurm' else []))
         work_dir = [] if launch.launcher == 'slurm' else ['--work-dir', self.work_dir]
-        return (head + work_dir + (['--resume'] if resume else []) + ['--cfg-options']
-                + self.cfg_options)
+        return (head + work_dir + (['--resume'] if resume else []) + ['--cfg-options'] +
+                self.cfg_options)
 
     def test_command(self, checkpoint):
         return self._start('test', [self.variant.config, checkpoint]) + [
-            '--work-dir', osp.join(self.work_dir, 'test'), '--out', self.metrics_file,
-            '--cfg-options'] + self.cfg_options
+            '--work-dir',
+            osp.join(self.work_dir, 'test'), '--out', self.metrics_file, '--cfg-options'
+        ] + self.cfg_options
 
     def analysis_command(self, tool, checkpoint):
-        return (self._env() + ['python', ANALYSIS_TOOLS[tool][0], self.variant.config,
-                               checkpoint, '--out-dir', self.analysis_dir(tool)]
-                + list(self.analysis_args.get(tool, ())) + ['--cfg-options'] + self.cfg_options)
+        return (self._env() + [
+            'python', ANALYSIS_TOOLS[tool][0], self.variant.config, checkpoint, '--out-dir',
+            self.analysis_dir(tool)
+        ] + list(self.analysis_args.get(tool, ())) + ['--cfg-options'] + self.cfg_options)
 
     @property
     def metrics_file(self):
@@ -156,10 +160,10 @@ def plan_runs(study, work_root, launch=Launch()):
     for v in study.variants:
         for seed in v.seeds:
             key = f'{v.label}/seed{seed}'
-            plans.append(RunPlan(
-                key, v, seed, osp.join(root, study.name, v.label, f'seed{seed}'),
-                {tool: study.analysis_args.get(tool, ()) for tool in v.analysis},
-                launch, len(plans), f'{study.name}/{key}'))
+            plans.append(
+                RunPlan(key, v, seed, osp.join(root, study.name, v.label, f'seed{seed}'),
+                        {tool: study.analysis_args.get(tool, ())
+                         for tool in v.analysis}, launch, len(plans), f'{study.name}/{key}'))
     return plans
 
 
@@ -180,11 +184,12 @@ def check_against_state(plans, state):
         old = entry.get('spec')
         if old is not None and old != plan.spec():
             diff = sorted(k for k in plan.spec() if old.get(k) != plan.spec()[k])
-            changed.append(f'{plan.key}: ' + ', '.join(
-                f'{k} was {old.get(k)!r}, now {plan.spec()[k]!r}' for k in diff))
+            changed.append(f'{plan.key}: ' +
+                           ', '.join(f'{k} was {old.get(k)!r}, now {plan.spec()[k]!r}'
+                                     for k in diff))
     if changed:
-        raise StudyError('the study file changed runs that were already started:\n  '
-                         + '\n  '.join(changed) + '\nrestore the study file, or delete those '
+        raise StudyError('the study file changed runs that were already started:\n  ' +
+                         '\n  '.join(changed) + '\nrestore the study file, or delete those '
                          'runs\' work dirs to run them again')
 
 
@@ -194,9 +199,11 @@ def _spec_in_runs_json(runs_data, entry):
     variant = next((v for v in info['variants'] if v['label'] == entry['variant']), None)
     if variant is None:
         return None
-    return dict(config=variant['config'], seed=entry['seed'],
-                cfg_options=list(info['cfg_options']) + list(variant['cfg_options'])
-                + [f'{SEED_KEY}={entry["seed"]}'])
+    return dict(
+        config=variant['config'],
+        seed=entry['seed'],
+        cfg_options=list(info['cfg_options']) + list(variant['cfg_options']) +
+        [f'{SEED_KEY}={entry["seed"]}'])
 
 
 def adopt_published_runs(plans, state, runs_data):
@@ -204,8 +211,7 @@ def adopt_published_runs(plans, state, runs_data):
     published runs.json (same key and spec), so that a study whose work dirs are gone (a
     fresh checkout) runs only its new seeds. Such an entry is marked ``from_results``: it has
     no work dir, and an analysis tool added later cannot run on it. Returns the keys adopted."""
-    published = {r['key']: r for r in (runs_data or {}).get('runs', [])
-                 if r.get('status') == DONE}
+    published = {r['key']: r for r in (runs_data or {}).get('runs', []) if r.get('status') == DONE}
     adopted = []
     for plan in plans:
         entry = published.get(plan.key)
@@ -213,12 +219,12 @@ def adopt_published_runs(plans, state, runs_data):
                 or _spec_in_runs_json(runs_data, entry) != plan.spec()
                 or [s['name'] for s in entry['stages']] != plan.stages):
             continue
-        stages = [dict(stage, spec=list(plan.analysis_args[stage['name']]))
-                  if stage['name'] in plan.analysis_args else dict(stage)
-                  for stage in entry['stages']]
+        stages = [
+            dict(stage, spec=list(plan.analysis_args[stage['name']]))
+            if stage['name'] in plan.analysis_args else dict(stage) for stage in entry['stages']
+        ]
         fields = {k: v for k, v in entry.items() if k != 'key'}
-        state.update(plan.key, **dict(fields, stages=stages, spec=plan.spec(),
-                                      from_results=True))
+        state.update(plan.key, **dict(fields, stages=stages, spec=plan.spec(), from_results=True))
         adopted.append(plan.key)
     return adopted
 
@@ -231,8 +237,9 @@ def needs_work(plan, entry):
     stages = entry.get('stages', [])
     if [s['name'] for s in stages] != plan.stages:
         return True
-    return any(s['name'] in plan.analysis_args and
-               s.get('spec') != list(plan.analysis_args[s['name']]) for s in stages)
+    return any(
+        s['name'] in plan.analysis_args and s.get('spec') != list(plan.analysis_args[s['name']])
+        for s in stages)
 
 
 def read_checkpoint(work_dir):
@@ -266,9 +273,10 @@ def adopt_reused_runs(plans, state, work_root, reuse):
     for plan in plans:
         if state.run(plan.key).get('status') not in (None, PENDING):
             continue
-        match = next(((other, key, entry) for other, key, entry in finished
-                      if entry['spec'] == plan.spec() and
-                      osp.isdir(plan.path(entry.get('work_dir', '')))), None)
+        match = next(
+            ((other, key, entry) for other, key, entry in finished
+             if entry['spec'] == plan.spec() and osp.isdir(plan.path(entry.get('work_dir', '')))),
+            None)
         if match is None:
             continue
         other, key, entry = match
@@ -276,11 +284,13 @@ def adopt_reused_runs(plans, state, work_root, reuse):
         if osp.isdir(target):
             shutil.rmtree(target)
         shutil.copytree(plan.path(entry['work_dir']), target, symlinks=True)
-        entry = dict(entry, work_dir=plan.work_dir, variant=plan.variant.label,
-                     reused_from=f'{other}/{key}')
+        entry = dict(
+            entry, work_dir=plan.work_dir, variant=plan.variant.label, reused_from=f'{other}/{key}')
         # the analysis tools this study plans, in its order; the others are dropped
-        entry['stages'] = [s for s in entry.get('stages', [])
-                           if s['name'] in (TRAIN, TEST) or s['name'] in plan.variant.analysis]
+        entry['stages'] = [
+            s for s in entry.get('stages', [])
+            if s['name'] in (TRAIN, TEST) or s['name'] in plan.variant.analysis
+        ]
         state.update(plan.key, **entry)
         adopted.append(plan.key)
     return adopted

@@ -63,25 +63,27 @@ def primary_lines(numbers):
     scale = (d.high - d.low) / 2 if d.high != d.low else None
     against = o.baseline or '0'
     seeds = primary['seeds_for_margin']
-    n = (f'{numbers.summary[o.variant][o.metric].n} seeds, one-sample t' if o.baseline is None
-         else f'Welch; {numbers.summary[o.variant][o.metric].n} and '
+    n = (f'{numbers.summary[o.variant][o.metric].n} seeds, one-sample t'
+         if o.baseline is None else f'Welch; {numbers.summary[o.variant][o.metric].n} and '
          f'{numbers.summary[o.baseline][o.metric].n} seeds')
-    lines = [f'- **Verdict: {j.category}** ({_why(o, j, scale)}).',
-             f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
-             f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with '
-             f'{o.variant} above / below {against}: '
-             f'{primary["signs"][0]} / {primary["signs"][1]}.',
-             f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
-             f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
-             f'{fmt(o.margin)}: {seeds if seeds else "more than 1000"}.']
+    lines = [
+        f'- **Verdict: {j.category}** ({_why(o, j, scale)}).',
+        f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
+        f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with '
+        f'{o.variant} above / below {against}: '
+        f'{primary["signs"][0]} / {primary["signs"][1]}.',
+        f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
+        f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
+        f'{fmt(o.margin)}: {seeds if seeds else "more than 1000"}.'
+    ]
     if o.direction == 'equivalent':
         lines.append(f'- **Equivalence (TOST against ±{fmt(o.margin)}):** '
                      f'{p_text(j.tost_p)}.')
     link = primary['link']
     if link is not None:
         text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], '
-                f'{p_text(link.p_value)}' if link.low is not None else
-                'undefined (fewer than 3 runs or no spread)')
+                f'{p_text(link.p_value)}'
+                if link.low is not None else 'undefined (fewer than 3 runs or no spread)')
         lines.append(f'- **Link:** Pearson {text} between {code(o.metric)} and '
                      f'{code(o.link)} over the {link.n} finished runs of every variant.')
     return lines
@@ -114,34 +116,40 @@ def render_page(runs_data, study, figures, strict=True):
     claim = study.claim
     study_file = info['file']
     done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
-    lines = [f'# {info["name"]}', '',
-             *[f'> {line}' if line else '>' for line in claim.quote.splitlines()], '',
-             f'— {claim.source}', '', outcome_line(study.outcome), *primary_lines(numbers), '',
-             '<!-- Written by tools/reproduce.py from runs.json and the study file; regenerate '
-             f'with: python tools/reproduce.py {study_file} --report-only -->', '',
-             f'Study file: {code(study_file)} · raw data: [{RUNS_FILE}]({RUNS_FILE}) · '
-             f'{done} of {len(runs_data["runs"])} runs done.', '']
+    lines = [
+        f'# {info["name"]}', '',
+        *[f'> {line}' if line else '>'
+          for line in claim.quote.splitlines()], '', f'— {claim.source}', '',
+        outcome_line(study.outcome), *primary_lines(numbers), '',
+        '<!-- Written by tools/reproduce.py from runs.json and the study file; regenerate '
+        f'with: python tools/reproduce.py {study_file} --report-only -->', '',
+        f'Study file: {code(study_file)} · raw data: [{RUNS_FILE}]({RUNS_FILE}) · '
+        f'{done} of {len(runs_data["runs"])} runs done.', ''
+    ]
     if claim.tested:
         lines += [f'Tested here: {claim.tested}', '']
-    lines += ['## Verdict', '', checked_verdict(study.verdict, numbers, strict), '',
-              '## Setup', '', *tables.setup(info), '',
-              '## Results: mean ± std over seeds', '',
-              'Sample standard deviation (n − 1); n = finished seeds. `test/` from '
-              '`tools/test.py --out`, `val/` the last validation during training, `train/` '
-              'from the JSON log (time per iteration: MMEngine\'s smoothed iteration time), '
-              '`log/` the last values of the diagnostic hooks, `derived/` computed from a '
-              'run\'s profiles when the page is written, the others from the analysis tools. '
-              'Decimals: two significant digits of the SD.', '', *tables.results(numbers), '',
-              '## Secondary comparisons (Welch t, Benjamini–Hochberg q)', '',
-              'Difference = mean(variant) − mean(baseline), with the 95% Welch interval '
-              '(mmstiff/studies/statistics.py; docs/methods.md §13). These are exploratory: '
-              'the primary outcome above is the study\'s test.', '',
-              *tables.differences(numbers), '',
-              '## Per seed', '', *tables.per_seed(numbers), '',
-              '## Wall time', '', *tables.wall_times(runs_data), '']
+    lines += [
+        '## Verdict', '',
+        checked_verdict(study.verdict, numbers, strict), '', '## Setup', '', *tables.setup(info),
+        '', '## Results: mean ± std over seeds', '',
+        'Sample standard deviation (n − 1); n = finished seeds. `test/` from '
+        '`tools/test.py --out`, `val/` the last validation during training, `train/` '
+        'from the JSON log (time per iteration: MMEngine\'s smoothed iteration time), '
+        '`log/` the last values of the diagnostic hooks, `derived/` computed from a '
+        'run\'s profiles when the page is written, the others from the analysis tools. '
+        'Decimals: two significant digits of the SD.', '', *tables.results(numbers), '',
+        '## Secondary comparisons (Welch t, Benjamini–Hochberg q)', '',
+        'Difference = mean(variant) − mean(baseline), with the 95% Welch interval '
+        '(mmstiff/studies/statistics.py; docs/methods.md §13). These are exploratory: '
+        'the primary outcome above is the study\'s test.', '', *tables.differences(numbers), '',
+        '## Per seed', '', *tables.per_seed(numbers), '', '## Wall time', '',
+        *tables.wall_times(runs_data), ''
+    ]
     if figures:
-        lines += ['## Figures', '', 'One line per variant: the mean over its seeds; shaded or '
-                  'error bars: ± one standard deviation.', '']
+        lines += [
+            '## Figures', '', 'One line per variant: the mean over its seeds; shaded or '
+            'error bars: ± one standard deviation.', ''
+        ]
         for file, caption in figures:
             lines += [f'![{caption}]({file})', '', f'*{caption}.*', '']
     lines += ['## Commands', '', *tables.commands(runs_data), '']
@@ -183,4 +191,3 @@ def write_page(results_dir, study, strict=True, draw=None):
 def write_runs(results_dir, runs_data):
     """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes)."""
     return dump_json(runs_data, osp.join(results_dir, runs_data['study']['name'], RUNS_FILE))
-

@@ -60,11 +60,27 @@ ANALYSIS_TOOLS = {
     'hessian': ('tools/analysis/hessian.py', 'hessian.json'),
 }
 #: the fields a study file may set, and whether it must
-FIELDS = {'name': True, 'claim': True, 'runs': True, 'seeds': False, 'analysis': False,
-          'analysis_args': False, 'cfg_options': False, 'reuse': False, 'verdict': False,
-          'outcome': False, 'configs': False}
-RUN_FIELDS = {'label': True, 'config': True, 'cfg_options': False, 'baseline': False,
-              'seeds': False, 'analysis': False}
+FIELDS = {
+    'name': True,
+    'claim': True,
+    'runs': True,
+    'seeds': False,
+    'analysis': False,
+    'analysis_args': False,
+    'cfg_options': False,
+    'reuse': False,
+    'verdict': False,
+    'outcome': False,
+    'configs': False
+}
+RUN_FIELDS = {
+    'label': True,
+    'config': True,
+    'cfg_options': False,
+    'baseline': False,
+    'seeds': False,
+    'analysis': False
+}
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
 VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
 NAME_PATTERN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
@@ -135,8 +151,11 @@ def read_study_fields(path):
             namespace = runpy.run_path(path, run_name='__study__')
         except Exception as err:  # the file's own error, reported with its path
             raise StudyError(f'study file {path!r} failed to load: {type(err).__name__}: {err}')
-        return {k: v for k, v in namespace.items()
-                if not k.startswith('_') and not callable(v) and type(v).__name__ != 'module'}
+        return {
+            k: v
+            for k, v in namespace.items()
+            if not k.startswith('_') and not callable(v) and type(v).__name__ != 'module'
+        }
     import yaml
     with open(path) as f:
         try:
@@ -294,8 +313,9 @@ def parse_study(fields, path):
     if not isinstance(claim, dict):
         raise StudyError(f'claim={claim!r}; expected dict(quote=..., source=..., tested=...)')
     _check_fields(claim, CLAIM_FIELDS, 'claim')
-    claim = Claim(_text(claim['quote'], 'claim.quote'), _text(claim['source'], 'claim.source'),
-                  None if claim.get('tested') is None else _text(claim['tested'], 'claim.tested'))
+    claim = Claim(
+        _text(claim['quote'], 'claim.quote'), _text(claim['source'], 'claim.source'),
+        None if claim.get('tested') is None else _text(claim['tested'], 'claim.tested'))
 
     seeds = None if fields.get('seeds') is None else _seeds(fields['seeds'], 'seeds')
     analysis = _analysis(fields.get('analysis') or [], 'analysis')
@@ -340,20 +360,31 @@ def parse_study(fields, path):
                              f'runs[{i}].seeds')
         run_analysis = analysis if run.get('analysis') is None else _analysis(
             run['analysis'], f'runs[{i}].analysis')
-        variants.append(Variant(
-            label=label, config=_config(run['config'], f'runs[{i}].config'),
-            cfg_options=common + _cfg_options(run.get('cfg_options') or [],
-                                              f'runs[{i}].cfg_options'),
-            is_baseline=is_baseline, compare_to=compare_to, seeds=run_seeds,
-            analysis=run_analysis))
+        variants.append(
+            Variant(
+                label=label,
+                config=_config(run['config'], f'runs[{i}].config'),
+                cfg_options=common +
+                _cfg_options(run.get('cfg_options') or [], f'runs[{i}].cfg_options'),
+                is_baseline=is_baseline,
+                compare_to=compare_to,
+                seeds=run_seeds,
+                analysis=run_analysis))
     reuse = _string_list(fields.get('reuse') or [], 'reuse')
     for i, other in enumerate(reuse):
         if not NAME_PATTERN.match(other) or other == name:
             raise StudyError(f'reuse[{i}]={other!r}; expected the name of another study')
-    return Study(name=name, file=path, claim=claim, variants=tuple(variants), cfg_options=common,
-                 analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')),
-                 reuse=reuse, outcome=parse_outcome(fields.get('outcome'), variants),
-                 configs=_config_sets(fields.get('configs')))
+    return Study(
+        name=name,
+        file=path,
+        claim=claim,
+        variants=tuple(variants),
+        cfg_options=common,
+        analysis_args=analysis_args,
+        verdict=_verdict(fields.get('verdict')),
+        reuse=reuse,
+        outcome=parse_outcome(fields.get('outcome'), variants),
+        configs=_config_sets(fields.get('configs')))
 
 
 CONFIG_SET_FIELDS = ('config', 'cfg_options', 'seeds', 'analysis_args')
@@ -410,8 +441,10 @@ def load_study(study, config_set=None, overrides=()):
     if config_set is not None:
         fields = apply_config_set(fields, config_set)
     if overrides:
-        fields = dict(fields, cfg_options=list(fields.get('cfg_options') or [])
-                      + list(_cfg_options(list(overrides), '--set')))
+        fields = dict(
+            fields,
+            cfg_options=list(fields.get('cfg_options') or []) +
+            list(_cfg_options(list(overrides), '--set')))
     return parse_study(fields, path)
 
 

@@ -13,7 +13,6 @@ from scipy import stats
 
 from mmstiff.analysis.statistics import sample_std
 
-
 #: a standard error this small relative to the values is floating-point rounding, not spread
 _ROUNDING = 1e-12
 
@@ -64,8 +63,11 @@ def mean_interval(values, confidence=0.95):
         return None
     if sample_std(values) == 0:
         return float(values[0]), float(values[0])
-    low, high = stats.t.interval(confidence, len(values) - 1, loc=np.mean(values),
-                                 scale=sample_std(values) / math.sqrt(len(values)))
+    low, high = stats.t.interval(
+        confidence,
+        len(values) - 1,
+        loc=np.mean(values),
+        scale=sample_std(values) / math.sqrt(len(values)))
     return float(low), float(high)
 
 
@@ -80,8 +82,7 @@ def welch_difference(baseline, variant, confidence=0.95):
     std_error = math.sqrt(va + vb)
     if std_error <= _ROUNDING * max(1.0, abs(float(np.mean(a))), abs(float(np.mean(b)))):
         # no spread beyond floating-point rounding: the difference is known exactly
-        return Difference(difference, difference, difference, None, 0.0, None, None,
-                          confidence)
+        return Difference(difference, difference, difference, None, 0.0, None, None, confidence)
     with warnings.catch_warnings():
         # a group without spread (every seed equal) is valid input for Welch's t
         warnings.filterwarnings('ignore', 'Precision loss occurred', RuntimeWarning)
@@ -103,8 +104,8 @@ def one_sample_difference(values, confidence=0.95):
         return Difference(mean, mean, mean, None, 0.0, None, None, confidence)
     result = stats.ttest_1samp(values, 0.0)
     interval = result.confidence_interval(confidence)
-    return Difference(mean, float(interval.low), float(interval.high), float(result.df),
-                      std_error, float(result.statistic), float(result.pvalue), confidence)
+    return Difference(mean, float(interval.low), float(interval.high), float(result.df), std_error,
+                      float(result.statistic), float(result.pvalue), confidence)
 
 
 def tost_p_value(difference, margin):
@@ -136,10 +137,10 @@ def seeds_for_effect(std_a, std_b, effect, alpha=0.05, power=0.8, limit=1000):
     if None in (std_a, std_b) or not effect > 0:
         return None
     for n in range(2, limit + 1):
-        va, vb = std_a ** 2 / n, std_b ** 2 / n
+        va, vb = std_a**2 / n, std_b**2 / n
         if va + vb == 0:
             return n
-        df = (va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (n - 1))
+        df = (va + vb)**2 / (va**2 / (n - 1) + vb**2 / (n - 1))
         if minimum_detectable_effect(math.sqrt(va + vb), df, alpha, power) <= effect:
             return n
     return None
@@ -173,5 +174,6 @@ def correlation(x, y, confidence=0.95):
         return Correlation(len(x), math.nan, None, None, None)
     result = stats.pearsonr(x, y)
     interval = result.confidence_interval(confidence)
-    return Correlation(len(x), float(result.statistic), float(interval.low),
-                       float(interval.high), float(result.pvalue))
+    return Correlation(
+        len(x), float(result.statistic), float(interval.low), float(interval.high),
+        float(result.pvalue))

@@ -15,19 +15,25 @@ def setup(study):
     rows = []
     for v in study['variants']:
         compare = ('baseline' if v['is_baseline'] else '') + (
-            (' ' if v['is_baseline'] else '') + ', '.join(v['compare_to'])
-            if v['compare_to'] else '')
-        rows.append([v['label'], code(v['config']), _options(v['cfg_options']),
-                     compare or '–', ', '.join(str(s) for s in v['seeds']),
-                     ', '.join(v['analysis']) or '–'])
+            (' ' if v['is_baseline'] else '') +
+            ', '.join(v['compare_to']) if v['compare_to'] else '')
+        rows.append([
+            v['label'],
+            code(v['config']),
+            _options(v['cfg_options']), compare or '–', ', '.join(str(s) for s in v['seeds']),
+            ', '.join(v['analysis']) or '–'
+        ])
     lines = table(['variant', 'config', '--cfg-options', 'compared with', 'seeds', 'analysis'],
-                   rows)
-    lines += ['', f'Options of every run: {_options(study["cfg_options"])}; each run adds '
-              '`randomness.seed=<seed>`.']
+                  rows)
+    lines += [
+        '', f'Options of every run: {_options(study["cfg_options"])}; each run adds '
+        '`randomness.seed=<seed>`.'
+    ]
     if study['analysis_args']:
-        lines += ['Analysis flags: ' + '; '.join(
-            f'{tool} {code(shlex.join(args))}' for tool, args in study['analysis_args'].items())
-            + '.']
+        lines += [
+            'Analysis flags: ' + '; '.join(f'{tool} {code(shlex.join(args))}'
+                                           for tool, args in study['analysis_args'].items()) + '.'
+        ]
     return lines
 
 
@@ -38,8 +44,7 @@ def results(numbers):
         row = [metric]
         for label in numbers.labels:
             s = numbers.summary[label].get(metric)
-            row.append('–' if s is None else
-                       f'{fmt(s.mean, s.std)} ± {fmt(s.std, s.std)} ({s.n})')
+            row.append('–' if s is None else f'{fmt(s.mean, s.std)} ± {fmt(s.std, s.std)} ({s.n})')
         rows.append(row)
     return table(header, rows)
 
@@ -47,14 +52,14 @@ def results(numbers):
 def per_seed(numbers):
     header = ['metric'] + [
         f'{label}, seeds ' + ', '.join(str(r['seed']) for r in numbers.done[label])
-        for label in numbers.labels]
+        for label in numbers.labels
+    ]
     rows = []
     for metric in numbers.metrics:
         row = [metric]
         for label in numbers.labels:
             by_seed = dict(numbers.values[label].get(metric, []))
-            row.append(', '.join(fmt(by_seed.get(r['seed'])) for r in numbers.done[label])
-                       or '–')
+            row.append(', '.join(fmt(by_seed.get(r['seed'])) for r in numbers.done[label]) or '–')
         rows.append(row)
     return table(header, rows)
 
@@ -70,17 +75,23 @@ def differences(numbers):
                 continue
             scale = None if d.low is None else (d.high - d.low) / 2
             above, below, _ = sign_counts(numbers.paired(label, baseline, metric))
-            rows.append([f'{label} − {baseline}', metric, fmt_signed(d.difference, scale),
-                         fmt_interval(d.low, d.high, scale), fmt_p(d.p_value),
-                         fmt_p(q) + (' *' if q is not None and q < Q_STAR else ''),
-                         f'{above}/{below}'])
+            rows.append([
+                f'{label} − {baseline}', metric,
+                fmt_signed(d.difference, scale),
+                fmt_interval(d.low, d.high, scale),
+                fmt_p(d.p_value),
+                fmt_p(q) + (' *' if q is not None and q < Q_STAR else ''), f'{above}/{below}'
+            ])
     if not rows:
         return ['No secondary comparison has finished runs on both sides.']
-    return table(['variant − baseline', 'metric', 'difference of means', '95% CI (Welch)',
-                  'p', 'q (BH)', 'seeds +/−'], rows) + [
+    return table([
+        'variant − baseline', 'metric', 'difference of means', '95% CI (Welch)', 'p', 'q (BH)',
+        'seeds +/−'
+    ], rows) + [
         '', f'`*`: q < {Q_STAR} (Benjamini–Hochberg over the {len(rows)} comparisons of this '
         'table). Seeds +/−: seeds (paired by seed number) where the variant is above / below '
-        'the baseline.']
+        'the baseline.'
+    ]
 
 
 def wall_times(runs_data):
@@ -99,8 +110,9 @@ def wall_times(runs_data):
             text = fmt_duration(sum(known)) if known else '–'
             interrupted = sum(1 for a in attempts if a.get('returncode') is None)
             failed = sum(1 for a in attempts if a.get('returncode') not in (None, 0))
-            notes = [f'{n} {what}' for n, what in ((interrupted, 'interrupted'),
-                                                   (failed, 'failed')) if n]
+            notes = [
+                f'{n} {what}' for n, what in ((interrupted, 'interrupted'), (failed, 'failed')) if n
+            ]
             if notes and len(attempts) > 1:
                 text += f' ({len(attempts)} attempts: ' + ', '.join(notes) + ')'
             elif notes:
@@ -109,11 +121,14 @@ def wall_times(runs_data):
         rows.append(row)
     lines = table(['run', 'status', 'wall time'] + stage_names, rows)
     errors = [f'{r["key"]}: {r["error"]}' for r in runs_data['runs'] if r.get('error')]
-    reused = [f'{r["key"]} is {r["reused_from"]}' for r in runs_data['runs']
-              if r.get('reused_from')]
+    reused = [
+        f'{r["key"]} is {r["reused_from"]}' for r in runs_data['runs'] if r.get('reused_from')
+    ]
     if reused:
-        lines += ['', 'Runs taken from other studies (same config, options and seed; their '
-                  'times are those of the original runs): ' + '; '.join(reused) + '.']
+        lines += [
+            '', 'Runs taken from other studies (same config, options and seed; their '
+            'times are those of the original runs): ' + '; '.join(reused) + '.'
+        ]
     if errors:
         lines += ['', 'Not finished: ' + '; '.join(errors) + '.']
     environments = sorted({r['environment'] for r in runs_data['runs'] if r.get('environment')})
@@ -123,8 +138,10 @@ def wall_times(runs_data):
 
 
 def commands(runs_data):
-    lines = ['Run from the repository root; `python` is the interpreter of the environment '
-             '(`.venv/bin/python`). Every attempt is listed, an interrupted one included.']
+    lines = [
+        'Run from the repository root; `python` is the interpreter of the environment '
+        '(`.venv/bin/python`). Every attempt is listed, an interrupted one included.'
+    ]
     for run in runs_data['runs']:
         commands = [a['command'] for s in run.get('stages', []) for a in s.get('attempts', [])]
         if not commands:
@@ -132,5 +149,3 @@ def commands(runs_data):
         origin = f' (the run {run["reused_from"]})' if run.get('reused_from') else ''
         lines += ['', f'`{run["key"]}`{origin}:', '', '```bash'] + commands + ['```']
     return lines
-
-

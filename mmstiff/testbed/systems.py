@@ -59,8 +59,7 @@ def make_system(dim=8, spread=100.0, coupling=0.0, seed=0):
     gen = torch.Generator().manual_seed(int(seed))
     q, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=torch.float64))
     q = q * torch.sign(torch.diagonal(r))  # a unique Q for the draw
-    rates = torch.logspace(0, torch.log10(torch.tensor(spread)).item(), dim,
-                           dtype=torch.float64)
+    rates = torch.logspace(0, torch.log10(torch.tensor(spread)).item(), dim, dtype=torch.float64)
     return RelaxationSystem(q, rates, coupling)
 
 
@@ -73,7 +72,7 @@ def vector_field(system, x):
     """``x' = F(x)`` for states ``(..., d)`` (the right-hand side, for an ODE solver)."""
     z = x @ system.rotation  # z = Qᵀ x, row-wise
     s, y, slow, fast = _split(system, z)
-    dz = torch.cat([-slow * s, -fast * (1 + system.coupling * s ** 2) * y], dim=-1)
+    dz = torch.cat([-slow * s, -fast * (1 + system.coupling * s**2) * y], dim=-1)
     return dz @ system.rotation.T
 
 
@@ -86,7 +85,7 @@ def flow(system, x0, t):
     z0 = x0.to(torch.float64) @ system.rotation
     s0, y0, slow, fast = _split(system, z0)
     s = s0 * torch.exp(-slow * t)
-    integral = s0 ** 2 * (1 - torch.exp(-2 * slow * t)) / (2 * slow)  # ∫₀ᵗ s² dτ
+    integral = s0**2 * (1 - torch.exp(-2 * slow * t)) / (2 * slow)  # ∫₀ᵗ s² dτ
     y = y0 * torch.exp(-fast * (t + system.coupling * integral))
     return torch.cat([s, y], dim=-1) @ system.rotation.T
 
@@ -104,7 +103,7 @@ def local_eigenvalues(system, x):
     ``−r_{m+j} (1 + c s_j²)`` (the Jacobian is triangular in mode coordinates)."""
     s, _, slow, fast = _split(system, x.to(torch.float64) @ system.rotation)
     slow = slow.expand_as(s)
-    return torch.cat([-slow, -fast * (1 + system.coupling * s ** 2)], dim=-1)
+    return torch.cat([-slow, -fast * (1 + system.coupling * s**2)], dim=-1)
 
 
 def local_stiffness(system, x):
@@ -126,5 +125,7 @@ def initial_states(num, dim, seed):
     return torch.randn(num, dim, generator=gen, dtype=torch.float64)
 
 
-__all__ = ['RelaxationSystem', 'make_system', 'vector_field', 'flow', 'trajectory',
-           'local_eigenvalues', 'local_stiffness', 'stiffness_ratio', 'initial_states']
+__all__ = [
+    'RelaxationSystem', 'make_system', 'vector_field', 'flow', 'trajectory', 'local_eigenvalues',
+    'local_stiffness', 'stiffness_ratio', 'initial_states'
+]

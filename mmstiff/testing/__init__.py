@@ -11,5 +11,7 @@ from .imagenet import write_imagenet
 from .mnist import write_mnist
 from .stl10 import write_stl10
 
-__all__ = ['write_cifar', 'write_cifar10', 'write_cifar100', 'write_coco', 'write_imagenet',
-           'write_mnist', 'write_stl10', 'COCO_CATEGORIES']
+__all__ = [
+    'write_cifar', 'write_cifar10', 'write_cifar100', 'write_coco', 'write_imagenet', 'write_mnist',
+    'write_stl10', 'COCO_CATEGORIES'
+]

@@ -14,31 +14,32 @@ import numpy as np
 from .shapes import draw_class_image
 
 #: Official CIFAR-10 class names, in label order.
-CIFAR10_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
-                 'ship', 'truck')
+CIFAR10_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship',
+                 'truck')
 
 #: Official CIFAR-100 fine class names, in label order.
-CIFAR100_NAMES = (
-    'apple', 'aquarium_fish', 'baby', 'bear', 'beaver', 'bed', 'bee', 'beetle', 'bicycle',
-    'bottle', 'bowl', 'boy', 'bridge', 'bus', 'butterfly', 'camel', 'can', 'castle',
-    'caterpillar', 'cattle', 'chair', 'chimpanzee', 'clock', 'cloud', 'cockroach', 'couch',
-    'crab', 'crocodile', 'cup', 'dinosaur', 'dolphin', 'elephant', 'flatfish', 'forest', 'fox',
-    'girl', 'hamster', 'house', 'kangaroo', 'keyboard', 'lamp', 'lawn_mower', 'leopard', 'lion',
-    'lizard', 'lobster', 'man', 'maple_tree', 'motorcycle', 'mountain', 'mouse', 'mushroom',
-    'oak_tree', 'orange', 'orchid', 'otter', 'palm_tree', 'pear', 'pickup_truck', 'pine_tree',
-    'plain', 'plate', 'poppy', 'porcupine', 'possum', 'rabbit', 'raccoon', 'ray', 'road',
-    'rocket', 'rose', 'sea', 'seal', 'shark', 'shrew', 'skunk', 'skyscraper', 'snail', 'snake',
-    'spider', 'squirrel', 'streetcar', 'sunflower', 'sweet_pepper', 'table', 'tank',
-    'telephone', 'television', 'tiger', 'tractor', 'train', 'trout', 'tulip', 'turtle',
-    'wardrobe', 'whale', 'willow_tree', 'wolf', 'woman', 'worm')
+CIFAR100_NAMES = ('apple', 'aquarium_fish', 'baby', 'bear', 'beaver', 'bed', 'bee', 'beetle',
+                  'bicycle', 'bottle', 'bowl', 'boy', 'bridge', 'bus', 'butterfly', 'camel', 'can',
+                  'castle', 'caterpillar', 'cattle', 'chair', 'chimpanzee', 'clock', 'cloud',
+                  'cockroach', 'couch', 'crab', 'crocodile', 'cup', 'dinosaur', 'dolphin',
+                  'elephant', 'flatfish', 'forest', 'fox', 'girl', 'hamster', 'house', 'kangaroo',
+                  'keyboard', 'lamp', 'lawn_mower', 'leopard', 'lion', 'lizard', 'lobster', 'man',
+                  'maple_tree', 'motorcycle', 'mountain', 'mouse', 'mushroom', 'oak_tree', 'orange',
+                  'orchid', 'otter', 'palm_tree', 'pear', 'pickup_truck', 'pine_tree', 'plain',
+                  'plate', 'poppy', 'porcupine', 'possum', 'rabbit', 'raccoon', 'ray', 'road',
+                  'rocket', 'rose', 'sea', 'seal', 'shark', 'shrew', 'skunk', 'skyscraper', 'snail',
+                  'snake', 'spider', 'squirrel', 'streetcar', 'sunflower', 'sweet_pepper', 'table',
+                  'tank', 'telephone', 'television', 'tiger', 'tractor', 'train', 'trout', 'tulip',
+                  'turtle', 'wardrobe', 'whale', 'willow_tree', 'wolf', 'woman', 'worm')
 
 #: Official CIFAR-100 superclass names, in coarse-label order.
-CIFAR100_COARSE_NAMES = (
-    'aquatic_mammals', 'fish', 'flowers', 'food_containers', 'fruit_and_vegetables',
-    'household_electrical_devices', 'household_furniture', 'insects', 'large_carnivores',
-    'large_man-made_outdoor_things', 'large_natural_outdoor_scenes',
-    'large_omnivores_and_herbivores', 'medium_mammals', 'non-insect_invertebrates', 'people',
-    'reptiles', 'small_mammals', 'trees', 'vehicles_1', 'vehicles_2')
+CIFAR100_COARSE_NAMES = ('aquatic_mammals', 'fish', 'flowers', 'food_containers',
+                         'fruit_and_vegetables', 'household_electrical_devices',
+                         'household_furniture', 'insects', 'large_carnivores',
+                         'large_man-made_outdoor_things', 'large_natural_outdoor_scenes',
+                         'large_omnivores_and_herbivores', 'medium_mammals',
+                         'non-insect_invertebrates', 'people', 'reptiles', 'small_mammals', 'trees',
+                         'vehicles_1', 'vehicles_2')
 
 CIFAR10_FOLDER = 'cifar-10-batches-py'
 CIFAR100_FOLDER = 'cifar-100-python'
@@ -132,8 +133,11 @@ def write_cifar10(root, num_train=50, num_test=20, seed=0):
     test = balanced_labels(num_test, 10, rng)
     entry = _batch(test, 10, rng, CIFAR10_NAMES, 'testing batch 1 of 1', keys)
     dump_py2_pickle(entry, osp.join(folder, 'test_batch'))
-    meta = {'num_cases_per_batch': int(np.ceil(num_train / 5)),
-            'label_names': list(CIFAR10_NAMES), 'num_vis': 3 * IMAGE_SIZE * IMAGE_SIZE}
+    meta = {
+        'num_cases_per_batch': int(np.ceil(num_train / 5)),
+        'label_names': list(CIFAR10_NAMES),
+        'num_vis': 3 * IMAGE_SIZE * IMAGE_SIZE
+    }
     dump_py2_pickle(meta, osp.join(folder, 'batches.meta'))
     return root
 
@@ -150,8 +154,10 @@ def write_cifar100(root, num_train=200, num_test=100, seed=0):
         labels = balanced_labels(n, 100, rng)
         entry = _batch(labels, 100, rng, CIFAR100_NAMES, batch_label, keys)
         dump_py2_pickle(entry, osp.join(folder, split))
-    meta = {'fine_label_names': list(CIFAR100_NAMES),
-            'coarse_label_names': list(CIFAR100_COARSE_NAMES)}
+    meta = {
+        'fine_label_names': list(CIFAR100_NAMES),
+        'coarse_label_names': list(CIFAR100_COARSE_NAMES)
+    }
     dump_py2_pickle(meta, osp.join(folder, 'meta'))
     return root
 

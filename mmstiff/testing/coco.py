@@ -21,39 +21,61 @@ import os.path as osp
 import numpy as np
 
 from .imagenet import save_jpeg
-from .shapes import (check_size, class_colour, class_kind, mask_bbox, noise_background,
-                     paint, polygon, polygon_mask)
+from .shapes import (check_size, class_colour, class_kind, mask_bbox, noise_background, paint,
+                     polygon, polygon_mask)
 
 #: The 80 official COCO categories: (id, name, supercategory).
-COCO_CATEGORIES = (
-    (1, 'person', 'person'), (2, 'bicycle', 'vehicle'), (3, 'car', 'vehicle'),
-    (4, 'motorcycle', 'vehicle'), (5, 'airplane', 'vehicle'), (6, 'bus', 'vehicle'),
-    (7, 'train', 'vehicle'), (8, 'truck', 'vehicle'), (9, 'boat', 'vehicle'),
-    (10, 'traffic light', 'outdoor'), (11, 'fire hydrant', 'outdoor'),
-    (13, 'stop sign', 'outdoor'), (14, 'parking meter', 'outdoor'), (15, 'bench', 'outdoor'),
-    (16, 'bird', 'animal'), (17, 'cat', 'animal'), (18, 'dog', 'animal'),
-    (19, 'horse', 'animal'), (20, 'sheep', 'animal'), (21, 'cow', 'animal'),
-    (22, 'elephant', 'animal'), (23, 'bear', 'animal'), (24, 'zebra', 'animal'),
-    (25, 'giraffe', 'animal'), (27, 'backpack', 'accessory'), (28, 'umbrella', 'accessory'),
-    (31, 'handbag', 'accessory'), (32, 'tie', 'accessory'), (33, 'suitcase', 'accessory'),
-    (34, 'frisbee', 'sports'), (35, 'skis', 'sports'), (36, 'snowboard', 'sports'),
-    (37, 'sports ball', 'sports'), (38, 'kite', 'sports'), (39, 'baseball bat', 'sports'),
-    (40, 'baseball glove', 'sports'), (41, 'skateboard', 'sports'),
-    (42, 'surfboard', 'sports'), (43, 'tennis racket', 'sports'), (44, 'bottle', 'kitchen'),
-    (46, 'wine glass', 'kitchen'), (47, 'cup', 'kitchen'), (48, 'fork', 'kitchen'),
-    (49, 'knife', 'kitchen'), (50, 'spoon', 'kitchen'), (51, 'bowl', 'kitchen'),
-    (52, 'banana', 'food'), (53, 'apple', 'food'), (54, 'sandwich', 'food'),
-    (55, 'orange', 'food'), (56, 'broccoli', 'food'), (57, 'carrot', 'food'),
-    (58, 'hot dog', 'food'), (59, 'pizza', 'food'), (60, 'donut', 'food'),
-    (61, 'cake', 'food'), (62, 'chair', 'furniture'), (63, 'couch', 'furniture'),
-    (64, 'potted plant', 'furniture'), (65, 'bed', 'furniture'),
-    (67, 'dining table', 'furniture'), (70, 'toilet', 'furniture'), (72, 'tv', 'electronic'),
-    (73, 'laptop', 'electronic'), (74, 'mouse', 'electronic'), (75, 'remote', 'electronic'),
-    (76, 'keyboard', 'electronic'), (77, 'cell phone', 'electronic'),
-    (78, 'microwave', 'appliance'), (79, 'oven', 'appliance'), (80, 'toaster', 'appliance'),
-    (81, 'sink', 'appliance'), (82, 'refrigerator', 'appliance'), (84, 'book', 'indoor'),
-    (85, 'clock', 'indoor'), (86, 'vase', 'indoor'), (87, 'scissors', 'indoor'),
-    (88, 'teddy bear', 'indoor'), (89, 'hair drier', 'indoor'), (90, 'toothbrush', 'indoor'))
+COCO_CATEGORIES = ((1, 'person', 'person'), (2, 'bicycle', 'vehicle'), (3, 'car', 'vehicle'),
+                   (4, 'motorcycle', 'vehicle'), (5, 'airplane', 'vehicle'), (6, 'bus', 'vehicle'),
+                   (7, 'train', 'vehicle'), (8, 'truck', 'vehicle'), (9, 'boat', 'vehicle'),
+                   (10, 'traffic light', 'outdoor'), (11, 'fire hydrant', 'outdoor'),
+                   (13, 'stop sign', 'outdoor'), (14, 'parking meter', 'outdoor'), (15, 'bench',
+                                                                                    'outdoor'),
+                   (16, 'bird', 'animal'), (17, 'cat', 'animal'), (18, 'dog', 'animal'),
+                   (19, 'horse', 'animal'), (20, 'sheep', 'animal'), (21, 'cow', 'animal'),
+                   (22, 'elephant', 'animal'), (23, 'bear', 'animal'), (24, 'zebra', 'animal'),
+                   (25, 'giraffe', 'animal'), (27, 'backpack', 'accessory'), (28, 'umbrella',
+                                                                              'accessory'),
+                   (31, 'handbag', 'accessory'), (32, 'tie', 'accessory'), (33, 'suitcase',
+                                                                            'accessory'),
+                   (34, 'frisbee', 'sports'), (35, 'skis', 'sports'), (36, 'snowboard', 'sports'),
+                   (37, 'sports ball',
+                    'sports'), (38, 'kite', 'sports'), (39, 'baseball bat',
+                                                        'sports'), (40, 'baseball glove', 'sports'),
+                   (41, 'skateboard', 'sports'), (42, 'surfboard',
+                                                  'sports'), (43, 'tennis racket',
+                                                              'sports'), (44, 'bottle', 'kitchen'),
+                   (46, 'wine glass', 'kitchen'), (47, 'cup', 'kitchen'), (48, 'fork', 'kitchen'),
+                   (49, 'knife', 'kitchen'), (50, 'spoon', 'kitchen'), (51, 'bowl', 'kitchen'),
+                   (52, 'banana', 'food'), (53, 'apple', 'food'), (54, 'sandwich',
+                                                                   'food'), (55, 'orange', 'food'),
+                   (56, 'broccoli',
+                    'food'), (57, 'carrot', 'food'), (58, 'hot dog', 'food'), (59, 'pizza', 'food'),
+                   (60, 'donut', 'food'), (61, 'cake', 'food'), (62, 'chair', 'furniture'),
+                   (63, 'couch', 'furniture'), (64, 'potted plant', 'furniture'), (65, 'bed',
+                                                                                   'furniture'),
+                   (67, 'dining table',
+                    'furniture'), (70, 'toilet',
+                                   'furniture'), (72, 'tv',
+                                                  'electronic'), (73, 'laptop',
+                                                                  'electronic'), (74, 'mouse',
+                                                                                  'electronic'),
+                   (75, 'remote',
+                    'electronic'), (76, 'keyboard',
+                                    'electronic'), (77, 'cell phone',
+                                                    'electronic'), (78, 'microwave',
+                                                                    'appliance'), (79, 'oven',
+                                                                                   'appliance'),
+                   (80, 'toaster',
+                    'appliance'), (81, 'sink', 'appliance'), (82, 'refrigerator',
+                                                              'appliance'), (84, 'book', 'indoor'),
+                   (85, 'clock',
+                    'indoor'), (86, 'vase',
+                                'indoor'), (87, 'scissors',
+                                            'indoor'), (88, 'teddy bear',
+                                                        'indoor'), (89, 'hair drier',
+                                                                    'indoor'), (90, 'toothbrush',
+                                                                                'indoor'))
 
 #: Minimum side (pixels) mmdet's COCO configs keep (``filter_cfg.min_size``).
 MIN_SIDE = 32
@@ -76,8 +98,8 @@ def categories_json():
 def _disjoint(box, boxes, margin=2):
     x, y, w, h = box
     for bx, by, bw, bh in boxes:
-        if (x < bx + bw + margin and bx < x + w + margin
-                and y < by + bh + margin and by < y + h + margin):
+        if (x < bx + bw + margin and bx < x + w + margin and y < by + bh + margin
+                and by < y + h + margin):
             return False
     return True
 
@@ -97,15 +119,15 @@ def draw_objects(size, category_ids, rng, max_objects=3, max_tries=20):
             category_id = int(rng.choice(category_ids))
             kind, colour = category_style(category_id)
             radius = rng.uniform(0.12, 0.25) * min(w, h)
-            centre = (rng.uniform(radius + 1, w - radius - 1),
-                      rng.uniform(radius + 1, h - radius - 1))
+            centre = (rng.uniform(radius + 1,
+                                  w - radius - 1), rng.uniform(radius + 1, h - radius - 1))
             vertices = polygon(kind, centre, radius)
             mask = polygon_mask(vertices, size)
             bbox = mask_bbox(mask)
             if _disjoint(bbox, [o['bbox'] for o in objects]):
                 image = paint(image, mask, colour)
-                objects.append(dict(category_id=category_id, vertices=vertices, mask=mask,
-                                    bbox=bbox))
+                objects.append(
+                    dict(category_id=category_id, vertices=vertices, mask=mask, bbox=bbox))
                 break
     return image, objects
 
@@ -131,17 +153,33 @@ def write_coco_split(root, split, image_ids, size, rng, category_ids):
         file_name = f'{image_id:012d}.jpg'
         image, objects = draw_objects(size, category_ids, rng)
         save_jpeg(image, osp.join(root, split, file_name))
-        images.append({'license': 1, 'file_name': file_name, 'coco_url': '', 'height': h,
-                       'width': w, 'date_captured': '2017-01-01 00:00:00', 'flickr_url': '',
-                       'id': image_id})
+        images.append({
+            'license': 1,
+            'file_name': file_name,
+            'coco_url': '',
+            'height': h,
+            'width': w,
+            'date_captured': '2017-01-01 00:00:00',
+            'flickr_url': '',
+            'id': image_id
+        })
         for k, obj in enumerate(objects):
             # unique across splits: at most 3 objects per image
             annotations.append(_annotation(obj, image_id, ann_id=image_id * 10 + k))
     data = {
-        'info': {'description': 'tiny COCO-format detection data of drawn shapes',
-                 'version': '1.0', 'year': 2017, 'contributor': 'mmstiff',
-                 'date_created': '2017/01/01', 'url': ''},
-        'licenses': [{'url': '', 'id': 1, 'name': 'generated'}],
+        'info': {
+            'description': 'tiny COCO-format detection data of drawn shapes',
+            'version': '1.0',
+            'year': 2017,
+            'contributor': 'mmstiff',
+            'date_created': '2017/01/01',
+            'url': ''
+        },
+        'licenses': [{
+            'url': '',
+            'id': 1,
+            'name': 'generated'
+        }],
         'images': images,
         'annotations': annotations,
         'categories': categories_json(),

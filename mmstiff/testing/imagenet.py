@@ -46,8 +46,7 @@ def _check(name, value, low, high=None):
         raise ValueError(f'{name}={value!r} is invalid; expected an int with {bound}')
 
 
-def write_imagenet(root, num_classes=4, per_class=3, size=(64, 64), seed=0,
-                   val_per_class=None):
+def write_imagenet(root, num_classes=4, per_class=3, size=(64, 64), seed=0, val_per_class=None):
     """Write a tiny ImageNet under ``root``; return ``root``.
 
     Args:
@@ -80,8 +79,8 @@ def write_imagenet(root, num_classes=4, per_class=3, size=(64, 64), seed=0,
 
     os.makedirs(osp.join(root, 'val'), exist_ok=True)
     val_lines = []
-    for index, label in enumerate(balanced_labels(num_classes * val_per_class, num_classes, rng),
-                                  start=1):
+    for index, label in enumerate(
+            balanced_labels(num_classes * val_per_class, num_classes, rng), start=1):
         image = draw_class_image(int(label), num_classes, size, rng)
         save_jpeg(image, osp.join(root, 'val', val_name(index)))
         val_lines.append(f'{val_name(index)} {label}\n')

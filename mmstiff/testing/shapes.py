@@ -21,8 +21,13 @@ SHAPE_KINDS = ('square', 'triangle', 'circle', 'diamond', 'hexagon')
 MIN_SIDE = 8
 
 _VERTICES = {'square': 4, 'triangle': 3, 'circle': 24, 'diamond': 4, 'hexagon': 6}
-_ROTATION = {'square': math.pi / 4, 'triangle': -math.pi / 2, 'circle': 0.0, 'diamond': 0.0,
-             'hexagon': 0.0}
+_ROTATION = {
+    'square': math.pi / 4,
+    'triangle': -math.pi / 2,
+    'circle': 0.0,
+    'diamond': 0.0,
+    'hexagon': 0.0
+}
 
 
 def class_kind(label):
@@ -139,7 +144,7 @@ def draw_class_image(label, num_classes, size, rng, channels=3):
     if channels == 3:
         colour = class_colour(label, num_classes)
     elif channels == 1:
-        colour = (class_grey(label, num_classes),)
+        colour = (class_grey(label, num_classes), )
     else:
         raise ValueError(f'channels={channels} is not supported; expected 1 or 3')
     vertices = random_shape(class_kind(label), size, rng)

@@ -23,8 +23,7 @@ import numpy as np
 from .shapes import draw_class_image
 
 #: Official STL-10 class names, in label order (label 1 is 'airplane').
-STL10_NAMES = ('airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship',
-               'truck')
+STL10_NAMES = ('airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship', 'truck')
 STL10_FOLDER = 'stl10_binary'
 IMAGE_SIZE = 96
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
@@ -62,13 +61,13 @@ def write_stl10_split(folder, split, images, labels=None):
 
 
 def _images(labels, rng):
-    return np.stack([
-        draw_class_image(int(label), 10, (IMAGE_SIZE, IMAGE_SIZE), rng) for label in labels
-    ]) if len(labels) else np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+    return np.stack(
+        [draw_class_image(int(label), 10, (IMAGE_SIZE, IMAGE_SIZE), rng)
+         for label in labels]) if len(labels) else np.zeros(
+             (0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
 
 
-def write_stl10(root, num_train=20, num_test=10, seed=0, with_unlabeled=False,
-                num_unlabeled=None):
+def write_stl10(root, num_train=20, num_test=10, seed=0, with_unlabeled=False, num_unlabeled=None):
     """Write a tiny STL-10 into ``root/stl10_binary``; return ``root``.
 
     Images are drawn class-dependent shapes (:mod:`.shapes`), so a model can learn them; the
@@ -83,8 +82,8 @@ def write_stl10(root, num_train=20, num_test=10, seed=0, with_unlabeled=False,
         num_unlabeled (int, optional): its images (default ``num_train``).
     """
     num_unlabeled = num_train if num_unlabeled is None else num_unlabeled
-    for name, value in (('num_train', num_train), ('num_test', num_test),
-                        ('num_unlabeled', num_unlabeled)):
+    for name, value in (('num_train', num_train), ('num_test', num_test), ('num_unlabeled',
+                                                                           num_unlabeled)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f'{name}={value!r} is not supported; expected a positive int')
     rng = np.random.default_rng(seed)

@@ -5,5 +5,7 @@ Nothing here imports the rest of mmstiff, so every layer may use it (docs/design
 from .checks import (check_config, check_indices, check_non_negative_int, check_patterns,
                      check_positive_int, matches_any)
 
-__all__ = ['check_config', 'check_indices', 'check_non_negative_int', 'check_patterns',
-           'check_positive_int', 'matches_any']
+__all__ = [
+    'check_config', 'check_indices', 'check_non_negative_int', 'check_patterns',
+    'check_positive_int', 'matches_any'
+]

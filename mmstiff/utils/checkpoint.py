@@ -110,14 +110,15 @@ def load_checkpoint_file(path, map_location='cpu', trust=False, mmap=False):
         raise FileNotFoundError(f'checkpoint {path!r} does not exist')
     if trust:
         from mmengine.logging import print_log
-        print_log(f'unpickling checkpoint {path!r} in full (--trust-checkpoint): a pickle can '
-                  'run code; do this only for files from a source you trust',
-                  logger='current', level=logging.WARNING)
+        print_log(
+            f'unpickling checkpoint {path!r} in full (--trust-checkpoint): a pickle can '
+            'run code; do this only for files from a source you trust',
+            logger='current',
+            level=logging.WARNING)
         return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     with torch.serialization.safe_globals(checkpoint_safe_globals()):
         try:
-            checkpoint = torch.load(path, map_location=map_location, weights_only=True,
-                                    mmap=mmap)
+            checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
         except pickle.UnpicklingError as exc:
             unsafe, reason = _unsafe_globals(path), _weights_only_reason(str(exc))
             if not unsafe and not any(m in reason for m in REFUSALS):
@@ -259,8 +260,10 @@ def load_state_dict_report(module, state_dict):
         for name, child in mod._modules.items():
             if child is not None:
                 child_prefix = f'{prefix}{name}.'
-                load(child, {k: v for k, v in local_state_dict.items()
-                             if k.startswith(child_prefix)}, child_prefix)
+                load(child, {
+                    k: v
+                    for k, v in local_state_dict.items() if k.startswith(child_prefix)
+                }, child_prefix)
         incompatible = _IncompatibleKeys(missing, unexpected)  # post-hooks may edit these
         for hook in mod._load_state_dict_post_hooks.values():
             hook(mod, incompatible)
@@ -276,9 +279,11 @@ def compare_state_dict(model, state_dict):
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict and not k.endswith(IGNORED_MISSING)]
     unexpected = [k for k in state_dict if k not in own]
-    errors = [f'{k}: shape {tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the '
-              'model' for k, v in state_dict.items()
-              if k in own and hasattr(v, 'shape') and tuple(v.shape) != tuple(own[k].shape)]
+    errors = [
+        f'{k}: shape {tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the '
+        'model' for k, v in state_dict.items()
+        if k in own and hasattr(v, 'shape') and tuple(v.shape) != tuple(own[k].shape)
+    ]
     return StateDictMismatch(missing, unexpected, errors)
 
 
@@ -319,8 +324,11 @@ def load_weights(model, checkpoint, path, strict=True):
             '--allow-partial-load to load the parts that match anyway.')
     if mismatch:
         from mmengine.logging import print_log
-        print_log(f'checkpoint {path!r} loaded partially (--allow-partial-load): '
-                  f'{mismatch.describe()}', logger='current', level=logging.WARNING)
+        print_log(
+            f'checkpoint {path!r} loaded partially (--allow-partial-load): '
+            f'{mismatch.describe()}',
+            logger='current',
+            level=logging.WARNING)
     return mismatch
 
 
@@ -357,12 +365,16 @@ def check_finite(checkpoint, path, allow=False, limit=LIST_LIMIT):
             f'{message}. The run that wrote it diverged or the file is damaged; pass '
             '--allow-non-finite to use it anyway.')
     from mmengine.logging import print_log
-    print_log(f'{message} (--allow-non-finite: used anyway)', logger='current',
-              level=logging.WARNING)
+    print_log(
+        f'{message} (--allow-non-finite: used anyway)', logger='current', level=logging.WARNING)
     return found
 
 
-def load_checkpoint_into(model, path, strict=True, trust=False, map_location='cpu',
+def load_checkpoint_into(model,
+                         path,
+                         strict=True,
+                         trust=False,
+                         map_location='cpu',
                          allow_non_finite=False):
     """Read ``path`` (:func:`load_checkpoint_file`), check that its values are finite
     (:func:`check_finite`) and load it into ``model`` (:func:`load_weights`; a model wrapper

@@ -65,8 +65,8 @@ def check_patterns(name, value, what='block names'):
         return None
     if isinstance(value, str):
         return [value]
-    if not isinstance(value, (list, tuple, set, frozenset)) or not all(
-            isinstance(p, str) for p in value):
+    if not isinstance(value,
+                      (list, tuple, set, frozenset)) or not all(isinstance(p, str) for p in value):
         raise ValueError(f'{name}={value!r} is not supported; expected None (all of them) or '
                          f"a list of fnmatch patterns of {what}, e.g. ['layer1.*', 'layer3.0']")
     return list(value)

@@ -21,8 +21,7 @@ def _grid(values):
     return torch.as_tensor(values, dtype=torch.float64).numpy()
 
 
-def eigenvalue_spectrum(spectra, path, bins=40,
-                        title='Hessian max-eigenvalue spectrum'):
+def eigenvalue_spectrum(spectra, path, bins=40, title='Hessian max-eigenvalue spectrum'):
     """Density of the Hessian eigenvalues found on each batch, one histogram per label
     (How-do-ViTs paper, Fig. 4).
 
@@ -42,8 +41,13 @@ def eigenvalue_spectrum(spectra, path, bins=40,
         edges = torch.linspace(low, high, bins + 1).tolist()
         for label, vs in values.items():
             if vs:
-                ax.hist(vs, bins=edges, density=True, histtype='stepfilled', alpha=0.45,
-                        label=f'{label} ({len(vs)} values)')
+                ax.hist(
+                    vs,
+                    bins=edges,
+                    density=True,
+                    histtype='stepfilled',
+                    alpha=0.45,
+                    label=f'{label} ({len(vs)} values)')
     ax.axvline(0.0, color='0.3', linewidth=0.8, linestyle='--')
     ax.set_xlabel('Hessian eigenvalue λ (loss units per squared weight unit)')
     ax.set_ylabel('density p(λ) (1/λ units)')
@@ -73,8 +77,7 @@ def landscape_line(coords, series, path, title='Loss along a filter-normalised d
     return _save(fig, path)
 
 
-def landscape_contour(alphas, betas, losses, path, levels=30,
-                      title='Loss landscape (contours)'):
+def landscape_contour(alphas, betas, losses, path, levels=30, title='Loss landscape (contours)'):
     """Contours of ``L(w + α d₁ + β d₂)`` (How-do-ViTs paper, Fig. 1a as a map).
 
     Args:
@@ -84,10 +87,8 @@ def landscape_contour(alphas, betas, losses, path, levels=30,
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
     z = _grid(losses)
-    contours = ax.contourf(_as_list(alphas), _as_list(betas), z, levels=levels,
-                           cmap='plasma')
-    ax.contour(_as_list(alphas), _as_list(betas), z, levels=levels, colors='k',
-               linewidths=0.3)
+    contours = ax.contourf(_as_list(alphas), _as_list(betas), z, levels=levels, cmap='plasma')
+    ax.contour(_as_list(alphas), _as_list(betas), z, levels=levels, colors='k', linewidths=0.3)
     fig.colorbar(contours, ax=ax, label='loss (nats per sample)')
     ax.plot([0.0], [0.0], marker='*', color='white', markersize=10, label='trained weights')
     ax.set_xlabel('α (along d₁)')
@@ -102,13 +103,15 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     plt = _pyplot()
     fig = plt.figure(figsize=(6.0, 5.0))
     ax = fig.add_subplot(projection='3d')
-    a, b = torch.meshgrid(torch.as_tensor(_as_list(alphas), dtype=torch.float64),
-                          torch.as_tensor(_as_list(betas), dtype=torch.float64), indexing='xy')
+    a, b = torch.meshgrid(
+        torch.as_tensor(_as_list(alphas), dtype=torch.float64),
+        torch.as_tensor(_as_list(betas), dtype=torch.float64),
+        indexing='xy')
     z = _grid(losses)
     finite = z[z == z]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    surface = ax.plot_surface(a.numpy(), b.numpy(), z, cmap='plasma', vmin=low, vmax=high,
-                              linewidth=0, antialiased=True)
+    surface = ax.plot_surface(
+        a.numpy(), b.numpy(), z, cmap='plasma', vmin=low, vmax=high, linewidth=0, antialiased=True)
     fig.colorbar(surface, ax=ax, shrink=0.6, pad=0.15, label='loss (nats per sample)')
     ax.set_xlabel('α (along d₁)')
     ax.set_ylabel('β (along d₂)')
@@ -117,7 +120,11 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     return _save(fig, path)
 
 
-def feature_variance(names, values, path, msa=(), subsampling=(),
+def feature_variance(names,
+                     values,
+                     path,
+                     msa=(),
+                     subsampling=(),
                      title='Feature-map variance along the depth'):
     """Feature-map variance per state against the normalised depth, MSA steps shaded grey and
     subsampling states blue (How-do-ViTs paper, Fig. 9).
@@ -134,17 +141,20 @@ def feature_variance(names, values, path, msa=(), subsampling=(),
     x = [i / depth for i in range(len(names))]
     for i, name in enumerate(names):
         if name in msa or name in subsampling:
-            ax.axvspan((i - 1) / depth, i / depth, lw=0, alpha=0.18,
-                       color='tab:gray' if name in msa else 'tab:blue')
-    ax.plot(x, _as_list(values), marker='o', markersize=3, color='tab:red',
-            label='mean over samples')
+            ax.axvspan(
+                (i - 1) / depth,
+                i / depth,
+                lw=0,
+                alpha=0.18,
+                color='tab:gray' if name in msa else 'tab:blue')
+    ax.plot(
+        x, _as_list(values), marker='o', markersize=3, color='tab:red', label='mean over samples')
     handles = []
     if msa:
-        handles.append(plt.Rectangle((0, 0), 1, 1, color='tab:gray', alpha=0.18,
-                                     label='MSA step'))
+        handles.append(plt.Rectangle((0, 0), 1, 1, color='tab:gray', alpha=0.18, label='MSA step'))
     if subsampling:
-        handles.append(plt.Rectangle((0, 0), 1, 1, color='tab:blue', alpha=0.18,
-                                     label='subsampling'))
+        handles.append(
+            plt.Rectangle((0, 0), 1, 1, color='tab:blue', alpha=0.18, label='subsampling'))
     ax.set_xlim(0.0, 1.0)
     ax.set_ylim(bottom=0.0)
     ax.set_xlabel('normalised depth (state index / last index)')
@@ -159,5 +169,7 @@ def feature_variance(names, values, path, msa=(), subsampling=(),
     return _save(fig, path)
 
 
-__all__ = ['eigenvalue_spectrum', 'landscape_line', 'landscape_contour', 'landscape_surface',
-           'feature_variance']
+__all__ = [
+    'eigenvalue_spectrum', 'landscape_line', 'landscape_contour', 'landscape_surface',
+    'feature_variance'
+]

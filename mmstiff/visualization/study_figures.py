@@ -13,29 +13,31 @@ PROFILE_FIGURES = {
                           'Neural stiffness index per block', 'block', None),
     'step_size_per_block.png': (('tns/step', 'log/step'), 'mean step size Δ (dimensionless)',
                                 'Step size per block', 'block', None),
-    'dlogamp_per_block.png': (('spectrum/dlogamp', 'log/dlogamp'),
-                              'Δ log amplitude at 1.0π (log units)',
-                              'High-frequency log amplitude per state', 'state after the step',
-                              0.0),
-    'hf_ratio_per_block.png': (('spectrum/hf_ratio', 'log/hf_ratio'),
-                               '||HC[X]|| / ||X|| (fraction)', 'High-frequency ratio per state',
-                               'state after the step', None),
-    'nsi_step_corr_per_block.png': (('log/nsi_step_corr', ), 'Pearson r (NSI, Δ) over the batch',
-                                    'NSI–step-size correlation per block, last recorded batch',
-                                    'block', 0.0),
-    'nsi_step_corr_training_mean_per_block.png': (
-        ('log/nsi_step_corr_training_mean', ), 'Pearson r (NSI, Δ) over the batch',
-        'NSI–step-size correlation per block, mean over training', 'block', 0.0),
-    'token_cos_per_block.png': (('log/token_cos', ), 'token cosine similarity M_feat',
-                                'Token cosine similarity per state, last recorded batch',
-                                'state after the step', None),
-    'noise_robustness.png': (('freq_noise/drop',), 'accuracy drop (percentage points)',
+    'dlogamp_per_block.png':
+    (('spectrum/dlogamp', 'log/dlogamp'), 'Δ log amplitude at 1.0π (log units)',
+     'High-frequency log amplitude per state', 'state after the step', 0.0),
+    'hf_ratio_per_block.png': (('spectrum/hf_ratio',
+                                'log/hf_ratio'), '||HC[X]|| / ||X|| (fraction)',
+                               'High-frequency ratio per state', 'state after the step', None),
+    'nsi_step_corr_per_block.png':
+    (('log/nsi_step_corr', ), 'Pearson r (NSI, Δ) over the batch',
+     'NSI–step-size correlation per block, last recorded batch', 'block', 0.0),
+    'nsi_step_corr_training_mean_per_block.png':
+    (('log/nsi_step_corr_training_mean', ), 'Pearson r (NSI, Δ) over the batch',
+     'NSI–step-size correlation per block, mean over training', 'block', 0.0),
+    'token_cos_per_block.png':
+    (('log/token_cos', ), 'token cosine similarity M_feat',
+     'Token cosine similarity per state, last recorded batch', 'state after the step', None),
+    'noise_robustness.png': (('freq_noise/drop', ), 'accuracy drop (percentage points)',
                              'Accuracy drop under frequency-band noise',
                              'noise band centre frequency (×π rad/sample)', 0.0),
 }
-SOURCES = {'tns': 'tools/analysis/tns.py', 'spectrum': 'tools/analysis/spectrum.py',
-           'freq_noise': 'tools/analysis/freq_noise.py',
-           'log': 'training log, last recorded iteration'}
+SOURCES = {
+    'tns': 'tools/analysis/tns.py',
+    'spectrum': 'tools/analysis/spectrum.py',
+    'freq_noise': 'tools/analysis/freq_noise.py',
+    'log': 'training log, last recorded iteration'
+}
 CURVE_KEYWORDS = ('top1', 'accuracy', 'mAP')
 
 
@@ -79,27 +81,34 @@ def draw_study_figures(labels, done, out_dir):
         file = name.replace('/', '_') + '.png'
         x_label = _x_label(runs, 'curves', name)
         what = 'Training loss' if name == 'train/loss' else f'Validation {name[4:]}'
-        overlay_curves(series, osp.join(out_dir, file), x_label,
-                       name[4:] if name.startswith('val/') else 'loss',
-                       f'{what} (mean ± std over seeds)', colors=colors)
+        overlay_curves(
+            series,
+            osp.join(out_dir, file),
+            x_label,
+            name[4:] if name.startswith('val/') else 'loss',
+            f'{what} (mean ± std over seeds)',
+            colors=colors)
         figures.append((file, f'{what} per {x_label}'))
     for file, (sources, ylabel, title, default_x, hline) in PROFILE_FIGURES.items():
         # the source most variants have (the first listed on a tie): one source per figure
-        counts = [sum(1 for label in labels
-                      if any(s in r['record']['profiles'] for r in done[label]))
-                  for s in sources]
+        counts = [
+            sum(1 for label in labels if any(s in r['record']['profiles'] for r in done[label]))
+            for s in sources
+        ]
         if not max(counts):
             continue
         name = sources[counts.index(max(counts))]
-        series = {label: _series(done[label], 'profiles', name)
-                  for label in labels}
+        series = {label: _series(done[label], 'profiles', name) for label in labels}
         series = {k: v for k, v in series.items() if v}
         source = ('training log, mean over the recorded iterations'
                   if name.endswith('_training_mean') else SOURCES[name.split('/')[0]])
-        overlay_profiles(series, osp.join(out_dir, file),
-                         _x_label(runs, 'profiles', name) or default_x, ylabel,
-                         f'{title} (mean ± std over seeds)', colors=colors, hline=hline)
+        overlay_profiles(
+            series,
+            osp.join(out_dir, file),
+            _x_label(runs, 'profiles', name) or default_x,
+            ylabel,
+            f'{title} (mean ± std over seeds)',
+            colors=colors,
+            hline=hline)
         figures.append((file, f'{title} ({source})'))
     return figures
-
-

@@ -42,8 +42,8 @@ def test_end_bins_of_tokens_read_the_patch_grid_in_place():
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randn(2, 1 + 16, 6, generator=gen)  # a class token and a 4 x 4 grid
     maps = tokens_to_maps(tokens, num_extra_tokens=1)
-    assert torch.allclose(diagonal_end_bins(tokens, num_extra_tokens=1), diagonal_end_bins(maps),
-                          atol=1e-5)
+    assert torch.allclose(
+        diagonal_end_bins(tokens, num_extra_tokens=1), diagonal_end_bins(maps), atol=1e-5)
     with pytest.raises(ValueError, match='square grid'):
         diagonal_end_bins(torch.randn(2, 1 + 8, 6), num_extra_tokens=1, grid=(2, 4))
     with pytest.raises(ValueError, match='H == W'):
@@ -52,8 +52,8 @@ def test_end_bins_of_tokens_read_the_patch_grid_in_place():
         delta_log_amplitudes(torch.randn(2, 4))
 
 
-@pytest.mark.parametrize('shape, extra', [((3, 4, 8, 8), 0), ((3, 4, 4, 6), 0),
-                                          ((3, 1 + 16, 8), 1), ((3, 1 + 8, 8), 1)])
+@pytest.mark.parametrize('shape, extra', [((3, 4, 8, 8), 0), ((3, 4, 4, 6), 0), ((3, 1 + 16, 8), 1),
+                                          ((3, 1 + 8, 8), 1)])
 def test_frequency_summary_equals_the_two_functions(shape, extra):
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(*shape, generator=gen) + 0.5
@@ -75,9 +75,11 @@ def _softmax_maps(*shape, seed=0, sharpness=3.0):
 
 
 def test_softmax_column_similarity_equals_the_general_function():
-    for attn in (_softmax_maps(4, 3, 9, 9), _softmax_maps(3, 9, 9, seed=1),
-                 _softmax_maps(2, 2, 6, 6, sharpness=30.0),  # nearly one-hot rows
-                 torch.full((1, 2, 5, 5), 0.2)):  # uniform: every column the same
+    for attn in (
+            _softmax_maps(4, 3, 9, 9),
+            _softmax_maps(3, 9, 9, seed=1),
+            _softmax_maps(2, 2, 6, 6, sharpness=30.0),  # nearly one-hot rows
+            torch.full((1, 2, 5, 5), 0.2)):  # uniform: every column the same
         expected = attention_column_cosine_similarity(attn)
         # float32 maps, float64 sums: within 1e-7 of the float64 pairwise cosines
         assert torch.allclose(softmax_column_cosine_similarity(attn), expected, atol=1e-7)

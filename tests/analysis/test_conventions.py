@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmstiff.analysis.frequency import (delta_log_amplitude, diagonal_frequencies,
-                                        diagonal_indices, log_amplitude_profile)
+from mmstiff.analysis.frequency import (delta_log_amplitude, diagonal_frequencies, diagonal_indices,
+                                        log_amplitude_profile)
 from mmstiff.analysis.noise import frequency_band_mask, frequency_band_noise
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -44,16 +44,20 @@ def test_hand_built_4x4_profile_in_both_conventions():
     maps = hand_built_4x4()
     freqs, profile = log_amplitude_profile(maps)
     assert freqs.tolist() == [0.0, 0.5, 1.0]
-    torch.testing.assert_close(profile, torch.tensor([0.0, math.log(8 / 32), math.log(4 / 32)],
-                                                     dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        profile,
+        torch.tensor([0.0, math.log(8 / 32), math.log(4 / 32)], dtype=torch.float64),
+        atol=1e-6,
+        rtol=0)
     assert delta_log_amplitude(maps) == pytest.approx(math.log(4 / 32), abs=1e-6)
     # the notebook: two points, the centre and the bin 0.5π, the latter labelled 1.0π
     freqs, profile = log_amplitude_profile(maps, convention='paper')
     assert freqs.tolist() == [0.0, 1.0]
-    torch.testing.assert_close(profile, torch.tensor([0.0, math.log(8 / 32)],
-                                                     dtype=torch.float64), atol=1e-6, rtol=0)
-    assert delta_log_amplitude(maps, convention='paper') == pytest.approx(math.log(8 / 32),
-                                                                           abs=1e-6)
+    torch.testing.assert_close(
+        profile, torch.tensor([0.0, math.log(8 / 32)], dtype=torch.float64), atol=1e-6, rtol=0)
+    assert delta_log_amplitude(
+        maps, convention='paper') == pytest.approx(
+            math.log(8 / 32), abs=1e-6)
     labels, expected = notebook_profile(maps)
     assert labels.tolist() == freqs.tolist()
     torch.testing.assert_close(profile, expected, atol=1e-6, rtol=0)
@@ -68,8 +72,9 @@ def test_paper_convention_is_the_notebook_on_random_maps(size):
     assert len(profile) == size - size // 2
     np.testing.assert_allclose(freqs.numpy(), labels)
     torch.testing.assert_close(profile, expected, atol=2e-5, rtol=0)
-    assert delta_log_amplitude(maps, convention='paper') == pytest.approx(float(expected[-1]),
-                                                                           abs=2e-5)
+    assert delta_log_amplitude(
+        maps, convention='paper') == pytest.approx(
+            float(expected[-1]), abs=2e-5)
     # the same bins as the exact profile, one fewer on even sizes (the Nyquist bin)
     exact_freqs, exact = log_amplitude_profile(maps)
     torch.testing.assert_close(exact[:len(profile)], profile, atol=1e-5, rtol=0)
@@ -92,8 +97,7 @@ def test_diagonal_indices_and_frequencies():
     assert diagonal_indices(4).tolist() == [2, 1, 0]
     assert diagonal_indices(4, 'paper').tolist() == [2, 3]
     assert diagonal_indices(5, 'paper').tolist() == [2, 3, 4]
-    assert diagonal_frequencies(14, 'paper').tolist() == pytest.approx(
-        [k / 6 for k in range(7)])
+    assert diagonal_frequencies(14, 'paper').tolist() == pytest.approx([k / 6 for k in range(7)])
     assert diagonal_frequencies(14).tolist() == pytest.approx([k / 7 for k in range(8)])
 
 
@@ -171,18 +175,25 @@ def test_paper_band_may_be_empty_and_then_adds_no_noise():
 
 def test_paper_noise_filters_sign_noise_through_the_mask():
     shape = (2, 3, 8, 8)
-    noise = frequency_band_noise(shape, 0.5, 0.3, 0.25, torch.Generator().manual_seed(4),
-                                 dtype=torch.float64, convention='paper')
-    delta = 0.3 * torch.sign(torch.randn(shape, generator=torch.Generator().manual_seed(4),
-                                         dtype=torch.float64))
+    noise = frequency_band_noise(
+        shape,
+        0.5,
+        0.3,
+        0.25,
+        torch.Generator().manual_seed(4),
+        dtype=torch.float64,
+        convention='paper')
+    delta = 0.3 * torch.sign(
+        torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
     mask = freq_attack_mask(8, 0.5, 0.25)
     torch.testing.assert_close(noise, torch.fft.ifft2(torch.fft.fft2(delta) * mask).real)
 
 
 @pytest.mark.parametrize('height, width', [(7, 7), (8, 6)])
 def test_paper_band_needs_square_even_images(height, width):
-    with pytest.raises(ValueError, match=f"convention='paper' is not supported for "
-                       f'{height}x{width} images'):
+    with pytest.raises(
+            ValueError, match=f"convention='paper' is not supported for "
+            f'{height}x{width} images'):
         frequency_band_mask(height, width, 0.5, convention='paper')
     assert frequency_band_mask(height, width, 0.5, 0.2).any()  # exact: any size
 
@@ -203,8 +214,7 @@ def test_spectrum_tool_threads_the_convention():
         freqs, profile = log_amplitude_profile(maps, convention)
         assert result['freqs'] == pytest.approx(freqs.tolist())
         assert result['profile'] == pytest.approx(profile.tolist(), abs=1e-5)
-        assert result['dlogamp'] == pytest.approx(delta_log_amplitude(maps, convention),
-                                                  abs=1e-5)
+        assert result['dlogamp'] == pytest.approx(delta_log_amplitude(maps, convention), abs=1e-5)
 
 
 class Recorder(torch.nn.Module):
@@ -224,14 +234,16 @@ def test_freq_noise_tool_threads_the_convention():
     freq_noise = tool('freq_noise')
     model = Recorder()
     inputs = torch.zeros(2, 3, 32, 32)
-    result = freq_noise.analyse(model, [(inputs, None)], [0.0, 0.5], 0.2, 0.1, 7,
-                                convention='paper')
-    assert [b['num_bins'] for b in result['bands']] == [
-        int(freq_attack_mask(32, f, 0.1).sum()) for f in (0.0, 0.5)]
+    result = freq_noise.analyse(
+        model, [(inputs, None)], [0.0, 0.5], 0.2, 0.1, 7, convention='paper')
+    assert [b['num_bins'] for b in result['bands']
+            ] == [int(freq_attack_mask(32, f, 0.1).sum()) for f in (0.0, 0.5)]
     assert result['bands'][0]['num_bins'] == 0
     generator = torch.Generator().manual_seed(7)
-    expected = [frequency_band_noise(inputs.shape, f, 0.2, 0.1, generator, convention='paper')
-                for f in (0.0, 0.5)]
+    expected = [
+        frequency_band_noise(inputs.shape, f, 0.2, 0.1, generator, convention='paper')
+        for f in (0.0, 0.5)
+    ]
     torch.testing.assert_close(model.seen[1], expected[0])  # seen[0]: the clean batch
     torch.testing.assert_close(model.seen[2], expected[1])
     with pytest.raises(SystemExit):

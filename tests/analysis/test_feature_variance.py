@@ -31,8 +31,8 @@ def test_tokens_by_hand_without_the_class_token():
     assert float(feature_map_variance(x)) == pytest.approx(float(c0 + c1) / 2)
     # the same numbers as maps: positions are positions, whatever the layout
     maps = x[:, 1:].transpose(1, 2).reshape(1, 2, 1, 2)
-    assert torch.allclose(feature_map_variance(maps, layout='nchw'),
-                          feature_map_variance(x, num_extra_tokens=1))
+    assert torch.allclose(
+        feature_map_variance(maps, layout='nchw'), feature_map_variance(x, num_extra_tokens=1))
 
 
 def test_bad_input_fails_naming_it():
@@ -80,8 +80,7 @@ def test_trajectory_of_a_resnet_with_its_subsampling_states():
         for name in blocks:
             block = net.get_submodule(name)
             if block.downsample is not None:
-                expected[name + '.shortcut'] = feature_map_variance(
-                    torch.relu(block.downsample(x)))
+                expected[name + '.shortcut'] = feature_map_variance(torch.relu(block.downsample(x)))
             x = block(x)
             expected[name] = feature_map_variance(x)
     for name, state in states.items():
@@ -92,8 +91,10 @@ def test_trajectory_of_a_resnet_with_its_subsampling_states():
 def test_token_trajectory_drops_the_class_token():
     from mmpretrain.models.backbones import VisionTransformer
     torch.manual_seed(0)
-    vit = VisionTransformer(arch=dict(embed_dims=8, num_layers=2, num_heads=2,
-                                      feedforward_channels=16), img_size=16, patch_size=4)
+    vit = VisionTransformer(
+        arch=dict(embed_dims=8, num_layers=2, num_heads=2, feedforward_channels=16),
+        img_size=16,
+        patch_size=4)
     vit.eval()
     images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     reduce = functools.partial(step_variance, num_extra_tokens=vit.num_extra_tokens)
@@ -101,8 +102,7 @@ def test_token_trajectory_drops_the_class_token():
     with torch.no_grad(), recorder:
         vit(images)
     states = variance_trajectory(recorder.outputs)
-    assert list(states) == ['input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa',
-                            'layers.1.mlp']
+    assert list(states) == ['input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa', 'layers.1.mlp']
     assert [s.kind for s in states.values()] == ['input', 'msa', 'mlp', 'msa', 'mlp']
     # the state after layers.0's MLP step is that layer's output, class token left out
     outputs = []
@@ -110,7 +110,7 @@ def test_token_trajectory_drops_the_class_token():
     with torch.no_grad():
         vit(images)
     handle.remove()
-    assert torch.allclose(states['layers.0.mlp'].variance,
-                          feature_map_variance(outputs[0][:, 1:]), rtol=1e-5)
-    assert not torch.allclose(states['layers.0.mlp'].variance,
-                              feature_map_variance(outputs[0]), rtol=1e-5)
+    assert torch.allclose(
+        states['layers.0.mlp'].variance, feature_map_variance(outputs[0][:, 1:]), rtol=1e-5)
+    assert not torch.allclose(
+        states['layers.0.mlp'].variance, feature_map_variance(outputs[0]), rtol=1e-5)

@@ -38,8 +38,13 @@ def test_profile_of_dc_plus_nyquist_checkerboard():
     assert torch.allclose(freqs, torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64))
     # fft2: DC = a n^2, Nyquist (π, π) = b n^2, every other bin 0
     dc = math.log(a * n * n + EPS)
-    expected = [0.0, math.log(EPS) - dc, math.log(EPS) - dc, math.log(EPS) - dc,
-                math.log(b * n * n + EPS) - dc]
+    expected = [
+        0.0,
+        math.log(EPS) - dc,
+        math.log(EPS) - dc,
+        math.log(EPS) - dc,
+        math.log(b * n * n + EPS) - dc
+    ]
     assert torch.allclose(profile, torch.tensor(expected, dtype=torch.float64), atol=1e-4)
     assert delta_log_amplitude(maps) == pytest.approx(math.log(b / a), abs=1e-4)
 
@@ -71,8 +76,7 @@ def test_diagonal_matches_the_shifted_spectrum():
         idx = torch.arange(size // 2, -1, -1)
         # both transform in float32, summing in different orders: the log of a small
         # amplitude magnifies the rounding (unseeded maps missed 1e-5 by 1e-4 once)
-        assert torch.allclose(diagonal_log_amplitude(maps), spectrum[idx, idx].double(),
-                              atol=1e-4)
+        assert torch.allclose(diagonal_log_amplitude(maps), spectrum[idx, idx].double(), atol=1e-4)
 
 
 def test_delta_log_amplitude_is_the_corner_of_the_full_spectrum():
@@ -93,8 +97,8 @@ def test_delta_log_amplitude_is_the_corner_of_the_full_spectrum():
 
 
 def test_odd_size_frequencies_and_square_check():
-    assert torch.allclose(diagonal_frequencies(7),
-                          torch.tensor([0, 2 / 7, 4 / 7, 6 / 7], dtype=torch.float64))
+    assert torch.allclose(
+        diagonal_frequencies(7), torch.tensor([0, 2 / 7, 4 / 7, 6 / 7], dtype=torch.float64))
     freqs, profile = log_amplitude_profile(torch.rand(2, 3, 7, 7))
     assert freqs.shape == profile.shape == (4, )
     assert profile[0] == 0

@@ -22,14 +22,14 @@ def _linear_problem(singular_values, n=40, seed=0):
     d = len(singular_values)
     u, _ = torch.linalg.qr(torch.randn(n, d, generator=gen, dtype=torch.float64))
     v, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
-    x = u * torch.tensor(singular_values, dtype=torch.float64) @ v.T * n ** 0.5
+    x = u * torch.tensor(singular_values, dtype=torch.float64) @ v.T * n**0.5
     y = torch.randn(n, generator=gen, dtype=torch.float64)
     return x, y, 2 * x.T @ x / n
 
 
 def _symmetric_with_spectrum(values, seed=0):
-    q, _ = torch.linalg.qr(torch.randn(len(values), len(values), generator=_gen(seed),
-                                       dtype=torch.float64))
+    q, _ = torch.linalg.qr(
+        torch.randn(len(values), len(values), generator=_gen(seed), dtype=torch.float64))
     return q @ torch.diag(torch.tensor(values, dtype=torch.float64)) @ q.T
 
 
@@ -37,7 +37,7 @@ def test_linear_least_squares_top_k_and_most_negative_match_eigvalsh():
     x, y, hessian = _linear_problem([3.0, 2.5, 2.0, 1.6, 1.3, 1.0, 0.8, 0.5])
     w = torch.randn(8, dtype=torch.float64, generator=_gen(1), requires_grad=True)
     b = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # bias: H gains a row/column
-    loss = ((x @ w - y) ** 2).mean()
+    loss = ((x @ w - y)**2).mean()
     found = hessian_eigenvalues(loss, [w], num_eigs=4, negative=True, generator=_gen(), **TIGHT)
     exact = torch.linalg.eigvalsh(hessian)  # ascending
     assert found.values.tolist() == pytest.approx(exact.flip(0)[:4].tolist(), rel=1e-7)
@@ -45,9 +45,8 @@ def test_linear_least_squares_top_k_and_most_negative_match_eigvalsh():
     assert found.iterations > 4
 
     # with a bias the Hessian is 2 [X 1]ᵀ[X 1] / n, still in closed form
-    loss = ((x @ w + b - y) ** 2).mean()
-    found = hessian_eigenvalues(loss, [w, b], num_eigs=3, negative=True, generator=_gen(),
-                                **TIGHT)
+    loss = ((x @ w + b - y)**2).mean()
+    found = hessian_eigenvalues(loss, [w, b], num_eigs=3, negative=True, generator=_gen(), **TIGHT)
     xb = torch.cat([x, torch.ones(len(x), 1, dtype=torch.float64)], dim=1)
     exact = torch.linalg.eigvalsh(2 * xb.T @ xb / len(x))
     assert found.values.tolist() == pytest.approx(exact.flip(0)[:3].tolist(), rel=1e-7)
@@ -59,8 +58,7 @@ def test_indefinite_quadratic_eigenvalues_by_magnitude_and_the_most_negative():
     a = _symmetric_with_spectrum(spectrum)
     w = torch.randn(7, dtype=torch.float64, generator=_gen(2), requires_grad=True)
     loss = 0.5 * w @ a @ w
-    found = hessian_eigenvalues(loss, [w], num_eigs=4, negative=True, generator=_gen(),
-                                **TIGHT)
+    found = hessian_eigenvalues(loss, [w], num_eigs=4, negative=True, generator=_gen(), **TIGHT)
     by_magnitude = sorted(spectrum, key=abs, reverse=True)[:4]  # 6, -4, 3, -2.5
     assert found.values.tolist() == pytest.approx(by_magnitude, rel=1e-7)
     assert found.most_negative == pytest.approx(-4.0, rel=1e-6)
@@ -68,27 +66,33 @@ def test_indefinite_quadratic_eigenvalues_by_magnitude_and_the_most_negative():
     # a dominant negative eigenvalue: the shift |λ_1| still bounds λ_max
     b = _symmetric_with_spectrum([-9.0, 2.0, 1.0, -3.0], seed=3)
     v = torch.randn(4, dtype=torch.float64, generator=_gen(4), requires_grad=True)
-    found = hessian_eigenvalues(0.5 * v @ b @ v, [v], num_eigs=1, negative=True,
-                                generator=_gen(), **TIGHT)
+    found = hessian_eigenvalues(
+        0.5 * v @ b @ v, [v], num_eigs=1, negative=True, generator=_gen(), **TIGHT)
     assert float(found.values[0]) == pytest.approx(-9.0, rel=1e-7)
     assert found.most_negative == pytest.approx(-9.0, rel=1e-6)
 
 
 def test_eigenvectors_satisfy_the_eigen_equation_and_are_orthonormal():
     a = _symmetric_with_spectrum([5.0, 3.0, -2.0, 1.0, 0.25])
-    pairs = power_iteration(lambda v: a @ v, 5, num_eigs=3, generator=_gen(),
-                            dtype=torch.float64, **TIGHT)
+    pairs = power_iteration(
+        lambda v: a @ v, 5, num_eigs=3, generator=_gen(), dtype=torch.float64, **TIGHT)
     for value, vector in zip(pairs.values, pairs.vectors):
         # the vector converges as the square root of the eigenvalue (tol 1e-12)
         assert torch.allclose(a @ vector, value * vector, atol=1e-5)
     gram = pairs.vectors @ pairs.vectors.T
     assert torch.allclose(gram, torch.eye(3, dtype=torch.float64), atol=1e-6)
-    assert len(pairs.iterations) == 3 and all(1 <= n <= TIGHT['max_iter']
-                                              for n in pairs.iterations)
+    assert len(pairs.iterations) == 3 and all(1 <= n <= TIGHT['max_iter'] for n in pairs.iterations)
     assert pairs.converged == (True, True, True)
     # the residual rule leaves unit vectors with ||A v - λ v|| below tol · |λ|
-    strict = power_iteration(lambda v: a @ v, 5, num_eigs=2, tol=1e-8, max_iter=5000,
-                             generator=_gen(), dtype=torch.float64, criterion='residual')
+    strict = power_iteration(
+        lambda v: a @ v,
+        5,
+        num_eigs=2,
+        tol=1e-8,
+        max_iter=5000,
+        generator=_gen(),
+        dtype=torch.float64,
+        criterion='residual')
     assert strict.converged == (True, True)
     assert strict.values.tolist() == pytest.approx([5.0, 3.0], rel=1e-12)
 
@@ -105,15 +109,16 @@ def test_hessian_vector_products_of_a_network_equal_the_explicit_hessian():
         return F.cross_entropy(torch.tanh(x @ a.T) @ b.T, labels)
 
     explicit = torch.autograd.functional.hessian(loss_of, (w1, w2))
-    h = torch.cat([torch.cat([explicit[i][j].reshape(w.numel(), v.numel())
-                              for j, v in enumerate((w1, w2))], dim=1)
-                   for i, w in enumerate((w1, w2))], dim=0)
+    h = torch.cat([
+        torch.cat([explicit[i][j].reshape(w.numel(), v.numel()) for j, v in enumerate((w1, w2))],
+                  dim=1) for i, w in enumerate((w1, w2))
+    ],
+                  dim=0)
     grad = flat_gradient(loss_of(w1, w2), [w1, w2])
     for seed in range(3):
         v = torch.randn(20, generator=_gen(seed), dtype=torch.float64)
         assert torch.allclose(hessian_vector_product(grad, [w1, w2], v), h @ v, atol=1e-10)
-    found = hessian_eigenvalues(loss_of(w1, w2), [w1, w2], num_eigs=2, generator=_gen(),
-                                **TIGHT)
+    found = hessian_eigenvalues(loss_of(w1, w2), [w1, w2], num_eigs=2, generator=_gen(), **TIGHT)
     exact = torch.linalg.eigvalsh(h)
     assert found.values.tolist() == pytest.approx(
         sorted(exact.tolist(), key=abs, reverse=True)[:2], rel=1e-5)
@@ -122,9 +127,8 @@ def test_hessian_vector_products_of_a_network_equal_the_explicit_hessian():
 def test_the_l2_term_shifts_every_eigenvalue_by_the_decay():
     x, y, hessian = _linear_problem([2.0, 1.5, 1.0, 0.7])
     w = torch.randn(4, dtype=torch.float64, generator=_gen(1), requires_grad=True)
-    loss = ((x @ w - y) ** 2).mean() + l2_penalty([w], [0.3])
-    found = hessian_eigenvalues(loss, [w], num_eigs=2, negative=True, generator=_gen(),
-                                **TIGHT)
+    loss = ((x @ w - y)**2).mean() + l2_penalty([w], [0.3])
+    found = hessian_eigenvalues(loss, [w], num_eigs=2, negative=True, generator=_gen(), **TIGHT)
     exact = torch.linalg.eigvalsh(hessian + 0.3 * torch.eye(4, dtype=torch.float64))
     assert found.values.tolist() == pytest.approx(exact.flip(0)[:2].tolist(), rel=1e-7)
     assert found.most_negative == pytest.approx(float(exact[0]), rel=1e-6)
@@ -165,11 +169,11 @@ def test_most_negative_eigenvalue_under_a_near_zero_bulk():
     top = power_iteration(matvec, n, generator=_gen(), dtype=torch.float64)
     assert float(top.values[0]) == pytest.approx(1.0, rel=1e-2) and top.converged == (True, )
     shift = float(top.values[0])
-    stopped_early = power_iteration(lambda v: matvec(v) - shift * v, n, generator=_gen(),
-                                    dtype=torch.float64)
+    stopped_early = power_iteration(
+        lambda v: matvec(v) - shift * v, n, generator=_gen(), dtype=torch.float64)
     assert float(stopped_early.values[0]) + shift > -0.1  # the bulk, taken for converged
-    lowest, _, converged = most_negative_eigenvalue(matvec, n, shift, generator=_gen(),
-                                                    dtype=torch.float64)
+    lowest, _, converged = most_negative_eigenvalue(
+        matvec, n, shift, generator=_gen(), dtype=torch.float64)
     assert lowest == pytest.approx(-0.8, rel=1e-3) and converged
 
 
@@ -180,8 +184,13 @@ def test_opposite_eigenvalues_of_equal_magnitude_power_iteration_mixes_lanczos_s
     # the iterate alternates between two vectors of one plane: a constant Rayleigh quotient
     # strictly between -3 and 3, which the stopping rule takes for converged
     assert power.converged and abs(float(power.values[0])) < 2.99
-    lanczos = hessian_eigenvalues(0.5 * w @ a @ w, [w], num_eigs=2, negative=True,
-                                  generator=_gen(), method='lanczos', lanczos_steps=6)
+    lanczos = hessian_eigenvalues(
+        0.5 * w @ a @ w, [w],
+        num_eigs=2,
+        negative=True,
+        generator=_gen(),
+        method='lanczos',
+        lanczos_steps=6)
     assert sorted(lanczos.values.tolist()) == pytest.approx([-3.0, 3.0], rel=1e-9)
     assert lanczos.most_negative == pytest.approx(-3.0, rel=1e-9) and lanczos.iterations == 6
 
@@ -189,20 +198,24 @@ def test_opposite_eigenvalues_of_equal_magnitude_power_iteration_mixes_lanczos_s
 def test_lanczos_ritz_values():
     spectrum = [6.0, -4.0, 3.0, 1.5, -1.0, 0.5, -2.5, 0.2]
     a = _symmetric_with_spectrum(spectrum)
-    full = lanczos_ritz_values(lambda v: a @ v, 8, steps=8, generator=_gen(),
-                               dtype=torch.float64)
+    full = lanczos_ritz_values(lambda v: a @ v, 8, steps=8, generator=_gen(), dtype=torch.float64)
     assert full.tolist() == pytest.approx(sorted(spectrum), rel=1e-8)
     # fewer steps: the Ritz values interlace the spectrum, the extremes converge first
     x, y, hessian = _linear_problem([3.0, 2.9, 2.0, 1.6, 1.3, 1.0, 0.8, 0.5, 0.4, 0.3, 0.2, 0.1])
-    part = lanczos_ritz_values(lambda v: hessian @ v, 12, steps=7, generator=_gen(),
-                               dtype=torch.float64)
+    part = lanczos_ritz_values(
+        lambda v: hessian @ v, 12, steps=7, generator=_gen(), dtype=torch.float64)
     exact = torch.linalg.eigvalsh(hessian)
     assert len(part) == 7
     assert exact[0] - 1e-9 <= part[0] and part[-1] <= exact[-1] + 1e-9
     assert float(part[-1]) == pytest.approx(float(exact[-1]), rel=1e-3)
     w = torch.zeros(12, dtype=torch.float64, requires_grad=True)
-    found = hessian_eigenvalues(((x @ w - y) ** 2).mean(), [w], num_eigs=3, negative=True,
-                                method='lanczos', lanczos_steps=12, generator=_gen())
+    found = hessian_eigenvalues(
+        ((x @ w - y)**2).mean(), [w],
+        num_eigs=3,
+        negative=True,
+        method='lanczos',
+        lanczos_steps=12,
+        generator=_gen())
     assert found.values.tolist() == pytest.approx(exact.flip(0)[:3].tolist(), rel=1e-8)
     assert found.most_negative == pytest.approx(float(exact[0]), rel=1e-8)
 
@@ -217,7 +230,7 @@ def test_nep_and_ape_by_hand():
 
 def test_bad_arguments_fail_naming_them():
     w = torch.zeros(3, requires_grad=True)
-    loss = (w ** 2).sum()
+    loss = (w**2).sum()
     with pytest.raises(ValueError, match='num_eigs=4 is larger than the dimension 3'):
         hessian_eigenvalues(loss, [w], num_eigs=4)
     with pytest.raises(ValueError, match='tol=0'):

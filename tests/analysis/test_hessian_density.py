@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from mmstiff.analysis.hessian import loss_hessian
-from mmstiff.analysis.hessian_density import (density_on_grid, hutchinson_trace,
-                                              quadrature_moment, slq_density, smoothing_width)
+from mmstiff.analysis.hessian_density import (density_on_grid, hutchinson_trace, quadrature_moment,
+                                              slq_density, smoothing_width)
 
 
 def _gen(seed=0):
@@ -55,9 +55,9 @@ def test_hutchinson_trace_is_within_its_error_of_the_exact_trace(distribution):
     # the variance of one draw, in closed form: 2 Σ_{i≠j} H_ij² (Rademacher), 2 ‖H‖_F²
     # (Gaussian)
     off = exact - torch.diag(exact.diag())
-    variance = 2 * float((off ** 2).sum() if distribution == 'rademacher' else (exact ** 2).sum())
-    assert abs(found.trace - trace) < 4 * (variance / n) ** 0.5
-    assert found.std_error == pytest.approx((variance / n) ** 0.5, rel=0.3)
+    variance = 2 * float((off**2).sum() if distribution == 'rademacher' else (exact**2).sum())
+    assert abs(found.trace - trace) < 4 * (variance / n)**0.5
+    assert found.std_error == pytest.approx((variance / n)**0.5, rel=0.3)
     assert len(found.samples) == n
     # each sample is vᵀ H v of its own draw
     gen = _gen(1)
@@ -75,8 +75,8 @@ def test_hutchinson_of_a_diagonal_operator_is_exact_with_rademacher_vectors():
 
 def test_slq_with_full_lanczos_gives_the_exact_eigenvalues_and_start_projections():
     matvec, dim, exact = _operator()
-    density = slq_density(matvec, dim, num_runs=1, steps=dim, generator=_gen(2),
-                          dtype=torch.float64)
+    density = slq_density(
+        matvec, dim, num_runs=1, steps=dim, generator=_gen(2), dtype=torch.float64)
     values, vectors = torch.linalg.eigh(exact)
     assert len(density.nodes[0]) == dim
     assert torch.allclose(density.nodes[0], values, atol=1e-9)
@@ -85,15 +85,15 @@ def test_slq_with_full_lanczos_gives_the_exact_eigenvalues_and_start_projections
     gen = _gen(2)
     start = torch.randint(0, 2, (dim, ), generator=gen).double() * 2 - 1
     start = start / start.norm()
-    assert torch.allclose(density.weights[0], (vectors.T @ start) ** 2, atol=1e-9)
+    assert torch.allclose(density.weights[0], (vectors.T @ start)**2, atol=1e-9)
     assert float(density.weights[0].sum()) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_slq_quadrature_is_exact_for_moments_below_twice_the_steps():
     matvec, dim, exact = _operator()
     steps = 5
-    density = slq_density(matvec, dim, num_runs=1, steps=steps, generator=_gen(3),
-                          dtype=torch.float64)
+    density = slq_density(
+        matvec, dim, num_runs=1, steps=steps, generator=_gen(3), dtype=torch.float64)
     gen = _gen(3)
     start = torch.randint(0, 2, (dim, ), generator=gen).double() * 2 - 1
     start = start / start.norm()
@@ -101,21 +101,21 @@ def test_slq_quadrature_is_exact_for_moments_below_twice_the_steps():
         moment = float(start @ torch.linalg.matrix_power(exact, power) @ start)
         assert quadrature_moment(density, power) == pytest.approx(moment, rel=1e-8, abs=1e-12)
     # several runs: dim · first moment estimates the trace (Hutchinson on unit Rademacher)
-    many = slq_density(matvec, dim, num_runs=200, steps=steps, generator=_gen(4),
-                       dtype=torch.float64)
+    many = slq_density(
+        matvec, dim, num_runs=200, steps=steps, generator=_gen(4), dtype=torch.float64)
     off = exact - torch.diag(exact.diag())
-    error = (2 * float((off ** 2).sum()) / 200) ** 0.5
+    error = (2 * float((off**2).sum()) / 200)**0.5
     assert abs(dim * quadrature_moment(many, 1) - float(exact.trace())) < 4 * error
 
 
 def test_density_on_grid_integrates_to_one_and_peaks_at_the_eigenvalues():
     matvec, dim, exact = _operator()
-    density = slq_density(matvec, dim, num_runs=2, steps=dim, generator=_gen(5),
-                          dtype=torch.float64)
+    density = slq_density(
+        matvec, dim, num_runs=2, steps=dim, generator=_gen(5), dtype=torch.float64)
     sigma = smoothing_width(density, 1e-3)
     values = torch.linalg.eigvalsh(exact)
-    grid = torch.linspace(float(values.min()) - 1, float(values.max()) + 1, 20001,
-                          dtype=torch.float64)
+    grid = torch.linspace(
+        float(values.min()) - 1, float(values.max()) + 1, 20001, dtype=torch.float64)
     phi = density_on_grid(density, grid, sigma)
     assert float(torch.trapezoid(phi, grid)) == pytest.approx(1.0, abs=1e-6)
     # with full Lanczos, φ is the Gaussian mixture over the exact eigenvalues
@@ -124,9 +124,9 @@ def test_density_on_grid_integrates_to_one_and_peaks_at_the_eigenvalues():
     _, vectors = torch.linalg.eigh(exact)
     for _ in range(2):
         start = torch.randint(0, 2, (dim, ), generator=gen).double() * 2 - 1
-        tau = (vectors.T @ (start / start.norm())) ** 2
-        expected += torch.exp(-(grid[:, None] - values) ** 2 / (2 * sigma ** 2)) @ tau
-    expected /= 2 * sigma * (2 * torch.pi) ** 0.5
+        tau = (vectors.T @ (start / start.norm()))**2
+        expected += torch.exp(-(grid[:, None] - values)**2 / (2 * sigma**2)) @ tau
+    expected /= 2 * sigma * (2 * torch.pi)**0.5
     assert torch.allclose(phi, expected, atol=1e-6 * float(expected.max()))
     with pytest.raises(ValueError, match='sigma=0'):
         density_on_grid(density, grid, 0)

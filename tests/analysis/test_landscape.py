@@ -3,16 +3,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmstiff.analysis.landscape import (displaced, filter_normalised_direction,
-                                        grid_coordinates, l2_penalty, loss_landscape,
-                                        normalise_across_outputs, normalise_filters,
-                                        param_weight_decays, preserved_buffers)
+from mmstiff.analysis.landscape import (displaced, filter_normalised_direction, grid_coordinates,
+                                        l2_penalty, loss_landscape, normalise_across_outputs,
+                                        normalise_filters, param_weight_decays, preserved_buffers)
 
 
 def _net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 5, 3), nn.BatchNorm2d(5), nn.ReLU(), nn.Flatten(),
-                         nn.Linear(5 * 4 * 4, 7), nn.LayerNorm(7))
+    return nn.Sequential(
+        nn.Conv2d(3, 5, 3), nn.BatchNorm2d(5), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 4 * 4, 7),
+        nn.LayerNorm(7))
 
 
 def test_each_filter_of_the_direction_has_the_norm_of_the_weight_filter():
@@ -32,16 +32,18 @@ def test_each_filter_of_the_direction_has_the_norm_of_the_weight_filter():
         assert torch.allclose(d_norms, w_norms, rtol=1e-5), name
         assert len(d_norms) == w.shape[0]
         # a random direction, not the weight rescaled
-        assert not torch.allclose(d / d_norms.view(-1, *[1] * (w.dim() - 1)),
-                                  w / w_norms.view(-1, *[1] * (w.dim() - 1)), atol=1e-2)
+        assert not torch.allclose(
+            d / d_norms.view(-1, *[1] * (w.dim() - 1)),
+            w / w_norms.view(-1, *[1] * (w.dim() - 1)),
+            atol=1e-2)
 
 
 def test_bias_bn_weight_and_excluded_parameters():
     net = _net()
     named = dict(net.named_parameters())
     same = filter_normalised_direction(named, torch.Generator().manual_seed(3))
-    directions = filter_normalised_direction(named, torch.Generator().manual_seed(3),
-                                             bias_bn='weight', exclude=['4.*'])
+    directions = filter_normalised_direction(
+        named, torch.Generator().manual_seed(3), bias_bn='weight', exclude=['4.*'])
     assert torch.equal(directions['1.weight'], named['1.weight'].detach())  # BN scale
     assert torch.equal(directions['0.bias'], named['0.bias'].detach())
     assert torch.count_nonzero(directions['4.weight']) == 0  # excluded linear layer
@@ -55,7 +57,7 @@ def test_bias_bn_weight_and_excluded_parameters():
 def test_normalise_filters_by_hand():
     w = torch.tensor([[3.0, 4.0], [0.0, 2.0]])  # filter norms 5, 2
     d = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
-    expected = torch.tensor([[5.0, 0.0], [2 ** 0.5, 2 ** 0.5]])
+    expected = torch.tensor([[5.0, 0.0], [2**0.5, 2**0.5]])
     assert torch.allclose(normalise_filters(d, w), expected, atol=1e-6)
     with pytest.raises(ValueError, match='same shape of two or more axes'):
         normalise_filters(torch.ones(3), torch.ones(3))
@@ -88,7 +90,7 @@ def test_one_dimensional_landscape_of_a_quadratic_equals_its_closed_form():
     l0 = 0.5 * r0 @ a @ r0 + 0.5 * decay * w0 @ w0
     g = a @ r0 + decay * w0
     curvature = d @ a @ d + decay * d @ d
-    expected = l0 + alphas * (g @ d) + 0.5 * alphas ** 2 * curvature
+    expected = l0 + alphas * (g @ d) + 0.5 * alphas**2 * curvature
     assert landscape.losses.shape == (7, )
     assert torch.allclose(landscape.losses, expected, atol=1e-12)
     assert torch.equal(w.detach(), w0)  # restored
@@ -107,8 +109,8 @@ def test_two_dimensional_landscape_rows_are_beta_columns_alpha():
     d2 = torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64)
     alphas, betas = grid_coordinates(1.0, 3), grid_coordinates(2.0, 5)
     calls = []
-    landscape = loss_landscape(loss_fn, [w], [[d1], [d2]], [alphas, betas],
-                               on_point=lambda: calls.append(1))
+    landscape = loss_landscape(
+        loss_fn, [w], [[d1], [d2]], [alphas, betas], on_point=lambda: calls.append(1))
     assert landscape.losses.shape == (5, 3) and len(calls) == 15
     for i, beta in enumerate(betas):
         for j, alpha in enumerate(alphas):
@@ -133,8 +135,9 @@ def test_l2_penalty_and_the_decays_of_optimizer_groups():
     net = _net()
     decayed = [net[0].weight, net[4].weight]
     others = [p for p in net.parameters() if all(p is not q for q in decayed)]
-    optimizer = torch.optim.SGD([dict(params=decayed, weight_decay=0.1),
-                                 dict(params=others, weight_decay=0.0)], lr=0.1)
+    optimizer = torch.optim.SGD(
+        [dict(params=decayed, weight_decay=0.1),
+         dict(params=others, weight_decay=0.0)], lr=0.1)
     params = list(net.parameters())
     decays = param_weight_decays(params, optimizer.param_groups)
     assert decays == [0.1 if any(p is q for q in decayed) else 0.0 for p in params]
@@ -172,7 +175,7 @@ def test_bad_arguments_fail_naming_them():
 def test_paper_convention_normalises_across_output_channels_by_hand():
     w = torch.tensor([[3.0, 0.0], [4.0, 2.0]])  # column norms (across outputs) 5, 2
     d = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # column norms 1, √2
-    expected = torch.tensor([[5.0, 2 ** 0.5], [0.0, 2 ** 0.5]])
+    expected = torch.tensor([[5.0, 2**0.5], [0.0, 2**0.5]])
     assert torch.allclose(normalise_across_outputs(d, w), expected, atol=1e-5)
     with pytest.raises(ValueError, match='same shape of two or more axes'):
         normalise_across_outputs(torch.ones(3), torch.ones(3))
@@ -181,8 +184,7 @@ def test_paper_convention_normalises_across_output_channels_by_hand():
 def test_paper_convention_directions_match_the_explicit_formula():
     net = _net()
     named = dict(net.named_parameters())
-    paper = filter_normalised_direction(named, torch.Generator().manual_seed(5),
-                                        convention='paper')
+    paper = filter_normalised_direction(named, torch.Generator().manual_seed(5), convention='paper')
     li = filter_normalised_direction(named, torch.Generator().manual_seed(5))
     raw = torch.Generator().manual_seed(5)
     for name, w in named.items():
@@ -192,15 +194,15 @@ def test_paper_convention_directions_match_the_explicit_formula():
             continue
         w = w.detach()
         # every (input channel, kernel position) index: its norm over the output channels
-        for index in torch.cartesian_prod(*[torch.arange(n) for n in w.shape[1:]]).view(
-                -1, w.dim() - 1):
+        for index in torch.cartesian_prod(*[torch.arange(n)
+                                            for n in w.shape[1:]]).view(-1,
+                                                                        w.dim() - 1):
             column = (slice(None), ) + tuple(int(i) for i in index)
             expected = d[column] * w[column].norm() / (d[column].norm() + 1e-7)
             assert torch.allclose(paper[name][column], expected, rtol=1e-5, atol=1e-7)
         # not the per-filter reading: its output-filter norms differ from the weight's
         norms = paper[name].flatten(1).norm(dim=1)
         assert not torch.allclose(norms, w.flatten(1).norm(dim=1), rtol=1e-2), name
-        assert torch.allclose(li[name].flatten(1).norm(dim=1), w.flatten(1).norm(dim=1),
-                              rtol=1e-5)
+        assert torch.allclose(li[name].flatten(1).norm(dim=1), w.flatten(1).norm(dim=1), rtol=1e-5)
     with pytest.raises(ValueError, match="convention='x'"):
         filter_normalised_direction(named, convention='x')

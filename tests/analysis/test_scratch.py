@@ -37,16 +37,19 @@ def test_buffer_grows_and_shrinks_with_the_states():
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize('step_kind', ['none', 'scalar', 'per_sample', 'per_channel',
-                                       'per_element'])
+@pytest.mark.parametrize('step_kind',
+                         ['none', 'scalar', 'per_sample', 'per_channel', 'per_element'])
 def test_norms_through_the_buffer_equal_the_formula(dtype, step_kind):
     torch.manual_seed(0)
     x_t = torch.randn(3, 4, 5, 5).to(dtype)
     x_next = (x_t.float() + 0.1 * torch.randn(3, 4, 5, 5)).to(dtype)
-    step = {'none': None, 'scalar': 0.5,
-            'per_sample': torch.rand(3, 1, 1, 1) + 0.1,
-            'per_channel': torch.rand(3, 4, 1, 1) + 0.1,
-            'per_element': torch.rand(3, 4, 5, 5) + 0.1}[step_kind]
+    step = {
+        'none': None,
+        'scalar': 0.5,
+        'per_sample': torch.rand(3, 1, 1, 1) + 0.1,
+        'per_channel': torch.rand(3, 4, 1, 1) + 0.1,
+        'per_element': torch.rand(3, 4, 5, 5) + 0.1
+    }[step_kind]
     scratch = ScratchBuffer()
     # the buffer holds another state's values before: they must not leak into the result
     scratch.take((3, 4, 5, 5), x_t.device).fill_(123.0)

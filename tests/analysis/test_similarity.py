@@ -12,8 +12,8 @@ from mmstiff.analysis import (attention_column_cosine_similarity, attention_spec
 def test_token_cosine_similarity_by_hand():
     # pairs: (1,0)-(0,1): 0, (1,0)-(1,1): 1/√2, (0,1)-(1,1): 1/√2  -> mean √2/3
     x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])
-    assert torch.allclose(token_cosine_similarity(x),
-                          torch.tensor([math.sqrt(2) / 3], dtype=torch.float64))
+    assert torch.allclose(
+        token_cosine_similarity(x), torch.tensor([math.sqrt(2) / 3], dtype=torch.float64))
     # |cos| counts opposite tokens as similar (Eq. 76 takes the absolute value)
     assert float(token_cosine_similarity(torch.tensor([[1.0, 0.0], [-2.0, 0.0]]))) == \
         pytest.approx(1.0)
@@ -37,16 +37,18 @@ def test_token_cosine_similarity_equals_the_pairwise_loop():
     assert got.dtype == torch.float64
     assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), atol=1e-6)
     # float64 input stays float64 throughout
-    assert torch.allclose(token_cosine_similarity(x.double()),
-                          torch.tensor(expected, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        token_cosine_similarity(x.double()),
+        torch.tensor(expected, dtype=torch.float64),
+        atol=1e-12)
 
 
 def test_attention_column_cosine_similarity_by_hand():
     head1 = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, 0.5, 0.5]])
     # columns (1,0,0), (0,.5,.5), (0,.5,.5): cosines 0, 0, 1 -> 1/3; the identity head gives 0
     attn = torch.stack([head1, torch.eye(3)]).unsqueeze(0)  # (1, 2, 3, 3)
-    assert torch.allclose(attention_column_cosine_similarity(attn),
-                          torch.tensor([1 / 6], dtype=torch.float64))
+    assert torch.allclose(
+        attention_column_cosine_similarity(attn), torch.tensor([1 / 6], dtype=torch.float64))
     # rows vs columns: a map whose rows are equal has distinct (orthogonal) columns
     rows_equal = torch.tensor([[1.0, 0.0], [1.0, 0.0]])[None, None]
     assert float(attention_column_cosine_similarity(rows_equal)) == pytest.approx(0.0)
@@ -58,8 +60,8 @@ def test_spectral_response_of_low_pass_all_pass_filters():
     expected = torch.zeros(n, dtype=torch.float64)
     expected[0] = 1
     assert torch.allclose(attention_spectral_response(uniform), expected, atol=1e-12)
-    assert torch.allclose(attention_spectral_response(torch.eye(n)),
-                          torch.ones(n, dtype=torch.float64))
+    assert torch.allclose(
+        attention_spectral_response(torch.eye(n)), torch.ones(n, dtype=torch.float64))
     shift = torch.roll(torch.eye(n), 1, dims=1)  # a permutation: all-pass
     assert torch.allclose(attention_spectral_response(shift), torch.ones(n, dtype=torch.float64))
 

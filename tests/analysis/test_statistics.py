@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mmstiff.analysis.statistics import (mean, pointwise_summary, sample_std, sample_variance,
-                                        summarize)
+                                         summarize)
 
 
 def test_mean_and_sample_std_by_hand():

@@ -7,8 +7,8 @@ import torch
 from mmstiff.analysis import (columnwise_pearson_correlation, mean_step_size,
                               neural_stiffness_index, nsi_step_correlation, pearson_correlation,
                               stiffness_event, stiffness_event_probability, stiffness_norms,
-                              stiffness_ratio, tns_per_trajectory, total_neural_stiffness, trajectory_mean,
-                              trajectory_statistics)
+                              stiffness_ratio, tns_per_trajectory, total_neural_stiffness,
+                              trajectory_mean, trajectory_statistics)
 
 
 def test_nsi_plain_step_is_relative_displacement():
@@ -36,8 +36,8 @@ def test_nsi_per_channel_step_is_elementwise():
     f = torch.ones(1, 2, 1, 1)
     x_next = x_t + step * f  # (3.5, 6.0)
     # (x_next - x_t) / step = (1, 1): sqrt(2) / 5
-    assert torch.allclose(neural_stiffness_index(x_t, x_next, step),
-                          torch.tensor([math.sqrt(2) / 5]))
+    assert torch.allclose(
+        neural_stiffness_index(x_t, x_next, step), torch.tensor([math.sqrt(2) / 5]))
 
 
 def test_nsi_ignores_channels_whose_step_underflowed_to_zero():
@@ -58,12 +58,12 @@ def test_stiffness_norms_are_the_two_sides_of_the_nsi():
     x_next = x_t + torch.tensor([[[[1.0]], [[1.0]]], [[[2.0]], [[0.0]]]])
     step = torch.tensor([[[[0.5]], [[1.0]]], [[[2.0]], [[1.0]]]])
     slope, state = stiffness_norms(x_t, x_next, step)
-    assert torch.allclose(slope, torch.tensor([math.sqrt(2 ** 2 + 1 ** 2), 1.0]))
+    assert torch.allclose(slope, torch.tensor([math.sqrt(2**2 + 1**2), 1.0]))
     assert torch.allclose(state, torch.tensor([5.0, 1.0]))
     assert torch.allclose(neural_stiffness_index(x_t, x_next, step), slope / state)
     # one number per sample, with a step per sample
-    slope, state = stiffness_norms(torch.tensor([1.0, -2.0]), torch.tensor([2.0, 2.0]),
-                                   torch.tensor([0.5, 4.0]))
+    slope, state = stiffness_norms(
+        torch.tensor([1.0, -2.0]), torch.tensor([2.0, 2.0]), torch.tensor([0.5, 4.0]))
     assert torch.allclose(slope, torch.tensor([2.0, 1.0]))
     assert torch.allclose(state, torch.tensor([1.0, 2.0]))
 
@@ -74,8 +74,8 @@ def test_nsi_checks_shapes_and_step_type():
     with pytest.raises(ValueError, match='step='):
         neural_stiffness_index(torch.ones(2, 3), torch.ones(2, 3), 'big')
     with pytest.raises(ValueError, match='broadcasts to the states'):
-        neural_stiffness_index(torch.ones(2, 2, 1, 1), torch.ones(2, 2, 1, 1),
-                               torch.ones(1, 3, 1, 1))
+        neural_stiffness_index(
+            torch.ones(2, 2, 1, 1), torch.ones(2, 2, 1, 1), torch.ones(1, 3, 1, 1))
 
 
 def test_mean_step_size():
@@ -182,8 +182,9 @@ def test_trajectory_statistics_of_groups_equal_each_group_alone():
     gen = torch.Generator().manual_seed(2)
     zeta = torch.rand(5, 6, generator=gen, dtype=torch.float64) * 3
     zeta[0, 4] = math.inf  # a non-finite step poisons only the groups that hold it
-    groups = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 1, 0, 0, 0, 1],
-                           [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    groups = torch.tensor(
+        [[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0], [0, 1, 0, 0, 0, 1], [1, 1, 1, 1, 1, 1]],
+        dtype=torch.bool)
     together = trajectory_statistics(zeta, groups)
     for g, row in enumerate(groups):
         alone = (trajectory_mean(zeta[:, row]), stiffness_ratio(zeta[:, row]),

@@ -79,8 +79,8 @@ def test_on_pass_end_runs_after_each_forward_pass_while_started():
     net = ResNet_CIFAR(depth=18, base_channels=8, stem_channels=8)
     x = torch.randn(2, 3, 16, 16)
     events = []
-    recorder = TrajectoryRecorder(net, reduce=lambda r: events.append(r.name),
-                                  on_pass_end=lambda: events.append('end'))
+    recorder = TrajectoryRecorder(
+        net, reduce=lambda r: events.append(r.name), on_pass_end=lambda: events.append('end'))
     with recorder:
         net(x)
         net(x)
@@ -126,8 +126,8 @@ def test_seresnet_reads_the_se_gate_as_step_size():
     assert torch.allclose(record.step, gate, atol=1e-6)
     assert torch.allclose(record.x_next, x_next, atol=1e-5)
     expected = ((x_next - x_t) / gate).flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1)
-    assert torch.allclose(neural_stiffness_index(record.x_t, record.x_next, record.step),
-                          expected, rtol=1e-5)
+    assert torch.allclose(
+        neural_stiffness_index(record.x_t, record.x_next, record.step), expected, rtol=1e-5)
 
 
 def _tiny_vit():
@@ -146,8 +146,9 @@ def test_vit_layer_is_two_euler_steps():
     handle = vit.layers[1].register_forward_pre_hook(lambda m, a: inputs.setdefault('x', a[0]))
     records = record_states(vit, x, level='both')
     handle.remove()
-    assert list(records) == ['layers.0.msa', 'layers.0.mlp', 'layers.0', 'layers.1.msa',
-                             'layers.1.mlp', 'layers.1']
+    assert list(records) == [
+        'layers.0.msa', 'layers.0.mlp', 'layers.0', 'layers.1.msa', 'layers.1.mlp', 'layers.1'
+    ]
     layer, x1 = vit.layers[1], inputs['x']
     with torch.no_grad():
         mid = x1 + layer.attn(layer.ln1(x1))
@@ -227,8 +228,8 @@ def test_custom_block_registration_and_predicate():
 def test_step_resnet_cifar_reports_its_adaptor_output():
     from mmstiff.models.backbones import StepResNet_CIFAR
     torch.manual_seed(0)
-    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8,
-                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net = StepResNet_CIFAR(
+        depth=18, stem_channels=8, base_channels=8, adaptor=dict(type='mmstiff.StepNetAdaptor'))
     net.init_weights()
     net.train()  # the adaptor's BN in training mode: Δ varies over the batch
     x = torch.randn(4, 3, 16, 16)
@@ -274,8 +275,10 @@ def test_preact_resnet_blocks_have_no_activation_after_the_add():
     assert torch.allclose(record.x_t, x_t, atol=1e-6)
     assert torch.allclose(record.x_next, x_t + 0.5 * f, atol=1e-6)
     # x_{t+1} - x_t = Δ f exactly, so NSI = ||f|| / ||x_t||
-    assert torch.allclose(neural_stiffness_index(record.x_t, record.x_next, record.step),
-                          f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1), rtol=1e-5)
+    assert torch.allclose(
+        neural_stiffness_index(record.x_t, record.x_next, record.step),
+        f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1),
+        rtol=1e-5)
 
 
 def test_step_vit_branch_steps_and_attnscale_maps():
@@ -283,11 +286,14 @@ def test_step_vit_branch_steps_and_attnscale_maps():
     from mmstiff.models.backbones import StepViT
     from mmstiff.models.layers.attn_scale import attn_scale_matrix
     torch.manual_seed(0)
-    vit = StepViT(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-                  img_size=16, patch_size=4, attn_scale_layers='all',
-                  msa_adaptor=dict(type='mmstiff.ConstantStep', step=0.25),
-                  mlp_adaptor=dict(type='mmstiff.ConstantStep', step=0.75),
-                  mlp_adaptor_layers=[1])
+    vit = StepViT(
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+        img_size=16,
+        patch_size=4,
+        attn_scale_layers='all',
+        msa_adaptor=dict(type='mmstiff.ConstantStep', step=0.25),
+        mlp_adaptor=dict(type='mmstiff.ConstantStep', step=0.75),
+        mlp_adaptor_layers=[1])
     vit.eval()
     attn = vit.layers[0].attn
     with torch.no_grad():
@@ -302,8 +308,14 @@ def test_step_vit_branch_steps_and_attnscale_maps():
     steps = {name: calls[0].step for name, calls in recorder.outputs.items()}
     # the MSA adaptor fires before ln2, the MLP adaptor after it; a layer with two steps has
     # no single block-level step
-    assert steps == {'layers.0.msa': 0.25, 'layers.0.mlp': None, 'layers.0': 0.25,
-                     'layers.1.msa': 0.25, 'layers.1.mlp': 0.75, 'layers.1': None}
+    assert steps == {
+        'layers.0.msa': 0.25,
+        'layers.0.mlp': None,
+        'layers.0': 0.25,
+        'layers.1.msa': 0.25,
+        'layers.1.mlp': 0.75,
+        'layers.1': None
+    }
     # AttnScale's Â = A_LP + (1 + ω) A_HP, from the module's own explicit path
     with torch.no_grad():
         qkv = attn.qkv(inputs['h']).reshape(2, 17, 3, 2, 8).permute(2, 0, 3, 1, 4)
@@ -319,8 +331,13 @@ def _tiny_swin(cls=None, **kwargs):
     if cls is None:
         from mmpretrain.models.backbones import SwinTransformer as cls
     torch.manual_seed(0)
-    swin = cls(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64,
-               window_size=4, out_indices=(0, 1), drop_path_rate=0., **kwargs)
+    swin = cls(
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
+        img_size=64,
+        window_size=4,
+        out_indices=(0, 1),
+        drop_path_rate=0.,
+        **kwargs)
     with torch.no_grad():  # a visible relative position bias
         for name, p in swin.named_parameters():
             if 'relative_position_bias_table' in name:
@@ -330,6 +347,7 @@ def _tiny_swin(cls=None, **kwargs):
 
 
 def _capture_inputs(module, store, key):
+
     def hook(mod, args, kwargs):
         store.setdefault(key, (args, kwargs))
 
@@ -355,8 +373,10 @@ def test_swin_blocks_are_two_euler_steps_with_window_attention_maps():
     assert names == [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
     block = swin.stages[0].blocks[1]  # a shifted-window block
     inputs = {}
-    handles = [_capture_inputs(block, inputs, 'block'),
-               _capture_inputs(block.attn.w_msa, inputs, 'w_msa')]
+    handles = [
+        _capture_inputs(block, inputs, 'block'),
+        _capture_inputs(block.attn.w_msa, inputs, 'w_msa')
+    ]
     recorder = TrajectoryRecorder(swin, level='branch')
     with torch.no_grad(), recorder, AttentionRecorder(swin) as attn_recorder:
         swin(x)
@@ -402,12 +422,18 @@ def test_step_swin_attnscale_maps_and_mmdet_swin_blocks():
     assert not w_msa.keep_attn_map
 
     torch.manual_seed(0)
-    det = DetSwin(embed_dims=16, depths=(2, 2), num_heads=(2, 4), window_size=4,
-                  strides=(4, 2), out_indices=(0, 1))
+    det = DetSwin(
+        embed_dims=16,
+        depths=(2, 2),
+        num_heads=(2, 4),
+        window_size=4,
+        strides=(4, 2),
+        out_indices=(0, 1))
     det.eval()
     records = record_states(det, torch.randn(1, 3, 32, 48), level='branch')
-    assert list(records) == [f'stages.{i}.blocks.{j}.{b}' for i in range(2) for j in range(2)
-                             for b in ('msa', 'mlp')]
+    assert list(records) == [
+        f'stages.{i}.blocks.{j}.{b}' for i in range(2) for j in range(2) for b in ('msa', 'mlp')
+    ]
     assert records['stages.1.blocks.0.msa'].x_t.shape == (1, 4 * 6, 32)
     w_msa = det.stages[0].blocks[1].attn.w_msa
     inputs = {}

@@ -4,7 +4,6 @@ it)."""
 import json
 
 import pytest
-
 from test_analysis_tools import CNN, _tool, _train  # tests/tools (pytest.ini's pythonpath)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
@@ -12,14 +11,13 @@ pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 @pytest.fixture(scope='module')
 def checkpoint(tmp_path_factory, tiny_data):
-    config, ckpt, _, _ = _train(str(tmp_path_factory.mktemp('cnn_cuda')), tiny_data('mnist'),
-                                CNN)
+    config, ckpt, _, _ = _train(str(tmp_path_factory.mktemp('cnn_cuda')), tiny_data('mnist'), CNN)
     return config, ckpt
 
 
 def _run(tool, result, config, ckpt, out, device, *extra):
-    _tool(tool, config, ckpt, '--out-dir', str(out / device), '--num-batches', '1',
-          '--device', device, *extra)
+    _tool(tool, config, ckpt, '--out-dir', str(out / device), '--num-batches', '1', '--device',
+          device, *extra)
     return json.load(open(out / device / result))
 
 
@@ -31,8 +29,8 @@ def test_tns_on_cuda_equals_cpu(checkpoint, tmp_path):
 
 
 def test_spectrum_on_cuda_equals_cpu(checkpoint, tmp_path):
-    cpu, cuda = (_run('spectrum.py', 'spectrum.json', *checkpoint, tmp_path, d)
-                 for d in ('cpu', 'cuda'))
+    cpu, cuda = (
+        _run('spectrum.py', 'spectrum.json', *checkpoint, tmp_path, d) for d in ('cpu', 'cuda'))
     assert cpu['states'].keys() == cuda['states'].keys()
     for name, state in cpu['states'].items():
         assert cuda['states'][name]['hf_ratio'] == pytest.approx(state['hf_ratio'], rel=2e-2)
@@ -41,8 +39,9 @@ def test_spectrum_on_cuda_equals_cpu(checkpoint, tmp_path):
 def test_freq_noise_on_cuda_runs_and_agrees_without_noise(checkpoint, tmp_path):
     # the noise itself is drawn on the device (other random streams): only the clean accuracy
     # is comparable, and every band gets a finite drop
-    cpu, cuda = (_run('freq_noise.py', 'freq_noise.json', *checkpoint, tmp_path, d,
-                      '--freqs', '0', '1.0') for d in ('cpu', 'cuda'))
+    cpu, cuda = (
+        _run('freq_noise.py', 'freq_noise.json', *checkpoint, tmp_path, d, '--freqs', '0', '1.0')
+        for d in ('cpu', 'cuda'))
     assert cuda['clean_accuracy'] == pytest.approx(cpu['clean_accuracy'], abs=1.0)
     assert len(cuda['bands']) == len(cpu['bands']) == 2
     assert all(abs(b['drop']) <= 100 for b in cuda['bands'])

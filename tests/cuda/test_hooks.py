@@ -29,8 +29,12 @@ SETTINGS = [
 def _resnet():
     from mmstiff.models.backbones import StepResNet_CIFAR
     torch.manual_seed(0)
-    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8, zero_init_residual=False,
-                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net = StepResNet_CIFAR(
+        depth=18,
+        stem_channels=8,
+        base_channels=8,
+        zero_init_residual=False,
+        adaptor=dict(type='mmstiff.StepNetAdaptor'))
     with torch.no_grad():  # step sizes that depend on the sample
         for name, p in net.named_parameters():
             if 'adaptor' in name:
@@ -41,8 +45,12 @@ def _resnet():
 def _vit():
     from mmstiff.models.backbones import StepViT
     torch.manual_seed(0)
-    net = StepViT(arch=dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64),
-                  img_size=32, patch_size=4, attn_scale_layers=[1], feat_scale_layers=[2])
+    net = StepViT(
+        arch=dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64),
+        img_size=32,
+        patch_size=4,
+        attn_scale_layers=[1],
+        feat_scale_layers=[2])
     return net, torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
 
@@ -149,15 +157,18 @@ def test_a_recorded_iteration_never_waits_for_the_device(model):
 def test_train_with_amp_and_the_hooks(tiny_data, run_tool, tmp_path):
     root = tiny_data('cifar10')
     work = tmp_path / 'work'
-    run_tool('tools/train.py', 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py',
-             '--amp', '--work-dir', str(work), '--cfg-options',
-             *[f'{loader}.dataset.data_root={root}'
-               for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')])
+    run_tool(
+        'tools/train.py', 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py', '--amp',
+        '--work-dir', str(work), '--cfg-options', *[
+            f'{loader}.dataset.data_root={root}'
+            for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+        ])
     (scalars, ) = work.glob('*/vis_data/scalars.json')
     lines = [json.loads(line) for line in open(scalars)]
     losses = [line['loss'] for line in lines if 'loss' in line]
-    diagnostics = [line for line in lines if any(k.startswith(('stiffness/', 'freq/'))
-                                                 for k in line)]
+    diagnostics = [
+        line for line in lines if any(k.startswith(('stiffness/', 'freq/')) for k in line)
+    ]
     assert losses and all(math.isfinite(v) for v in losses)
     assert len(diagnostics) == 4  # both hooks, iterations 1 and 2
     for line in diagnostics:

@@ -40,8 +40,7 @@ ADAPTORS = {
     'stepnet-nchw': dict(type='mmstiff.StepNetAdaptor', channels=16),
     'stepnet-nlc': dict(type='mmstiff.StepNetAdaptor', channels=16, layout='nlc'),
     'stepnet-iebn': dict(type='mmstiff.StepNetAdaptor', channels=16, norm='iebn'),
-    'stepnet-groups': dict(type='mmstiff.StepNetAdaptor', channels=16, groups=4,
-                           start='identity'),
+    'stepnet-groups': dict(type='mmstiff.StepNetAdaptor', channels=16, groups=4, start='identity'),
 }
 
 

@@ -79,19 +79,21 @@ def test_built_from_mmpretrain_and_mmdet_scopes(c10_root):
     from mmpretrain.registry import DATASETS as MMPRE_DATASETS
     for scope in ('mmpretrain', 'mmdet'):
         with DefaultScope.overwrite_default_scope(scope):
-            ds = MMPRE_DATASETS.build(dict(type='mmstiff.CIFAR10', data_root=c10_root,
-                                           split='test', pipeline=[]))
+            ds = MMPRE_DATASETS.build(
+                dict(type='mmstiff.CIFAR10', data_root=c10_root, split='test', pipeline=[]))
         assert isinstance(ds, CIFAR10) and len(ds) == 6
 
 
 def test_meta_file_read_and_checked_when_classes_unset(c10_root, c10_copy):
     ds = CIFAR10(data_root=c10_root, split='test', metainfo=dict(classes=None))
     assert list(ds.metainfo['classes']) == [
-        'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck']
+        'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck'
+    ]
     meta = _batch_path(c10_copy, 'batches.meta')
     _rewrite(meta, lambda e: e.update(label_names=e['label_names'][:9]))
-    with pytest.raises(ValueError, match="batches.meta: field 'label_names' must be a list "
-                                         'of 10 class names'):
+    with pytest.raises(
+            ValueError, match="batches.meta: field 'label_names' must be a list "
+            'of 10 class names'):
         CIFAR10(data_root=c10_copy, split='test', metainfo=dict(classes=None))
 
 
@@ -132,12 +134,12 @@ def test_download_true_defers_to_mmpretrain(tmp_path, monkeypatch):
 @pytest.mark.parametrize('change, message', [
     (lambda e: e.update(label=e.pop('labels')), "field 'labels'"),
     (lambda e: e.update(data=e['data'][:, :3000]), r"'data' must be a uint8 array of shape "
-                                                     r'\(N, 3072\); got uint8 array of shape '
-                                                     r'\(\d+, 3000\)'),
+     r'\(N, 3072\); got uint8 array of shape '
+     r'\(\d+, 3000\)'),
     (lambda e: e.update(data=e['data'].astype(np.float32)), 'got float32 array'),
     (lambda e: e.update(data=e['data'].tolist()), 'got list'),
     (lambda e: e['labels'].__setitem__(0, 10), r"'labels' holds 10, out of range; expected "
-                                               r'labels in \[0, 10\)'),
+     r'labels in \[0, 10\)'),
     (lambda e: e['labels'].__setitem__(0, -1), 'holds -1'),
     (lambda e: e['labels'].pop(), "'labels' has 1 labels but 'data' has 2 rows"),
     (lambda e: e.update(labels=['cat', 'dog']), "'labels' must be a list of ints"),

@@ -8,8 +8,9 @@ import pytest
 from mmstiff.datasets.stl10 import STL10
 from mmstiff.testing.stl10 import write_stl10, write_stl10_split
 
-OFFICIAL_NAMES = ['airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship',
-                  'truck']
+OFFICIAL_NAMES = [
+    'airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship', 'truck'
+]
 
 
 def pixel(n, c, row, col):
@@ -66,12 +67,13 @@ def test_writer_round_trip(tmp_path):
 
 
 def test_write_stl10_layout_and_splits(tmp_path):
-    root = write_stl10(str(tmp_path), num_train=20, num_test=10, seed=1, with_unlabeled=True,
-                       num_unlabeled=3)
+    root = write_stl10(
+        str(tmp_path), num_train=20, num_test=10, seed=1, with_unlabeled=True, num_unlabeled=3)
     folder = osp.join(root, 'stl10_binary')
     assert sorted(os.listdir(folder)) == sorted([
         'train_X.bin', 'train_y.bin', 'test_X.bin', 'test_y.bin', 'class_names.txt',
-        'unlabeled_X.bin'])
+        'unlabeled_X.bin'
+    ])
     with open(osp.join(folder, 'class_names.txt')) as f:
         assert f.read().split() == OFFICIAL_NAMES
     train = STL10(data_root=root, split='train')
@@ -88,14 +90,20 @@ def test_write_stl10_layout_and_splits(tmp_path):
 
 
 def test_pipeline_through_mmpretrain_registry(tmp_path):
-    import mmstiff  # noqa: F401
     from mmpretrain.registry import DATASETS
+
+    import mmstiff  # noqa: F401
     root = write_stl10(str(tmp_path), num_train=4, num_test=2)
-    ds = DATASETS.build(dict(
-        type='mmstiff.STL10', data_root=root, split='train',
-        pipeline=[dict(type='RandomCrop', crop_size=96, padding=12),
-                  dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-                  dict(type='PackInputs')]))
+    ds = DATASETS.build(
+        dict(
+            type='mmstiff.STL10',
+            data_root=root,
+            split='train',
+            pipeline=[
+                dict(type='RandomCrop', crop_size=96, padding=12),
+                dict(type='RandomFlip', prob=0.5, direction='horizontal'),
+                dict(type='PackInputs')
+            ]))
     item = ds[0]
     assert tuple(item['inputs'].shape) == (3, 96, 96)
     assert item['data_samples'].gt_label.item() == ds.get_data_info(0)['gt_label']

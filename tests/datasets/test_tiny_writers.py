@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmstiff.testing import (COCO_CATEGORIES, write_cifar, write_coco, write_imagenet,
-                             write_mnist)
+from mmstiff.testing import COCO_CATEGORIES, write_cifar, write_coco, write_imagenet, write_mnist
 from mmstiff.testing.shapes import (SHAPE_KINDS, class_colour, class_grey, mask_bbox, polygon,
                                     polygon_mask)
 
@@ -96,10 +95,10 @@ def test_cifar10_pickles_have_the_official_fields(cifar10_root):
 def test_cifar10_read_by_mmpretrain_loader(cifar10_root):
     from mmpretrain.datasets import CIFAR10
     folder = osp.join(cifar10_root, 'cifar-10-batches-py')
-    rows = np.concatenate([unpickle_bytes(osp.join(folder, f'data_batch_{k}'))[b'data']
-                           for k in range(1, 6)])
-    labels = sum((unpickle_bytes(osp.join(folder, f'data_batch_{k}'))[b'labels']
-                  for k in range(1, 6)), [])
+    rows = np.concatenate(
+        [unpickle_bytes(osp.join(folder, f'data_batch_{k}'))[b'data'] for k in range(1, 6)])
+    labels = sum(
+        (unpickle_bytes(osp.join(folder, f'data_batch_{k}'))[b'labels'] for k in range(1, 6)), [])
     ds = _unchecked(CIFAR10)(data_root=cifar10_root, split='train', download=False)
     assert len(ds) == 23
     for i in (0, 11, 22):
@@ -122,8 +121,7 @@ def test_cifar100_pickles_and_mmpretrain_loader(cifar100_root):
     from mmpretrain.datasets.categories import CIFAR100_CATEGORIES
     folder = osp.join(cifar100_root, 'cifar-100-python')
     train = unpickle_bytes(osp.join(folder, 'train'))
-    assert set(train) == {b'data', b'fine_labels', b'coarse_labels', b'batch_label',
-                          b'filenames'}
+    assert set(train) == {b'data', b'fine_labels', b'coarse_labels', b'batch_label', b'filenames'}
     assert [c for c in train[b'coarse_labels']] == [f // 5 for f in train[b'fine_labels']]
     meta = unpickle_bytes(osp.join(folder, 'meta'))
     assert [n.decode() for n in meta[b'fine_label_names']] == list(CIFAR100_CATEGORIES)
@@ -163,8 +161,12 @@ def test_cifar_rejects_bad_arguments(tmp_path, kwargs, field):
 
 @pytest.fixture(scope='module')
 def imagenet_root(tmp_path_factory):
-    return write_imagenet(str(tmp_path_factory.mktemp('in')), num_classes=3, per_class=2,
-                          size=(48, 40), val_per_class=2)
+    return write_imagenet(
+        str(tmp_path_factory.mktemp('in')),
+        num_classes=3,
+        per_class=2,
+        size=(48, 40),
+        val_per_class=2)
 
 
 def _read_list(path):
@@ -194,8 +196,7 @@ def test_imagenet_read_by_mmpretrain(imagenet_root, split):
     from mmpretrain.datasets import ImageNet
     expected = _read_list(osp.join(imagenet_root, 'meta', f'{split}.txt'))
     for ds in (ImageNet(data_root=imagenet_root, split=split),
-               ImageNet(data_root=imagenet_root, ann_file=f'meta/{split}.txt',
-                        data_prefix=split)):
+               ImageNet(data_root=imagenet_root, ann_file=f'meta/{split}.txt', data_prefix=split)):
         assert len(ds) == len(expected)
         for i, (rel, label) in enumerate(expected):
             info = ds.get_data_info(i)
@@ -208,8 +209,9 @@ def test_imagenet_rejects_bad_arguments(tmp_path):
         write_imagenet(str(tmp_path), num_classes=1001)
     with pytest.raises(ValueError, match='per_class=0'):
         write_imagenet(str(tmp_path), per_class=0)
-    with pytest.raises(ValueError, match=r'size=\(64, 4\) is invalid; expected \(W, H\), two '
-                                         'ints >= 8'):
+    with pytest.raises(
+            ValueError, match=r'size=\(64, 4\) is invalid; expected \(W, H\), two '
+            'ints >= 8'):
         write_imagenet(str(tmp_path), size=(64, 4))
 
 
@@ -249,8 +251,8 @@ def test_mnist_read_by_mmpretrain(mnist_root, cls_name):
     assert len(ds) == 11
     info = ds.get_data_info(4)
     assert int(info['gt_label']) == labels[4]
-    assert np.array_equal(info['img'], np.frombuffer(pixels, np.uint8)[4 * 784:5 * 784]
-                          .reshape(28, 28))
+    assert np.array_equal(info['img'],
+                          np.frombuffer(pixels, np.uint8)[4 * 784:5 * 784].reshape(28, 28))
     assert len(cls(data_root=mnist_root, split='train', download=False)) == 30
 
 
@@ -259,8 +261,7 @@ def test_mnist_compressed_form(tmp_path):
     plain = write_mnist(str(tmp_path / 'plain'), num_train=3, num_test=2, seed=5)
     packed = write_mnist(str(tmp_path / 'gz'), num_train=3, num_test=2, seed=5, compress=True)
     for name in ('train-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
-        with gzip.open(osp.join(packed, name + '.gz')) as f, open(osp.join(plain, name),
-                                                                   'rb') as g:
+        with gzip.open(osp.join(packed, name + '.gz')) as f, open(osp.join(plain, name), 'rb') as g:
             assert f.read() == g.read()
 
 
@@ -269,8 +270,8 @@ def test_mnist_compressed_form(tmp_path):
 
 @pytest.fixture(scope='module')
 def coco_root(tmp_path_factory):
-    return write_coco(str(tmp_path_factory.mktemp('coco')), num_train=5, num_val=3,
-                      size=(120, 90), seed=7)
+    return write_coco(
+        str(tmp_path_factory.mktemp('coco')), num_train=5, num_val=3, size=(120, 90), seed=7)
 
 
 @pytest.mark.det
@@ -320,10 +321,12 @@ def test_coco_boxes_are_tight_around_drawn_objects(coco_root):
             assert inside[0].any() and inside[-1].any()
             assert inside[:, 0].any() and inside[:, -1].any()
             # ...and the rows/columns just outside it hold none (objects never touch)
-            for outside in (near[y - 1, x:x + w] if y > 0 else None,
-                            near[y + h, x:x + w] if y + h < 90 else None,
-                            near[y:y + h, x - 1] if x > 0 else None,
-                            near[y:y + h, x + w] if x + w < 120 else None):
+            for outside in (near[y - 1,
+                                 x:x + w] if y > 0 else None, near[y + h,
+                                                                   x:x + w] if y + h < 90 else None,
+                            near[y:y + h,
+                                 x - 1] if x > 0 else None, near[y:y + h,
+                                                                 x + w] if x + w < 120 else None):
                 assert outside is None or not outside.any()
             assert ann['area'] == pytest.approx(inside.sum(), rel=0.15)
 
@@ -333,15 +336,19 @@ def test_coco_read_by_mmdet(coco_root):
     from mmdet.datasets import CocoDataset
     with open(osp.join(coco_root, 'annotations', 'instances_train2017.json')) as f:
         data = json.load(f)
-    ds = CocoDataset(data_root=coco_root, ann_file='annotations/instances_train2017.json',
-                     data_prefix=dict(img='train2017/'), pipeline=[],
-                     filter_cfg=dict(filter_empty_gt=True, min_size=32))
+    ds = CocoDataset(
+        data_root=coco_root,
+        ann_file='annotations/instances_train2017.json',
+        data_prefix=dict(img='train2017/'),
+        pipeline=[],
+        filter_cfg=dict(filter_empty_gt=True, min_size=32))
     assert len(ds) == 5
     info = ds.get_data_info(0)
     anns = [a for a in data['annotations'] if a['image_id'] == info['img_id']]
     got = sorted(tuple(i['bbox']) for i in info['instances'])
-    want = sorted((a['bbox'][0], a['bbox'][1], a['bbox'][0] + a['bbox'][2],
-                   a['bbox'][1] + a['bbox'][3]) for a in anns)
+    want = sorted(
+        (a['bbox'][0], a['bbox'][1], a['bbox'][0] + a['bbox'][2], a['bbox'][1] + a['bbox'][3])
+        for a in anns)
     assert got == want
     labels = sorted(i['bbox_label'] for i in info['instances'])
     classes = CocoDataset.METAINFO['classes']
@@ -381,10 +388,12 @@ test_evaluator = val_evaluator
 }
 
 
-@pytest.mark.parametrize('base', [
-    pytest.param(base, marks=[pytest.mark.slow] if 'coco' in base else [])  # resizes to 1333
-    for base in sorted(CONFIG_OVERRIDES)
-])
+@pytest.mark.parametrize(
+    'base',
+    [
+        pytest.param(base, marks=[pytest.mark.slow] if 'coco' in base else [])  # resizes to 1333
+        for base in sorted(CONFIG_OVERRIDES)
+    ])
 def test_upstream_dataset_configs_read_tiny_data(base, tmp_path, request):
     import importlib
 

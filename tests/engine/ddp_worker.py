@@ -13,16 +13,20 @@ import sys
 
 
 def main(rank, world_size, port, work_dir):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR='127.0.0.1',
+        MASTER_PORT=str(port))
     import torch
     torch.set_num_threads(1)
     torch.distributed.init_process_group('gloo', rank=rank, world_size=world_size)
+    # the script's folder is first on sys.path: its sibling module imports directly
+    from diagnostics_toy import ToyClassifier, tiny_backbone, toy_dataset, toy_loader
     from mmengine.runner import Runner
     from torch.utils.data.distributed import DistributedSampler
 
-    # the script's folder is first on sys.path: its sibling module imports directly
-    from diagnostics_toy import ToyClassifier, tiny_backbone, toy_dataset, toy_loader
     from mmstiff.engine.hooks import TrajectoryDiagnosticHook
 
     torch.manual_seed(0)  # the same weights on every rank
@@ -34,8 +38,10 @@ def main(rank, world_size, port, work_dir):
         train_dataloader=toy_loader(batch_size=4, sampler=sampler),
         train_cfg=dict(by_epoch=False, max_iters=4),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
-        custom_hooks=[dict(type='mmstiff.StiffnessHook', interval=2),
-                      dict(type='mmstiff.FrequencyHook', interval=2)],
+        custom_hooks=[
+            dict(type='mmstiff.StiffnessHook', interval=2),
+            dict(type='mmstiff.FrequencyHook', interval=2)
+        ],
         # logger interval 4: the hooks write iterations 2 and 4 together, one all_reduce
         default_hooks=dict(logger=dict(type='LoggerHook', interval=4), checkpoint=None),
         launcher='pytorch',

@@ -15,8 +15,8 @@ def tiny_backbone(depth=18, channels=8, adaptor=None):
     it): with the zero-initialised residuals every block would start as the identity and every
     NSI would be exactly 0, which would test nothing.
     """
-    kwargs = dict(depth=depth, stem_channels=channels, base_channels=channels,
-                  zero_init_residual=False)
+    kwargs = dict(
+        depth=depth, stem_channels=channels, base_channels=channels, zero_init_residual=False)
     if adaptor is None:
         from mmpretrain.models.backbones import ResNet_CIFAR
         return ResNet_CIFAR(**kwargs)
@@ -48,8 +48,7 @@ def toy_dataset(num=16, size=16, seed=0):
 
 
 def toy_loader(batch_size=4, sampler=None, **kwargs):
-    return DataLoader(toy_dataset(**kwargs), batch_size=batch_size, shuffle=False,
-                      sampler=sampler)
+    return DataLoader(toy_dataset(**kwargs), batch_size=batch_size, shuffle=False, sampler=sampler)
 
 
 def read_json_lines(path):

@@ -6,13 +6,13 @@ from collections import OrderedDict
 
 import pytest
 import torch
+from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_dataset, toy_loader
 from mmengine.runner import Runner
 
 from mmstiff.analysis import high_frequency_ratio, neural_stiffness_index, total_neural_stiffness
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.engine.hooks.diagnostic_hook import HISTORY_LENGTH, TRAJECTORY
 from mmstiff.engine.hooks.stiffness_hook import StepStiffness
-from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_dataset, toy_loader
 
 BATCH = 4
 
@@ -29,8 +29,7 @@ def _runner(work_dir, model, hooks, max_iters=6, images=None, log_interval=1):
         # lr 0: the weights stay as built, so a test can recompute the logged values
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
         custom_hooks=hooks,
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=log_interval),
-                           checkpoint=None),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=log_interval), checkpoint=None),
         randomness=dict(seed=0),
         default_scope='mmengine',
         # unique per test: runners built within one second would otherwise share the
@@ -99,8 +98,7 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
     images = toy_dataset().tensors[0][BATCH:2 * BATCH]
     columns, _ = _trajectory_nsi(model.backbone, images)
     for name in ('layer1.0', 'layer2.0', 'layer4.1'):
-        assert line[f'stiffness/nsi/{name}'] == pytest.approx(float(columns[name].mean()),
-                                                              rel=1e-4)
+        assert line[f'stiffness/nsi/{name}'] == pytest.approx(float(columns[name].mean()), rel=1e-4)
     zeta = torch.stack([columns[n] for n in names], dim=1)
     assert line['stiffness/tns/network'] == pytest.approx(total_neural_stiffness(zeta), rel=1e-4)
     assert line['stiffness/mu/network'] > 0.05 and line['stiffness/tns/network'] > 0
@@ -110,8 +108,8 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
         assert line[f'stiffness/mu/{stage}'] == pytest.approx(float(mu.mean()), rel=1e-4)
         assert line[f'stiffness/ratio/{stage}'] == pytest.approx(
             float((sub.max(dim=1).values / mu).mean()), rel=1e-4)
-        assert line[f'stiffness/tns/{stage}'] == pytest.approx(total_neural_stiffness(sub),
-                                                               rel=1e-4, abs=1e-9)
+        assert line[f'stiffness/tns/{stage}'] == pytest.approx(
+            total_neural_stiffness(sub), rel=1e-4, abs=1e-9)
 
     # the hook's own JSON log has them too, and the MessageHub keeps the latest values
     timestamp_log = osp.join(runner.log_dir, 'vis_data', f'{runner.timestamp}_stiffness.json')
@@ -126,8 +124,7 @@ def test_stiffness_hook_logs_per_block_values_at_its_interval(tmp_path):
 def test_stiffness_hook_logs_step_sizes_of_adaptors(tmp_path):
     torch.manual_seed(0)
     model = ToyClassifier(tiny_backbone(adaptor=dict(type='mmstiff.ConstantStep', step=0.5)))
-    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=3)],
-                     max_iters=3)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=3)], max_iters=3)
     runner.train()
     line = _scalar_lines(runner, 'stiffness/')[3]
     assert line['stiffness/step/layer1.0'] == pytest.approx(0.5)
@@ -199,8 +196,10 @@ def test_stiffness_hook_frees_its_difference_buffer_when_the_forward_pass_ends()
         for recorder in recorders.values():
             recorder.start()
         # registered after the recorder's: each runs once the block's step is reduced
-        handles = [block.register_forward_hook(lambda *_: held.append(hook._scratch.nbytes))
-                   for block in blocks]
+        handles = [
+            block.register_forward_hook(lambda *_: held.append(hook._scratch.nbytes))
+            for block in blocks
+        ]
         backbone(images)
         for recorder in recorders.values():
             recorder.stop()
@@ -217,8 +216,11 @@ def test_stiffness_hook_frees_its_difference_buffer_when_the_forward_pass_ends()
 def test_console_summary_follows_the_logger_interval(tmp_path):
     # recorded (and written to the JSON log) every iteration, printed every 2nd: the logger's
     model = ToyClassifier(tiny_backbone(depth=18, channels=4))
-    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)],
-                     max_iters=4, log_interval=2)
+    runner = _runner(
+        tmp_path,
+        model, [dict(type='mmstiff.StiffnessHook', interval=1)],
+        max_iters=4,
+        log_interval=2)
     runner.train()
     assert sorted(_scalar_lines(runner, 'stiffness/')) == [1, 2, 3, 4]
     log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
@@ -244,8 +246,11 @@ def test_recorded_iterations_are_written_in_batches_at_the_logger_interval(tmp_p
     torch.manual_seed(0)
     model = ToyClassifier(tiny_backbone(depth=18, channels=4))
     probe = Probe()
-    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1), probe],
-                     max_iters=6, log_interval=4)
+    runner = _runner(
+        tmp_path,
+        model, [dict(type='mmstiff.StiffnessHook', interval=1), probe],
+        max_iters=6,
+        log_interval=4)
     runner.train()
     # recorded at every iteration, written at iteration 4 (1-4) and at the end (5-6)
     assert probe.written == [0, 0, 0, 4, 4, 4]
@@ -269,8 +274,9 @@ def test_stiffness_rows_summarised_together_equal_one_at_a_time():
     rows = []
     for seed in range(3):
         recorders = hook.build_recorders(backbone)
-        _record_once(backbone, torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(
-            seed)), recorders.values())
+        _record_once(backbone,
+                     torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),
+                     recorders.values())
         rows.append(_outputs(recorders))
     together = hook.summarise_rows(rows)
     assert len(together) == 3 and together[0] != together[1]
@@ -286,21 +292,28 @@ def test_stiffness_summary_of_blocks_seen_a_different_number_of_times():
     one = StepStiffness(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), None, False)
     two = StepStiffness(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 4.0]), None, False)
     outputs = OrderedDict([('s.a', [one]), ('s.b', [one, two])])
-    expected = {'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
-                'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)}
+    expected = {
+        'nsi/s.a': pytest.approx((0.5 + 1.5) / 2),
+        'nsi/s.b': pytest.approx((0.5 + 1.5 + 2.0 + 0.5) / 4)
+    }
     assert StiffnessHook().summarise({TRAJECTORY: outputs}) == expected
     # in a batch of rows, next to an iteration that has a trajectory (ζ = (0.5, 1.5) at s.a
     # and (2.0, 0.5) at s.b: μ per sample 1.25 and 1.0, ζ* 2.0 and 1.5)
     whole = OrderedDict([('s.a', [one]), ('s.b', [two])])
-    rows = StiffnessHook().summarise_rows([{TRAJECTORY: whole}, {TRAJECTORY: outputs},
-                                           {TRAJECTORY: whole}])
+    rows = StiffnessHook().summarise_rows([{
+        TRAJECTORY: whole
+    }, {
+        TRAJECTORY: outputs
+    }, {
+        TRAJECTORY: whole
+    }])
     assert rows[1] == expected
     assert rows[0] == rows[2]
     assert rows[0]['nsi/s.b'] == pytest.approx(1.25)
     assert rows[0]['mu/s'] == pytest.approx((1.25 + 1.0) / 2)
     assert rows[0]['ratio/s'] == pytest.approx((2.0 / 1.25 + 1.5 / 1.0) / 2)
-    assert rows[0]['tns/network'] == pytest.approx(((2.0 / 1.25 - 1) * 2.0 +
-                                                    (1.5 / 1.0 - 1) * 1.5) / 2)
+    assert rows[0]['tns/network'] == pytest.approx(
+        ((2.0 / 1.25 - 1) * 2.0 + (1.5 / 1.0 - 1) * 1.5) / 2)
 
 
 def test_extend_history_equals_bounded_updates_one_by_one(monkeypatch):
@@ -329,8 +342,11 @@ def test_non_finite_values_are_skipped_with_one_warning(tmp_path):
     # all-zero images give all-zero states: NSI = 0 / 0 at every block
     model = ToyClassifier(tiny_backbone())
     zeros = torch.zeros(16, 3, 16, 16)
-    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)],
-                     max_iters=3, images=zeros)
+    runner = _runner(
+        tmp_path,
+        model, [dict(type='mmstiff.StiffnessHook', interval=1)],
+        max_iters=3,
+        images=zeros)
     runner.train()  # does not crash
     log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
     assert log.count('non-finite values') == 1
@@ -362,11 +378,17 @@ def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
     torch.manual_seed(0)
     vit = VisionTransformer(
         arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-        img_size=16, patch_size=4, out_type='featmap')
+        img_size=16,
+        patch_size=4,
+        out_type='featmap')
     model = ToyClassifier(vit)
-    runner = _runner(tmp_path, model, [dict(type='mmstiff.FrequencyHook', interval=2),
-                                       dict(type='mmstiff.StiffnessHook', interval=2)],
-                     max_iters=2)
+    runner = _runner(
+        tmp_path,
+        model, [
+            dict(type='mmstiff.FrequencyHook', interval=2),
+            dict(type='mmstiff.StiffnessHook', interval=2)
+        ],
+        max_iters=2)
     runner.train()
     line = _scalar_lines(runner, ('freq/', 'stiffness/'))[2]
     for key in ('freq/token_cos/layers.0.msa', 'freq/token_cos/layers.1.mlp',
@@ -383,8 +405,12 @@ def test_hooks_on_swin_blocks_and_window_attention():
                                   token_cosine_similarity)
     from mmstiff.models.backbones import StepSwin
     torch.manual_seed(0)
-    swin = StepSwin(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=32,
-                    window_size=4, out_indices=(0, 1), attn_scale_layers='all')
+    swin = StepSwin(
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
+        img_size=32,
+        window_size=4,
+        out_indices=(0, 1),
+        attn_scale_layers='all')
     swin.eval()
     images = torch.randn(3, 3, 32, 32)
     freq, stiff = FrequencyHook(interval=1, num_samples=2), StiffnessHook(interval=1)

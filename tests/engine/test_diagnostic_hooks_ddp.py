@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from diagnostics_toy import read_json_lines
 
 WORKER = osp.join(osp.dirname(osp.abspath(__file__)), 'ddp_worker.py')
@@ -24,11 +23,20 @@ def _free_port():
 @pytest.mark.slow
 def test_two_ranks_log_the_mean_once(tmp_path):
     port, world = _free_port(), 2
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), str(port),
-                               str(tmp_path)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS='1',
+        PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER,
+             str(r), str(world),
+             str(port), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True) for r in range(world)
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-5000:]
@@ -42,8 +50,9 @@ def test_two_ranks_log_the_mean_once(tmp_path):
     log_dir = open(tmp_path / 'log_dir_0.txt').read()
     assert open(tmp_path / 'log_dir_1.txt').read() == log_dir  # one run folder for both ranks
     logged = read_json_lines(osp.join(log_dir, 'vis_data', 'scalars.json'))
-    diag_lines = [line for line in logged
-                  if any(k.startswith(('stiffness/', 'freq/')) for k in line)]
+    diag_lines = [
+        line for line in logged if any(k.startswith(('stiffness/', 'freq/')) for k in line)
+    ]
     # both hooks write one line each per recorded iteration, on rank 0 only
     assert sorted(line['step'] for line in diag_lines) == [2, 2, 4, 4]
     for line in diag_lines:

@@ -15,11 +15,11 @@ from collections import Counter
 
 import pytest
 import torch
+from diagnostics_toy import tiny_backbone
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.engine.hooks.scalar_rows import BatchedReductions
-from diagnostics_toy import tiny_backbone
 
 READS = ('item', 'tolist', 'numpy', 'cpu', '__float__', '__int__')
 
@@ -27,9 +27,12 @@ READS = ('item', 'tolist', 'numpy', 'cpu', '__float__', '__int__')
 @contextlib.contextmanager
 def no_host_reads(monkeypatch):
     """Every way of reading a tensor back to the host raises inside the block."""
+
     def refuse(name):
+
         def read(*args, **kwargs):
             raise AssertionError(f'Tensor.{name}() read a value back to the host')
+
         return read
 
     with monkeypatch.context() as patch:
@@ -53,13 +56,16 @@ class OpCounter(TorchDispatchMode):
 def _vit(layers, attn_scale=False):
     if attn_scale:
         from mmstiff.models.backbones import StepViT
-        return StepViT(arch=dict(embed_dims=16, num_layers=layers, num_heads=2,
-                                 feedforward_channels=32),
-                       img_size=16, patch_size=4, attn_scale_layers='all')
+        return StepViT(
+            arch=dict(embed_dims=16, num_layers=layers, num_heads=2, feedforward_channels=32),
+            img_size=16,
+            patch_size=4,
+            attn_scale_layers='all')
     from mmpretrain.models.backbones import VisionTransformer
     return VisionTransformer(
         arch=dict(embed_dims=16, num_layers=layers, num_heads=2, feedforward_channels=32),
-        img_size=16, patch_size=4)
+        img_size=16,
+        patch_size=4)
 
 
 def _recorded_rows(backbone, hooks, iterations=3, size=16):
@@ -82,12 +88,14 @@ def _recorded_rows(backbone, hooks, iterations=3, size=16):
     return rows
 
 
-@pytest.mark.parametrize('build', [
-    lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.StepNetAdaptor')),
-    lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.ConstantStep', step=0.5)),
-    lambda: _vit(2),
-    lambda: _vit(2, attn_scale=True),
-], ids=['stepnet', 'constant-step', 'vit', 'vit-attnscale'])
+@pytest.mark.parametrize(
+    'build', [
+        lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.StepNetAdaptor')),
+        lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.ConstantStep', step=0.5)),
+        lambda: _vit(2),
+        lambda: _vit(2, attn_scale=True),
+    ],
+    ids=['stepnet', 'constant-step', 'vit', 'vit-attnscale'])
 def test_a_recorded_forward_pass_reads_nothing_back_to_the_host(build, monkeypatch):
     torch.manual_seed(0)
     backbone = build()
@@ -96,8 +104,9 @@ def test_a_recorded_forward_pass_reads_nothing_back_to_the_host(build, monkeypat
         rows = _recorded_rows(backbone, hooks, iterations=1)
     for hook in hooks:  # the values are there, and finite, once written
         (scalars, ) = hook.summarise_rows(rows[hook])
-        assert scalars and all(math.isfinite(v) for k, v in scalars.items()
-                               if not k.startswith(('dlogamp/', 'nsi_step_corr/')))
+        assert scalars and all(
+            math.isfinite(v)
+            for k, v in scalars.items() if not k.startswith(('dlogamp/', 'nsi_step_corr/')))
 
 
 def _summary_ops(backbone, hook):
@@ -110,9 +119,10 @@ def _summary_ops(backbone, hook):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('make_hook', [lambda: StiffnessHook(interval=1),
-                                       lambda: FrequencyHook(interval=1, num_samples=2)],
-                         ids=['stiffness', 'frequency'])
+@pytest.mark.parametrize(
+    'make_hook',
+    [lambda: StiffnessHook(interval=1), lambda: FrequencyHook(interval=1, num_samples=2)],
+    ids=['stiffness', 'frequency'])
 def test_writing_costs_the_same_tensor_ops_at_any_depth(make_hook):
     torch.manual_seed(0)
     shallow, shallow_rows = _summary_ops(tiny_backbone(depth=18, channels=4), make_hook())
@@ -129,11 +139,19 @@ def test_batched_reductions_keep_the_order_of_the_values():
     batch = BatchedReductions()
     mean = lambda stack: stack.double().flatten(1).mean(dim=1)  # noqa: E731
     total = lambda stack: stack.double().flatten(1).sum(dim=1)  # noqa: E731
-    tensors = [torch.tensor([1.0, 3.0]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
-               torch.tensor([5.0, 7.0]), torch.tensor([2.0, 4.0], dtype=torch.float64)]
-    indices = [batch.add(tensors[0], mean), batch.add(tensors[1], total),
-               batch.add(tensors[2], mean), batch.add(tensors[3], mean),
-               batch.add(tensors[0], total)]
+    tensors = [
+        torch.tensor([1.0, 3.0]),
+        torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+        torch.tensor([5.0, 7.0]),
+        torch.tensor([2.0, 4.0], dtype=torch.float64)
+    ]
+    indices = [
+        batch.add(tensors[0], mean),
+        batch.add(tensors[1], total),
+        batch.add(tensors[2], mean),
+        batch.add(tensors[3], mean),
+        batch.add(tensors[0], total)
+    ]
     assert indices == [0, 1, 2, 3, 4]
     assert batch.compute() == [2.0, 10.0, 6.0, 3.0, 4.0]
     assert BatchedReductions().compute() == []

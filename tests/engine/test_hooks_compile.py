@@ -12,41 +12,52 @@ import math
 import pytest
 import torch
 import torch._dynamo
-from mmengine.runner import Runner
-
 from diagnostics_toy import ToyClassifier, read_json_lines, toy_loader
+from mmengine.runner import Runner
 
 
 def _stepnet_resnet():
     from mmstiff.models.backbones import StepResNet_CIFAR
-    return StepResNet_CIFAR(depth=18, stem_channels=4, base_channels=4, zero_init_residual=False,
-                            adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    return StepResNet_CIFAR(
+        depth=18,
+        stem_channels=4,
+        base_channels=4,
+        zero_init_residual=False,
+        adaptor=dict(type='mmstiff.StepNetAdaptor'))
 
 
 def _step_vit():
     from mmstiff.models.backbones import StepViT
-    return StepViT(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-                   img_size=16, patch_size=4, out_type='featmap', attn_scale_layers='all',
-                   feat_scale_layers='all')
+    return StepViT(
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+        img_size=16,
+        patch_size=4,
+        out_type='featmap',
+        attn_scale_layers='all',
+        feat_scale_layers='all')
 
 
 BACKBONES = {'stepnet-resnet': _stepnet_resnet, 'vit-attnscale-featscale': _step_vit}
-HOOKS = [dict(type='mmstiff.StiffnessHook', interval=1),
-         dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)]
+HOOKS = [
+    dict(type='mmstiff.StiffnessHook', interval=1),
+    dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)
+]
 
 
 def _train(work_dir, backbone, hooks, compile, max_iters=2):
     torch._dynamo.reset()  # no graph of an earlier test's model
     torch.manual_seed(0)
     runner = Runner(
-        model=ToyClassifier(BACKBONES[backbone]()), work_dir=str(work_dir),
+        model=ToyClassifier(BACKBONES[backbone]()),
+        work_dir=str(work_dir),
         train_dataloader=toy_loader(batch_size=4),
         train_cfg=dict(by_epoch=False, max_iters=max_iters),
         # lr 0: both runs see the same weights at every iteration
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
-        custom_hooks=hooks, default_hooks=dict(checkpoint=None,
-                                               logger=dict(type='LoggerHook', interval=1)),
-        randomness=dict(seed=0), default_scope='mmengine',
+        custom_hooks=hooks,
+        default_hooks=dict(checkpoint=None, logger=dict(type='LoggerHook', interval=1)),
+        randomness=dict(seed=0),
+        default_scope='mmengine',
         experiment_name=f'{backbone}-{bool(hooks)}-{compile}',
         cfg=dict(compile=compile))
     runner.train()
@@ -64,8 +75,8 @@ def test_compiled_training_with_and_without_the_hooks(backbone, with_hooks, tmp_
     compiled = _train(tmp_path / 'compiled', backbone, hooks, compile=True)
     assert sorted(compiled) == [1, 2] and all(math.isfinite(compiled[s]['loss']) for s in (1, 2))
     if not with_hooks:
-        assert not any(k.startswith(('stiffness/', 'freq/')) for row in compiled.values()
-                       for k in row)
+        assert not any(
+            k.startswith(('stiffness/', 'freq/')) for row in compiled.values() for k in row)
         return
     eager = _train(tmp_path / 'eager', backbone, hooks, compile=False)
     # every recorded iteration is written, with the values of the eager run
@@ -88,8 +99,10 @@ def _graphs(work_dir, hooks):
 
 
 # both record iterations 2 and 4; 1, 3 and 5 run compiled
-EVERY_OTHER = [dict(type='mmstiff.StiffnessHook', interval=2),
-               dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)]
+EVERY_OTHER = [
+    dict(type='mmstiff.StiffnessHook', interval=2),
+    dict(type='mmstiff.FrequencyHook', interval=2, num_samples=2)
+]
 
 
 @pytest.mark.slow
@@ -101,8 +114,8 @@ def test_recorded_iterations_add_no_compiled_graph(tmp_path):
     hooked, rows, stance_after_hooks = _graphs(tmp_path / 'hooks', EVERY_OTHER)
     assert plain > 0 and hooked == plain
     assert stance_after_plain == stance_after_hooks == 'default'
-    recorded = sorted(step for step, row in rows.items()
-                      if any(k.startswith('stiffness/nsi/') for k in row))
+    recorded = sorted(step for step, row in rows.items() if any(
+        k.startswith('stiffness/nsi/') for k in row))
     assert recorded == [2, 4]
 
 

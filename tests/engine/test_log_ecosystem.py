@@ -14,9 +14,8 @@ import sys
 from unittest import mock
 
 import pytest
-from mmengine.runner import Runner
-
 from diagnostics_toy import ToyClassifier, read_json_lines, tiny_backbone, toy_loader
+from mmengine.runner import Runner
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -44,8 +43,10 @@ default_hooks = dict(checkpoint=None)
 
 
 def _data_options(root, prefix=''):
-    return [f'{loader}.dataset.data_root={root}{prefix}'
-            for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    return [
+        f'{loader}.dataset.data_root={root}{prefix}'
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    ]
 
 
 @pytest.fixture(scope='module')
@@ -53,20 +54,23 @@ def epoch_run(tmp_path_factory, tiny_data, run_tool):
     """``vis_data`` of the tiny diagnostics run, trained by epochs with validation each epoch."""
     root = tmp_path_factory.mktemp('epoch_run')
     config = root / 'config.py'
-    config.write_text(EPOCH_CONFIG.format(
-        base=osp.join(REPO, 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py'),
-        batch=BATCH, epochs=EPOCHS))
-    run_tool('tools/train.py', str(config), '--work-dir', str(root / 'work'),
-             '--cfg-options', *_data_options(tiny_data('cifar10')))
+    config.write_text(
+        EPOCH_CONFIG.format(
+            base=osp.join(REPO, 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py'),
+            batch=BATCH,
+            epochs=EPOCHS))
+    run_tool('tools/train.py', str(config), '--work-dir', str(root / 'work'), '--cfg-options',
+             *_data_options(tiny_data('cifar10')))
     (vis_data, ) = glob.glob(str(root / 'work' / '*' / 'vis_data'))
     return vis_data
 
 
 def _logs(vis_data):
     """``(json log, {namespace: hook log}, scalars.json)`` of a run's ``vis_data``."""
-    (main, ) = [p for p in glob.glob(osp.join(vis_data, '*.json'))
-                if osp.basename(p) != 'scalars.json'
-                and not p.endswith(tuple(f'_{n}.json' for n in NAMESPACES))]
+    (main, ) = [
+        p for p in glob.glob(osp.join(vis_data, '*.json')) if osp.basename(p) != 'scalars.json'
+        and not p.endswith(tuple(f'_{n}.json' for n in NAMESPACES))
+    ]
     stamp = osp.basename(main)[:-len('.json')]
     hooks = {n: osp.join(vis_data, f'{stamp}_{n}.json') for n in NAMESPACES}
     return main, hooks, osp.join(vis_data, 'scalars.json')
@@ -87,10 +91,11 @@ def test_rows_carry_iter_and_epoch(epoch_run):
     all_rows = read_json_lines(scalars)
     for namespace, path in hooks.items():
         rows = read_json_lines(path)
-        assert [(r['iter'], r['epoch'], r['step']) for r in rows] == list(
-            zip(iters, epochs, iters)), namespace
-        assert all(k.startswith(f'{namespace}/') for r in rows for k in r
-                   if k not in ('iter', 'epoch', 'step'))
+        assert [(r['iter'], r['epoch'], r['step'])
+                for r in rows] == list(zip(iters, epochs, iters)), namespace
+        assert all(
+            k.startswith(f'{namespace}/') for r in rows for k in r
+            if k not in ('iter', 'epoch', 'step'))
         # scalars.json holds the same rows, with the same iter / epoch
         mirrored = [r for r in all_rows if any(k.startswith(f'{namespace}/') for k in r)]
         assert mirrored == rows, namespace
@@ -101,9 +106,13 @@ def test_rows_carry_iter_and_epoch(epoch_run):
 
 def _plot(tool, log, key, out, env=None):
     import subprocess
-    proc = subprocess.run([sys.executable, tool, 'plot_curve', log, '--keys', key, '--out',
-                           str(out)], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, MPLBACKEND='Agg', **(env or {})))
+    proc = subprocess.run(
+        [sys.executable, tool, 'plot_curve', log, '--keys', key, '--out',
+         str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, MPLBACKEND='Agg', **(env or {})))
     assert proc.returncode == 0, (key, proc.stdout[-2000:], proc.stderr[-3000:])
     with open(out, 'rb') as f:
         assert f.read(8) == PNG_MAGIC
@@ -111,9 +120,9 @@ def _plot(tool, log, key, out, env=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('which, key', [
-    ('main', 'loss'), ('main', 'accuracy/top1'),
-    ('stiffness', 'stiffness/nsi/layer1.0'), ('freq', 'freq/hf_ratio/layer1.0')])
+@pytest.mark.parametrize('which, key', [('main', 'loss'), ('main', 'accuracy/top1'),
+                                        ('stiffness', 'stiffness/nsi/layer1.0'),
+                                        ('freq', 'freq/hf_ratio/layer1.0')])
 def test_mmpretrain_analyze_logs_plots(epoch_run, which, key, tmp_path):
     main, hooks, _ = _logs(epoch_run)
     log = main if which == 'main' else hooks[which]
@@ -169,11 +178,12 @@ def _toy_runner(work_dir, vis_backends):
         train_dataloader=toy_loader(batch_size=4),
         train_cfg=dict(by_epoch=False, max_iters=MAX_ITERS),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
-        custom_hooks=[dict(type='mmstiff.StiffnessHook', interval=1),
-                      dict(type='mmstiff.FrequencyHook', interval=1)],
+        custom_hooks=[
+            dict(type='mmstiff.StiffnessHook', interval=1),
+            dict(type='mmstiff.FrequencyHook', interval=1)
+        ],
         # the logger writes every other iteration: the hooks' rows still land at every one
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=LOG_INTERVAL),
-                           checkpoint=None),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=LOG_INTERVAL), checkpoint=None),
         visualizer=dict(type='Visualizer', vis_backends=vis_backends),
         randomness=dict(seed=0),
         default_scope='mmengine',
@@ -191,16 +201,20 @@ def _local_rows(runner, namespace):
 def test_tensorboard_gets_every_row_at_its_iteration(tmp_path):
     pytest.importorskip('tensorboard', reason='tensorboard is not installed')
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    runner = _toy_runner(tmp_path / 'tb', [dict(type='LocalVisBackend'),
-                                          dict(type='TensorboardVisBackend')])
+    runner = _toy_runner(tmp_path / 'tb',
+                         [dict(type='LocalVisBackend'),
+                          dict(type='TensorboardVisBackend')])
     runner.train()
     runner.visualizer.close()
-    (events, ) = {osp.dirname(p) for p in glob.glob(
-        osp.join(runner.log_dir, 'vis_data', '**', 'events.out.tfevents.*'), recursive=True)}
+    (events, ) = {
+        osp.dirname(p)
+        for p in glob.glob(
+            osp.join(runner.log_dir, 'vis_data', '**', 'events.out.tfevents.*'), recursive=True)
+    }
     acc = EventAccumulator(events, size_guidance={'scalars': 0})
     acc.Reload()
-    for namespace, key in (('stiffness', 'stiffness/nsi/layer1.0'),
-                           ('freq', 'freq/hf_ratio/layer1.0')):
+    for namespace, key in (('stiffness', 'stiffness/nsi/layer1.0'), ('freq',
+                                                                     'freq/hf_ratio/layer1.0')):
         rows = _local_rows(runner, namespace)
         events_of_key = acc.Scalars(key)
         assert [e.step for e in events_of_key] == list(range(1, MAX_ITERS + 1)), key
@@ -212,12 +226,15 @@ def test_tensorboard_gets_every_row_at_its_iteration(tmp_path):
 def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
     wandb = mock.MagicMock(name='wandb')
     monkeypatch.setitem(sys.modules, 'wandb', wandb)
-    step_metrics = [dict(name='iter', hidden=True),
-                    dict(name='stiffness/*', step_metric='iter'),
-                    dict(name='freq/*', step_metric='iter')]
-    runner = _toy_runner(tmp_path / 'wandb', [dict(type='LocalVisBackend'),
-                                             dict(type='WandbVisBackend',
-                                                  define_metric_cfg=step_metrics)])
+    step_metrics = [
+        dict(name='iter', hidden=True),
+        dict(name='stiffness/*', step_metric='iter'),
+        dict(name='freq/*', step_metric='iter')
+    ]
+    runner = _toy_runner(tmp_path / 'wandb', [
+        dict(type='LocalVisBackend'),
+        dict(type='WandbVisBackend', define_metric_cfg=step_metrics)
+    ])
     runner.train()
     assert [c.kwargs for c in wandb.define_metric.call_args_list] == step_metrics
     logged = [c.args[0] for c in wandb.log.call_args_list]
@@ -227,8 +244,7 @@ def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
         assert [r['iter'] for r in rows] == list(range(1, MAX_ITERS + 1)), namespace
         assert all(r['epoch'] == 1 for r in rows)  # an iteration-based loop: epoch 1
         local = _local_rows(runner, namespace)
-        assert rows == [
-            {k: v for k, v in r.items() if k != 'step'} for r in local]
+        assert rows == [{k: v for k, v in r.items() if k != 'step'} for r in local]
     # MMEngine's own training rows carry 'iter' too, at the logging iterations
     assert [r['iter'] for r in logged if 'loss' in r] == [2, 4]
 
@@ -237,8 +253,9 @@ def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
 def test_mlflow_gets_the_rows_at_their_iteration(tmp_path, monkeypatch):
     mlflow = mock.MagicMock(name='mlflow')
     monkeypatch.setitem(sys.modules, 'mlflow', mlflow)
-    runner = _toy_runner(tmp_path / 'mlflow', [dict(type='LocalVisBackend'),
-                                              dict(type='MLflowVisBackend')])
+    runner = _toy_runner(
+        tmp_path / 'mlflow',
+        [dict(type='LocalVisBackend'), dict(type='MLflowVisBackend')])
     runner.train()
     calls = [(c.args[0], c.args[1]) for c in mlflow.log_metrics.call_args_list]
     for namespace in NAMESPACES:
@@ -246,5 +263,4 @@ def test_mlflow_gets_the_rows_at_their_iteration(tmp_path, monkeypatch):
         assert [s for _, s in rows] == list(range(1, MAX_ITERS + 1)), namespace
         assert all(m['iter'] == s for m, s in rows)
         local = _local_rows(runner, namespace)
-        assert [m for m, _ in rows] == [{k: v for k, v in r.items() if k != 'step'}
-                                        for r in local]
+        assert [m for m, _ in rows] == [{k: v for k, v in r.items() if k != 'step'} for r in local]

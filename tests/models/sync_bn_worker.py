@@ -32,9 +32,14 @@ def layer_run(rank, device):
     coeff = torch.arange(6.0, device=device).view(2, 3, 1, 1) + 6 * rank
     out = layer(x)
     (out * coeff).sum().backward()
-    return dict(x=x.tolist(), out=out.tolist(), running_mean=layer.running_mean.tolist(),
-                running_var=layer.running_var.tolist(), weight_grad=layer.weight.grad.tolist(),
-                bias_grad=layer.bias.grad.tolist(), x_grad=x.grad.tolist())
+    return dict(
+        x=x.tolist(),
+        out=out.tolist(),
+        running_mean=layer.running_mean.tolist(),
+        running_var=layer.running_var.tolist(),
+        weight_grad=layer.weight.grad.tolist(),
+        bias_grad=layer.bias.grad.tolist(),
+        x_grad=x.grad.tolist())
 
 
 def backbone_run(rank, device):
@@ -43,21 +48,26 @@ def backbone_run(rank, device):
     from mmstiff.models.backbones import StepResNet
     from mmstiff.models.steps import StepAdaptor
     torch.manual_seed(0)  # the same weights on every rank
-    model = StepResNet(18, stem_channels=8, base_channels=8,
-                       adaptor=dict(type='mmstiff.StepNetAdaptor'),
-                       adaptor_norm_cfg=dict(type='SyncBN')).to(device)
+    model = StepResNet(
+        18,
+        stem_channels=8,
+        base_channels=8,
+        adaptor=dict(type='mmstiff.StepNetAdaptor'),
+        adaptor_norm_cfg=dict(type='SyncBN')).to(device)
     adaptors = [m for m in model.modules() if isinstance(m, StepAdaptor)]
     torch.manual_seed(100 + rank)  # each rank its own batch
     model.train()
     with torch.no_grad():
         model(torch.randn(2, 3, 32, 32, device=device))
-    return dict(norm_types=sorted({type(a.norm).__name__ for a in adaptors}),
-                running_means=[a.norm.running_mean.tolist() for a in adaptors])
+    return dict(
+        norm_types=sorted({type(a.norm).__name__
+                           for a in adaptors}),
+        running_means=[a.norm.running_mean.tolist() for a in adaptors])
 
 
 def main(rank, world_size, port, out_dir, device):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1',
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -70,5 +80,6 @@ def main(rank, world_size, port, out_dir, device):
 
 
 if __name__ == '__main__':
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
-         sys.argv[5] if len(sys.argv) > 5 else 'cpu')
+    main(
+        int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
+        sys.argv[5] if len(sys.argv) > 5 else 'cpu')

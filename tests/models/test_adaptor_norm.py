@@ -62,6 +62,7 @@ def adaptor_norm_layers(model):
 
 # ------------------------------------------------------------ upstream's norm contract, ported
 
+
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', ADAPTORS.values(), ids=ADAPTORS.keys())
 def test_norm_eval_puts_every_bn_in_eval_mode(backbone, adaptor):
@@ -91,20 +92,23 @@ def test_frozen_stages_freeze_the_stem_and_the_adaptors_of_the_stage(backbone, a
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', ADAPTORS.values(), ids=ADAPTORS.keys())
 def test_group_norm_reaches_every_norm_layer_and_runs(backbone, adaptor):
-    model = build(backbone, adaptor, norm_eval=False,
-                  norm_cfg=dict(type='GN', num_groups=2, requires_grad=True))
+    model = build(
+        backbone,
+        adaptor,
+        norm_eval=False,
+        norm_cfg=dict(type='GN', num_groups=2, requires_grad=True))
     norms = [m for m in model.modules() if is_norm(m)]
     assert norms and all(isinstance(m, nn.GroupNorm) for m in norms)
     if adaptor['type'].endswith('StepNetAdaptor'):
         assert len(adaptor_norm_layers(model)) == 16
     model.init_weights()
     model.train()
-    feats = model(torch.randn(1, 3, 32, 32))         # a batch of one: GN needs no batch
-    if backbone == 'mmpretrain':                        # the last stage only, by default
+    feats = model(torch.randn(1, 3, 32, 32))  # a batch of one: GN needs no batch
+    if backbone == 'mmpretrain':  # the last stage only, by default
         assert [tuple(f.shape) for f in feats] == [(1, 128, 1, 1)]
     else:
-        assert [tuple(f.shape) for f in feats] == [(1, 16, 8, 8), (1, 32, 4, 4),
-                                                   (1, 64, 2, 2), (1, 128, 1, 1)]
+        assert [tuple(f.shape) for f in feats] == [(1, 16, 8, 8), (1, 32, 4, 4), (1, 64, 2, 2),
+                                                   (1, 128, 1, 1)]
 
 
 @pytest.mark.parametrize('backbone', BACKBONES)
@@ -119,8 +123,12 @@ def test_sync_bn_norm_cfg_reaches_the_adaptors(backbone):
 
 
 def test_adaptor_norm_cfg_overrides_the_backbone_norm():
-    model = StepResNet(18, stem_channels=8, base_channels=8, adaptor=ADAPTORS['stepnet'],
-                       adaptor_norm_cfg=dict(type='GN', num_groups=2))
+    model = StepResNet(
+        18,
+        stem_channels=8,
+        base_channels=8,
+        adaptor=ADAPTORS['stepnet'],
+        adaptor_norm_cfg=dict(type='GN', num_groups=2))
     inside = {id(m) for m in adaptor_norm_layers(model)}
     assert len(inside) == 8
     assert all(isinstance(m, nn.GroupNorm) for m in adaptor_norm_layers(model))
@@ -131,33 +139,39 @@ def test_adaptor_norm_cfg_overrides_the_backbone_norm():
 
 
 def test_adaptor_norm_cfg_reaches_the_cifar_preact_backbone():
-    model = PreActStepResNet(depth=11, base_channels=8, adaptor=ADAPTORS['stepnet'],
-                             norm_cfg=dict(type='GN', num_groups=2))
+    model = PreActStepResNet(
+        depth=11,
+        base_channels=8,
+        adaptor=ADAPTORS['stepnet'],
+        norm_cfg=dict(type='GN', num_groups=2))
     assert all(isinstance(m, nn.GroupNorm) for m in adaptor_norm_layers(model))
-    model = PreActStepResNet(depth=11, base_channels=8, adaptor=ADAPTORS['stepnet'],
-                             adaptor_norm_cfg=dict(type='SyncBN'))
+    model = PreActStepResNet(
+        depth=11,
+        base_channels=8,
+        adaptor=ADAPTORS['stepnet'],
+        adaptor_norm_cfg=dict(type='SyncBN'))
     assert all(isinstance(m, nn.SyncBatchNorm) for m in adaptor_norm_layers(model))
 
 
 def test_group_norm_adaptor_matches_its_formula():
     """Δ = σ(W_IE ⊙ GN(z) + b_IE), GN over the channels of each group of one sample."""
     torch.manual_seed(0)
-    adaptor = StepNetAdaptor(8, norm_cfg=dict(type='GN', num_groups=2),
-                             ie_weight_init=0.7, ie_bias_init=0.1)
+    adaptor = StepNetAdaptor(
+        8, norm_cfg=dict(type='GN', num_groups=2), ie_weight_init=0.7, ie_bias_init=0.1)
     with torch.no_grad():
         adaptor.norm.weight.uniform_(0.5, 1.5)
         adaptor.norm.bias.uniform_(-0.5, 0.5)
     x_t, f = torch.randn(3, 8, 5, 5), torch.randn(3, 8, 5, 5)
     u = x_t.mean((2, 3))
     v = (x_t + f).mean((2, 3))
-    z = grouped_pointwise(u, v, adaptor.conv.weight, 8).detach()       # (3, 8)
+    z = grouped_pointwise(u, v, adaptor.conv.weight, 8).detach()  # (3, 8)
     groups = z.view(3, 2, 4)
     mean = groups.mean(-1, keepdim=True)
     var = groups.var(-1, unbiased=False, keepdim=True)
     normed = ((groups - mean) / torch.sqrt(var + 1e-5)).view(3, 8)
     normed = normed * adaptor.norm.weight + adaptor.norm.bias
     expected = torch.sigmoid(0.7 * normed + 0.1)
-    for mode in (True, False):     # GN has no batch statistics: train and eval agree
+    for mode in (True, False):  # GN has no batch statistics: train and eval agree
         adaptor.train(mode)
         torch.testing.assert_close(adaptor(x_t, f).detach().view(3, 8), expected.detach())
 
@@ -175,8 +189,10 @@ def test_norm_cfg_that_makes_z_constant_is_refused(norm_cfg, message):
 
 def test_both_norm_overrides_are_an_error():
     with pytest.raises(ValueError, match='both set the adaptors'):
-        StepResNet(18, adaptor=dict(ADAPTORS['stepnet'], norm_cfg=dict(type='BN')),
-                   adaptor_norm_cfg=dict(type='SyncBN'))
+        StepResNet(
+            18,
+            adaptor=dict(ADAPTORS['stepnet'], norm_cfg=dict(type='BN')),
+            adaptor_norm_cfg=dict(type='SyncBN'))
 
 
 def test_iebn_follows_bn_and_sync_bn_and_refuses_other_norms():
@@ -185,9 +201,12 @@ def test_iebn_follows_bn_and_sync_bn_and_refuses_other_norms():
     assert type(StepNetAdaptor(8, norm='iebn', norm_cfg=dict(type='SyncBN')).norm) is IEBN
     with pytest.raises(ValueError, match="not supported with norm='iebn'"):
         StepNetAdaptor(8, norm='iebn', norm_cfg=dict(type='GN', num_groups=2))
-    model = StepResNet(18, stem_channels=8, base_channels=8,
-                       adaptor=dict(ADAPTORS['stepnet'], norm='iebn'),
-                       adaptor_norm_cfg=dict(type='BN', eps=1e-3))
+    model = StepResNet(
+        18,
+        stem_channels=8,
+        base_channels=8,
+        adaptor=dict(ADAPTORS['stepnet'], norm='iebn'),
+        adaptor_norm_cfg=dict(type='BN', eps=1e-3))
     assert all(type(m) is IEBN and m.eps == 1e-3 for m in adaptor_norm_layers(model))
 
 
@@ -208,10 +227,13 @@ def test_sync_iebn_on_one_process_equals_iebn():
 
 # ------------------------------------------------------------------------- SyncBN conversions
 
+
 def converters():
     from mmengine.model import convert_sync_batchnorm
-    return {'torch': nn.SyncBatchNorm.convert_sync_batchnorm,
-            'mmengine': lambda m: convert_sync_batchnorm(m, implementation='torch')}
+    return {
+        'torch': nn.SyncBatchNorm.convert_sync_batchnorm,
+        'mmengine': lambda m: convert_sync_batchnorm(m, implementation='torch')
+    }
 
 
 @pytest.mark.parametrize('converter', ['torch', 'mmengine'])
@@ -232,11 +254,12 @@ def test_sync_bn_conversion_reaches_the_adaptor_norms(converter):
 
 @pytest.mark.parametrize('converter', ['torch', 'mmengine'])
 def test_converting_an_iebn_adaptor_is_refused_at_train(converter):
-    model = StepResNet(18, stem_channels=8, base_channels=8,
-                       adaptor=dict(ADAPTORS['stepnet'], norm='iebn'))
+    model = StepResNet(
+        18, stem_channels=8, base_channels=8, adaptor=dict(ADAPTORS['stepnet'], norm='iebn'))
     model = converters()[converter](model)
-    with pytest.raises(RuntimeError, match=r"norm='iebn' holds a SyncBatchNorm.*"
-                                           r"dict\(type='SyncBN'\)"):
+    with pytest.raises(
+            RuntimeError, match=r"norm='iebn' holds a SyncBatchNorm.*"
+            r"dict\(type='SyncBN'\)"):
         model.train()
 
 
@@ -248,11 +271,21 @@ def _free_port():
 
 def run_sync_workers(tmp_path, device='cpu', world=2):
     port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), str(port),
-                               str(tmp_path), device], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS='1',
+        PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER,
+             str(r), str(world),
+             str(port),
+             str(tmp_path), device],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True) for r in range(world)
+    ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-5000:]
@@ -278,8 +311,7 @@ def check_layer_against_one_bn(ranks):
         torch.testing.assert_close(torch.tensor(r['x_grad']), x.grad[2 * i:2 * i + 2])
         torch.testing.assert_close(torch.tensor(r['running_mean']), reference.running_mean)
         torch.testing.assert_close(torch.tensor(r['running_var']), reference.running_var)
-    for name, value in (('weight_grad', reference.weight.grad),
-                        ('bias_grad', reference.bias.grad)):
+    for name, value in (('weight_grad', reference.weight.grad), ('bias_grad', reference.bias.grad)):
         torch.testing.assert_close(sum(torch.tensor(r[name]) for r in layers), value)
 
 
@@ -295,10 +327,11 @@ def test_two_gloo_processes_synchronise_the_adaptor_statistics(tmp_path):
     assert len(means[0]) == 8
     for a, b in zip(*means):
         torch.testing.assert_close(a, b)
-        assert a.abs().sum() > 0                      # the batch moved them
+        assert a.abs().sum() > 0  # the batch moved them
 
 
 # --------------------------------------------------------------------- 'auto' and its log line
+
 
 def plain_resnet_state(model_kwargs):
     """The state dict of the same backbone without adaptors (a plain checkpoint)."""
@@ -317,7 +350,7 @@ class Lines(logging.Handler):
 
 @pytest.fixture
 def log_lines():
-    logger = MMLogger.get_current_instance()           # where the backbones log
+    logger = MMLogger.get_current_instance()  # where the backbones log
     level = logger.level
     logger.setLevel(logging.INFO)
     handler = Lines()
@@ -329,21 +362,23 @@ def log_lines():
 
 def test_auto_releases_only_what_a_loaded_checkpoint_lacked_and_says_so(log_lines):
     narrow = dict(stem_channels=8, base_channels=8)
-    fresh = StepResNet(18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True,
-                       frozen_stages=1, **narrow)
+    fresh = StepResNet(
+        18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1, **narrow)
     fresh.init_weights()
     fresh.train()
-    assert check_norm_state(fresh.modules(), False)      # nothing loaded: norm_eval holds
+    assert check_norm_state(fresh.modules(), False)  # nothing loaded: norm_eval holds
     assert not any('learn theirs' in line for line in log_lines)
 
-    grafted = StepResNet(18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True,
-                         frozen_stages=1, **narrow)
+    grafted = StepResNet(
+        18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1, **narrow)
     grafted.load_state_dict(plain_resnet_state(narrow), strict=False)
     grafted.train()
-    grafted.train()                                       # a second epoch: no second line
+    grafted.train()  # a second epoch: no second line
     learning = [m for m in adaptor_norm_layers(grafted) if m.training]
-    assert len(learning) == 6                             # layer1's two are frozen
+    assert len(learning) == 6  # layer1's two are frozen
     lines = [line for line in log_lines if 'learn theirs' in line]
-    assert lines == ["StepResNet: norm_eval=True freezes the BN statistics, but 6 of 8 step "
-                     "adaptors learn theirs (adaptor_norm='auto': the loaded checkpoint lacked "
-                     "their statistics); adaptor_norm='follow' freezes them too"]
+    assert lines == [
+        "StepResNet: norm_eval=True freezes the BN statistics, but 6 of 8 step "
+        "adaptors learn theirs (adaptor_norm='auto': the loaded checkpoint lacked "
+        "their statistics); adaptor_norm='follow' freezes them too"
+    ]

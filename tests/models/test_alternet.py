@@ -45,9 +45,13 @@ PUBLIC_PARAMS = {
     (152, 'cifar100'): 68_698_314,
 }
 SETTINGS = {'in1k': ('imagenet', 7, 1000), 'cifar100': ('cifar', 4, 100)}
-PUBLIC_BLOCKS = {18: ((2, 2, 2, 2), (0, 1, 1, 1)), 34: ((3, 4, 6, 4), (0, 1, 3, 2)),
-                 50: ((3, 4, 6, 4), (0, 1, 3, 2)), 101: ((3, 4, 23, 4), (0, 1, 3, 2)),
-                 152: ((3, 8, 36, 4), (0, 1, 3, 2))}
+PUBLIC_BLOCKS = {
+    18: ((2, 2, 2, 2), (0, 1, 1, 1)),
+    34: ((3, 4, 6, 4), (0, 1, 3, 2)),
+    50: ((3, 4, 6, 4), (0, 1, 3, 2)),
+    101: ((3, 4, 23, 4), (0, 1, 3, 2)),
+    152: ((3, 8, 36, 4), (0, 1, 3, 2))
+}
 
 
 def public_param_count(depth, stem, window, num_classes):
@@ -73,8 +77,8 @@ def public_param_count(depth, stem, window, num_classes):
                     total += cin * out  # 1x1 projection shortcut, no bias
             else:  # norm1, 1x1 conv to width = cin / expansion, norm2, to_q, to_kv, to_out, table
                 width, inner = cin // expansion, heads[i] * dim_head
-                total += (2 * cin + cin * width + 2 * width + 3 * width * inner +
-                          inner * out + out + (2 * window - 1)**2)
+                total += (2 * cin + cin * width + 2 * width + 3 * width * inner + inner * out +
+                          out + (2 * window - 1)**2)
             cin = out
     return total + 2 * cin + cin * num_classes + num_classes  # BNGAPBlock: BN + Linear
 
@@ -92,19 +96,18 @@ def classifier(depth, data):
     # Another test may have left a different default scope (mmdet) behind.
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(
-            dict(type='ImageClassifier',
-                 backbone=dict(type='mmstiff.AlterNet', depth=depth, stem=stem,
-                               window_size=window),
-                 neck=dict(type='GlobalAveragePooling'),
-                 head=dict(type='LinearClsHead', num_classes=classes, in_channels=feat)))
+            dict(
+                type='ImageClassifier',
+                backbone=dict(type='mmstiff.AlterNet', depth=depth, stem=stem, window_size=window),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(type='LinearClsHead', num_classes=classes, in_channels=feat)))
 
 
 def count(module):
     return sum(p.numel() for p in module.parameters())
 
 
-@pytest.mark.parametrize('key', [(18, 'in1k'), (18, 'cifar100'), (50, 'in1k'),
-                                 (50, 'cifar100')])
+@pytest.mark.parametrize('key', [(18, 'in1k'), (18, 'cifar100'), (50, 'in1k'), (50, 'cifar100')])
 def test_parameter_count_equals_the_public_model(key):
     model = classifier(*key)
     assert count(model) == PUBLIC_PARAMS[key]
@@ -139,8 +142,7 @@ def test_too_many_msa_blocks_are_refused():
 @pytest.mark.parametrize('depth, names', [
     (18, [['conv0', 'conv1'], ['conv0', 'msa1'], ['conv0', 'msa1'], ['conv0', 'msa1']]),
     (50, [['conv0', 'conv1', 'conv2'], ['conv0', 'conv1', 'conv2', 'msa3'],
-          ['conv0', 'msa1', 'conv2', 'msa3', 'conv4', 'msa5'],
-          ['conv0', 'msa1', 'conv2', 'msa3']]),
+          ['conv0', 'msa1', 'conv2', 'msa3', 'conv4', 'msa5'], ['conv0', 'msa1', 'conv2', 'msa3']]),
 ])
 def test_blocks_are_named_by_kind_and_position(depth, names):
     net = AlterNet(depth)
@@ -170,8 +172,7 @@ def test_msa_block_widths_follow_the_public_blocks():
 
 # ------------------------------------------------------------------ shapes
 @pytest.mark.slow
-@pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)),
-                                           (50, (256, 512, 1024, 2048))])
+@pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)), (50, (256, 512, 1024, 2048))])
 def test_output_shapes_imagenet_stem(depth, widths):
     net = AlterNet(depth, out_indices=(0, 1, 2, 3)).eval()
     with torch.no_grad():
@@ -181,8 +182,7 @@ def test_output_shapes_imagenet_stem(depth, widths):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)),
-                                           (34, (64, 128, 256, 512)),
+@pytest.mark.parametrize('depth, widths', [(18, (64, 128, 256, 512)), (34, (64, 128, 256, 512)),
                                            (50, (256, 512, 1024, 2048))])
 def test_output_shapes_cifar_stem(depth, widths):
     net = AlterNet(depth, stem='cifar', window_size=4, out_indices=(0, 1, 2, 3)).eval()
@@ -333,27 +333,28 @@ def reference_local_attention(layer, x):
 
 def attention_layer(window, in_channels=8, out_channels=12):
     torch.manual_seed(0)
-    layer = LocalSelfAttention(in_channels, out_channels, num_heads=2, head_dim=4,
-                               window_size=window)
+    layer = LocalSelfAttention(
+        in_channels, out_channels, num_heads=2, head_dim=4, window_size=window)
     with torch.no_grad():
         layer.relative_position_bias_table.normal_(std=1.0)
     return layer.eval()
 
 
-@pytest.mark.parametrize('size, window', [
-    ((8, 8), 4),    # divides: plain windows
-    ((10, 7), 4),   # does not divide: padded, padding masked
-    ((3, 5), 7),    # smaller than the window: attention over the whole map
-    ((7, 7), 7),
-])
+@pytest.mark.parametrize(
+    'size, window',
+    [
+        ((8, 8), 4),  # divides: plain windows
+        ((10, 7), 4),  # does not divide: padded, padding masked
+        ((3, 5), 7),  # smaller than the window: attention over the whole map
+        ((7, 7), 7),
+    ])
 def test_local_attention_equals_per_window_reference(size, window):
     layer = attention_layer(window)
     x = torch.randn(2, 8, *size)
     with torch.no_grad():
         out = layer(x)
         assert out.shape == (2, 12, *size)
-        torch.testing.assert_close(out, reference_local_attention(layer, x), rtol=1e-4,
-                                   atol=1e-5)
+        torch.testing.assert_close(out, reference_local_attention(layer, x), rtol=1e-4, atol=1e-5)
         with record_attention_maps(layer) as maps:
             explicit = layer(x)
     torch.testing.assert_close(explicit, out, rtol=1e-4, atol=1e-5)
@@ -369,8 +370,8 @@ def test_padding_does_not_change_full_windows():
     layer = attention_layer(4)
     x = torch.randn(1, 8, 10, 11)
     with torch.no_grad():
-        torch.testing.assert_close(layer(x)[..., :8, :8], layer(x[..., :8, :8]), rtol=1e-5,
-                                   atol=1e-6)
+        torch.testing.assert_close(
+            layer(x)[..., :8, :8], layer(x[..., :8, :8]), rtol=1e-5, atol=1e-6)
 
 
 def test_relative_position_index_reads_key_minus_query_offsets():
@@ -385,15 +386,25 @@ def test_relative_position_index_reads_key_minus_query_offsets():
 
 def test_msa_block_is_a_preactivated_euler_step():
     torch.manual_seed(0)
-    block = randomise_bn(PreActMSABottleneck(32, 32, num_heads=2, head_dim=4,
-                                             window_size=4)).eval()
+    block = randomise_bn(PreActMSABottleneck(32, 32, num_heads=2, head_dim=4, window_size=4)).eval()
     x = torch.randn(2, 32, 8, 8)
-    a = F.gelu(F.batch_norm(x, block.norm1.running_mean, block.norm1.running_var,
-                            block.norm1.weight, block.norm1.bias, eps=block.norm1.eps))
+    a = F.gelu(
+        F.batch_norm(
+            x,
+            block.norm1.running_mean,
+            block.norm1.running_var,
+            block.norm1.weight,
+            block.norm1.bias,
+            eps=block.norm1.eps))
     h = F.conv2d(a, block.conv1.weight)
     assert h.shape[1] == 8  # a quarter of the width
-    h = F.batch_norm(h, block.norm2.running_mean, block.norm2.running_var, block.norm2.weight,
-                     block.norm2.bias, eps=block.norm2.eps)
+    h = F.batch_norm(
+        h,
+        block.norm2.running_mean,
+        block.norm2.running_var,
+        block.norm2.weight,
+        block.norm2.bias,
+        eps=block.norm2.eps)
     with torch.no_grad():
         expected = x + reference_local_attention(block.attn, h)
         torch.testing.assert_close(block(x), expected, rtol=1e-4, atol=1e-5)
@@ -428,8 +439,8 @@ def test_trajectory_recorder_sees_conv_and_msa_steps():
     assert block_kind(net.layer2.msa1) == block_kind(net.layer2.conv0) == 'preact'
     assert block_kind(AlterNet(50).layer4.msa3) == 'preact'
     recorder = TrajectoryRecorder(net)
-    expected = [f'layer1.conv{j}' for j in (0, 1)] + [
-        f'layer{i}.{name}' for i in (2, 3, 4) for name in ('conv0', 'msa1')]
+    expected = [f'layer1.conv{j}' for j in (0, 1)
+                ] + [f'layer{i}.{name}' for i in (2, 3, 4) for name in ('conv0', 'msa1')]
     assert recorder.record_names == expected
     with torch.no_grad(), recorder:
         net(torch.rand(2, 3, 32, 32))

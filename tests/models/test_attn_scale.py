@@ -54,7 +54,7 @@ def test_omega_minus_one_is_the_pure_low_pass_filter():
 
 def test_fresh_module_is_plain_attention():
     layer = AttnScale(3)
-    assert layer.omega.shape == (3,) and not layer.omega.any()
+    assert layer.omega.shape == (3, ) and not layer.omega.any()
     out, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
     torch.testing.assert_close(layer(out, v), out)
     with pytest.raises(ValueError, match='num_heads=0'):
@@ -87,9 +87,11 @@ def test_record_attention_maps_fills_and_restores():
 def test_hand_written_backward_matches_autograd_of_the_formula(shape):
     torch.manual_seed(0)
     H, n = shape[-3], shape[-2]
-    args = [torch.randn(*shape, dtype=torch.double, requires_grad=True),
-            torch.randn(*shape, dtype=torch.double, requires_grad=True),
-            torch.randn(H, dtype=torch.double, requires_grad=True)]
+    args = [
+        torch.randn(*shape, dtype=torch.double, requires_grad=True),
+        torch.randn(*shape, dtype=torch.double, requires_grad=True),
+        torch.randn(H, dtype=torch.double, requires_grad=True)
+    ]
     assert torch.autograd.gradcheck(attn_scale_output, args)
 
     def formula(out, v, omega):  # Â V = A_LP V + (1 + ω)(A V - A_LP V)

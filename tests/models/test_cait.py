@@ -17,16 +17,15 @@ ARCH = dict(embed_dims=32, num_layers=3, num_heads=4)
 SMALL = dict(arch=ARCH, img_size=32, patch_size=8)  # 16 patches, no class token before the end
 TIMM_SMALL = dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=4)
 NEW_PARAMS = ('attn_scale', 'feat_scale')
-CONVERTER = (Path(__file__).parents[2] / 'tools' / 'model_converters' /
-             'timm_to_mmstiff_cait.py')
+CONVERTER = (Path(__file__).parents[2] / 'tools' / 'model_converters' / 'timm_to_mmstiff_cait.py')
 
 
 def timm_model(num_classes=0, global_pool='token', **kwargs):
     """A timm Cait with every parameter random and of order one in effect (weights of
     ~1/sqrt(fan-in), LayerScale, embeddings, norms, biases), so every branch matters."""
     torch.manual_seed(0)
-    model = timm_cait.Cait(**dict(TIMM_SMALL, num_classes=num_classes, global_pool=global_pool,
-                                  **kwargs))
+    model = timm_cait.Cait(
+        **dict(TIMM_SMALL, num_classes=num_classes, global_pool=global_pool, **kwargs))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith('norm1.weight') or name.endswith('norm2.weight') or \
@@ -69,8 +68,8 @@ def talking_heads_explicit(attn_module, x, omega=None):
     L = W_l·(q kᵀ/√d) + b_l over heads, A = W_w·softmax(L) + b_w, Â = A_LP + (1+ω)(A - A_LP)."""
     B, N, C = x.shape
     H = attn_module.num_heads
-    q, k, v = F.linear(x, attn_module.qkv.weight, attn_module.qkv.bias).view(
-        B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
+    q, k, v = F.linear(x, attn_module.qkv.weight,
+                       attn_module.qkv.bias).view(B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
     logits = q @ k.transpose(-2, -1) / (C // H)**0.5
     wl, bl = attn_module.proj_l.weight, attn_module.proj_l.bias
     ww, bw = attn_module.proj_w.weight, attn_module.proj_w.bias
@@ -83,8 +82,7 @@ def talking_heads_explicit(attn_module, x, omega=None):
     return F.linear(out, attn_module.proj.weight, attn_module.proj.bias), a
 
 
-@pytest.mark.parametrize('out_type,global_pool', [('cls_token', 'token'),
-                                                  ('avg_featmap', 'avg')])
+@pytest.mark.parametrize('out_type,global_pool', [('cls_token', 'token'), ('avg_featmap', 'avg')])
 def test_plain_cait_equals_timm(out_type, global_pool):
     ref = timm_model(global_pool=global_pool)
     model = ours_like(ref, out_type=out_type)
@@ -100,8 +98,12 @@ def test_switches_at_their_initial_values_equal_timm():
     ref = timm_model()
     model = ours_like(ref, attn_scale_layers='all', feat_scale_layers=[0, -1])
     missing = set(model.state_dict()) - set(ref.state_dict())
-    assert missing == {f'blocks.{i}.attn.attn_scale.omega' for i in range(3)} | {
-        f'blocks.{i}.attn.feat_scale.{n}' for i in (0, 2) for n in ('dc_scale', 'hc_scale')}
+    assert missing == {f'blocks.{i}.attn.attn_scale.omega'
+                       for i in range(3)} | {
+                           f'blocks.{i}.attn.feat_scale.{n}'
+                           for i in (0, 2)
+                           for n in ('dc_scale', 'hc_scale')
+                       }
     x = images()
     torch.testing.assert_close(model(x)[0], ref(x), rtol=1e-5, atol=1e-5)
     with record_attention_maps(model):  # the explicit-matrix path, ω = 0
@@ -184,8 +186,12 @@ def test_other_input_sizes_get_a_resized_position_embedding():
 
 
 def test_training_step_reaches_every_new_parameter():
-    model = CaiT(**SMALL, attn_scale_layers='all', feat_scale_layers='all', drop_path_rate=0.1,
-                 drop_rate=0.1)
+    model = CaiT(
+        **SMALL,
+        attn_scale_layers='all',
+        feat_scale_layers='all',
+        drop_path_rate=0.1,
+        drop_rate=0.1)
     model.init_weights()
     randomise(model)
     model.train()
@@ -275,14 +281,12 @@ def test_converted_official_layout_reproduces_timm_logits(tmp_path):
 def test_converter_rejects_keys_of_other_models():
     with pytest.raises(ValueError, match="key 'fc.weight'"):
         _converter().convert_cait({'fc.weight': torch.zeros(1)})
-    backbone = _converter().convert_cait(timm_model(num_classes=5).state_dict(),
-                                         backbone_only=True)
+    backbone = _converter().convert_cait(timm_model(num_classes=5).state_dict(), backbone_only=True)
     assert set(backbone) == set(CaiT(**SMALL).state_dict())
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('arch,factory', [('xxs24', 'cait_xxs24_224'),
-                                          ('s24', 'cait_s24_224'),
+@pytest.mark.parametrize('arch,factory', [('xxs24', 'cait_xxs24_224'), ('s24', 'cait_s24_224'),
                                           ('s36', 'cait_s36_384')])
 def test_presets_have_timm_shapes_and_layer_scale(arch, factory):
     ref = getattr(timm_cait, factory)(num_classes=0)
@@ -317,8 +321,9 @@ def test_recorders_see_the_patch_layers_as_two_steps():
         model(x)
     assert list(attention.outputs) == ['blocks.0', 'blocks.1', 'blocks.2']
     maps = attention.outputs['blocks.0'][0]
-    _, expected = talking_heads_explicit(model.blocks[0].attn, model.blocks[0].norm1(
-        recorder.outputs['blocks.0.msa'][0].x_t), model.blocks[0].attn.attn_scale.omega.detach())
+    _, expected = talking_heads_explicit(
+        model.blocks[0].attn, model.blocks[0].norm1(recorder.outputs['blocks.0.msa'][0].x_t),
+        model.blocks[0].attn.attn_scale.omega.detach())
     torch.testing.assert_close(maps, expected, rtol=1e-5, atol=1e-6)
 
 

@@ -5,19 +5,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
-from mmstiff.models.layers.circulant import (CirculantLinear, block_circulant_matrix,
-                                             circulant_index)
+from mmstiff.models.layers.circulant import CirculantLinear, block_circulant_matrix, circulant_index
 
 
 def dense_by_loops(vectors):
-    """The block-circulant matrix entry by entry: C[I b + i, J b + j] = c[I, J, (i - j) % b]."""
+    """The block-circulant matrix entry by entry: C[p b + i, q b + j] = c[p, q, (i - j) % b]."""
     P, Q, b = vectors.shape
     dense = torch.empty(P * b, Q * b, dtype=vectors.dtype)
-    for I in range(P):
-        for J in range(Q):
+    for p in range(P):
+        for q in range(Q):
             for i in range(b):
                 for j in range(b):
-                    dense[I * b + i, J * b + j] = vectors[I, J, (i - j) % b]
+                    dense[p * b + i, q * b + j] = vectors[p, q, (i - j) % b]
     return dense
 
 
@@ -39,8 +38,10 @@ def test_block_circulant_matrix_equals_loops(shape):
     assert torch.equal(block_circulant_matrix(vectors), dense_by_loops(vectors))
 
 
-@pytest.mark.parametrize('in_features,out_features,num_blocks,bias', [
-    (16, 16, 4, True), (8, 16, 2, True), (12, 6, 3, False), (10, 10, 1, True)])
+@pytest.mark.parametrize('in_features,out_features,num_blocks,bias', [(16, 16, 4, True),
+                                                                      (8, 16, 2, True),
+                                                                      (12, 6, 3, False),
+                                                                      (10, 10, 1, True)])
 def test_circulant_linear_equals_dense_linear(in_features, out_features, num_blocks, bias):
     torch.manual_seed(0)
     layer = CirculantLinear(in_features, out_features, num_blocks=num_blocks, bias=bias)
@@ -60,10 +61,10 @@ def test_circulant_gradient_sums_over_tied_entries():
     torch.manual_seed(0)
     layer = CirculantLinear(6, 6, num_blocks=2)
     x = torch.randn(4, 6)
-    (layer(x) ** 2).sum().backward()
+    (layer(x)**2).sum().backward()
 
     dense_weight = dense_by_loops(layer.weight_vectors.detach()).requires_grad_()
-    (F.linear(x, dense_weight, layer.bias.detach()) ** 2).sum().backward()
+    (F.linear(x, dense_weight, layer.bias.detach())**2).sum().backward()
     # every vector entry c[I, J, k] is tied to the entries (I b + i, J b + j) with (i - j) % b == k
     b = layer.block_size
     expected = torch.zeros_like(layer.weight_vectors)
@@ -76,7 +77,7 @@ def test_circulant_gradient_sums_over_tied_entries():
 def test_circulant_init_bound_and_parameter_count():
     layer = CirculantLinear(64, 64, num_blocks=4)
     assert sum(p.numel() for p in layer.parameters()) == 64 * 64 // 16 + 64
-    bound = 1 / 64 ** 0.5
+    bound = 1 / 64**0.5
     assert layer.weight_vectors.abs().max() <= bound and layer.bias.abs().max() <= bound
     assert 'index' not in layer.state_dict()
 

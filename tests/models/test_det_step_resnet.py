@@ -6,11 +6,11 @@ pytestmark = pytest.mark.det
 pytest.importorskip('mmdet.models', reason='needs mmdet: pip install "mmstiff[det]"')
 
 from mmdet.models.backbones import ResNet as DetResNet
+from reference_weights import assert_same_outputs, randomise_bn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.backbones import DetStepResNet
 from mmstiff.registry import MODELS
-from reference_weights import assert_same_outputs, randomise_bn
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
 
@@ -20,7 +20,8 @@ STEPNET = dict(type='mmstiff.StepNetAdaptor')
     pytest.param(34, marks=pytest.mark.slow),
     pytest.param(50, marks=pytest.mark.slow),
     pytest.param(101, marks=pytest.mark.slow),
-    pytest.param(152, marks=pytest.mark.slow)])
+    pytest.param(152, marks=pytest.mark.slow)
+])
 @pytest.mark.parametrize('adaptor', [None, dict(type='mmstiff.ConstantStep')])
 def test_constant_step_equals_mmdet_resnet(depth, adaptor):
     torch.manual_seed(depth)
@@ -34,8 +35,12 @@ def test_constant_step_equals_mmdet_resnet(depth, adaptor):
 
 def test_mmdet_plugins_still_work_inside_step_blocks():
     torch.manual_seed(0)
-    plugins = [dict(cfg=dict(type='ContextBlock', ratio=1. / 16), position='after_conv3',
-                    stages=(False, True, True, True))]
+    plugins = [
+        dict(
+            cfg=dict(type='ContextBlock', ratio=1. / 16),
+            position='after_conv3',
+            stages=(False, True, True, True))
+    ]
     reference = DetResNet(50, plugins=plugins, norm_eval=False)
     randomise_bn(reference)
     model = DetStepResNet(50, plugins=plugins, norm_eval=False)
@@ -50,8 +55,12 @@ def test_mmdet_plugins_still_work_inside_step_blocks():
 
 def test_dcn_argument_still_works():
     dcn = dict(type='DCNv2', deform_groups=1, fallback_on_stride=False)
-    model = DetStepResNet(50, dcn=dcn, stage_with_dcn=(False, False, False, True),
-                          adaptor=STEPNET, adaptor_stages=(False, False, False, True))
+    model = DetStepResNet(
+        50,
+        dcn=dcn,
+        stage_with_dcn=(False, False, False, True),
+        adaptor=STEPNET,
+        adaptor_stages=(False, False, False, True))
     conv2 = model.layer4[0].conv2
     assert type(conv2).__name__ == 'ModulatedDeformConv2dPack'
     model.eval()
@@ -60,9 +69,8 @@ def test_dcn_argument_still_works():
 
 
 def test_basic_block_depth_takes_stepnet_where_mmdet_plugins_cannot():
-    with pytest.raises(AssertionError):      # mmdet's BasicBlock refuses plugins
-        DetResNet(18, plugins=[dict(cfg=dict(type='mmstiff.StepPlugin'),
-                                    position='after_conv3')])
+    with pytest.raises(AssertionError):  # mmdet's BasicBlock refuses plugins
+        DetResNet(18, plugins=[dict(cfg=dict(type='mmstiff.StepPlugin'), position='after_conv3')])
     model = DetStepResNet(18, adaptor=STEPNET)
     model.train()
     outs = model(torch.randn(2, 3, 32, 32))
@@ -102,23 +110,26 @@ def test_pretrained_init_cfg_leaves_only_adaptor_keys_missing(tmp_path):
     randomise_bn(upstream)
     path = tmp_path / 'resnet50.pth'
     torch.save(upstream.state_dict(), path)
-    model = DetStepResNet(50, adaptor=STEPNET,
-                          init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = DetStepResNet(
+        50, adaptor=STEPNET, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     for name, value in upstream.state_dict().items():
         assert torch.equal(model.state_dict()[name], value), name
-    result = DetStepResNet(50, adaptor=STEPNET).load_state_dict(upstream.state_dict(),
-                                                                strict=False)
+    result = DetStepResNet(50, adaptor=STEPNET).load_state_dict(upstream.state_dict(), strict=False)
     assert result.unexpected_keys == []
     # BN fills a missing num_batches_tracked itself: every other adaptor key is reported
-    assert set(result.missing_keys) == {k for k in model.state_dict() if '.step_adaptor.' in k
-                                        and not k.endswith('num_batches_tracked')}
+    assert set(result.missing_keys) == {
+        k
+        for k in model.state_dict()
+        if '.step_adaptor.' in k and not k.endswith('num_batches_tracked')
+    }
     # the adaptors keep their construction-time step: Δ ≡ sigmoid(-1)
     assert torch.equal(model.layer1[0].step_adaptor.ie_bias, torch.full((256, ), -1.0))
 
 
-@pytest.mark.parametrize('depth, last_norm', [
-    (18, 'norm2'), pytest.param(50, 'norm3', marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    'depth, last_norm',
+    [(18, 'norm2'), pytest.param(50, 'norm3', marks=pytest.mark.slow)])
 def test_zero_init_residual_matches_mmdet(depth, last_norm):
     model = DetStepResNet(depth, adaptor=STEPNET)
     model.init_weights()

@@ -40,9 +40,9 @@ def test_fresh_feat_scale_is_identity_and_learns():
 def test_extreme_scales_keep_one_band():
     torch.manual_seed(0)
     x = torch.randn(2, 6, 4)
-    only_dc = feat_scale(x, torch.zeros(4), -torch.ones(4))   # t = -1 removes HC
+    only_dc = feat_scale(x, torch.zeros(4), -torch.ones(4))  # t = -1 removes HC
     torch.testing.assert_close(only_dc, x.mean(1, keepdim=True).expand_as(x))
-    only_hc = feat_scale(x, -torch.ones(4), torch.zeros(4))   # s = -1 removes DC
+    only_hc = feat_scale(x, -torch.ones(4), torch.zeros(4))  # s = -1 removes DC
     torch.testing.assert_close(only_hc.mean(1), torch.zeros(2, 4), atol=1e-6, rtol=0)
 
 
@@ -53,9 +53,11 @@ def test_bad_channels():
 
 def test_hand_written_backward_matches_autograd_of_the_formula():
     torch.manual_seed(0)
-    args = [torch.randn(3, 5, 4, dtype=torch.double, requires_grad=True),
-            torch.randn(4, dtype=torch.double, requires_grad=True),
-            torch.randn(4, dtype=torch.double, requires_grad=True)]
+    args = [
+        torch.randn(3, 5, 4, dtype=torch.double, requires_grad=True),
+        torch.randn(4, dtype=torch.double, requires_grad=True),
+        torch.randn(4, dtype=torch.double, requires_grad=True)
+    ]
     assert torch.autograd.gradcheck(feat_scale, args)
 
     def formula(x, s, t):

@@ -19,22 +19,24 @@ STEPNET = dict(type='mmstiff.StepNetAdaptor')
 SE = dict(type='mmstiff.SEAdaptor', squeeze_channels=4)
 VIT_ARCH = dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32)
 BACKBONES = {
-    'resnet18-stepnet': (lambda **kw: StepResNet(18, base_channels=8, stem_channels=8,
-                                                 adaptor=STEPNET, **kw), 32),
-    'resnet50-se': (lambda **kw: StepResNet(50, base_channels=4, stem_channels=8, adaptor=SE,
-                                            **kw), 32),
+    'resnet18-stepnet':
+    (lambda **kw: StepResNet(18, base_channels=8, stem_channels=8, adaptor=STEPNET, **kw), 32),
+    'resnet50-se':
+    (lambda **kw: StepResNet(50, base_channels=4, stem_channels=8, adaptor=SE, **kw), 32),
     'resnet50-stepnet-groups': (lambda **kw: StepResNet(
         50, base_channels=4, stem_channels=8, adaptor=dict(STEPNET, groups=2), **kw), 32),
     'resnet18-plain': (lambda **kw: StepResNet(18, base_channels=8, stem_channels=8, **kw), 32),
-    'cifar-stepnet': (lambda **kw: StepResNet_CIFAR(18, base_channels=4, stem_channels=4,
-                                                    adaptor=STEPNET, **kw), 16),
-    'preact-stepnet': (lambda **kw: PreActStepResNet(20, base_channels=4, adaptor=STEPNET,
-                                                     **kw), 16),
+    'cifar-stepnet':
+    (lambda **kw: StepResNet_CIFAR(18, base_channels=4, stem_channels=4, adaptor=STEPNET, **kw),
+     16),
+    'preact-stepnet':
+    (lambda **kw: PreActStepResNet(20, base_channels=4, adaptor=STEPNET, **kw), 16),
     'preact-se': (lambda **kw: PreActStepResNet(20, base_channels=8, adaptor=SE, **kw), 16),
-    'alternet': (lambda **kw: AlterNet(18, stem='cifar', base_channels=8, num_heads=(1, 1, 1, 1),
-                                       head_dim=4, window_size=2, **kw), 16),
-    'vit-stepnet': (lambda **kw: StepViT(VIT_ARCH, img_size=16, patch_size=8,
-                                         msa_adaptor=STEPNET, mlp_adaptor=SE, **kw), 16),
+    'alternet': (lambda **kw: AlterNet(
+        18, stem='cifar', base_channels=8, num_heads=(1, 1, 1, 1), head_dim=4, window_size=2, **kw),
+                 16),
+    'vit-stepnet': (lambda **kw: StepViT(
+        VIT_ARCH, img_size=16, patch_size=8, msa_adaptor=STEPNET, mlp_adaptor=SE, **kw), 16),
 }
 
 
@@ -86,8 +88,9 @@ def _assert_same(reference, fused, images, train=True, rtol=1e-4, atol=1e-5):
 SLOW = ('resnet50-se', 'resnet50-stepnet-groups')
 
 
-@pytest.mark.parametrize('name', [pytest.param(name, marks=pytest.mark.slow) if name in SLOW
-                                  else name for name in BACKBONES])
+@pytest.mark.parametrize(
+    'name',
+    [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in BACKBONES])
 def test_fused_backbone_equals_reference_in_train_and_eval(name):
     reference, fused, size = _pair(name)
     torch.manual_seed(1)
@@ -97,12 +100,14 @@ def test_fused_backbone_equals_reference_in_train_and_eval(name):
     _assert_same(reference, fused, images, train=False)
 
 
-@pytest.mark.parametrize('kwargs', [
-    dict(norm_eval=True),
-    dict(norm_eval=True, frozen_stages=1),
-    pytest.param(dict(with_cp=True), marks=pytest.mark.slow),  # recomputes every block
-    dict(adaptor_norm='follow', norm_eval=True),
-])
+@pytest.mark.parametrize(
+    'kwargs',
+    [
+        dict(norm_eval=True),
+        dict(norm_eval=True, frozen_stages=1),
+        pytest.param(dict(with_cp=True), marks=pytest.mark.slow),  # recomputes every block
+        dict(adaptor_norm='follow', norm_eval=True),
+    ])
 def test_fused_resnet_keeps_bn_rules(kwargs):
     reference, fused, size = _pair('resnet18-stepnet', **kwargs)
     images = torch.randn(2, 3, size, size)
@@ -140,8 +145,8 @@ def test_bad_fused_value_fails_before_building():
         AlterNet(18, stem='cifar', fused='on')
 
 
-@pytest.mark.parametrize('name', ['resnet18-stepnet', 'resnet50-se', 'vit-stepnet',
-                                  'preact-stepnet'])
+@pytest.mark.parametrize('name',
+                         ['resnet18-stepnet', 'resnet50-se', 'vit-stepnet', 'preact-stepnet'])
 def test_recorders_see_the_same_trajectory(name):
     reference, fused, size = _pair(name)
     images = torch.randn(2, 3, size, size)

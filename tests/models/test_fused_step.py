@@ -15,8 +15,7 @@ ADAPTORS = {
     'stepnet-iebn': lambda layout: StepNetAdaptor(8, layout=layout, norm='iebn'),
     'stepnet-identity': lambda layout: StepNetAdaptor(8, layout=layout, start='identity'),
     'se': lambda layout: SEAdaptor(8, layout=layout, squeeze_channels=4),
-    'se-identity': lambda layout: SEAdaptor(8, layout=layout, squeeze_channels=4,
-                                            start='identity'),
+    'se-identity': lambda layout: SEAdaptor(8, layout=layout, squeeze_channels=4, start='identity'),
     'plain': lambda layout: None,
 }
 
@@ -71,10 +70,8 @@ def test_fused_step_equals_reference_values_gradients_and_statistics(layout, nam
 
 def test_fused_step_of_a_single_sample_uses_the_running_statistics():
     x, f = torch.randn(1, 8, 3, 3), torch.randn(1, 8, 3, 3)
-    ref, ref_buffers = _run(_random_adaptor('stepnet', 'nchw'), x, f, 'nchw', False, True,
-                            'train')
-    got, got_buffers = _run(_random_adaptor('stepnet', 'nchw'), x, f, 'nchw', True, True,
-                            'train')
+    ref, ref_buffers = _run(_random_adaptor('stepnet', 'nchw'), x, f, 'nchw', False, True, 'train')
+    got, got_buffers = _run(_random_adaptor('stepnet', 'nchw'), x, f, 'nchw', True, True, 'train')
     for a, b in zip(ref + ref_buffers, got + got_buffers):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     assert torch.equal(got_buffers[0], torch.zeros(8))  # unchanged running mean
@@ -105,8 +102,7 @@ def test_torch_kernels_are_the_explicit_formulas(layout):
     torch.testing.assert_close(pooled_f, f.mean(dims))
     out = TorchStepKernels.step(x, step, f, True, layout)
     torch.testing.assert_close(out, torch.clamp(x + wide * f, min=0))
-    grad_x, grad_f, grad_step = TorchStepKernels.step_backward(g, out, f, step, True, layout,
-                                                               True)
+    grad_x, grad_f, grad_step = TorchStepKernels.step_backward(g, out, f, step, True, layout, True)
     mask = (x + wide * f > 0).double()
     torch.testing.assert_close(grad_x, g * mask)
     torch.testing.assert_close(grad_f, g * mask * wide)

@@ -15,11 +15,11 @@ import os.path as osp
 import pytest
 import torch
 from mmpretrain.models.backbones import ResNet, VisionTransformer
+from reference_weights import assert_same_outputs, randomise_bn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.backbones import PreActStepResNet, StepResNet, StepViT
 from mmstiff.models.steps import SEAdaptor, StepAdaptor, StepNetAdaptor
-from reference_weights import assert_same_outputs, randomise_bn
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SIGMOID_MINUS_ONE = 1.0 / (1.0 + math.exp(1.0))
@@ -29,13 +29,16 @@ IDENTITY_ADAPTORS = {
     'stepnet-iebn': dict(type='mmstiff.StepNetAdaptor', norm='iebn', start='identity'),
     'se': dict(type='mmstiff.SEAdaptor', start='identity'),
 }
-VIT = dict(arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64),
-           img_size=32, patch_size=8)
+VIT = dict(
+    arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64),
+    img_size=32,
+    patch_size=8)
 
 
 def det_resnet():
     pytest.importorskip('mmdet.models', reason='needs mmdet: pip install "mmstiff[det]"')
     from mmdet.models.backbones import ResNet as DetResNet
+
     from mmstiff.models.backbones.det_step_resnet import DetStepResNet
     return DetResNet, DetStepResNet
 
@@ -44,7 +47,7 @@ def pair(backbone, adaptor, **kwargs):
     """``(plain, adapted)`` builders of one backbone: the plain network is the upstream one (or
     ours without adaptors), the adapted one has ``adaptor`` in every block / both ViT branches.
     Each builder takes extra keyword arguments (``init_cfg``, ``norm_eval``, ...)."""
-    narrow = dict(stem_channels=16, base_channels=16)     # ResNet-18 at a quarter width
+    narrow = dict(stem_channels=16, base_channels=16)  # ResNet-18 at a quarter width
     if backbone == 'step_resnet':
         return (lambda **kw: ResNet(18, **narrow, **kw),
                 lambda **kw: StepResNet(18, adaptor=adaptor, **narrow, **kwargs, **kw))
@@ -54,7 +57,7 @@ def pair(backbone, adaptor, **kwargs):
         return (lambda **kw: DetResNet(18, **dict(narrow, **kw)),
                 lambda **kw: DetStepResNet(18, adaptor=adaptor, **dict(narrow, **kwargs, **kw)))
     if backbone == 'preact':
-        arch = dict(depth=11, base_channels=8)    # bottlenecks, projection shortcuts
+        arch = dict(depth=11, base_channels=8)  # bottlenecks, projection shortcuts
         return (lambda **kw: PreActStepResNet(**arch, **kw),
                 lambda **kw: PreActStepResNet(**arch, adaptor=adaptor, **kwargs, **kw))
     assert backbone == 'vit'
@@ -62,8 +65,7 @@ def pair(backbone, adaptor, **kwargs):
             lambda **kw: StepViT(**VIT, msa_adaptor=adaptor, mlp_adaptor=adaptor, **kw))
 
 
-BACKBONES = ['step_resnet', pytest.param('det_step_resnet', marks=pytest.mark.det), 'preact',
-             'vit']
+BACKBONES = ['step_resnet', pytest.param('det_step_resnet', marks=pytest.mark.det), 'preact', 'vit']
 CNN_BACKBONES = BACKBONES[:3]
 
 
@@ -86,8 +88,10 @@ def adaptors(model):
 def adaptor_keys(model):
     """The adaptor keys of ``model``'s state dict that ``load_state_dict`` reports missing (BN
     fills a missing ``num_batches_tracked`` itself)."""
-    return {k for k in model.state_dict()
-            if '_adaptor.' in k and not k.endswith('num_batches_tracked')}
+    return {
+        k
+        for k in model.state_dict() if '_adaptor.' in k and not k.endswith('num_batches_tracked')
+    }
 
 
 @pytest.mark.slow
@@ -98,7 +102,7 @@ def test_identity_graft_on_a_plain_state_dict_computes_the_plain_network(backbon
     build_plain, build_adapted = pair(backbone, adaptor)
     plain = plain_model(build_plain)
     model = build_adapted()
-    model.init_weights()          # the initialisers of init_cfg run first, as in a Runner
+    model.init_weights()  # the initialisers of init_cfg run first, as in a Runner
     result = model.load_state_dict(plain.state_dict(), strict=False)
     assert set(result.missing_keys) == adaptor_keys(model) != set()
     assert result.unexpected_keys == []
@@ -110,8 +114,8 @@ def test_identity_graft_on_a_plain_state_dict_computes_the_plain_network(backbon
 @pytest.mark.slow
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', IDENTITY_ADAPTORS.values(), ids=IDENTITY_ADAPTORS.keys())
-def test_identity_graft_through_pretrained_init_cfg_and_load_checkpoint(backbone, adaptor,
-                                                                        tmp_path):
+def test_identity_graft_through_pretrained_init_cfg_and_load_checkpoint(
+        backbone, adaptor, tmp_path):
     from mmengine.runner import load_checkpoint
     torch.manual_seed(1)
     build_plain, build_adapted = pair(backbone, adaptor)
@@ -134,8 +138,9 @@ def test_identity_graft_through_pretrained_init_cfg_and_load_checkpoint(backbone
 def record_steps(model, x):
     """Every adaptor's output Δ for input ``x``."""
     steps = []
-    handles = [a.register_forward_hook(lambda m, i, out: steps.append(out)) for a in
-               adaptors(model)]
+    handles = [
+        a.register_forward_hook(lambda m, i, out: steps.append(out)) for a in adaptors(model)
+    ]
     try:
         model(x)
     finally:
@@ -169,15 +174,15 @@ def test_init_weights_reaches_adaptors_that_mmengine_initialises():
     with torch.no_grad():
         se.conv1.conv.weight.zero_()
     model.init_weights()
-    assert se.conv1.conv.weight.abs().sum() > 0                 # Kaiming ran on W1
-    assert torch.count_nonzero(se.conv2.conv.weight) == 0        # W2 = 0 again
+    assert se.conv1.conv.weight.abs().sum() > 0  # Kaiming ran on W1
+    assert torch.count_nonzero(se.conv2.conv.weight) == 0  # W2 = 0 again
     assert torch.count_nonzero(se.conv2.conv.bias) == 0
 
     model = PreActStepResNet(depth=20, base_channels=8, adaptor=IDENTITY_ADAPTORS['stepnet-iebn'])
     norm = model.layer3[2].step_adaptor.norm
-    model.init_weights()                                         # Constant(val=1) on every BN
+    model.init_weights()  # Constant(val=1) on every BN
     assert torch.count_nonzero(norm.weight) == 0 and torch.count_nonzero(norm.bias) == 0
-    assert torch.equal(norm.ie_bias, torch.full_like(norm.ie_bias, -1.0))   # the IEBN gate
+    assert torch.equal(norm.ie_bias, torch.full_like(norm.ie_bias, -1.0))  # the IEBN gate
 
 
 @pytest.mark.slow
@@ -197,14 +202,17 @@ def test_identity_start_is_trainable(adaptor):
         optimizer.zero_grad()
         loss = (model(x)[0] - target).pow(2).mean()
         loss.backward()
-        grads.append({name: p.grad.abs().sum().item() for name, p in model.named_parameters()
-                      if '_adaptor.' in name})
+        grads.append({
+            name: p.grad.abs().sum().item()
+            for name, p in model.named_parameters() if '_adaptor.' in name
+        })
         optimizer.step()
     first = {name.split('step_adaptor.')[1] for name, g in grads[0].items() if g > 0}
-    assert first == {'stepnet': {'ie_weight', 'ie_bias'},
-                     'iebn': {'norm.weight', 'norm.bias'},
-                     'se': {'conv2.conv.weight', 'conv2.conv.bias'}}[
-        adaptor.get('norm', 'se' if 'SE' in adaptor['type'] else 'stepnet')]
+    assert first == {
+        'stepnet': {'ie_weight', 'ie_bias'},
+        'iebn': {'norm.weight', 'norm.bias'},
+        'se': {'conv2.conv.weight', 'conv2.conv.bias'}
+    }[adaptor.get('norm', 'se' if 'SE' in adaptor['type'] else 'stepnet')]
     assert all(g > 0 for g in grads[1].values()), [n for n, g in grads[1].items() if g == 0]
     steps = torch.cat([s.flatten() for s in record_steps(model, x)])
     assert not torch.equal(steps, torch.ones_like(steps))
@@ -219,8 +227,7 @@ def test_paper_start_is_the_default_and_unchanged():
         stepnet.init_weights()
         assert stepnet.start == 'paper'
         assert (stepnet.ie_weight.tolist(), stepnet.ie_bias.tolist()) == ([0.0] * 16, [-1.0] * 16)
-        torch.testing.assert_close(stepnet(x_t, f),
-                                   torch.full((3, 16, 1, 1), SIGMOID_MINUS_ONE))
+        torch.testing.assert_close(stepnet(x_t, f), torch.full((3, 16, 1, 1), SIGMOID_MINUS_ONE))
     # the paper's SE: sigmoid(W2 relu(W1 GAP f) + b2) at whatever weights the initialisers set
     se = SEAdaptor(16, squeeze_channels=4)
     se.init_weights()
@@ -246,7 +253,7 @@ def test_identity_step_is_twice_the_sigmoid():
     x_t, f = torch.randn(2, 8, 3, 3), torch.randn(2, 8, 3, 3)
     u, v = x_t.mean((2, 3)), (x_t + f).mean((2, 3))
     w = adaptor.conv.weight.view(8, 2)
-    z = (u * w[:, 0] + v * w[:, 1]) / math.sqrt(1 + adaptor.norm.eps)   # BN at mean 0, var 1
+    z = (u * w[:, 0] + v * w[:, 1]) / math.sqrt(1 + adaptor.norm.eps)  # BN at mean 0, var 1
     expected = 2 * torch.sigmoid(adaptor.ie_weight * z + adaptor.ie_bias)
     torch.testing.assert_close(adaptor(x_t, f), expected[:, :, None, None])
 
@@ -265,11 +272,14 @@ def test_bad_start_names_the_field(kwargs, message):
 
 # ------------------------------------------------------------------ adaptor BN under norm_eval
 
+
 def norm_eval_pair(backbone, adaptor_norm='auto', **kwargs):
     """A plain network and the adapted one with ``norm_eval=True`` (StepNet adaptors)."""
-    build_plain, build_adapted = pair(backbone, dict(type='mmstiff.StepNetAdaptor',
-                                                     start='identity'),
-                                      adaptor_norm=adaptor_norm, **kwargs)
+    build_plain, build_adapted = pair(
+        backbone,
+        dict(type='mmstiff.StepNetAdaptor', start='identity'),
+        adaptor_norm=adaptor_norm,
+        **kwargs)
     return plain_model(build_plain), build_adapted(norm_eval=True)
 
 
@@ -296,8 +306,10 @@ def train_a_little(model, passes=3, batch=4):
 
 
 def moved(before, modules):
-    return [not (torch.equal(m, mb) and torch.equal(v, vb))
-            for (mb, vb), (m, v) in zip(before, statistics(modules))]
+    return [
+        not (torch.equal(m, mb) and torch.equal(v, vb))
+        for (mb, vb), (m, v) in zip(before, statistics(modules))
+    ]
 
 
 @pytest.mark.slow
@@ -322,7 +334,7 @@ def test_auto_keeps_statistics_a_checkpoint_holds_frozen(backbone):
     torch.manual_seed(8)
     plain, model = norm_eval_pair(backbone)
     source = randomise_bn(pair(backbone, IDENTITY_ADAPTORS['stepnet'])[1]())
-    model.load_state_dict(source.state_dict())        # adaptors' statistics included
+    model.load_state_dict(source.state_dict())  # adaptors' statistics included
     assert all(a.statistics_loaded is True for a in adaptors(model))
     before = statistics(adaptor_norms(model) + backbone_norms(model))
     train_a_little(model)
@@ -372,13 +384,14 @@ def test_frozen_stages_and_a_batch_of_one_keep_adaptor_statistics(backbone):
     torch.manual_seed(11)
     _, model = norm_eval_pair(backbone, adaptor_norm='train', frozen_stages=1)
     model.train()
-    first_stage = [m for a in adaptors(model.layer1) for m in a.modules()
-                   if isinstance(m, _BatchNorm)]
+    first_stage = [
+        m for a in adaptors(model.layer1) for m in a.modules() if isinstance(m, _BatchNorm)
+    ]
     later = [m for m in adaptor_norms(model) if all(m is not f for f in first_stage)]
     assert first_stage and not any(m.training for m in first_stage)
     assert later and all(m.training for m in later)
     before = statistics(adaptor_norms(model))
-    train_a_little(model, batch=1)                   # the batch-of-one rule: nothing moves
+    train_a_little(model, batch=1)  # the batch-of-one rule: nothing moves
     assert not any(moved(before, adaptor_norms(model)))
     train_a_little(model, batch=2)
     assert moved(before, adaptor_norms(model)) == [False] * len(first_stage) + \
@@ -392,6 +405,7 @@ def test_bad_adaptor_norm_names_the_field(backbone):
 
 
 # ------------------------------------------------------------------------ Faster R-CNN, tiny COCO
+
 
 @pytest.mark.slow
 @pytest.mark.det
@@ -422,12 +436,14 @@ def test_faster_rcnn_from_a_plain_checkpoint_learns_adaptor_statistics(tiny_data
 
     runner = Runner.from_cfg(cfg)
     backbone = runner.model.backbone
-    runner.model.init_weights()       # what runner.train() does first (it will not repeat it)
+    runner.model.init_weights()  # what runner.train() does first (it will not repeat it)
     steps = record_steps(backbone.eval(), torch.randn(2, 3, 64, 64))
     assert len(steps) == 16 and all(torch.equal(s, torch.ones_like(s)) for s in steps)
     # frozen_stages=1 (mmdet's default) freezes the first stage's adaptors with it
-    learning = [m for layer in (backbone.layer2, backbone.layer3, backbone.layer4)
-                for m in adaptor_norms(layer)]
+    learning = [
+        m for layer in (backbone.layer2, backbone.layer3, backbone.layer4)
+        for m in adaptor_norms(layer)
+    ]
     frozen = adaptor_norms(backbone.layer1) + backbone_norms(backbone)
     learning_before, frozen_before = statistics(learning), statistics(frozen)
     runner.train()

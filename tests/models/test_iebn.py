@@ -15,18 +15,18 @@ def _sigmoid(x):
 
 def test_iebn_matches_formula_on_hand_built_case():
     # Two samples, one channel, 1x2 maps: every number below is worked out by hand.
-    x = torch.tensor([[[[1.0, 3.0]]], [[[5.0, 7.0]]]])         # (B=2, C=1, 1, 2)
+    x = torch.tensor([[[[1.0, 3.0]]], [[[5.0, 7.0]]]])  # (B=2, C=1, 1, 2)
     layer = IEBN(1, eps=1e-3)
     with torch.no_grad():
-        layer.weight.fill_(2.0)       # γ
-        layer.bias.fill_(0.5)         # β
-        layer.ie_weight.fill_(0.25)   # w
-        layer.ie_bias.fill_(-1.0)     # b
+        layer.weight.fill_(2.0)  # γ
+        layer.bias.fill_(0.5)  # β
+        layer.ie_weight.fill_(0.25)  # w
+        layer.ie_bias.fill_(-1.0)  # b
     layer.train()
     y = layer(x)
     # batch mean 4, biased variance ((9 + 1 + 1 + 9) / 4) = 5
     x_hat = [[(v - 4.0) / math.sqrt(5.0 + 1e-3) for v in row] for row in ([1.0, 3.0], [5.0, 7.0])]
-    gaps = [2.0, 6.0]                                           # GAP of each sample
+    gaps = [2.0, 6.0]  # GAP of each sample
     gates = [_sigmoid(0.25 * g - 1.0) for g in gaps]
     expected = torch.tensor([[[[xh * 2.0 * a + 0.5 for xh in row]]]
                              for row, a in zip(x_hat, gates)])
@@ -50,8 +50,9 @@ def test_iebn_eval_uses_running_statistics():
     layer.eval()
     mean, var = layer.running_mean.view(1, 4, 1, 1), layer.running_var.view(1, 4, 1, 1)
     x_hat = (x - mean) / torch.sqrt(var + layer.eps)
-    gate = torch.sigmoid(layer.ie_weight.view(1, 4, 1, 1) * x.mean((2, 3), keepdim=True)
-                         + layer.ie_bias.view(1, 4, 1, 1))
+    gate = torch.sigmoid(
+        layer.ie_weight.view(1, 4, 1, 1) * x.mean((2, 3), keepdim=True) +
+        layer.ie_bias.view(1, 4, 1, 1))
     expected = x_hat * (layer.weight.view(1, 4, 1, 1) * gate) + layer.bias.view(1, 4, 1, 1)
     torch.testing.assert_close(layer(x), expected)
 
@@ -78,7 +79,6 @@ def test_iebn_is_a_registered_norm_layer_with_bn_names():
     assert result.unexpected_keys == []
 
 
-
 def test_resnet_with_iebn_norm_layers_loads_a_bn_checkpoint():
     from mmpretrain.models.backbones import ResNet
 
@@ -87,7 +87,7 @@ def test_resnet_with_iebn_norm_layers_loads_a_bn_checkpoint():
     iebn_resnet = ResNet(18, norm_cfg=dict(type='mmstiff.IEBN'))
     result = iebn_resnet.load_state_dict(bn_resnet.state_dict(), strict=False)
     gates = {k for k in iebn_resnet.state_dict() if k.endswith(('ie_weight', 'ie_bias'))}
-    assert len(gates) == 2 * 20     # stem 1 + 8 blocks x 2 + 3 downsample norms, 2 gates each
+    assert len(gates) == 2 * 20  # stem 1 + 8 blocks x 2 + 3 downsample norms, 2 gates each
     assert set(result.missing_keys) == gates and result.unexpected_keys == []
     iebn_resnet.train()
     assert iebn_resnet(torch.randn(2, 3, 32, 32))[0].shape == (2, 512, 1, 1)

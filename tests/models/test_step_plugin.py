@@ -40,10 +40,12 @@ def test_plugin_inside_mmdet_resnet_equals_adaptor_inside_step_block():
         for name, param in with_plugin.named_parameters():
             if 'step_plugin' in name:
                 param.normal_(0, 0.1)
-    in_block = DetStepResNet(50, adaptor=dict(type='mmstiff.SEAdaptor'), adaptor_stages=STAGES,
-                             norm_eval=False)
-    in_block.load_state_dict({k.replace('.step_plugin.step_adaptor.', '.step_adaptor.'): v
-                              for k, v in with_plugin.state_dict().items()})
+    in_block = DetStepResNet(
+        50, adaptor=dict(type='mmstiff.SEAdaptor'), adaptor_stages=STAGES, norm_eval=False)
+    in_block.load_state_dict({
+        k.replace('.step_plugin.step_adaptor.', '.step_adaptor.'): v
+        for k, v in with_plugin.state_dict().items()
+    })
     # Δ ⊙ f + x_t is one fused addcmul in the block, two roundings through the plugin; in train
     # mode batch statistics (8 values per channel in layer4 at 64x64) amplify that last bit
     for mode, size, tol in ((False, 32, 1e-5), (True, 64, 1e-3)):

@@ -62,20 +62,23 @@ def test_stepnet_scales_each_residual_by_sigmoid_minus_one_at_init():
     net = StepResNet_CIFAR(depth=50, adaptor=dict(type='mmstiff.StepNetAdaptor'), **SMALL)
     net.init_weights()
     net.train()
-    block = net.layer2[0]                                  # a projection shortcut
+    block = net.layer2[0]  # a projection shortcut
     x = torch.randn(3, block.in_channels, 8, 8)
     identity = block.downsample(x)
-    f = block.norm3(block.conv3(block.relu(block.norm2(block.conv2(
-        block.relu(block.norm1(block.conv1(x))))))))
-    torch.testing.assert_close(block(x), torch.relu(identity + SIGMOID_MINUS_ONE * f),
-                               rtol=1e-5, atol=1e-6)
+    f = block.norm3(
+        block.conv3(block.relu(block.norm2(block.conv2(block.relu(block.norm1(block.conv1(x))))))))
+    torch.testing.assert_close(
+        block(x), torch.relu(identity + SIGMOID_MINUS_ONE * f), rtol=1e-5, atol=1e-6)
 
 
 def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing():
     upstream = ResNet_CIFAR(depth=18, **SMALL)
-    ours = StepResNet_CIFAR(depth=18, adaptor=dict(type='mmstiff.StepNetAdaptor'),
-                            adaptor_stages=(False, False, True, True),
-                            adaptor_blocks=(None, None, [-1], [0]), **SMALL)
+    ours = StepResNet_CIFAR(
+        depth=18,
+        adaptor=dict(type='mmstiff.StepNetAdaptor'),
+        adaptor_stages=(False, False, True, True),
+        adaptor_blocks=(None, None, [-1], [0]),
+        **SMALL)
     result = ours.load_state_dict(upstream.state_dict(), strict=False)
     assert not result.unexpected_keys
     assert {k.split('.step_adaptor.')[0] for k in result.missing_keys} == {'layer3.1', 'layer4.0'}
@@ -93,8 +96,8 @@ def test_keeps_the_cifar_stem():
 @pytest.mark.parametrize('kwargs, bad', [
     (dict(depth=20), 'depth=20'),
     (dict(depth=18, adaptor='se'), "adaptor='se'"),
-    (dict(depth=18, adaptor=dict(type='mmstiff.ConstantStep'), adaptor_stages=(True, True)),
-     'adaptor_stages'),
+    (dict(depth=18, adaptor=dict(type='mmstiff.ConstantStep'),
+          adaptor_stages=(True, True)), 'adaptor_stages'),
 ])
 def test_misconfiguration_fails_early(kwargs, bad):
     with pytest.raises(ValueError) as err:

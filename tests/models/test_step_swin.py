@@ -11,8 +11,12 @@ from mmstiff.models.layers import record_attention_maps
 
 # 64x64 images, patch 4: a 16x16 then an 8x8 token map; window 4, so the odd blocks of both
 # stages shift their windows and use the additive shift mask
-SMALL = dict(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64,
-             window_size=4, out_indices=(0, 1), drop_path_rate=0.)
+SMALL = dict(
+    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
+    img_size=64,
+    window_size=4,
+    out_indices=(0, 1),
+    drop_path_rate=0.)
 
 
 def upstream(**kwargs):
@@ -75,8 +79,9 @@ def test_shifted_blocks_really_use_masks():
     torch.manual_seed(5)
     tokens = torch.randn(2, 256, 16)
     unshifted = model.stages[0].blocks[0].attn
-    handles = [m.w_msa.register_forward_pre_hook(capture, with_kwargs=True)
-               for m in (attn, unshifted)]
+    handles = [
+        m.w_msa.register_forward_pre_hook(capture, with_kwargs=True) for m in (attn, unshifted)
+    ]
     with torch.no_grad():
         masked = attn(tokens, (16, 16))
         unshifted(tokens, (16, 16))
@@ -104,9 +109,9 @@ def explicit_window_attention(w_msa, x, mask, omega):
     """Upstream window attention written out, with Â = A_LP + (1 + ω)(A - A_LP)."""
     B_, N, C = x.shape
     H = w_msa.num_heads
-    q, k, v = F.linear(x, w_msa.qkv.weight, w_msa.qkv.bias).view(
-        B_, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
-    logits = q @ k.transpose(-2, -1) * (C // H) ** -0.5
+    q, k, v = F.linear(x, w_msa.qkv.weight, w_msa.qkv.bias).view(B_, N, 3, H,
+                                                                 C // H).permute(2, 0, 3, 1, 4)
+    logits = q @ k.transpose(-2, -1) * (C // H)**-0.5
     table = w_msa.relative_position_bias_table
     bias = table[w_msa.relative_position_index.view(-1)].view(N, N, H).permute(2, 0, 1)
     logits = logits + bias
@@ -163,15 +168,17 @@ def test_attention_maps_on_request_do_not_change_outputs():
     for out, exp in zip(recorded, fast):
         torch.testing.assert_close(out, exp, rtol=1e-5, atol=1e-5)
     shapes = {name: tuple(m.shape) for name, m in maps.items()}
-    assert shapes == {'stages.0.blocks.0.attn.w_msa': (32, 2, 16, 16),
-                      'stages.0.blocks.1.attn.w_msa': (32, 2, 16, 16),
-                      'stages.1.blocks.0.attn.w_msa': (8, 4, 16, 16),
-                      'stages.1.blocks.1.attn.w_msa': (8, 4, 16, 16)}
+    assert shapes == {
+        'stages.0.blocks.0.attn.w_msa': (32, 2, 16, 16),
+        'stages.0.blocks.1.attn.w_msa': (32, 2, 16, 16),
+        'stages.1.blocks.0.attn.w_msa': (8, 4, 16, 16),
+        'stages.1.blocks.1.attn.w_msa': (8, 4, 16, 16)
+    }
 
 
 def test_training_reaches_the_new_parameters_and_keeps_drop_path():
-    model = StepSwin(**dict(SMALL, drop_path_rate=0.2), attn_scale_layers='all',
-                     feat_scale_layers='all')
+    model = StepSwin(
+        **dict(SMALL, drop_path_rate=0.2), attn_scale_layers='all', feat_scale_layers='all')
     ref = SwinTransformer(**dict(SMALL, drop_path_rate=0.2))
     drop = [b.attn.drop.drop_prob for s in model.stages for b in s.blocks]
     assert drop == [b.attn.drop.drop_prob for s in ref.stages for b in s.blocks]

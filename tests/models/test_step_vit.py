@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from mmpretrain.models.backbones import VisionTransformer
 
 from mmstiff.models.backbones.step_vit import StepViT
-from mmstiff.models.utils import select_layers
 from mmstiff.models.layers import record_attention_maps
+from mmstiff.models.utils import select_layers
 from mmstiff.registry import MODELS
 
 ARCH = dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64)
@@ -74,9 +74,9 @@ def explicit_attention(attn_module, x, omega=None):
     """Â V through the projection, written out from the upstream weights."""
     B, N, C = x.shape
     H = attn_module.num_heads
-    q, k, v = F.linear(x, attn_module.qkv.weight, attn_module.qkv.bias).view(
-        B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
-    a = torch.softmax(q @ k.transpose(-2, -1) / (C // H) ** 0.5, dim=-1)
+    q, k, v = F.linear(x, attn_module.qkv.weight,
+                       attn_module.qkv.bias).view(B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
+    a = torch.softmax(q @ k.transpose(-2, -1) / (C // H)**0.5, dim=-1)
     if omega is not None:
         a_lp = torch.full((N, N), 1.0 / N)
         a = a_lp + (1 + omega.view(H, 1, 1)) * (a - a_lp)
@@ -86,8 +86,8 @@ def explicit_attention(attn_module, x, omega=None):
 
 @pytest.mark.parametrize('with_cls_token', [True, False])
 def test_attn_scale_closed_form_equals_explicit_matrix(with_cls_token):
-    kwargs = dict(with_cls_token=with_cls_token,
-                  out_type='cls_token' if with_cls_token else 'avg_featmap')
+    kwargs = dict(
+        with_cls_token=with_cls_token, out_type='cls_token' if with_cls_token else 'avg_featmap')
     model = ours_like(upstream(**kwargs), attn_scale_layers='all', **kwargs)
     randomise(model)
     attn = model.layers[1].attn
@@ -176,8 +176,8 @@ def test_stepnet_adaptor_gives_one_step_size_per_block():
 @pytest.mark.parametrize('scale', [1.0, 0.75])
 def test_augmented_shortcuts_match_the_block_equation(scale):
     ref = upstream()
-    model = ours_like(ref, aug_shortcut=dict(num_paths=2, num_blocks=4, scale=scale),
-                      aug_shortcut_layers=[0])
+    model = ours_like(
+        ref, aug_shortcut=dict(num_paths=2, num_blocks=4, scale=scale), aug_shortcut_layers=[0])
     layer, theirs = model.layers[0], ref.layers[0]
     assert model.layers[1].msa_aug is None
 
@@ -196,9 +196,13 @@ def test_augmented_shortcuts_match_the_block_equation(scale):
 def test_training_step_reaches_every_new_parameter():
     # the StepNet adaptor's IE weight starts at 0, so only its IE parameters get a gradient on
     # the first step; everything else new must be reached
-    model = StepViT(**SMALL, attn_scale_layers='all', feat_scale_layers='all',
-                    msa_adaptor=dict(type='mmstiff.StepNetAdaptor'),
-                    aug_shortcut=dict(num_paths=2), drop_path_rate=0.1)
+    model = StepViT(
+        **SMALL,
+        attn_scale_layers='all',
+        feat_scale_layers='all',
+        msa_adaptor=dict(type='mmstiff.StepNetAdaptor'),
+        aug_shortcut=dict(num_paths=2),
+        drop_path_rate=0.1)
     randomise(model)
     model.train()
     model(images(batch=4))[0].pow(2).mean().backward()
@@ -260,19 +264,24 @@ def test_deit_small_checkpoint_loads_with_only_new_parameters_missing(tmp_path):
     path = str(tmp_path / 'deit-small.pth')
     torch.save({'state_dict': deit.state_dict()}, path)
 
-    switches = dict(attn_scale_layers='all', feat_scale_layers='all',
-                    msa_adaptor=dict(type='mmstiff.StepNetAdaptor'), msa_adaptor_layers=[-1])
+    switches = dict(
+        attn_scale_layers='all',
+        feat_scale_layers='all',
+        msa_adaptor=dict(type='mmstiff.StepNetAdaptor'),
+        msa_adaptor_layers=[-1])
     ours = StepViT(arch='deit-small', **switches)
     state_dict = torch.load(path, weights_only=True)['state_dict']
     missing = ours.load_state_dict(state_dict, strict=False).missing_keys
-    expected = {f'layers.{i}.attn.{name}' for i in range(12)
-                for name in ('attn_scale.omega', 'feat_scale.dc_scale', 'feat_scale.hc_scale')}
+    expected = {
+        f'layers.{i}.attn.{name}'
+        for i in range(12)
+        for name in ('attn_scale.omega', 'feat_scale.dc_scale', 'feat_scale.hc_scale')
+    }
     assert {k for k in missing if 'msa_adaptor' not in k} == expected
     assert all(k.startswith('layers.11.msa_adaptor.') for k in missing if 'msa_adaptor' in k)
 
     # through init_cfg=Pretrained, as a config would do it
-    ours = StepViT(arch='deit-small', init_cfg=dict(type='Pretrained', checkpoint=path),
-                   **switches)
+    ours = StepViT(arch='deit-small', init_cfg=dict(type='Pretrained', checkpoint=path), **switches)
     ours.init_weights()
     for name, value in deit.state_dict().items():
         assert torch.equal(ours.state_dict()[name], value), name

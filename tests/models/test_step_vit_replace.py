@@ -129,8 +129,7 @@ def test_upstream_checkpoint_loads_with_only_the_adaptors_missing(tmp_path):
     path = str(tmp_path / 'vit.pth')
     torch.save({'state_dict': ref.state_dict()}, path)
     model = StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all')
-    result = model.load_state_dict(torch.load(path, weights_only=True)['state_dict'],
-                                   strict=False)
+    result = model.load_state_dict(torch.load(path, weights_only=True)['state_dict'], strict=False)
     # conv, BN affine and running statistics, W_IE, b_IE (BN tolerates a missing
     # num_batches_tracked)
     adaptor_keys = ('conv.weight', 'norm.weight', 'norm.bias', 'norm.running_mean',
@@ -146,10 +145,13 @@ def test_upstream_checkpoint_loads_with_only_the_adaptors_missing(tmp_path):
     reading_a = StepViT(**SMALL, msa_adaptor=STEPNET)
     assert reading_a.state_dict().keys() == model.state_dict().keys()
     # through mmengine's loader and init_cfg=Pretrained, as a config would load it
-    load_checkpoint(StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all'), path,
-                    strict=False)
-    pretrained = StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all',
-                         init_cfg=dict(type='Pretrained', checkpoint=path))
+    load_checkpoint(
+        StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all'), path, strict=False)
+    pretrained = StepViT(
+        **SMALL,
+        msa_adaptor=STEPNET,
+        replace_attention_layers='all',
+        init_cfg=dict(type='Pretrained', checkpoint=path))
     pretrained.init_weights()
     for name, value in ref.state_dict().items():
         assert torch.equal(pretrained.state_dict()[name], value), name
@@ -208,10 +210,9 @@ def test_feat_scale_and_layer_scale_on_the_value_path():
         s, t = branch.feat_scale.dc_scale, branch.feat_scale.hc_scale
         f_dc = f.mean(dim=1, keepdim=True)
         expected = f_dc * (1 + s) + (f - f_dc) * (1 + t)
-        torch.testing.assert_close(branch(model.layers[0].ln1(x)), expected, rtol=1e-5,
-                                   atol=1e-5)
-    scaled = StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all',
-                     layer_scale_init_value=0.25)
+        torch.testing.assert_close(branch(model.layers[0].ln1(x)), expected, rtol=1e-5, atol=1e-5)
+    scaled = StepViT(
+        **SMALL, msa_adaptor=STEPNET, replace_attention_layers='all', layer_scale_init_value=0.25)
     scaled.eval()
     layer = scaled.layers[0]
     with torch.no_grad():
@@ -221,26 +222,25 @@ def test_feat_scale_and_layer_scale_on_the_value_path():
 
 def test_constant_step_gives_the_attention_free_control():
     ref = upstream()
-    model = StepViT(**SMALL, msa_adaptor=dict(type='mmstiff.ConstantStep'),
-                    replace_attention_layers='all')
+    model = StepViT(
+        **SMALL, msa_adaptor=dict(type='mmstiff.ConstantStep'), replace_attention_layers='all')
     model.load_state_dict(ref.state_dict())
     model.eval()
     x = tokens()
     theirs = ref.layers[2]
     with torch.no_grad():
         y = x + value_path(theirs, x)
-        torch.testing.assert_close(model.layers[2](x), theirs.ffn(theirs.ln2(y), identity=y),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            model.layers[2](x), theirs.ffn(theirs.ln2(y), identity=y), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(replace_attention_layers=[0]), r'layers \[0\], which have no msa_adaptor'),
-    (dict(msa_adaptor=STEPNET, msa_adaptor_layers=[0], replace_attention_layers=[0, -1]),
-     r'layers \[2\], which have no msa_adaptor'),
-    (dict(msa_adaptor=STEPNET, attn_scale_layers=[1], replace_attention_layers='all'),
-     r'share the layers \[1\]'),
-    (dict(msa_adaptor=STEPNET, replace_attention_layers='some'),
-     "replace_attention_layers='some'"),
+    (dict(msa_adaptor=STEPNET, msa_adaptor_layers=[0],
+          replace_attention_layers=[0, -1]), r'layers \[2\], which have no msa_adaptor'),
+    (dict(msa_adaptor=STEPNET, attn_scale_layers=[1],
+          replace_attention_layers='all'), r'share the layers \[1\]'),
+    (dict(msa_adaptor=STEPNET, replace_attention_layers='some'), "replace_attention_layers='some'"),
     (dict(msa_adaptor=STEPNET, replace_attention_layers=[3]), 'replace_attention_layers holds 3'),
 ])
 def test_bad_configuration_names_the_field(kwargs, message):
@@ -257,8 +257,8 @@ def test_layer_alone_refuses_a_replaced_attention_without_a_step_size():
 @pytest.mark.parametrize('name', READING_B_CONFIGS)
 def test_reading_b_configs_replace_every_attention_and_keep_the_rest(name):
     cfg = Config.fromfile(osp.join(REPO, 'configs', 'vit', name))
-    reading_a = Config.fromfile(osp.join(REPO, 'configs', 'vit',
-                                         name.replace('-stepnet-replace', '-stepnet')))
+    reading_a = Config.fromfile(
+        osp.join(REPO, 'configs', 'vit', name.replace('-stepnet-replace', '-stepnet')))
     backbone = dict(cfg.model.backbone)
     assert backbone.pop('replace_attention_layers') == 'all'
     assert backbone == reading_a.model.backbone and backbone['msa_adaptor'] == STEPNET

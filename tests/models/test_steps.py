@@ -19,7 +19,8 @@ def test_placement_defaults_select_every_block():
 
 
 def test_placement_stage_mask_and_block_indices():
-    placement = adaptor_placement((3, 4, 6, 3), adaptor_stages=(False, True, True, True),
+    placement = adaptor_placement((3, 4, 6, 3),
+                                  adaptor_stages=(False, True, True, True),
                                   adaptor_blocks=([0], [-1], [0, -1, 5], None))
     assert placement == [[False] * 3, [False, False, False, True],
                          [True, False, False, False, False, True], [True] * 3]
@@ -110,7 +111,7 @@ def test_stepnet_matches_per_channel_formula_in_eval():
     adaptor.eval()
     x_t, f = torch.randn(2, channels, 4, 4), torch.randn(2, channels, 4, 4)
     step = adaptor(x_t, f)
-    w = adaptor.conv.weight.view(channels, 2)           # groups=C: (w_c0, w_c1) per channel
+    w = adaptor.conv.weight.view(channels, 2)  # groups=C: (w_c0, w_c1) per channel
     bn = adaptor.norm
     for b in range(2):
         for c in range(channels):
@@ -165,7 +166,7 @@ def test_stepnet_literal_iebn_variant():
     torch.testing.assert_close(adaptor(x_t, f), torch.sigmoid(adaptor.norm(z)))
     norm = adaptor.norm
     x_hat = (z.flatten(1) - norm.running_mean) / torch.sqrt(norm.running_var + norm.eps)
-    gate = torch.sigmoid(norm.ie_weight * z.flatten(1) + norm.ie_bias)   # GAP of (1, 1) = z
+    gate = torch.sigmoid(norm.ie_weight * z.flatten(1) + norm.ie_bias)  # GAP of (1, 1) = z
     expected = torch.sigmoid(x_hat * norm.weight * gate + norm.bias)
     torch.testing.assert_close(adaptor(x_t, f).flatten(1), expected)
 
@@ -198,8 +199,8 @@ def test_stepnet_step_depends_on_state_not_only_on_residual():
     _randomise(adaptor)
     adaptor.eval()
     f = torch.randn(2, 4, 3, 3)
-    assert not torch.allclose(adaptor(torch.randn(2, 4, 3, 3), f),
-                              adaptor(torch.randn(2, 4, 3, 3), f))
+    assert not torch.allclose(
+        adaptor(torch.randn(2, 4, 3, 3), f), adaptor(torch.randn(2, 4, 3, 3), f))
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -222,7 +223,7 @@ def test_se_matches_mmpretrain_selayer_with_copied_weights(channels):
         for param in reference.parameters():
             param.copy_(torch.randn_like(param) * 0.1)
     adaptor = MODELS.build(dict(type='mmstiff.SEAdaptor', channels=channels))
-    adaptor.load_state_dict(reference.state_dict())          # strict: same names and shapes
+    adaptor.load_state_dict(reference.state_dict())  # strict: same names and shapes
     x_t, f = torch.randn(2, channels, 4, 4), torch.randn(2, channels, 4, 4)
     torch.testing.assert_close(apply_step(x_t, adaptor(x_t, f), f), reference(f) + x_t)
 

@@ -119,9 +119,9 @@ class PoisonIteration(Hook):
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if runner.iter + 1 in self.iterations:
             model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-            self._handle = getattr(model, self.module).register_forward_hook(
-                lambda module, args, out: tuple(o * float('nan') for o in out)
-                if isinstance(out, tuple) else out * float('nan'))
+            self._handle = getattr(
+                model, self.module).register_forward_hook(lambda module, args, out: tuple(o * float(
+                    'nan') for o in out) if isinstance(out, tuple) else out * float('nan'))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         if self._handle is not None:

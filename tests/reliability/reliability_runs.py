@@ -26,10 +26,12 @@ def write_config(path, data_root, **fields):
     loader = dict(dataset=dict(data_root=data_root))
     settings = dict(
         model=dict(backbone=dict(base_channels=8, stem_channels=8), head=dict(in_channels=64)),
-        train_dataloader=loader, val_dataloader=loader, test_dataloader=loader)
+        train_dataloader=loader,
+        val_dataloader=loader,
+        test_dataloader=loader)
     settings.update(fields)
-    lines = [f'_base_ = [{BASE_CONFIG!r}]'] + [f'{key} = {value!r}'
-                                               for key, value in settings.items()]
+    lines = [f'_base_ = [{BASE_CONFIG!r}]'
+             ] + [f'{key} = {value!r}' for key, value in settings.items()]
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
     return str(path)
@@ -43,8 +45,11 @@ def load(path):
 def parameters(path):
     """The learnable tensors of a checkpoint (BatchNorm running statistics left out)."""
     state = load(path)['state_dict']
-    return {k: v for k, v in state.items()
-            if not k.endswith(('running_mean', 'running_var', 'num_batches_tracked'))}
+    return {
+        k: v
+        for k, v in state.items()
+        if not k.endswith(('running_mean', 'running_var', 'num_batches_tracked'))
+    }
 
 
 def assert_same_weights(path_a, path_b):

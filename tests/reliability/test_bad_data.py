@@ -18,9 +18,9 @@ import pytest
 import torch.nn as nn
 from mmengine.config import Config
 
+from mmstiff.apis.runtime import ConfigError, load_config, prepare_runner_cfg
 from mmstiff.datasets import CIFAR10, STL10, FashionMNIST
 from mmstiff.testing import write_cifar, write_coco, write_mnist, write_stl10
-from mmstiff.apis.runtime import ConfigError, load_config, prepare_runner_cfg
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CONFIG = osp.join(REPO, 'tests', 'data', 'configs', 'cifar10_resnet18_tiny.py')
@@ -35,10 +35,14 @@ def build_coco(root, split='val2017', test_mode=True):
     from mmdet.registry import DATASETS
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
-    return DATASETS.build(dict(type='mmstiff.CocoDataset', data_root=root,
-                               ann_file=f'annotations/instances_{split}.json',
-                               data_prefix=dict(img=f'{split}/'), test_mode=test_mode,
-                               pipeline=[]))
+    return DATASETS.build(
+        dict(
+            type='mmstiff.CocoDataset',
+            data_root=root,
+            ann_file=f'annotations/instances_{split}.json',
+            data_prefix=dict(img=f'{split}/'),
+            test_mode=test_mode,
+            pipeline=[]))
 
 
 def edit_annotations(root, split, edit):
@@ -58,9 +62,9 @@ def test_coco_boxes_of_zero_or_negative_size_are_counted_and_reported(tmp_path, 
     root = write_coco(str(tmp_path / 'coco'), num_train=2, num_val=4)
 
     def shrink(annotations):
-        annotations[0]['bbox'][2] = 0       # zero width
-        annotations[1]['bbox'][3] = -3      # negative height
-        annotations[2]['area'] = 0          # no area
+        annotations[0]['bbox'][2] = 0  # zero width
+        annotations[1]['bbox'][3] = -3  # negative height
+        annotations[2]['area'] = 0  # no area
 
     path = edit_annotations(root, 'val2017', shrink)
     with open(path) as f:
@@ -79,8 +83,12 @@ def test_coco_boxes_of_zero_or_negative_size_are_counted_and_reported(tmp_path, 
 
     # the boxes kept are exactly mmdet's
     from mmdet.datasets import CocoDataset as Upstream
-    upstream = Upstream(data_root=root, ann_file='annotations/instances_val2017.json',
-                        data_prefix=dict(img='val2017/'), test_mode=True, pipeline=[])
+    upstream = Upstream(
+        data_root=root,
+        ann_file='annotations/instances_val2017.json',
+        data_prefix=dict(img='val2017/'),
+        test_mode=True,
+        pipeline=[])
     assert [d['instances'] for d in upstream.load_data_list()] == \
         [dataset.get_data_info(i)['instances'] for i in range(len(dataset))]
 
@@ -95,8 +103,10 @@ def test_coco_without_any_box_left_fails_naming_the_file(tmp_path):
             ann['bbox'][3] = 0
 
     path = edit_annotations(root, 'train2017', flatten)
-    with pytest.raises(ValueError, match=r'instances_train2017.json: no box is left of the \d+ '
-                       r'in the file \(\{.zero or negative size'):
+    with pytest.raises(
+            ValueError,
+            match=r'instances_train2017.json: no box is left of the \d+ '
+            r'in the file \(\{.zero or negative size'):
         build_coco(root, 'train2017', test_mode=False)
     assert osp.isfile(path)
 
@@ -129,8 +139,9 @@ def test_box_drop_reasons_follow_mmdet():
 def write_idx(path, array):
     array = np.asarray(array, dtype=np.uint8)
     with open(path, 'wb') as f:
-        f.write(struct.pack(f'>{1 + array.ndim}I', 2049 if array.ndim == 1 else 2051,
-                            *array.shape) + array.tobytes())
+        f.write(
+            struct.pack(f'>{1 + array.ndim}I', 2049 if array.ndim == 1 else 2051, *array.shape) +
+            array.tobytes())
 
 
 def demo_test_dataset(root):
@@ -150,8 +161,10 @@ def test_fewer_labels_than_images_fail_naming_both_files(tmp_path):
         write_idx(labels, np.frombuffer(f.read()[8:], np.uint8)[:5])
     # mmpretrain pairs images and labels with zip: the sixth image is silently gone
     assert len(Upstream(data_root=root, split='test', test_mode=True)) == 5
-    with pytest.raises(ValueError, match=f'{labels} holds 5 labels but .*t10k-images-idx3-ubyte '
-                       'holds 6 images; expected one label per image'):
+    with pytest.raises(
+            ValueError,
+            match=f'{labels} holds 5 labels but .*t10k-images-idx3-ubyte '
+            'holds 6 images; expected one label per image'):
         demo_test_dataset(root)
     assert len(FashionMNIST(data_root=root, split='train')) == 12  # the other split is fine
 
@@ -163,15 +176,19 @@ def test_truncated_idx_file_fails_naming_it(tmp_path):
         data = f.read()
     with open(images, 'wb') as f:
         f.write(data[:-100])
-    with pytest.raises(ValueError, match=f'{images}: file is {len(data) - 100} bytes; its '
-                       rf'header \(6, 28, 28\) needs {len(data)} \(truncated'):
+    with pytest.raises(
+            ValueError,
+            match=f'{images}: file is {len(data) - 100} bytes; its '
+            rf'header \(6, 28, 28\) needs {len(data)} \(truncated'):
         demo_test_dataset(root)
 
 
 def test_split_and_test_mode_must_agree(tmp_path):
     root = write_mnist(str(tmp_path / 'fm'), num_train=12, num_test=6)
-    with pytest.raises(ValueError, match=r"split='test' with test_mode=False: mmpretrain reads "
-                       'the files by test_mode, so this would read the training files'):
+    with pytest.raises(
+            ValueError,
+            match=r"split='test' with test_mode=False: mmpretrain reads "
+            'the files by test_mode, so this would read the training files'):
         FashionMNIST(data_root=root, split='test')
     with pytest.raises(ValueError, match="split='val' is not supported"):
         FashionMNIST(data_root=root, split='val')
@@ -184,8 +201,9 @@ def test_empty_datasets_fail_naming_their_files(tmp_path):
     batch = osp.join(root, 'cifar-10-batches-py', 'test_batch')
     with open(batch, 'wb') as f:
         pickle.dump({'data': np.zeros((0, 3072), np.uint8), 'labels': []}, f, protocol=2)
-    with pytest.raises(ValueError, match=f"CIFAR10 split 'test' holds no image: {batch} have "
-                       "0 rows of 'data'"):
+    with pytest.raises(
+            ValueError, match=f"CIFAR10 split 'test' holds no image: {batch} have "
+            "0 rows of 'data'"):
         CIFAR10(data_root=root, split='test')
 
     root = write_stl10(str(tmp_path / 'stl'), num_train=2, num_test=2)
@@ -197,8 +215,9 @@ def test_empty_datasets_fail_naming_their_files(tmp_path):
     root = write_mnist(str(tmp_path / 'fm'), num_train=2, num_test=2)
     write_idx(osp.join(root, 't10k-images-idx3-ubyte'), np.zeros((0, 28, 28)))
     write_idx(osp.join(root, 't10k-labels-idx1-ubyte'), np.zeros(0))
-    with pytest.raises(ValueError, match='t10k-images-idx3-ubyte holds 0 images; expected at '
-                       'least one'):
+    with pytest.raises(
+            ValueError, match='t10k-images-idx3-ubyte holds 0 images; expected at '
+            'least one'):
         demo_test_dataset(root)
 
 
@@ -206,9 +225,14 @@ def test_empty_datasets_fail_naming_their_files(tmp_path):
 def tool_args(tmp_path, out):
     checkpoint = tmp_path / 'c.pth'
     checkpoint.write_bytes(b'x')
-    return argparse.Namespace(config=CLS_CONFIG, checkpoint=str(checkpoint),
-                              work_dir=str(tmp_path / 'work'), out=out, no_pin_memory=False,
-                              cfg_options=None, launcher='none')
+    return argparse.Namespace(
+        config=CLS_CONFIG,
+        checkpoint=str(checkpoint),
+        work_dir=str(tmp_path / 'work'),
+        out=out,
+        no_pin_memory=False,
+        cfg_options=None,
+        launcher='none')
 
 
 @pytest.mark.slow
@@ -216,8 +240,10 @@ def test_unwritable_out_fails_before_the_evaluation(tmp_path):
     blocker = tmp_path / 'a_file'
     blocker.write_text('')
     out = str(blocker / 'sub' / 'metrics.json')
-    with pytest.raises(ConfigError, match=f"--out '{out}' cannot be created: '{blocker}' is a "
-                       'file, not a directory'):
+    with pytest.raises(
+            ConfigError,
+            match=f"--out '{out}' cannot be created: '{blocker}' is a "
+            'file, not a directory'):
         prepare_runner_cfg(Config.fromfile(CLS_CONFIG), tool_args(tmp_path, out), 'test')
     folder = tmp_path / 'results.pkl'
     folder.mkdir()
@@ -227,8 +253,8 @@ def test_unwritable_out_fails_before_the_evaluation(tmp_path):
         locked = tmp_path / 'locked'
         locked.mkdir(mode=0o500)
         with pytest.raises(ConfigError, match='is not writable'):
-            prepare_runner_cfg(Config.fromfile(CLS_CONFIG),
-                               tool_args(tmp_path, str(locked / 'm.json')), 'test')
+            prepare_runner_cfg(
+                Config.fromfile(CLS_CONFIG), tool_args(tmp_path, str(locked / 'm.json')), 'test')
     fine = str(tmp_path / 'new' / 'deeper' / 'metrics.json')  # folders are created later
     prepare_runner_cfg(Config.fromfile(CLS_CONFIG), tool_args(tmp_path, fine), 'test')
     assert not osp.exists(osp.dirname(fine))
@@ -281,12 +307,16 @@ def test_missing_diagnostics_module_fails_naming_what_is_there():
     model.backbone.layer2 = nn.Conv2d(1, 1, 1)
     model.head = nn.Linear(1, 1)
     runner = types.SimpleNamespace(model=model)
-    with pytest.raises(ValueError, match=r"module='backbone.layer9' is not a submodule: "
-                       r"backbone \(Module\) has no submodule 'layer9'; expected one of "
-                       r"\['layer1', 'layer2'\]"):
+    with pytest.raises(
+            ValueError,
+            match=r"module='backbone.layer9' is not a submodule: "
+            r"backbone \(Module\) has no submodule 'layer9'; expected one of "
+            r"\['layer1', 'layer2'\]"):
         StiffnessHook(module='backbone.layer9').target_module(runner)
-    with pytest.raises(ValueError, match=r"the model \(Module\) has no submodule 'neck'; "
-                       r"expected one of \['backbone', 'head'\]"):
+    with pytest.raises(
+            ValueError,
+            match=r"the model \(Module\) has no submodule 'neck'; "
+            r"expected one of \['backbone', 'head'\]"):
         FrequencyHook(module='neck').target_module(runner)
     assert StiffnessHook(module='backbone.layer2').target_module(runner) is \
         model.backbone.layer2

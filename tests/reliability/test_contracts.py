@@ -10,8 +10,7 @@ from collections import OrderedDict
 
 import pytest
 import torch
-from mmpretrain.models.backbones import (ResNet, ResNet_CIFAR, SwinTransformer,
-                                         VisionTransformer)
+from mmpretrain.models.backbones import ResNet, ResNet_CIFAR, SwinTransformer, VisionTransformer
 
 from mmstiff.models.backbones import (AlterNet, PreActStepResNet, StepResNet, StepResNet_CIFAR,
                                       StepSwin, StepViT)
@@ -19,10 +18,16 @@ from mmstiff.models.utils import UnsupportedDepthError
 from mmstiff.utils.checkpoint import load_checkpoint_into, load_state_dict_report
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
-VIT = dict(arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64),
-           img_size=32, patch_size=8)
-SWIN = dict(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2)), img_size=32,
-            window_size=2, out_indices=(1, ), drop_path_rate=0.1)
+VIT = dict(
+    arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64),
+    img_size=32,
+    patch_size=8)
+SWIN = dict(
+    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2)),
+    img_size=32,
+    window_size=2,
+    out_indices=(1, ),
+    drop_path_rate=0.1)
 
 
 def det_step_resnet(**kwargs):
@@ -38,8 +43,9 @@ def det_resnet(**kwargs):
 
 
 # ------------------------------------------------------------------ unsupported depth
-@pytest.mark.parametrize('build', [StepResNet, StepResNet_CIFAR, AlterNet, PreActStepResNet,
-                                   det_step_resnet], ids=lambda b: b.__name__)
+@pytest.mark.parametrize(
+    'build', [StepResNet, StepResNet_CIFAR, AlterNet, PreActStepResNet, det_step_resnet],
+    ids=lambda b: b.__name__)
 def test_unsupported_depth_is_a_key_error_as_upstream_and_a_value_error(build):
     with pytest.raises(KeyError, match='invalid depth 19'):
         ResNet(depth=19)  # upstream's type, which callers catch
@@ -73,7 +79,7 @@ def test_step_swin_loads_old_swin_checkpoints_as_upstream_does(version, tmp_path
     state = old_swin_checkpoint(source, version)
     upstream, ours = SwinTransformer(**SWIN), StepSwin(**SWIN)
     upstream.load_state_dict(OrderedDict(state), strict=True)  # upstream upgrades it
-    ours.load_state_dict(OrderedDict(state), strict=True)      # (failed: unexpected norm.*)
+    ours.load_state_dict(OrderedDict(state), strict=True)  # (failed: unexpected norm.*)
     x = torch.randn(2, 3, 32, 32)
     upstream.eval(), ours.eval(), source.eval()
     torch.testing.assert_close(ours(x)[0], upstream(x)[0])
@@ -111,22 +117,24 @@ def test_vit_position_embedding_is_resized_through_the_strict_loader():
 # ------------------------------------------------------------------ frozen stages
 TWINS = {
     'StepResNet': (lambda: StepResNet(depth=18, adaptor=STEPNET, frozen_stages=2),
-                   lambda: ResNet(depth=18, frozen_stages=2), ['layer1', 'layer2'],
-                   ['layer3', 'layer4']),
-    'StepResNet_CIFAR': (lambda: StepResNet_CIFAR(depth=18, adaptor=STEPNET, frozen_stages=1),
-                         lambda: ResNet_CIFAR(depth=18, frozen_stages=1), ['layer1'],
-                         ['layer2', 'layer3', 'layer4']),
-    'DetStepResNet': (lambda: det_step_resnet(depth=18, adaptor=STEPNET, frozen_stages=1),
-                      lambda: det_resnet(depth=18, frozen_stages=1), ['layer1'],
-                      ['layer2', 'layer3', 'layer4']),
-    'StepViT': (lambda: StepViT(**VIT, frozen_stages=2, attn_scale_layers='all',
-                                feat_scale_layers='all', msa_adaptor=STEPNET),
-                lambda: VisionTransformer(**VIT, frozen_stages=2), ['layers.0.', 'layers.1.'],
-                ['layers.2.']),
-    'StepSwin': (lambda: StepSwin(**SWIN, frozen_stages=0, attn_scale_layers='all',
-                                  feat_scale_layers='all'),
-                 lambda: SwinTransformer(**SWIN, frozen_stages=0), ['stages.0.'],
-                 ['stages.1.']),
+                   lambda: ResNet(depth=18, frozen_stages=2), ['layer1',
+                                                               'layer2'], ['layer3', 'layer4']),
+    'StepResNet_CIFAR':
+    (lambda: StepResNet_CIFAR(depth=18, adaptor=STEPNET, frozen_stages=1),
+     lambda: ResNet_CIFAR(depth=18, frozen_stages=1), ['layer1'], ['layer2', 'layer3', 'layer4']),
+    'DetStepResNet':
+    (lambda: det_step_resnet(depth=18, adaptor=STEPNET, frozen_stages=1),
+     lambda: det_resnet(depth=18, frozen_stages=1), ['layer1'], ['layer2', 'layer3', 'layer4']),
+    'StepViT': (lambda: StepViT(
+        **VIT,
+        frozen_stages=2,
+        attn_scale_layers='all',
+        feat_scale_layers='all',
+        msa_adaptor=STEPNET), lambda: VisionTransformer(**VIT, frozen_stages=2),
+                ['layers.0.', 'layers.1.'], ['layers.2.']),
+    'StepSwin':
+    (lambda: StepSwin(**SWIN, frozen_stages=0, attn_scale_layers='all', feat_scale_layers='all'),
+     lambda: SwinTransformer(**SWIN, frozen_stages=0), ['stages.0.'], ['stages.1.']),
 }
 
 
@@ -151,8 +159,14 @@ def test_frozen_stages_freeze_what_upstream_freezes_and_the_added_parameters(nam
 
 @pytest.mark.parametrize('build, stem', [
     (lambda: PreActStepResNet(depth=20, adaptor=STEPNET, frozen_stages=1), 'conv1'),
-    (lambda: AlterNet(depth=18, stem='cifar', base_channels=8, head_dim=8, num_heads=(1, 1, 1, 1),
-                      window_size=4, frozen_stages=1), 'conv1'),
+    (lambda: AlterNet(
+        depth=18,
+        stem='cifar',
+        base_channels=8,
+        head_dim=8,
+        num_heads=(1, 1, 1, 1),
+        window_size=4,
+        frozen_stages=1), 'conv1'),
 ])
 def test_frozen_stages_of_the_backbones_without_a_twin(build, stem):
     model = build().train()
@@ -173,8 +187,13 @@ def test_frozen_stages_of_the_backbones_without_a_twin(build, stem):
 def test_zero_init_residual_zeroes_the_same_norms_as_upstream(ours, upstream):
     a, b = ours(), upstream()
     a.init_weights(), b.init_weights()
-    zero = {k for k, v in b.state_dict().items() if k.endswith('.weight') and v.ndim == 1
-            and not v.any()}
-    ours_zero = {k for k, v in a.state_dict().items() if k.endswith('.weight') and v.ndim == 1
-                 and not v.any() and 'step_adaptor' not in k}
+    zero = {
+        k
+        for k, v in b.state_dict().items() if k.endswith('.weight') and v.ndim == 1 and not v.any()
+    }
+    ours_zero = {
+        k
+        for k, v in a.state_dict().items()
+        if k.endswith('.weight') and v.ndim == 1 and not v.any() and 'step_adaptor' not in k
+    }
     assert zero and ours_zero == zero

@@ -21,10 +21,15 @@ def build_coco(root, split='train2017', test_mode=False, **kwargs):
     from mmdet.registry import DATASETS
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
-    return DATASETS.build(dict(type='mmstiff.CocoDataset', data_root=root,
-                               ann_file=f'annotations/instances_{split}.json',
-                               data_prefix=dict(img=f'{split}/'), test_mode=test_mode,
-                               pipeline=[], **kwargs))
+    return DATASETS.build(
+        dict(
+            type='mmstiff.CocoDataset',
+            data_root=root,
+            ann_file=f'annotations/instances_{split}.json',
+            data_prefix=dict(img=f'{split}/'),
+            test_mode=test_mode,
+            pipeline=[],
+            **kwargs))
 
 
 def edit(root, split, change):
@@ -46,6 +51,7 @@ def coco(tmp_path):
 @pytest.mark.det
 @pytest.mark.parametrize('test_mode', [False, True])
 def test_coco_without_images_names_the_file(coco, test_mode):
+
     def empty(data):
         data['images'], data['annotations'] = [], []
 
@@ -56,8 +62,10 @@ def test_coco_without_images_names_the_file(coco, test_mode):
 
 @pytest.mark.det
 def test_coco_filter_dropping_every_image_names_the_rule(coco):
-    with pytest.raises(ValueError, match=r"instances_train2017.json: filter_cfg=.* drops every "
-                                         r"one of the 3 images \(\{'smaller than min_size': 3\}"):
+    with pytest.raises(
+            ValueError,
+            match=r"instances_train2017.json: filter_cfg=.* drops every "
+            r"one of the 3 images \(\{'smaller than min_size': 3\}"):
         build_coco(coco, filter_cfg=dict(filter_empty_gt=True, min_size=10000))
 
 
@@ -73,9 +81,10 @@ def test_coco_annotations_of_unknown_images_are_reported(coco, monkeypatch):
     logged = []
     monkeypatch.setattr(coco_module, 'print_log', lambda msg, **kw: logged.append(msg))
     build_coco(coco)
-    assert any(msg.endswith('instances_train2017.json: 1 annotation(s) refer to an image id the '
-                            'file does not list (e.g. annotation id 999, image id 424242); they '
-                            'are not used') for msg in logged), logged
+    assert any(
+        msg.endswith('instances_train2017.json: 1 annotation(s) refer to an image id the '
+                     'file does not list (e.g. annotation id 999, image id 424242); they '
+                     'are not used') for msg in logged), logged
 
 
 @pytest.mark.det
@@ -86,9 +95,11 @@ def test_coco_missing_and_empty_image_files_fail_before_training(coco):
     import os
     os.remove(osp.join(folder, names[0]))
     open(osp.join(folder, names[1]), 'w').close()
-    with pytest.raises(ValueError, match=rf'instances_train2017.json: of the 3 image files it '
-                                         rf'lists, 1 missing \(e.g. .*{names[0]}\); 1 empty '
-                                         rf'\(e.g. .*{names[1]}\)'):
+    with pytest.raises(
+            ValueError,
+            match=rf'instances_train2017.json: of the 3 image files it '
+            rf'lists, 1 missing \(e.g. .*{names[0]}\); 1 empty '
+            rf'\(e.g. .*{names[1]}\)'):
         build_coco(coco)
     assert len(build_coco(coco, check_files=False)) == 3
 
@@ -102,8 +113,10 @@ def test_fashion_mnist_label_out_of_range_names_the_file(tmp_path):
     values[2] = 200
     with open(labels, 'wb') as f:
         f.write(struct.pack('>2I', 2049, values.size) + values.tobytes())
-    with pytest.raises(ValueError, match=rf'{labels} holds 1 label\(s\) outside \[0, 10\), the '
-                                         r'first at index 2: 200'):
+    with pytest.raises(
+            ValueError,
+            match=rf'{labels} holds 1 label\(s\) outside \[0, 10\), the '
+            r'first at index 2: 200'):
         FashionMNIST(data_root=root, split='test', test_mode=True)
     assert len(FashionMNIST(data_root=root, split='train')) == 6
 
@@ -112,10 +125,12 @@ def test_fashion_mnist_label_out_of_range_names_the_file(tmp_path):
 def test_checked_coco_base_config_keeps_mmdets_settings(repo_root):
     import mmdet
     from mmengine.config import Config
-    ours = Config.fromfile(osp.join(repo_root, 'configs', '_base_', 'datasets',
-                                    'coco_detection.py'))
-    upstream = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs',
-                                        '_base_', 'datasets', 'coco_detection.py'))
+    ours = Config.fromfile(
+        osp.join(repo_root, 'configs', '_base_', 'datasets', 'coco_detection.py'))
+    upstream = Config.fromfile(
+        osp.join(
+            osp.dirname(mmdet.__file__), '.mim', 'configs', '_base_', 'datasets',
+            'coco_detection.py'))
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         assert ours[loader].dataset.type == 'mmstiff.CocoDataset'
         mine = {k: v for k, v in ours[loader].dataset.items() if k not in ('type', '_scope_')}

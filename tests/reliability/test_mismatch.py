@@ -8,10 +8,10 @@ or differently shaped parameter fails before any evaluation, naming the keys, un
 import pytest
 import torch
 import torch.nn as nn
+from reliability_runs import load
 
 from mmstiff.utils.checkpoint import (CheckpointMismatchError, StateDictMismatch, load_weights,
                                       state_dict_of)
-from reliability_runs import load
 
 
 def small_model(out=2):
@@ -85,8 +85,7 @@ def edited_checkpoint(source, path):
 def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     edited = edited_checkpoint(work / 'iter_4.pth', tmp_path / 'edited.pth')
-    proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'a'),
-                    check=False)
+    proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'a'), check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert f'error: checkpoint {edited!r} does not match the model of the config' in proc.stderr
@@ -95,10 +94,18 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
     assert 'accuracy/top1' not in out and 'Traceback' not in out
 
     # a wider model: every shape differs
-    wide = ['--cfg-options', 'model.backbone.base_channels=16',
-            'model.backbone.stem_channels=16', 'model.head.in_channels=128']
-    proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                    str(tmp_path / 'b'), *wide, check=False)
+    wide = [
+        '--cfg-options', 'model.backbone.base_channels=16', 'model.backbone.stem_channels=16',
+        'model.head.in_channels=128'
+    ]
+    proc = run_tool(
+        'tools/test.py',
+        config,
+        str(work / 'iter_4.pth'),
+        '--work-dir',
+        str(tmp_path / 'b'),
+        *wide,
+        check=False)
     assert proc.returncode != 0 and 'size mismatch for backbone.conv1.weight' in proc.stderr
 
     proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'c'),
@@ -112,8 +119,15 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
 def test_analysis_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     edited = edited_checkpoint(work / 'iter_4.pth', tmp_path / 'edited.pth')
-    proc = run_tool('tools/analysis/tns.py', config, edited, '--num-batches', '1', '--out-dir',
-                    str(tmp_path / 'tns'), check=False)
+    proc = run_tool(
+        'tools/analysis/tns.py',
+        config,
+        edited,
+        '--num-batches',
+        '1',
+        '--out-dir',
+        str(tmp_path / 'tns'),
+        check=False)
     assert proc.returncode != 0
     assert f'error: checkpoint {edited!r} does not match' in proc.stderr
     assert 'head.fc.weight' in proc.stderr and 'neck.extra' in proc.stderr

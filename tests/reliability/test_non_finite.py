@@ -7,10 +7,10 @@ tools/test.py and the analysis tools now stop naming the non-finite entries, unl
 import pytest
 import torch
 import torch.nn as nn
-
-from mmstiff.utils.checkpoint import (NonFiniteCheckpointError, check_finite,
-                                      load_checkpoint_into, non_finite_entries)
 from reliability_runs import load
+
+from mmstiff.utils.checkpoint import (NonFiniteCheckpointError, check_finite, load_checkpoint_into,
+                                      non_finite_entries)
 
 USER_ENV = {'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '0'}
 
@@ -37,12 +37,13 @@ def test_non_finite_checkpoint_is_refused_before_loading(tmp_path):
     torch.save({'state_dict': state}, path)
     model = small_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(NonFiniteCheckpointError,
-                       match=r"'.*bad.pth' holds non-finite \(NaN or inf\) values in 1 "
-                             r'parameter\(s\) or statistic\(s\): 1.running_var \(4 value\(s\)\)'
-                             r'.*pass --allow-non-finite'):
+    with pytest.raises(
+            NonFiniteCheckpointError,
+            match=r"'.*bad.pth' holds non-finite \(NaN or inf\) values in 1 "
+            r'parameter\(s\) or statistic\(s\): 1.running_var \(4 value\(s\)\)'
+            r'.*pass --allow-non-finite'):
         load_checkpoint_into(model, path)
-    for key, value in model.state_dict().items():     # nothing was loaded
+    for key, value in model.state_dict().items():  # nothing was loaded
         assert torch.equal(value, before[key])
     load_checkpoint_into(model, path, allow_non_finite=True)
     assert torch.isinf(model[1].running_var).all()
@@ -62,15 +63,21 @@ def nan_checkpoint(source, path):
 def test_test_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     bad = nan_checkpoint(work / 'iter_4.pth', tmp_path / 'nan.pth')
-    proc = run_tool('tools/test.py', config, bad, '--work-dir', str(tmp_path / 'a'),
-                    check=False, env=USER_ENV)
+    proc = run_tool(
+        'tools/test.py', config, bad, '--work-dir', str(tmp_path / 'a'), check=False, env=USER_ENV)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1
     assert (f'error: checkpoint {bad!r} holds non-finite (NaN or inf) values in 1 parameter(s) '
             'or statistic(s): backbone.conv1.weight') in proc.stderr
     assert 'accuracy/top1' not in out and 'Traceback' not in out
-    proc = run_tool('tools/test.py', config, bad, '--work-dir', str(tmp_path / 'b'),
-                    '--allow-non-finite', env=USER_ENV)
+    proc = run_tool(
+        'tools/test.py',
+        config,
+        bad,
+        '--work-dir',
+        str(tmp_path / 'b'),
+        '--allow-non-finite',
+        env=USER_ENV)
     out = proc.stdout + proc.stderr
     assert '(--allow-non-finite: used anyway)' in out and 'accuracy/top1' in out
 
@@ -79,8 +86,16 @@ def test_test_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
 def test_analysis_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     bad = nan_checkpoint(work / 'iter_4.pth', tmp_path / 'nan.pth')
-    proc = run_tool('tools/analysis/tns.py', config, bad, '--num-batches', '1', '--out-dir',
-                    str(tmp_path / 'tns'), check=False, env=USER_ENV)
+    proc = run_tool(
+        'tools/analysis/tns.py',
+        config,
+        bad,
+        '--num-batches',
+        '1',
+        '--out-dir',
+        str(tmp_path / 'tns'),
+        check=False,
+        env=USER_ENV)
     assert proc.returncode == 1
     assert f'error: checkpoint {bad!r} holds non-finite' in proc.stderr
     assert 'backbone.conv1.weight' in proc.stderr

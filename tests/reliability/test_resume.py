@@ -3,15 +3,14 @@ import os
 
 import pytest
 import torch
+from reliability_runs import copy_run, load
 
 from mmstiff.engine import checkpoint_problem, find_resume_checkpoint
 from mmstiff.utils.checkpoint import load_checkpoint_file
-from reliability_runs import copy_run, load
 
 
 def save(path, step):
-    torch.save(dict(meta=dict(iter=step), state_dict=dict(w=torch.full((64, ), float(step)))),
-               path)
+    torch.save(dict(meta=dict(iter=step), state_dict=dict(w=torch.full((64, ), float(step)))), path)
     return str(path)
 
 
@@ -71,8 +70,12 @@ def test_damaged_named_checkpoint_falls_back(work, damage):
         os.remove(target)
     search = find_resume_checkpoint(str(work))
     assert search.path == str(work / 'iter_4.pth')
-    problem = {'truncate': 'is truncated', 'empty': 'is empty (0 bytes)',
-               'flip': "fails the CRC-32 check", 'delete': 'does not exist'}[damage]
+    problem = {
+        'truncate': 'is truncated',
+        'empty': 'is empty (0 bytes)',
+        'flip': "fails the CRC-32 check",
+        'delete': 'does not exist'
+    }[damage]
     assert problem in search.passed_over[0][1]
     assert search.why().startswith(f'it is the newest complete checkpoint (last_checkpoint '
                                    f'names {target}, which')
@@ -86,8 +89,9 @@ def test_every_damaged_checkpoint_is_passed_over(work):
     (work / 'last_checkpoint').write_text('')
     search = find_resume_checkpoint(str(work))
     assert search.path == str(work / 'iter_2.pth')
-    assert [os.path.basename(p) for p, _ in search.passed_over] == [
-        'iter_10.pth', 'iter_6.pth', 'iter_4.pth']  # newest (largest step) first
+    assert [os.path.basename(p)
+            for p, _ in search.passed_over] == ['iter_10.pth', 'iter_6.pth',
+                                                'iter_4.pth']  # newest (largest step) first
 
 
 def test_nothing_to_resume(tmp_path):
@@ -113,8 +117,8 @@ def test_moved_work_dir_is_found_by_name(work, tmp_path_factory):
 def test_checkpoint_problem_names_what_is_wrong(tmp_path):
     assert checkpoint_problem(save(tmp_path / 'ok.pth', 1)) is None
     torch.save([1, 2], tmp_path / 'list.pth')
-    assert checkpoint_problem(str(tmp_path / 'list.pth')) == (
-        'is not a training checkpoint (no state_dict)')
+    assert checkpoint_problem(str(tmp_path /
+                                  'list.pth')) == ('is not a training checkpoint (no state_dict)')
     (tmp_path / 'text.pth').write_text('not a checkpoint')
     assert checkpoint_problem(str(tmp_path / 'text.pth')).startswith('cannot be loaded')
     assert checkpoint_problem(str(tmp_path)) == 'is not a file'
@@ -124,7 +128,7 @@ def test_checkpoint_problem_names_what_is_wrong(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize('where', ['empty', 'typo'])
 def test_resume_with_nothing_to_resume_stops_and_writes_nothing(trained_run, train, tmp_path,
-                                                               where):
+                                                                where):
     config, _ = trained_run
     work = tmp_path / 'work'
     if where == 'empty':

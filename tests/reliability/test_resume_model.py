@@ -6,9 +6,9 @@ loaded state dict contains a parameter group that doesn't match`` traceback.
 import pytest
 import torch
 import torch.nn as nn
+from reliability_runs import copy_run
 
 from mmstiff.utils.checkpoint import CheckpointMismatchError, check_resume_checkpoint
-from reliability_runs import copy_run
 
 
 def test_resume_check_lists_keys_and_shapes_without_loading(tmp_path):
@@ -26,15 +26,17 @@ def test_resume_check_lists_keys_and_shapes_without_loading(tmp_path):
                               '1.weight: shape (5, 4) in the checkpoint, (2, 4) in the model')
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     torch.save({'state_dict': model.state_dict()}, path)
-    check_resume_checkpoint(model, path)          # the same model: nothing to say
+    check_resume_checkpoint(model, path)  # the same model: nothing to say
 
 
 @pytest.mark.slow
 def test_resume_with_another_architecture_is_an_error(trained_run, train, tmp_path):
     config, trained = trained_run
     work = copy_run(trained, tmp_path / 'work')
-    wide = ['--cfg-options', 'model.backbone.base_channels=16',
-            'model.backbone.stem_channels=16', 'model.head.in_channels=128']
+    wide = [
+        '--cfg-options', 'model.backbone.base_channels=16', 'model.backbone.stem_channels=16',
+        'model.head.in_channels=128'
+    ]
     proc = train(config, work, '--resume', *wide, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (f"error: resume checkpoint '{work / 'iter_4.pth'}' does not match the model of "

@@ -21,9 +21,9 @@ import sys
 import time
 
 import pytest
+from reliability_runs import FAULT_ENV, FAULTS, REPO, assert_same_weights, load, write_config
 
 from mmstiff.engine import checkpoint_problem, find_resume_checkpoint
-from reliability_runs import FAULT_ENV, FAULTS, REPO, assert_same_weights, load, write_config
 
 MAX_ITERS = 12
 CHECKPOINT = dict(interval=2, max_keep_ckpts=1)
@@ -37,12 +37,18 @@ def free_port():
 
 
 def launch(config, work, log):
-    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', PORT=str(free_port()),
-               **FAULT_ENV)
-    return subprocess.Popen(
-        [os.path.join(REPO, 'tools', 'dist_train.sh'), str(config), '2', '--work-dir',
-         str(work), '--resume-or-start'], cwd=REPO, env=env, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True)
+    env = dict(
+        os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', PORT=str(free_port()), **FAULT_ENV)
+    return subprocess.Popen([
+        os.path.join(REPO, 'tools', 'dist_train.sh'),
+        str(config), '2', '--work-dir',
+        str(work), '--resume-or-start'
+    ],
+                            cwd=REPO,
+                            env=env,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def descendants(pid):
@@ -90,8 +96,8 @@ def wait_for(condition, proc, log, timeout=600):
     while not condition():
         if proc.poll() is not None:
             log.flush()
-            pytest.fail(f'the run ended (exit {proc.returncode}) before it could be killed:\n'
-                        + open(log.name).read()[-4000:])
+            pytest.fail(f'the run ended (exit {proc.returncode}) before it could be killed:\n' +
+                        open(log.name).read()[-4000:])
         assert time.time() < deadline, 'timed out waiting for the moment to kill'
         time.sleep(0.05)
 
@@ -107,13 +113,24 @@ def test_killed_three_times_ends_like_an_uninterrupted_run(tiny_data, run_tool, 
     common = dict(train_cfg=dict(max_iters=MAX_ITERS), default_hooks=dict(checkpoint=CHECKPOINT))
     clean = write_config(tmp_path / 'clean.py', root, **common)
     straight = tmp_path / 'straight'
-    run_tool('tools/dist_train.sh', clean, '2', '--work-dir', str(straight),
-             env=dict(FAULT_ENV, PORT=str(free_port())))
+    run_tool(
+        'tools/dist_train.sh',
+        clean,
+        '2',
+        '--work-dir',
+        str(straight),
+        env=dict(FAULT_ENV, PORT=str(free_port())))
 
     def paused_at(pattern, fraction, marker):
-        return write_config(tmp_path / f'{marker.stem}.py', root, **common, custom_imports=FAULTS,
-                            custom_hooks=[dict(type='KillDuringWrite', pattern=pattern,
-                                               fraction=fraction, marker=str(marker))])
+        return write_config(
+            tmp_path / f'{marker.stem}.py',
+            root,
+            **common,
+            custom_imports=FAULTS,
+            custom_hooks=[
+                dict(
+                    type='KillDuringWrite', pattern=pattern, fraction=fraction, marker=str(marker))
+            ])
 
     work = tmp_path / 'work'
     mid_checkpoint, mid_marker = tmp_path / 'mid_checkpoint', tmp_path / 'mid_marker'

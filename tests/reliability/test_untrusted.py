@@ -11,12 +11,12 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from reliability_runs import load
 
 from mmstiff.datasets import CIFAR10
 from mmstiff.testing import write_cifar
 from mmstiff.utils.checkpoint import (CheckpointError, UntrustedCheckpointError, config_code,
                                       load_checkpoint_file)
-from reliability_runs import load
 
 
 class OpenPayload:
@@ -63,8 +63,11 @@ class GetattrPayload:
         return (_Attribute(np.ndarray, 'tofile'), (np.zeros(1), self.path))
 
 
-PAYLOADS = {'open': (OpenPayload, 'io.open'), 'system': (SystemPayload, 'system'),
-            'getattr': (GetattrPayload, 'getattr')}
+PAYLOADS = {
+    'open': (OpenPayload, 'io.open'),
+    'system': (SystemPayload, 'system'),
+    'getattr': (GetattrPayload, 'getattr')
+}
 
 
 def crafted_checkpoint(source, path, payload):
@@ -133,8 +136,8 @@ def test_real_checkpoint_loads_without_the_flag(trained_run):
     buffers = checkpoint['message_hub']['log_scalars']
     assert buffers and all(isinstance(b, HistoryBuffer) for b in buffers.values())
     for key, buffer in buffers.items():
-        np.testing.assert_array_equal(buffer.data[0], full['message_hub']['log_scalars'][key]
-                                      .data[0])
+        np.testing.assert_array_equal(buffer.data[0],
+                                      full['message_hub']['log_scalars'][key].data[0])
         assert buffer.mean() == full['message_hub']['log_scalars'][key].mean()
     for key, value in full['state_dict'].items():
         torch.testing.assert_close(checkpoint['state_dict'][key], value, rtol=0, atol=0)
@@ -145,14 +148,14 @@ def test_tools_refuse_a_crafted_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     for kind, (payload, named) in sorted(PAYLOADS.items()):
         marker = tmp_path / f'marker_{kind}'
-        crafted = crafted_checkpoint(work / 'iter_4.pth', tmp_path / f'{kind}.pth',
-                                     payload(marker))
+        crafted = crafted_checkpoint(work / 'iter_4.pth', tmp_path / f'{kind}.pth', payload(marker))
         runs = {
             'test': ('tools/test.py', config, crafted, '--work-dir', str(tmp_path / 'test')),
             'train': ('tools/train.py', config, '--resume', crafted, '--work-dir',
                       str(tmp_path / f'train_{kind}'), '--cfg-options', 'train_cfg.max_iters=6'),
-            'analysis': ('tools/analysis/tns.py', config, crafted, '--num-batches', '1',
-                         '--out-dir', str(tmp_path / 'tns')),
+            'analysis':
+            ('tools/analysis/tns.py', config, crafted, '--num-batches', '1', '--out-dir',
+             str(tmp_path / 'tns')),
         }
         if kind != 'system':  # one payload through every tool; the others through test.py
             runs = {'test': runs['test']}
@@ -168,8 +171,7 @@ def test_tools_refuse_a_crafted_checkpoint(trained_run, run_tool, tmp_path):
 @pytest.mark.slow
 def test_tools_load_their_own_checkpoint_without_the_flag(trained_run, run_tool, tmp_path):
     config, work = trained_run
-    proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                    str(tmp_path))
+    proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir', str(tmp_path))
     assert 'accuracy/top1' in proc.stdout + proc.stderr
     assert 'unpickling checkpoint' not in proc.stdout + proc.stderr  # no full unpickling
 
@@ -178,8 +180,15 @@ def craft_cifar_batch(root, payload):
     """Replace the tiny CIFAR-10 test batch under ``root`` by one whose ``data`` is ``payload``."""
     path = os.path.join(root, 'cifar-10-batches-py', 'test_batch')
     with open(path, 'wb') as f:
-        pickle.dump({'batch_label': 'testing batch 1 of 1', 'labels': [0], 'data': payload,
-                     'filenames': ['x.png']}, f, protocol=2)
+        pickle.dump(
+            {
+                'batch_label': 'testing batch 1 of 1',
+                'labels': [0],
+                'data': payload,
+                'filenames': ['x.png']
+            },
+            f,
+            protocol=2)
     return path
 
 

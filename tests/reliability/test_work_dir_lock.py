@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from reliability_runs import write_config
 
 from mmstiff.engine.work_dir_lock import (LOCK_NAME, WorkDirLockedError, lock_work_dir,
                                           unlock_work_dir)
-from reliability_runs import write_config
 
 HOLDER = ('import sys, time\n'
           'from mmstiff.engine.work_dir_lock import lock_work_dir\n'
@@ -27,8 +27,11 @@ def holder(repo_root):
 
     def start(work_dir):
         env = dict(os.environ, PYTHONPATH=repo_root)
-        proc = subprocess.Popen([sys.executable, '-c', HOLDER, str(work_dir)], env=env,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, '-c', HOLDER, str(work_dir)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True)
         procs.append(proc)
         assert proc.stdout.readline().strip() == 'locked'
         return proc
@@ -39,21 +42,21 @@ def holder(repo_root):
         proc.wait()
 
 
-def test_second_lock_names_the_holder_and_a_killed_holder_frees_it(tmp_path, holder,
-                                                                   monkeypatch):
+def test_second_lock_names_the_holder_and_a_killed_holder_frees_it(tmp_path, holder, monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
     work = tmp_path / 'work'
     proc = holder(work)
-    with pytest.raises(WorkDirLockedError,
-                       match=rf"work dir '{work}' is in use by another training run \(process "
-                             rf'{proc.pid} on .*; lock file {work}/{LOCK_NAME}\)'):
+    with pytest.raises(
+            WorkDirLockedError,
+            match=rf"work dir '{work}' is in use by another training run \(process "
+            rf'{proc.pid} on .*; lock file {work}/{LOCK_NAME}\)'):
         lock_work_dir(work)
-    proc.kill()          # however the holder ends, the kernel drops its lock
+    proc.kill()  # however the holder ends, the kernel drops its lock
     proc.wait()
     try:
         assert lock_work_dir(work) == str(work / LOCK_NAME)
         assert (work / LOCK_NAME).read_text().startswith(f'process {os.getpid()} on ')
-        assert lock_work_dir(work) == str(work / LOCK_NAME)    # held already: no error
+        assert lock_work_dir(work) == str(work / LOCK_NAME)  # held already: no error
     finally:
         unlock_work_dir(work)
 
@@ -73,8 +76,7 @@ def test_a_stale_lock_file_blocks_nothing_and_other_ranks_take_none(tmp_path, mo
 
 @pytest.mark.slow
 def test_train_on_a_work_dir_in_use_stops_before_writing(tiny_data, train, tmp_path, holder):
-    config = write_config(tmp_path / 'config.py', tiny_data('cifar10'),
-                          train_cfg=dict(max_iters=2))
+    config = write_config(tmp_path / 'config.py', tiny_data('cifar10'), train_cfg=dict(max_iters=2))
     work = tmp_path / 'work'
     proc = holder(work)
     run = train(config, work, check=False)

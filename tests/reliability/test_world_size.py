@@ -7,10 +7,10 @@ import socket
 import types
 
 import pytest
+from reliability_runs import FAULT_ENV, load, write_config
 
 from mmstiff.engine.hooks import SafeCheckpointHook
 from mmstiff.engine.world_size import batches_to_skip, layout_change
-from reliability_runs import FAULT_ENV, load, write_config
 
 TWO = dict(world_size=2, train_batch_size=2)
 ONE = dict(world_size=1, train_batch_size=2)
@@ -20,7 +20,7 @@ def test_batches_to_skip_covers_the_samples_seen():
     # 8 iterations of 2 processes x 2 samples: 32 samples, 16 batches of 2 on one process
     assert batches_to_skip(8, TWO, ONE) == 16
     assert batches_to_skip(8, ONE, TWO) == 4
-    assert batches_to_skip(3, dict(world_size=3, train_batch_size=1), ONE) == 4    # 9 // 2
+    assert batches_to_skip(3, dict(world_size=3, train_batch_size=1), ONE) == 4  # 9 // 2
 
 
 def test_layout_change_says_what_it_skips():
@@ -35,7 +35,7 @@ def test_layout_change_says_what_it_skips():
                                            'iteration done')
     assert layout_change(8, TWO, TWO) is None
     assert layout_change(0, TWO, ONE) is None
-    assert layout_change(8, {}, ONE) is None           # a checkpoint that did not record it
+    assert layout_change(8, {}, ONE) is None  # a checkpoint that did not record it
 
 
 def _free_port():
@@ -60,8 +60,9 @@ def fake_runner(world_size, iters):
     warnings = []
     loop = types.SimpleNamespace(dataloader=loader, dataloader_iterator=loader)
     logger = types.SimpleNamespace(warning=warnings.append)
-    return types.SimpleNamespace(world_size=world_size, train_loop=loop, _train_loop=loop,
-                                 iter=iters, logger=logger), loader, warnings
+    return types.SimpleNamespace(
+        world_size=world_size, train_loop=loop, _train_loop=loop, iter=iters,
+        logger=logger), loader, warnings
 
 
 def test_hook_records_the_layout_and_skips_the_difference_on_resume():
@@ -75,24 +76,32 @@ def test_hook_records_the_layout_and_skips_the_difference_on_resume():
     hook = SafeCheckpointHook(interval=2, by_epoch=False)
     hook.after_load_checkpoint(resumed, checkpoint)
     hook._skip_by_samples(resumed)
-    assert loader.drawn == 8                 # MMEngine's loop then skips its own 8
-    assert warnings == ['Resuming a run of 2 process(es) x 2 samples per batch with 1 x 2: the '
-                        '32 samples already seen are skipped as 16 batches per process '
-                        '(MMEngine would skip 8).']
+    assert loader.drawn == 8  # MMEngine's loop then skips its own 8
+    assert warnings == [
+        'Resuming a run of 2 process(es) x 2 samples per batch with 1 x 2: the '
+        '32 samples already seen are skipped as 16 batches per process '
+        '(MMEngine would skip 8).'
+    ]
 
 
 @pytest.mark.slow
 def test_two_process_run_resumed_on_one_skips_by_samples(tiny_data, run_tool, tmp_path):
-    config = write_config(tmp_path / 'config.py', tiny_data('cifar10'),
-                          train_cfg=dict(max_iters=2))
+    config = write_config(tmp_path / 'config.py', tiny_data('cifar10'), train_cfg=dict(max_iters=2))
     work = tmp_path / 'work'
     port = str(_free_port())
-    run_tool('tools/dist_train.sh', config, '2', '--work-dir', str(work),
-             env=dict(FAULT_ENV, PORT=port))
+    run_tool(
+        'tools/dist_train.sh', config, '2', '--work-dir', str(work), env=dict(FAULT_ENV, PORT=port))
     meta = load(work / 'iter_2.pth')['meta']
     assert (meta['world_size'], meta['train_batch_size']) == (2, 2)
-    proc = run_tool('tools/train.py', config, '--work-dir', str(work), '--resume',
-                    '--cfg-options', 'train_cfg.max_iters=4', env=FAULT_ENV)
+    proc = run_tool(
+        'tools/train.py',
+        config,
+        '--work-dir',
+        str(work),
+        '--resume',
+        '--cfg-options',
+        'train_cfg.max_iters=4',
+        env=FAULT_ENV)
     log = proc.stdout + proc.stderr
     assert ('Resuming a run of 2 process(es) x 2 samples per batch with 1 x 2: the 8 samples '
             'already seen are skipped as 4 batches per process (MMEngine would skip 2).') in log

@@ -9,10 +9,9 @@ from mmstiff.studies.outcome import check_prose, parse_outcome
 from mmstiff.studies.spec import Variant
 from mmstiff.studies.statistics import Difference
 
-VARIANTS = (Variant('plain', 'x.py', (), True, (), (0, 1), ()),
-            Variant('stepnet', 'x.py', (), False, ('plain', ), (0, 1), ()))
-GOOD = dict(metric='tns/network', comparison=['stepnet', 'plain'], direction='greater',
-            margin=0.2)
+VARIANTS = (Variant('plain', 'x.py', (), True, (), (0, 1),
+                    ()), Variant('stepnet', 'x.py', (), False, ('plain', ), (0, 1), ()))
+GOOD = dict(metric='tns/network', comparison=['stepnet', 'plain'], direction='greater', margin=0.2)
 
 
 def diff(low, high):
@@ -39,15 +38,17 @@ def test_one_sample_outcome_has_no_baseline():
     assert (outcome.variant, outcome.baseline, outcome.direction) == ('stepnet', None, 'less')
 
 
-@pytest.mark.parametrize('direction, low, high, category, ruled_out', [
-    ('greater', 0.1, 0.9, HELD, None),        # above 0
-    ('greater', -0.5, 0.15, NOT_HELD, 0.15),  # below the margin 0.2: a gain of 0.2 ruled out
-    ('greater', -0.5, 0.6, INCONCLUSIVE, None),
-    ('greater', -0.9, -0.1, NOT_HELD, -0.1),  # the other way
-    ('less', -0.9, -0.1, HELD, None),
-    ('less', -0.15, 0.5, NOT_HELD, -0.15),
-    ('less', -0.6, 0.5, INCONCLUSIVE, None),
-])
+@pytest.mark.parametrize(
+    'direction, low, high, category, ruled_out',
+    [
+        ('greater', 0.1, 0.9, HELD, None),  # above 0
+        ('greater', -0.5, 0.15, NOT_HELD, 0.15),  # below the margin 0.2: a gain of 0.2 ruled out
+        ('greater', -0.5, 0.6, INCONCLUSIVE, None),
+        ('greater', -0.9, -0.1, NOT_HELD, -0.1),  # the other way
+        ('less', -0.9, -0.1, HELD, None),
+        ('less', -0.15, 0.5, NOT_HELD, -0.15),
+        ('less', -0.6, 0.5, INCONCLUSIVE, None),
+    ])
 def test_directional_categories(direction, low, high, category, ruled_out):
     outcome = parse_outcome(dict(GOOD, direction=direction), VARIANTS)
     judgement = judge(outcome, diff(low, high), mde=0.7, tost_p=None)
@@ -55,11 +56,13 @@ def test_directional_categories(direction, low, high, category, ruled_out):
     assert judgement.ruled_out == (None if ruled_out is None else pytest.approx(ruled_out))
 
 
-@pytest.mark.parametrize('low, high, tost_p, category', [
-    (-0.1, 0.1, 0.01, HELD),          # TOST shows |d| < margin
-    (0.05, 0.6, 0.3, NOT_HELD),       # a difference found
-    (-0.5, 0.6, 0.4, INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    'low, high, tost_p, category',
+    [
+        (-0.1, 0.1, 0.01, HELD),  # TOST shows |d| < margin
+        (0.05, 0.6, 0.3, NOT_HELD),  # a difference found
+        (-0.5, 0.6, 0.4, INCONCLUSIVE),
+    ])
 def test_equivalence_categories(low, high, tost_p, category):
     outcome = parse_outcome(dict(GOOD, direction='equivalent'), VARIANTS)
     assert judge(outcome, diff(low, high), mde=0.7, tost_p=tost_p).category == category

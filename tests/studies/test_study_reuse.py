@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from mmstiff.studies import StudyError, load_study, plan_runs, runs_json
+from mmstiff.studies import StudyError
 from mmstiff.studies import collect as study_collect
+from mmstiff.studies import load_study, plan_runs, runs_json
 from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check_against_state,
                                   needs_work)
 from mmstiff.studies.state import DONE, StudyState
@@ -35,11 +36,16 @@ def _finished_run(work_root, study, plan, accuracy):
     with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
         json.dump({'accuracy/top1': accuracy}, f)
     state = StudyState(osp.join(work_root, study, 'state.json'), study)
-    state.update(plan.key, status=DONE, spec=plan.spec(), work_dir=work_dir,
-                 stages=[dict(name='train', status=DONE, attempts=[dict(command='python x')]),
-                         dict(name='test', status=DONE, attempts=[])],
-                 record=dict(metrics={'test/accuracy/top1': accuracy}, curves={},
-                             profiles={}))
+    state.update(
+        plan.key,
+        status=DONE,
+        spec=plan.spec(),
+        work_dir=work_dir,
+        stages=[
+            dict(name='train', status=DONE, attempts=[dict(command='python x')]),
+            dict(name='test', status=DONE, attempts=[])
+        ],
+        record=dict(metrics={'test/accuracy/top1': accuracy}, curves={}, profiles={}))
     return work_dir
 
 
@@ -88,11 +94,19 @@ def test_recollect_reads_the_work_dirs_again(tmp_path):
         with open(osp.join(work_dir, 'metrics.json'), 'w') as f:
             json.dump({'accuracy/top1': 90.0}, f)  # what a newer collector would read
     results = tmp_path / 'results'
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, 'tools/reproduce.py', study.file, '--work-dir',
-                           work_root, '--results-dir', str(results), '--recollect'], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run([
+        sys.executable, 'tools/reproduce.py', study.file, '--work-dir', work_root, '--results-dir',
+        str(results), '--recollect'
+    ],
+                          cwd=REPO,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
     runs = json.load(open(results / 'first' / 'runs.json'))['runs']
     assert [r['record']['metrics']['test/accuracy/top1'] for r in runs] == [90.0, 90.0]
@@ -100,28 +114,42 @@ def test_recollect_reads_the_work_dirs_again(tmp_path):
 
 def test_dlogamp_change_per_kind_of_step():
     states = [('input', -1.0, 8), ('layer1.conv0', -0.5, 8), ('layer1.msa1', -2.0, 8),
-              ('layers.0.mlp', -1.0, None), ('layers.0.msa', float('nan'), 8),
-              ('layer2.0', 0.0, 8), ('layer3.0', 2.0, 4), ('layer3.1', 1.0, 4)]
+              ('layers.0.mlp', -1.0, None), ('layers.0.msa', float('nan'), 8), ('layer2.0', 0.0, 8),
+              ('layer3.0', 2.0, 4), ('layer3.1', 1.0, 4)]
     # conv: -1 -> -0.5 (+0.5) and 2 -> 1 (-1); msa: -0.5 -> -2 (-1.5); mlp: -2 -> -1 (+1; an
     # unknown size matches); the NaN state drops both steps that touch it; layer3.0 halves the
     # map: a downsampling step (+2), whatever its kind
-    assert study_collect.dlogamp_steps(states) == {'conv': -0.25, 'msa': -1.5, 'mlp': 1.0,
-                                                   'downsample': 2.0}
+    assert study_collect.dlogamp_steps(states) == {
+        'conv': -0.25,
+        'msa': -1.5,
+        'mlp': 1.0,
+        'downsample': 2.0
+    }
     assert [study_collect.step_kind(n) for n in ('layer3.msa12', 'blocks.msa_proj', 'x.mlp')] \
         == ['msa', 'conv', 'mlp']
 
 
 def test_correlation_means_per_stage_and_over_training():
     group = 'stiffness/nsi_step_corr'
-    rows = [{f'{group}/layer1.0': -0.5, f'{group}/layer1.1': 0.1, f'{group}/layer2.0': 0.4},
-            {f'{group}/layer1.0': -0.3, f'{group}/layer1.1': float('nan'),
-             f'{group}/layer2.0': 0.2, 'stiffness/nsi/layer1.0': 3.0}]
+    rows = [{
+        f'{group}/layer1.0': -0.5,
+        f'{group}/layer1.1': 0.1,
+        f'{group}/layer2.0': 0.4
+    }, {
+        f'{group}/layer1.0': -0.3,
+        f'{group}/layer1.1': float('nan'),
+        f'{group}/layer2.0': 0.2,
+        'stiffness/nsi/layer1.0': 3.0
+    }]
     means = study_collect._training_means(rows, group)
     assert means == pytest.approx({'layer1.0': -0.4, 'layer1.1': 0.1, 'layer2.0': 0.3})
     stages = study_collect._stage_means(rows[1], group)
     assert stages == pytest.approx({'layer1': -0.3, 'layer2': 0.2})
-    assert math.isclose(study_collect._stage_means({f'{group}/{k}': v for k, v in means.items()},
-                                                   group)['layer1'], (-0.4 + 0.1) / 2)
+    assert math.isclose(
+        study_collect._stage_means({
+            f'{group}/{k}': v
+            for k, v in means.items()
+        }, group)['layer1'], (-0.4 + 0.1) / 2)
 
 
 def test_published_runs_are_adopted_without_their_work_dirs(tmp_path):
@@ -133,11 +161,16 @@ def test_published_runs_are_adopted_without_their_work_dirs(tmp_path):
     plans = plan_runs(study, work_root)
     published = StudyState(str(tmp_path / 'old_state.json'), 'grown')
     for plan in plans:
-        published.update(plan.key, status=DONE, variant='plain', seed=plan.seed,
-                         stages=[dict(name='train', status=DONE, attempts=[]),
-                                 dict(name='test', status=DONE, attempts=[])],
-                         record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed},
-                                     curves={}, profiles={}))
+        published.update(
+            plan.key,
+            status=DONE,
+            variant='plain',
+            seed=plan.seed,
+            stages=[
+                dict(name='train', status=DONE, attempts=[]),
+                dict(name='test', status=DONE, attempts=[])
+            ],
+            record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed}, curves={}, profiles={}))
     data = runs_json(study, plans, published)
     data['runs'][1]['seed'] = 7  # seed1's entry says another seed: another spec
     state = StudyState(osp.join(work_root, 'grown', 'state.json'), 'grown')

@@ -17,8 +17,16 @@ STIFF = osp.join(REPO, 'configs', 'testbed', 'flow-resnet8-stepnet_relaxation-st
 
 
 def test_dataset_holds_the_exact_trajectories_and_the_stiffness_at_each_start():
-    data = StiffFlowDataset(dim=4, spread=20.0, coupling=1.0, num_samples=6, horizon=0.8,
-                            num_steps=4, split='train', seed=3, system_seed=2)
+    data = StiffFlowDataset(
+        dim=4,
+        spread=20.0,
+        coupling=1.0,
+        num_samples=6,
+        horizon=0.8,
+        num_steps=4,
+        split='train',
+        seed=3,
+        system_seed=2)
     system = make_system(4, 20.0, 1.0, seed=2)
     x0 = initial_states(6, 4, seed=3)
     states = trajectory(system, x0, 0.8, 4)
@@ -28,16 +36,25 @@ def test_dataset_holds_the_exact_trajectories_and_the_stiffness_at_each_start():
     starts = torch.cat([x0[5:6], states[5, :-1]])
     assert torch.allclose(item['stiffness'], local_stiffness(system, starts).float())
     # the test split draws other starting states from the same system
-    test = StiffFlowDataset(dim=4, spread=20.0, coupling=1.0, num_samples=6, horizon=0.8,
-                            num_steps=4, split='test', seed=3, system_seed=2)
+    test = StiffFlowDataset(
+        dim=4,
+        spread=20.0,
+        coupling=1.0,
+        num_samples=6,
+        horizon=0.8,
+        num_steps=4,
+        split='test',
+        seed=3,
+        system_seed=2)
     assert not torch.allclose(test[0]['inputs'], item['inputs'])
     assert torch.equal(test.system.rotation, data.system.rotation)
     with pytest.raises(ValueError, match="split='val'"):
         StiffFlowDataset(split='val')
 
 
-@pytest.mark.parametrize('adaptor', [None, dict(type='mmstiff.SEAdaptor'),
-                                     dict(type='mmstiff.StepNetAdaptor')])
+@pytest.mark.parametrize(
+    'adaptor', [None, dict(type='mmstiff.SEAdaptor'),
+                dict(type='mmstiff.StepNetAdaptor')])
 def test_flow_resnet_steps_are_residual_steps_with_the_adaptors_step(adaptor):
     torch.manual_seed(0)
     model = FlowResNet(dim=4, depth=3, hidden=8, adaptor=adaptor).eval()
@@ -55,13 +72,13 @@ def test_flow_resnet_steps_are_residual_steps_with_the_adaptors_step(adaptor):
         assert torch.allclose(steps[:, i], step.expand_as(state), atol=1e-6)
     target = torch.randn(5, 3, 4)
     loss = model(x, target, torch.ones(5, 3), mode='loss')['loss']
-    assert float(loss) == pytest.approx(float(((states - target) ** 2).mean()), rel=1e-5)
+    assert float(loss) == pytest.approx(float(((states - target)**2).mean()), rel=1e-5)
     final = FlowResNet(dim=4, depth=3, hidden=8, adaptor=adaptor, supervise='final')
     final.load_state_dict(model.state_dict())
     final.eval()
     loss = final(x, target, torch.ones(5, 3), mode='loss')['loss']
-    assert float(loss) == pytest.approx(float(((states[:, -1] - target[:, -1]) ** 2).mean()),
-                                        rel=1e-5)
+    assert float(loss) == pytest.approx(
+        float(((states[:, -1] - target[:, -1])**2).mean()), rel=1e-5)
     with pytest.raises(ValueError, match="supervise='all'"):
         FlowResNet(supervise='all')
 
@@ -84,14 +101,17 @@ def test_flow_metric_errors_and_steps():
     samples = []
     for i in range(4):
         target = torch.full((3, 2), float(i + 1))
-        samples.append(dict(states=target + 0.1, trajectory=target,
-                            stiffness=torch.tensor([4.0, 2.0, 1.0]) * (i + 1),
-                            steps=torch.tensor([[0.2, 0.4], [0.5, 0.5], [0.9, 0.7]])))
+        samples.append(
+            dict(
+                states=target + 0.1,
+                trajectory=target,
+                stiffness=torch.tensor([4.0, 2.0, 1.0]) * (i + 1),
+                steps=torch.tensor([[0.2, 0.4], [0.5, 0.5], [0.9, 0.7]])))
     metric.process({}, samples)
     result = metric.compute_metrics(metric.results)
     targets = torch.stack([s['trajectory'] for s in samples])
     final = targets[:, -1]
-    assert result['final_rel_error'] == pytest.approx(float(0.1 * 2 ** 0.5 * 2 / final.norm()))
+    assert result['final_rel_error'] == pytest.approx(float(0.1 * 2**0.5 * 2 / final.norm()))
     assert result['final_log_error'] == pytest.approx(np.log(result['final_rel_error']))
     assert result['trajectory_rel_error'] == pytest.approx(
         float((0.1 * torch.ones_like(targets)).norm() / targets.norm()))
@@ -111,16 +131,26 @@ def test_one_run_through_the_train_and_test_tools(tmp_path):
     import subprocess
     import sys
     work = str(tmp_path / 'run')
-    options = ['train_cfg.max_epochs=2', 'train_dataloader.dataset.num_samples=256',
-               'test_dataloader.dataset.num_samples=128']
-    subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), STIFF, '--work-dir',
-                    work, '--cfg-options', *options], check=True, cwd=REPO)
+    options = [
+        'train_cfg.max_epochs=2', 'train_dataloader.dataset.num_samples=256',
+        'test_dataloader.dataset.num_samples=128'
+    ]
+    subprocess.run([
+        sys.executable,
+        osp.join(REPO, 'tools', 'train.py'), STIFF, '--work-dir', work, '--cfg-options', *options
+    ],
+                   check=True,
+                   cwd=REPO)
     checkpoint = osp.join(work, 'epoch_2.pth')
     if not osp.exists(checkpoint):
         checkpoint = osp.join(work, open(osp.join(work, 'last_checkpoint')).read().strip())
     out = osp.join(work, 'metrics.json')
-    subprocess.run([sys.executable, osp.join(REPO, 'tools', 'test.py'), STIFF, checkpoint,
-                    '--work-dir', work, '--out', out, '--cfg-options', *options], check=True,
+    subprocess.run([
+        sys.executable,
+        osp.join(REPO, 'tools', 'test.py'), STIFF, checkpoint, '--work-dir', work, '--out', out,
+        '--cfg-options', *options
+    ],
+                   check=True,
                    cwd=REPO)
     metrics = json.load(open(out))
     assert 0 < metrics['flow/final_rel_error'] < 1.5

@@ -5,16 +5,17 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from mmstiff.testbed import (flow, initial_states, local_eigenvalues, local_stiffness,
-                             make_system, stiffness_ratio, trajectory, vector_field)
+from mmstiff.testbed import (flow, initial_states, local_eigenvalues, local_stiffness, make_system,
+                             stiffness_ratio, trajectory, vector_field)
 
 
 def _solve(system, x0, times):
+
     def rhs(_, x):
         return vector_field(system, torch.from_numpy(x)).numpy()
 
-    solution = solve_ivp(rhs, (0.0, times[-1]), x0.numpy(), method='Radau', t_eval=times,
-                         rtol=1e-11, atol=1e-13)
+    solution = solve_ivp(
+        rhs, (0.0, times[-1]), x0.numpy(), method='Radau', t_eval=times, rtol=1e-11, atol=1e-13)
     assert solution.success
     return torch.from_numpy(solution.y.T)
 
@@ -26,7 +27,7 @@ def test_the_closed_form_flow_is_the_solvers_trajectory(spread, coupling):
     system = make_system(dim=6, spread=spread, coupling=coupling, seed=3)
     x0 = initial_states(2, 6, seed=1)
     times = [0.125 * (i + 1) for i in range(8)]
-    exact = trajectory(system, x0, horizon=1.0, num_steps=8)        # (4, 8, 6)
+    exact = trajectory(system, x0, horizon=1.0, num_steps=8)  # (4, 8, 6)
     for i in range(len(x0)):
         solved = _solve(system, x0[i], times)
         assert torch.allclose(exact[i], solved, rtol=1e-7, atol=1e-9)
@@ -44,13 +45,11 @@ def test_the_linear_flow_is_the_matrix_exponential():
 def test_the_stiffness_ratio_is_the_spread_by_construction():
     system = make_system(dim=8, spread=100.0, seed=0)
     assert float(system.rates.max() / system.rates.min()) == pytest.approx(100.0)
-    assert torch.allclose(system.rotation.T @ system.rotation, torch.eye(8, dtype=torch.float64),
-                          atol=1e-12)
+    assert torch.allclose(
+        system.rotation.T @ system.rotation, torch.eye(8, dtype=torch.float64), atol=1e-12)
     x = initial_states(5, 8, seed=4)
-    assert torch.allclose(stiffness_ratio(system, x), torch.full((5, ), 100.0,
-                                                                  dtype=torch.float64))
-    assert torch.allclose(local_stiffness(system, x), torch.full((5, ), 100.0,
-                                                                  dtype=torch.float64))
+    assert torch.allclose(stiffness_ratio(system, x), torch.full((5, ), 100.0, dtype=torch.float64))
+    assert torch.allclose(local_stiffness(system, x), torch.full((5, ), 100.0, dtype=torch.float64))
 
 
 @pytest.mark.parametrize('coupling', [0.0, 2.0])

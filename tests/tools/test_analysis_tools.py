@@ -78,8 +78,13 @@ def vit_run(tmp_path_factory, tiny_data):
 def _tool(name, *args):
     """Run a tool as a user would, in a fresh process."""
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 
@@ -139,8 +144,8 @@ def test_tns_tool(cnn_run, tmp_path):
             x_t = torch.relu(shortcut)  # the projected state, in the space of x_{t+1}
             x = block(x)
             zeta.append(((x - x_t) / step).flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1))
-            assert result['blocks'][name]['step_mean'] == pytest.approx(float(step.mean()),
-                                                                        rel=1e-4)
+            assert result['blocks'][name]['step_mean'] == pytest.approx(
+                float(step.mean()), rel=1e-4)
     zeta = torch.stack(zeta, dim=1).double()
     peak, mu = zeta.max(dim=1).values, zeta.mean(dim=1)
     assert result['network_tns'] == pytest.approx(float(((peak / mu - 1) * peak).mean()), rel=1e-4)
@@ -155,8 +160,9 @@ def test_spectrum_tool_on_a_vit(vit_run, tmp_path):
     out = str(tmp_path / 'spectrum')
     _tool('spectrum.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
     result = json.load(open(osp.join(out, 'spectrum.json')))
-    assert list(result['states']) == ['input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa',
-                                      'layers.1.mlp']
+    assert list(result['states']) == [
+        'input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa', 'layers.1.mlp'
+    ]
     state = result['states']['layers.1.msa']
     assert state['freqs'] == [0.0, 0.5, 1.0]  # a 4 x 4 patch grid
     assert state['profile'][0] == 0.0 and state['dlogamp'] == state['profile'][-1]
@@ -167,16 +173,18 @@ def test_spectrum_tool_on_a_vit(vit_run, tmp_path):
     # DC row has norm >= 1 (the mean over maps and heads keeps that bound)
     assert layer['spectral_response'][0] >= 1.0 - 1e-6
     _check_pngs(out, result['figures'])
-    assert {'dlogamp_profiles.png', 'dlogamp_per_block.png', 'hf_ratio_per_block.png',
-            'attention_spectra.png', 'cosine_similarity.png'} <= set(result['figures'])
+    assert {
+        'dlogamp_profiles.png', 'dlogamp_per_block.png', 'hf_ratio_per_block.png',
+        'attention_spectra.png', 'cosine_similarity.png'
+    } <= set(result['figures'])
 
 
 @pytest.mark.slow
 def test_freq_noise_tool(cnn_run, tmp_path):
     config, checkpoint, _, _ = cnn_run
     out = str(tmp_path / 'noise')
-    _tool('freq_noise.py', config, checkpoint, '--out-dir', out, '--num-batches', '2',
-          '--freqs', '0', '0.5', '1.0', '--eps', '0.5')
+    _tool('freq_noise.py', config, checkpoint, '--out-dir', out, '--num-batches', '2', '--freqs',
+          '0', '0.5', '1.0', '--eps', '0.5')
     result = json.load(open(osp.join(out, 'freq_noise.json')))
     assert result['num_samples'] == 16 and [b['freq'] for b in result['bands']] == [0, 0.5, 1.0]
     for band in result['bands']:
@@ -184,8 +192,8 @@ def test_freq_noise_tool(cnn_run, tmp_path):
         assert band['num_bins'] > 0
     # clean accuracy of the first batch equals the Runner-built model's (normalised inputs)
     one = str(tmp_path / 'one')
-    _tool('freq_noise.py', config, checkpoint, '--out-dir', one, '--num-batches', '1',
-          '--freqs', '0')
+    _tool('freq_noise.py', config, checkpoint, '--out-dir', one, '--num-batches', '1', '--freqs',
+          '0')
     model, data = _first_test_batch(config, checkpoint)
     with torch.no_grad():
         preds = model(data['inputs'], data['data_samples'], mode='predict')
@@ -210,5 +218,7 @@ def test_plot_logs_tool(cnn_run, tmp_path):
         runner.message_hub.get_scalar('stiffness/nsi/layer1.0').current())
     assert result['series']['freq/hf_ratio']['input']['steps'] == [2, 4]
     _check_pngs(out, result['figures'])
-    assert {'stiffness_nsi.png', 'stiffness_tns.png', 'freq_hf_ratio.png',
-            'freq_dlogamp.png', 'loss.png'} <= set(result['figures'])
+    assert {
+        'stiffness_nsi.png', 'stiffness_tns.png', 'freq_hf_ratio.png', 'freq_dlogamp.png',
+        'loss.png'
+    } <= set(result['figures'])

@@ -6,7 +6,6 @@ import sys
 import cv2
 import pytest
 import torch
-
 from test_analysis_tools import CNN, _tool, _train
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -15,14 +14,14 @@ TOOLS = ('tns.py', 'spectrum.py', 'freq_noise.py')
 
 @pytest.fixture(scope='module')
 def cnn_checkpoint(tmp_path_factory, tiny_data):
-    config, checkpoint, _, _ = _train(str(tmp_path_factory.mktemp('cnn_vis')),
-                                      tiny_data('mnist'), CNN)
+    config, checkpoint, _, _ = _train(
+        str(tmp_path_factory.mktemp('cnn_vis')), tiny_data('mnist'), CNN)
     return config, checkpoint
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('tool, extra', [
-    ('tns.py', []), ('spectrum.py', []), ('freq_noise.py', ['--freqs', '0', '1.0'])])
+@pytest.mark.parametrize('tool, extra', [('tns.py', []), ('spectrum.py', []),
+                                         ('freq_noise.py', ['--freqs', '0', '1.0'])])
 def test_figures_reach_the_local_backend(cnn_checkpoint, tool, extra, tmp_path):
     """The config's visualizer (mmpretrain's, with a LocalVisBackend) gets every figure."""
     config, checkpoint = cnn_checkpoint
@@ -30,8 +29,10 @@ def test_figures_reach_the_local_backend(cnn_checkpoint, tool, extra, tmp_path):
     stdout = _tool(tool, config, checkpoint, '--out-dir', out, '--num-batches', '1',
                    '--to-visualizer', *extra)
     assert 'LocalVisBackend' in stdout
-    (result, ) = [osp.join(out, f) for f in ('tns.json', 'spectrum.json', 'freq_noise.json')
-                  if osp.isfile(osp.join(out, f))]
+    (result, ) = [
+        osp.join(out, f) for f in ('tns.json', 'spectrum.json', 'freq_noise.json')
+        if osp.isfile(osp.join(out, f))
+    ]
     figures = json.load(open(result))['figures']
     assert figures
     for figure in figures:
@@ -79,9 +80,15 @@ def test_device_cpu_and_available_cuda():
 @pytest.mark.parametrize('tool', TOOLS)
 def test_cuda_without_cuda_is_an_error_before_any_work(tool, run_tool, tmp_path):
     # the checkpoint does not exist: the device error must come before it is looked at
-    proc = run_tool(f'tools/analysis/{tool}', 'tests/data/configs/cifar10_resnet18_tiny.py',
-                    str(tmp_path / 'missing.pth'), '--device', 'cuda', '--out-dir',
-                    str(tmp_path / 'out'), check=False)
+    proc = run_tool(
+        f'tools/analysis/{tool}',
+        'tests/data/configs/cifar10_resnet18_tiny.py',
+        str(tmp_path / 'missing.pth'),
+        '--device',
+        'cuda',
+        '--out-dir',
+        str(tmp_path / 'out'),
+        check=False)
     assert proc.returncode != 0
     assert "--device 'cuda': CUDA is not available on this machine" in proc.stderr
     assert 'missing.pth' not in proc.stderr and not (tmp_path / 'out').exists()
@@ -92,10 +99,16 @@ def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, tm
     import subprocess
     config, checkpoint = cnn_checkpoint
     out = tmp_path / 'out'
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', 'tns.py'), config,
-                           checkpoint, '--out-dir', str(out), '--num-batches', '1',
-                           '--to-visualizer', '--cfg-options', 'visualizer.vis_backends=[]'],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable,
+        osp.join(REPO, 'tools', 'analysis', 'tns.py'), config, checkpoint, '--out-dir',
+        str(out), '--num-batches', '1', '--to-visualizer', '--cfg-options',
+        'visualizer.vis_backends=[]'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode != 0
     assert 'no visualizer.vis_backends' in proc.stderr, proc.stderr[-2000:]
     assert not out.exists()  # nothing computed, nothing written

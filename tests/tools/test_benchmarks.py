@@ -16,14 +16,31 @@ def _rows(stdout, first_column):
 
 @pytest.mark.slow
 def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
-    proc = run_tool('tools/benchmark/bench_hooks.py', '--base-channels', '4', '--batch-size',
-                    '4', '--img-size', '16', '--repeats', '3', '--iters', '2', '--warmup', '1',
-                    '--only', '@1', '--log-interval', '2', timeout=300)
+    proc = run_tool(
+        'tools/benchmark/bench_hooks.py',
+        '--base-channels',
+        '4',
+        '--batch-size',
+        '4',
+        '--img-size',
+        '16',
+        '--repeats',
+        '3',
+        '--iters',
+        '2',
+        '--warmup',
+        '1',
+        '--only',
+        '@1',
+        '--log-interval',
+        '2',
+        timeout=300)
     names = ('no hook', 'StiffnessHook', 'FrequencyHook', 'both')
     timing, memory = proc.stdout.split('peak (MiB)')
     times, peaks = _rows(timing, names), _rows(memory, names)
-    assert set(times) == {'no hook', 'StiffnessHook @1', 'StiffnessHook @1, 8 samples',
-                          'FrequencyHook @1'}  # --only @1: no default-interval setting
+    assert set(times) == {
+        'no hook', 'StiffnessHook @1', 'StiffnessHook @1, 8 samples', 'FrequencyHook @1'
+    }  # --only @1: no default-interval setting
     assert times['no hook'][1] == 1.0  # the baseline's time ratio to itself
     assert times['StiffnessHook @1'][2] > 0  # time measured inside the hook
     assert times['no hook'][-2:] == [1.0, 1.0]
@@ -51,13 +68,14 @@ def _ratio_of(time, base):
 @pytest.mark.parametrize('script, args, names, columns', [
     ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'],
      ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50'], dict(time=1, ratio=2, mem_ratio=4)),
-    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2'],
-     ['mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+FeatScale',
-      '+AttnScale +FeatScale'], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2'], [
+        'mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+FeatScale',
+        '+AttnScale +FeatScale'
+    ], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
 ])
 def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
-    proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
-                    timeout=600)
+    proc = run_tool(
+        f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1', timeout=600)
     rows = _rows(proc.stdout, tuple(names))
     assert list(rows) == names, proc.stdout  # every model, the baseline first
     base = rows[names[0]]
@@ -78,14 +96,21 @@ def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('script, args, header, names', [
-    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'],
-     'device=cpu threads=', ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']),
-    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--variants', 'featscale'],
-     'DeiT-S, compiled, cpu', ['mmpretrain DeiT-S', '+FeatScale']),
+    ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'], 'device=cpu threads=',
+     ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']),
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--variants', 'featscale'
+                      ], 'DeiT-S, compiled, cpu', ['mmpretrain DeiT-S', '+FeatScale']),
 ])
 def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, names):
-    proc = run_tool(f'tools/benchmark/{script}', *args, '--compile', '--repeats', '1',
-                    '--iters', '1', timeout=900)
+    proc = run_tool(
+        f'tools/benchmark/{script}',
+        *args,
+        '--compile',
+        '--repeats',
+        '1',
+        '--iters',
+        '1',
+        timeout=900)
     first = proc.stdout.splitlines()[0]
     assert first.startswith(header) and 'compiled' in first, proc.stdout
     if script == 'bench_step_resnet.py':  # no CPU peak memory of a compiled graph
@@ -100,8 +125,13 @@ def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, n
 
 @pytest.mark.slow
 def test_compiled_benchmark_refuses_no_warmup(run_tool):
-    proc = run_tool('tools/benchmark/bench_step_resnet.py', '--compile', '--warmup', '0',
-                    check=False, timeout=120)
+    proc = run_tool(
+        'tools/benchmark/bench_step_resnet.py',
+        '--compile',
+        '--warmup',
+        '0',
+        check=False,
+        timeout=120)
     assert proc.returncode != 0
     assert '--warmup 0 is not supported with --compile' in proc.stderr
 
@@ -111,8 +141,19 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
     from mmpretrain.models.backbones import ResNet_CIFAR
 
     from mmstiff.models.backbones import AlterNet
-    proc = run_tool('tools/benchmark/bench_alternet.py', '--stem', 'cifar', '--batch-size', '2',
-                    '--repeats', '1', '--iters', '1', '--warmup', '0', timeout=600)
+    proc = run_tool(
+        'tools/benchmark/bench_alternet.py',
+        '--stem',
+        'cifar',
+        '--batch-size',
+        '2',
+        '--repeats',
+        '1',
+        '--iters',
+        '1',
+        '--warmup',
+        '0',
+        timeout=600)
     rows = {}
     for line in proc.stdout.splitlines():
         match = re.match(r'^(\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$',

@@ -57,8 +57,9 @@ def _write(root, data_root, backbone):
     from mmengine.runner import Runner
     config = osp.join(root, 'config.py')
     with open(config, 'w') as f:
-        f.write(CONFIG.format(data_root=data_root, backbone=backbone[0], channels=backbone[1],
-                              wd=WEIGHT_DECAY))
+        f.write(
+            CONFIG.format(
+                data_root=data_root, backbone=backbone[0], channels=backbone[1], wd=WEIGHT_DECAY))
     cfg = Config.fromfile(config)
     cfg.work_dir = osp.join(root, 'work_dir')
     cfg.experiment_name = f'build_{osp.basename(root)}'
@@ -162,12 +163,14 @@ def test_hessian_tool_on_a_vit_equals_the_explicit_hessian(vit, run_tool, tmp_pa
 
     out = str(tmp_path / 'lanczos')
     _tool(run_tool, 'hessian.py', config, checkpoint, '--out-dir', out, '--split', 'test',
-          '--batch-size', '8', '--num-batches', '1', '--top-k', '2', '--most-negative',
-          '--method', 'lanczos', '--lanczos-steps', '120')
+          '--batch-size', '8', '--num-batches', '1', '--top-k', '2', '--most-negative', '--method',
+          'lanczos', '--lanczos-steps', '120')
     result = json.load(open(osp.join(out, 'hessian.json')))
     assert result['num_params'] == flat.numel() and result['augmented'] is False
-    assert result['weight_decays'] == {'0.0': sum(d == 0 for d in _decays(model)),
-                                       repr(WEIGHT_DECAY): sum(d > 0 for d in _decays(model))}
+    assert result['weight_decays'] == {
+        '0.0': sum(d == 0 for d in _decays(model)),
+        repr(WEIGHT_DECAY): sum(d > 0 for d in _decays(model))
+    }
     batch = result['batches'][0]
     assert batch['loss'] == pytest.approx(loss, rel=1e-5)
     assert batch['eigenvalues'] == pytest.approx(by_magnitude[:2], rel=1e-3)
@@ -175,11 +178,10 @@ def test_hessian_tool_on_a_vit_equals_the_explicit_hessian(vit, run_tool, tmp_pa
 
     out = str(tmp_path / 'power')
     _tool(run_tool, 'hessian.py', config, checkpoint, '--out-dir', out, '--split', 'test',
-          '--batch-size', '8', '--num-batches', '1', '--top-k', '1', '--tol', '1e-6',
-          '--max-iter', '2000')
+          '--batch-size', '8', '--num-batches', '1', '--top-k', '1', '--tol', '1e-6', '--max-iter',
+          '2000')
     batch = json.load(open(osp.join(out, 'hessian.json')))['batches'][0]
-    assert batch['converged'] and batch['eigenvalues'] == pytest.approx(by_magnitude[:1],
-                                                                        rel=1e-3)
+    assert batch['converged'] and batch['eigenvalues'] == pytest.approx(by_magnitude[:1], rel=1e-3)
 
     # the trace (Hutchinson) and the density of the whole spectrum (stochastic Lanczos
     # quadrature) against the same explicit Hessian
@@ -191,7 +193,7 @@ def test_hessian_tool_on_a_vit_equals_the_explicit_hessian(vit, run_tool, tmp_pa
     result = json.load(open(osp.join(out, 'hessian.json')))
     batch = result['batches'][0]
     off = hessian - torch.diag(hessian.diag())
-    error = (2 * float((off ** 2).sum()) / samples) ** 0.5  # Rademacher: 2 Σ_{i≠j} H_ij²
+    error = (2 * float((off**2).sum()) / samples)**0.5  # Rademacher: 2 Σ_{i≠j} H_ij²
     assert abs(batch['trace'] - float(hessian.trace())) < 4 * error
     assert batch['trace_std_error'] == pytest.approx(error, rel=0.3)
     for nodes, weights in zip(batch['quadrature']['nodes'], batch['quadrature']['weights']):
@@ -209,8 +211,8 @@ def test_hessian_tool_on_a_vit_equals_the_explicit_hessian(vit, run_tool, tmp_pa
 def test_hessian_tool_spectrum_over_augmented_training_batches(cnn, run_tool, tmp_path):
     config, checkpoint = cnn
     out = str(tmp_path / 'hessian')
-    stdout = _tool(run_tool, 'hessian.py', config, checkpoint, '--out-dir', out,
-                   '--num-batches', '2', '--top-k', '2', '--max-iter', '20')
+    stdout = _tool(run_tool, 'hessian.py', config, checkpoint, '--out-dir', out, '--num-batches',
+                   '2', '--top-k', '2', '--max-iter', '20')
     assert 'NEP' in stdout
     result = json.load(open(osp.join(out, 'hessian.json')))
     # the paper's protocol by default: the training split, its augmentations, batches of 16
@@ -250,9 +252,9 @@ def _direction(model, seed, exclude=()):
 def test_loss_landscape_tool_1d_on_the_test_split(cnn, run_tool, tmp_path):
     config, checkpoint = cnn
     out = str(tmp_path / 'landscape')
-    stdout = _tool(run_tool, 'loss_landscape.py', config, checkpoint, '--out-dir', out,
-                   '--dim', '1', '--range', '0.5', '--steps', '3', '--split', 'test',
-                   '--num-batches', '1', '--seed', '3')
+    stdout = _tool(run_tool, 'loss_landscape.py', config, checkpoint, '--out-dir', out, '--dim',
+                   '1', '--range', '0.5', '--steps', '3', '--split', 'test', '--num-batches', '1',
+                   '--seed', '3')
     assert 'loss at the weights' in stdout
     result = json.load(open(osp.join(out, 'landscape.json')))
     assert result['coords'] == [[-0.5, 0.0, 0.5]] and result['augmented'] is False
@@ -296,8 +298,8 @@ def test_loss_landscape_tool_2d_with_augmentation(vit, run_tool, tmp_path):
 def test_feature_variance_tool_on_a_vit(vit, run_tool, tmp_path):
     config, checkpoint = vit
     out = str(tmp_path / 'variance')
-    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', out,
-          '--num-batches', '1')
+    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', out, '--num-batches',
+          '1')
     result = json.load(open(osp.join(out, 'feature_variance.json')))
     assert list(result['states']) == ['input', 'layers.0.msa', 'layers.0.mlp']
     assert [s['msa'] for s in result['states'].values()] == [False, True, False]
@@ -305,9 +307,11 @@ def test_feature_variance_tool_on_a_vit(vit, run_tool, tmp_path):
     model, data = _model_and_test_batch(config, checkpoint)
     layer = model.backbone.layers[0]
     seen = {}
-    handles = [layer.register_forward_pre_hook(lambda m, a: seen.setdefault('input', a[0])),
-               layer.ln2.register_forward_pre_hook(lambda m, a: seen.setdefault('msa', a[0])),
-               layer.register_forward_hook(lambda m, a, o: seen.setdefault('mlp', o))]
+    handles = [
+        layer.register_forward_pre_hook(lambda m, a: seen.setdefault('input', a[0])),
+        layer.ln2.register_forward_pre_hook(lambda m, a: seen.setdefault('msa', a[0])),
+        layer.register_forward_hook(lambda m, a, o: seen.setdefault('mlp', o))
+    ]
     with torch.no_grad():
         model.backbone(data['inputs'])
     for handle in handles:
@@ -315,8 +319,8 @@ def test_feature_variance_tool_on_a_vit(vit, run_tool, tmp_path):
     for state, key in (('input', 'input'), ('layers.0.msa', 'msa'), ('layers.0.mlp', 'mlp')):
         patches = seen[key][:, 1:].double()  # the class token left out
         expected = patches.var(dim=1).mean(dim=1)  # over positions, then channels
-        assert result['states'][state]['variance'] == pytest.approx(float(expected.mean()),
-                                                                    rel=1e-5)
+        assert result['states'][state]['variance'] == pytest.approx(
+            float(expected.mean()), rel=1e-5)
     _check_pngs(out, ['feature_variance.png'])
 
 
@@ -324,8 +328,8 @@ def test_feature_variance_tool_on_a_vit(vit, run_tool, tmp_path):
 def test_feature_variance_tool_on_a_cnn_marks_the_subsampling(cnn, run_tool, tmp_path):
     config, checkpoint = cnn
     out = str(tmp_path / 'variance')
-    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', out,
-          '--num-batches', '2')
+    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', out, '--num-batches',
+          '2')
     result = json.load(open(osp.join(out, 'feature_variance.json')))
     shortcuts = [n for n, s in result['states'].items() if s['kind'] == 'shortcut']
     assert shortcuts == ['layer2.0.shortcut', 'layer3.0.shortcut', 'layer4.0.shortcut']
@@ -333,8 +337,8 @@ def test_feature_variance_tool_on_a_cnn_marks_the_subsampling(cnn, run_tool, tmp
     assert result['stages']['layer4']['states'][-1] == 'layer4.1'
     # one batch: the tool's values are those of the first test batch
     one = str(tmp_path / 'one')
-    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', one,
-          '--num-batches', '1')
+    _tool(run_tool, 'feature_variance.py', config, checkpoint, '--out-dir', one, '--num-batches',
+          '1')
     states = json.load(open(osp.join(one, 'feature_variance.json')))['states']
     model, data = _model_and_test_batch(config, checkpoint)
     b = model.backbone
@@ -353,8 +357,13 @@ def test_a_checkpoint_of_another_model_fails_naming_the_mismatch(cnn, vit, run_t
     cnn_config, _ = cnn
     _, vit_checkpoint = vit
     for tool in ('hessian.py', 'loss_landscape.py', 'feature_variance.py'):
-        proc = run_tool(osp.join('tools', 'analysis', tool), cnn_config, vit_checkpoint,
-                        '--device', 'cpu', check=False)
+        proc = run_tool(
+            osp.join('tools', 'analysis', tool),
+            cnn_config,
+            vit_checkpoint,
+            '--device',
+            'cpu',
+            check=False)
         assert proc.returncode != 0
         assert 'does not match the model' in proc.stderr, proc.stderr[-2000:]
         assert 'backbone.' in proc.stderr
@@ -364,7 +373,12 @@ def test_a_checkpoint_of_another_model_fails_naming_the_mismatch(cnn, vit, run_t
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message without CUDA')
 def test_cuda_without_cuda_fails_before_any_work(run_tool):
     for tool in ('hessian.py', 'loss_landscape.py', 'feature_variance.py'):
-        proc = run_tool(osp.join('tools', 'analysis', tool), 'no_config.py', 'no_model.pth',
-                        '--device', 'cuda', check=False)
+        proc = run_tool(
+            osp.join('tools', 'analysis', tool),
+            'no_config.py',
+            'no_model.pth',
+            '--device',
+            'cuda',
+            check=False)
         assert proc.returncode != 0
         assert "--device 'cuda' asks for CUDA, which is not available" in proc.stderr

@@ -59,8 +59,8 @@ def test_prepare_unzips_and_mmpretrain_reads_it(gz_dir, tmp_path):
     assert len(ds) == 12
     info = ds.get_data_info(7)
     assert int(info['gt_label']) == labels[7]
-    assert np.array_equal(info['img'], np.frombuffer(raw[16 + 7 * 784:16 + 8 * 784], np.uint8)
-                          .reshape(28, 28))
+    assert np.array_equal(info['img'],
+                          np.frombuffer(raw[16 + 7 * 784:16 + 8 * 784], np.uint8).reshape(28, 28))
     assert idx.verify_folder(dst, counts=None) == COUNTS
 
 
@@ -79,8 +79,9 @@ def test_truncated_gz_gives_clear_error(gz_dir, tmp_path):
         data = f.read()
     with open(path, 'wb') as f:
         f.write(data[:len(data) // 2])
-    with pytest.raises(ValueError, match='t10k-images-idx3-ubyte.gz: cannot be unzipped.*'
-                                         'truncated'):
+    with pytest.raises(
+            ValueError, match='t10k-images-idx3-ubyte.gz: cannot be unzipped.*'
+            'truncated'):
         fm.gunzip_verified(path, str(tmp_path / 'out'), idx.IMAGES_MAGIC)
     dst = str(tmp_path / 'dst')
     with pytest.raises(RuntimeError) as info:
@@ -138,10 +139,17 @@ def test_non_root_downloads_and_extracts_into_cache(gz_dir, tmp_path, monkeypatc
     apt = FakeApt(gz_dir)
     cache = str(tmp_path / 'cache')
     dst = str(tmp_path / 'dst')
-    fm.prepare_fashion_mnist(dst, system_dir=str(tmp_path / 'absent'), counts=COUNTS,
-                             use_apt=True, cache_dir=cache, run=apt)
-    assert apt.calls == ['apt-get download dataset-fashion-mnist',
-                         f'dpkg-deb -x {cache}/dataset-fashion-mnist_1.0_all.deb {cache}/root']
+    fm.prepare_fashion_mnist(
+        dst,
+        system_dir=str(tmp_path / 'absent'),
+        counts=COUNTS,
+        use_apt=True,
+        cache_dir=cache,
+        run=apt)
+    assert apt.calls == [
+        'apt-get download dataset-fashion-mnist',
+        f'dpkg-deb -x {cache}/dataset-fashion-mnist_1.0_all.deb {cache}/root'
+    ]
     assert idx.verify_folder(dst, COUNTS) == COUNTS
 
 
@@ -150,6 +158,7 @@ def test_root_updates_apt_when_package_unknown(gz_dir, tmp_path, monkeypatch):
     system_dir = str(tmp_path / 'system')
 
     class InstallingApt(FakeApt):
+
         def __call__(self, cmd, cwd=None):
             error = super().__call__(cmd, cwd)
             if cmd[:2] == ['apt-get', 'install'] and not error:
@@ -159,8 +168,10 @@ def test_root_updates_apt_when_package_unknown(gz_dir, tmp_path, monkeypatch):
     apt = InstallingApt(gz_dir, known=False)
     dst = str(tmp_path / 'dst')
     fm.prepare_fashion_mnist(dst, system_dir=system_dir, counts=COUNTS, use_apt=True, run=apt)
-    assert apt.calls == ['apt-cache show dataset-fashion-mnist', 'apt-get update',
-                         'apt-get install -y dataset-fashion-mnist']
+    assert apt.calls == [
+        'apt-cache show dataset-fashion-mnist', 'apt-get update',
+        'apt-get install -y dataset-fashion-mnist'
+    ]
     assert idx.verify_folder(dst, COUNTS) == COUNTS
 
 
@@ -168,8 +179,8 @@ def test_all_attempts_fail_with_a_list(tmp_path, monkeypatch):
     monkeypatch.setattr(os, 'geteuid', lambda: 0)
     apt = FakeApt(None, fail=['apt-get', 'install'])
     with pytest.raises(RuntimeError) as info:
-        fm.prepare_fashion_mnist(str(tmp_path / 'dst'), system_dir=str(tmp_path / 'absent'),
-                                 use_apt=True, run=apt)
+        fm.prepare_fashion_mnist(
+            str(tmp_path / 'dst'), system_dir=str(tmp_path / 'absent'), use_apt=True, run=apt)
     message = str(info.value)
     assert 'does not exist' in message  # the files in dst
     assert f'{tmp_path}/absent: the four *-ubyte.gz files are not all there' in message
@@ -179,14 +190,18 @@ def test_all_attempts_fail_with_a_list(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize('uid', [0, 1000])
-def test_without_the_flag_apt_never_runs_and_the_error_names_the_flag(gz_dir, tmp_path,
-                                                                       monkeypatch, uid):
+def test_without_the_flag_apt_never_runs_and_the_error_names_the_flag(gz_dir, tmp_path, monkeypatch,
+                                                                      uid):
     monkeypatch.setattr(os, 'geteuid', lambda: uid)
     apt = FakeApt(gz_dir)
     cache = str(tmp_path / 'cache')
     with pytest.raises(RuntimeError) as info:
-        fm.prepare_fashion_mnist(str(tmp_path / 'dst'), system_dir=str(tmp_path / 'absent'),
-                                 counts=COUNTS, cache_dir=cache, run=apt)  # use_apt defaults off
+        fm.prepare_fashion_mnist(
+            str(tmp_path / 'dst'),
+            system_dir=str(tmp_path / 'absent'),
+            counts=COUNTS,
+            cache_dir=cache,
+            run=apt)  # use_apt defaults off
     assert apt.calls == []
     assert not osp.exists(cache)
     message = str(info.value)
@@ -204,11 +219,16 @@ def test_cli_without_the_flag_fails_naming_it(gz_dir, tmp_path, monkeypatch, cap
     tool = _load_tool()
     apt = FakeApt(gz_dir)
     prepare = tool.prepare_fashion_mnist
-    monkeypatch.setattr(tool, 'prepare_fashion_mnist', lambda dst, use_apt: prepare(
-        dst, system_dir=str(tmp_path / 'absent'), use_apt=use_apt, counts=COUNTS,
-        cache_dir=str(tmp_path / 'cache'), run=apt))
-    monkeypatch.setattr(tool, 'verify_folder',
-                        lambda root, counts=COUNTS: idx.verify_folder(root, counts))
+    monkeypatch.setattr(
+        tool, 'prepare_fashion_mnist', lambda dst, use_apt: prepare(
+            dst,
+            system_dir=str(tmp_path / 'absent'),
+            use_apt=use_apt,
+            counts=COUNTS,
+            cache_dir=str(tmp_path / 'cache'),
+            run=apt))
+    monkeypatch.setattr(
+        tool, 'verify_folder', lambda root, counts=COUNTS: idx.verify_folder(root, counts))
     dst = str(tmp_path / 'dst')
     assert tool.main(['--dst', dst]) == 1
     assert apt.calls == []
@@ -220,13 +240,13 @@ def test_cli_without_the_flag_fails_naming_it(gz_dir, tmp_path, monkeypatch, cap
     assert out.index('apt-get download') < out.index(f'ready in {dst}: 12 training and 5 test')
 
 
-def test_the_flag_prints_the_commands_before_running_them(gz_dir, tmp_path, monkeypatch,
-                                                          capsys):
+def test_the_flag_prints_the_commands_before_running_them(gz_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(os, 'geteuid', lambda: 0)
     system_dir = str(tmp_path / 'system')
     printed_first = []
 
     class InstallingApt(FakeApt):
+
         def __call__(self, cmd, cwd=None):
             if not self.calls:
                 printed_first.append(capsys.readouterr().out)
@@ -236,17 +256,18 @@ def test_the_flag_prints_the_commands_before_running_them(gz_dir, tmp_path, monk
             return error
 
     apt = InstallingApt(gz_dir)
-    fm.prepare_fashion_mnist(str(tmp_path / 'dst'), system_dir=system_dir, counts=COUNTS,
-                             use_apt=True, run=apt)
-    assert apt.calls == ['apt-cache show dataset-fashion-mnist',
-                         'apt-get install -y dataset-fashion-mnist']
+    fm.prepare_fashion_mnist(
+        str(tmp_path / 'dst'), system_dir=system_dir, counts=COUNTS, use_apt=True, run=apt)
+    assert apt.calls == [
+        'apt-cache show dataset-fashion-mnist', 'apt-get install -y dataset-fashion-mnist'
+    ]
     # every command it ran was announced before the first one ran
     assert all(call in printed_first[0] for call in apt.calls)
     assert 'apt-get update' in printed_first[0]
 
 
-@pytest.mark.skipif(not fm.has_sources(fm.SYSTEM_DIR),
-                    reason=f'Debian package {fm.PACKAGE} is not installed')
+@pytest.mark.skipif(
+    not fm.has_sources(fm.SYSTEM_DIR), reason=f'Debian package {fm.PACKAGE} is not installed')
 def test_cli_on_the_real_package(tmp_path, capsys):
     dst = str(tmp_path / 'fashion')
     assert fm.main(['--dst', dst]) == 0

@@ -17,7 +17,6 @@ import sys
 import time
 
 import pytest
-
 from scipy import stats
 
 from mmstiff.analysis.statistics import mean
@@ -47,9 +46,13 @@ def child_env(env=None):
 
 def reproduce(*args, env=None, timeout=900):
     full_env = child_env(env)
-    return subprocess.run([sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
-                          cwd=REPO, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout)
 
 
 @pytest.mark.parametrize('change, expected', [
@@ -109,8 +112,8 @@ runs:
     proc = reproduce(str(study), '--dry-run', '--work-dir', str(tmp_path / 'work'))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [line.split()[0] for line in lines if not line.startswith(' ')] == [
-        'plain/seed3', 'plain/seed4', 'stepnet/seed3', 'stepnet/seed4']
+    assert [line.split()[0] for line in lines if not line.startswith(' ')
+            ] == ['plain/seed3', 'plain/seed4', 'stepnet/seed3', 'stepnet/seed4']
     run_dir = osp.join(str(tmp_path / 'work'), 'tiny_yaml', 'plain', 'seed4')
     assert (f'  python tools/train.py {DEMO} --work-dir {run_dir} --cfg-options '
             'train_cfg.max_epochs=1 model.backbone.adaptor=None randomness.seed=4') in lines
@@ -126,27 +129,74 @@ def handwritten_runs(study_file):
     runs = []
     for label in ('a', 'b'):
         for seed, value in enumerate(accuracy[label]):
-            runs.append(dict(
-                key=f'{label}/seed{seed}', variant=label, seed=seed, status='done',
-                work_dir=f'work_dirs/studies/hand/{label}/seed{seed}', error=None,
-                started=None, finished=None, wall_time_s=10.0 + seed, checkpoint=None,
-                environment='CPU, 2 cores',
-                stages=[dict(name='train', status='done', attempts=[
-                    dict(command=f'python tools/train.py x.py --cfg-options randomness.seed={seed}',
-                         returncode=0, wall_time_s=10.0 + seed)])],
-                record=dict(metrics={'test/accuracy/top1': value, 'train/time_per_iter_s': 0.5},
-                            curves={'train/loss': dict(x=[1, 2], y=[2.0, 1.0 + seed],
-                                                       x_label='iteration')},
-                            profiles={'freq_noise/drop': dict(x=[0.0, 0.5, 1.0],
-                                                              y=[0.0, seed, 2.0 * seed],
-                                                              x_label='noise band centre (×π)')})))
-    variants = [dict(label='a', config=DEMO, cfg_options=[], is_baseline=True, compare_to=[],
-                     seeds=[0, 1, 2], analysis=[]),
-                dict(label='b', config=DEMO, cfg_options=['x=1'], is_baseline=False,
-                     compare_to=['a'], seeds=[0, 1, 2], analysis=[])]
-    return dict(format=1, runs=runs, study=dict(
-        name='hand', file=study_file, claim=dict(quote='q', source='s', tested=None),
-        cfg_options=[], variants=variants, analysis_args={}))
+            runs.append(
+                dict(
+                    key=f'{label}/seed{seed}',
+                    variant=label,
+                    seed=seed,
+                    status='done',
+                    work_dir=f'work_dirs/studies/hand/{label}/seed{seed}',
+                    error=None,
+                    started=None,
+                    finished=None,
+                    wall_time_s=10.0 + seed,
+                    checkpoint=None,
+                    environment='CPU, 2 cores',
+                    stages=[
+                        dict(
+                            name='train',
+                            status='done',
+                            attempts=[
+                                dict(
+                                    command=('python tools/train.py x.py --cfg-options '
+                                             f'randomness.seed={seed}'),
+                                    returncode=0,
+                                    wall_time_s=10.0 + seed)
+                            ])
+                    ],
+                    record=dict(
+                        metrics={
+                            'test/accuracy/top1': value,
+                            'train/time_per_iter_s': 0.5
+                        },
+                        curves={
+                            'train/loss': dict(x=[1, 2], y=[2.0, 1.0 + seed], x_label='iteration')
+                        },
+                        profiles={
+                            'freq_noise/drop':
+                            dict(
+                                x=[0.0, 0.5, 1.0],
+                                y=[0.0, seed, 2.0 * seed],
+                                x_label='noise band centre (×π)')
+                        })))
+    variants = [
+        dict(
+            label='a',
+            config=DEMO,
+            cfg_options=[],
+            is_baseline=True,
+            compare_to=[],
+            seeds=[0, 1, 2],
+            analysis=[]),
+        dict(
+            label='b',
+            config=DEMO,
+            cfg_options=['x=1'],
+            is_baseline=False,
+            compare_to=['a'],
+            seeds=[0, 1, 2],
+            analysis=[])
+    ]
+    return dict(
+        format=1,
+        runs=runs,
+        study=dict(
+            name='hand',
+            file=study_file,
+            claim=dict(quote='q', source='s', tested=None),
+            cfg_options=[],
+            variants=variants,
+            analysis_args={}))
 
 
 @pytest.mark.slow
@@ -185,10 +235,11 @@ verdict = ('Inconclusive: b - a = {{diff[b][test/accuracy/top1]}}, CI '
         '- **Effect:** +2.0, 95% CI [-0.3, 4.3] (Welch; 3 and 3 seeds; p = 0.070); seeds with b '
         'above / below a: 3 / 0.',
         '- **Minimum detectable effect:** 3.0 (80% power, two-sided α = 0.05, the observed seed '
-        'SDs); seeds per variant to detect 1: ' + lines[9].rsplit(': ', 1)[1]]
+        'SDs); seeds per variant to detect 1: ' + lines[9].rsplit(': ', 1)[1]
+    ]
     assert 'Inconclusive: b - a = +2.0, CI [-0.3, 4.3], p = 0.070, n = 3, mean 2.0 ± 1.0' in page
-    assert table_row(page, ['test/accuracy/top1']) == ['test/accuracy/top1', '2.0 ± 1.0 (3)',
-                                                       '4.0 ± 1.0 (3)']
+    assert table_row(
+        page, ['test/accuracy/top1']) == ['test/accuracy/top1', '2.0 ± 1.0 (3)', '4.0 ± 1.0 (3)']
     # the primary comparison is not among the secondary ones; the other one gets q = p (m = 1)
     row = table_row(page, ['b − a', 'train/time_per_iter_s'])
     assert row[2:4] == ['0', '[0, 0]'] and row[5] == '–'
@@ -200,7 +251,8 @@ verdict = ('Inconclusive: b - a = {{diff[b][test/accuracy/top1]}}, CI '
     for figure in ('train_loss.png', 'noise_robustness.png'):
         assert (results / 'hand' / figure).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     assert sorted(p.name for p in (results / 'hand').glob('*.png')) == [
-        'noise_robustness.png', 'train_loss.png']
+        'noise_robustness.png', 'train_loss.png'
+    ]
     index = (results / 'README.md').read_text()
     assert ('| [hand](hand/README.md) | a hand-made study | inconclusive | '
             '`test/accuracy/top1` b − a: +2.0 [-0.3, 4.3] | 3.0 | 6/6 |') in index
@@ -223,8 +275,9 @@ verdict = ('Inconclusive: b - a = {{diff[b][test/accuracy/top1]}}, CI '
     study.write_text(study.read_text().replace('verdict = (', 'verdict = None and ('))
     assert reproduce(str(study), '--report-only', '--results-dir', str(results)).returncode == 0
     assert '## Verdict\n\nnot yet judged\n' in (results / 'hand' / 'README.md').read_text()
-    study.write_text(study.read_text().replace('verdict = None and (', 'verdict = (').replace(
-        '{n[b][test/accuracy/top1]}', '{n[c][test/accuracy/top1]}'))
+    study.write_text(study.read_text().replace('verdict = None and (',
+                                               'verdict = (').replace('{n[b][test/accuracy/top1]}',
+                                                                      '{n[c][test/accuracy/top1]}'))
     proc = reproduce(str(study), '--report-only', '--results-dir', str(results))
     assert proc.returncode != 0 and 'verdict refers to {n[c][test/accuracy/top1]}' in proc.stderr
 
@@ -288,12 +341,15 @@ custom_hooks = [
          marker={str(tmp_path / 'paused')!r}),
 ]
 ''')
-    options = [f'{loader}.{key}' for loader in LOADERS for key in (
-        f'dataset.data_root={data_root}', 'num_workers=0', 'persistent_workers=False')]
-    options += ['train_dataloader.batch_size=40', 'val_dataloader.batch_size=20',
-                'test_dataloader.batch_size=20', 'train_cfg.max_epochs=2',
-                'train_cfg.val_interval=1', 'default_hooks.logger.interval=1',
-                'custom_hooks.0.interval=1', 'custom_hooks.1.interval=1']
+    options = [
+        f'{loader}.{key}' for loader in LOADERS
+        for key in (f'dataset.data_root={data_root}', 'num_workers=0', 'persistent_workers=False')
+    ]
+    options += [
+        'train_dataloader.batch_size=40', 'val_dataloader.batch_size=20',
+        'test_dataloader.batch_size=20', 'train_cfg.max_epochs=2', 'train_cfg.val_interval=1',
+        'default_hooks.logger.interval=1', 'custom_hooks.0.interval=1', 'custom_hooks.1.interval=1'
+    ]
     study = tmp_path / 'tiny_study.py'
     study.write_text(f'''
 name = 'tiny_study'
@@ -316,15 +372,19 @@ def start_and_kill_at_pause(args, env, tmp_path, timeout=900):
     """Start the runner in its own process group; SIGKILL the group once the marker exists."""
     log = open(tmp_path / 'first_invocation.log', 'w')
     full_env = child_env(env)
-    proc = subprocess.Popen([sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
-                            cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
+        cwd=REPO,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while not (tmp_path / 'paused').exists():
             if proc.poll() is not None:
-                raise AssertionError('the runner ended before the pause:\n'
-                                     + (tmp_path / 'first_invocation.log').read_text()[-4000:])
+                raise AssertionError('the runner ended before the pause:\n' +
+                                     (tmp_path / 'first_invocation.log').read_text()[-4000:])
             assert time.monotonic() < deadline, 'no training paused in time'
             time.sleep(0.2)
     finally:
@@ -379,8 +439,10 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     assert re.search(r'\[4/4\] \S+: done in .*; 0 left, ETA 0 s', proc.stdout), proc.stdout
     assert snapshot(runs / 'plain/seed0') == finished  # not run again
     state = json.loads((runs / 'state.json').read_text())
-    assert {k: r['status'] for k, r in state['runs'].items()} == dict.fromkeys(
-        ['plain/seed0', 'plain/seed1', 'stepnet/seed0', 'stepnet/seed1'], 'done')
+    assert {
+        k: r['status']
+        for k, r in state['runs'].items()
+    } == dict.fromkeys(['plain/seed0', 'plain/seed1', 'stepnet/seed0', 'stepnet/seed1'], 'done')
     train = state['runs']['plain/seed1']['stages'][0]
     assert [a['returncode'] for a in train['attempts']] == [None, 0]
     assert '--resume' not in train['attempts'][0]['command']
@@ -390,9 +452,10 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
 
     # 3. runs.json: the numbers of every run, as read from its work dir.
     data = json.loads((results / 'tiny_study/runs.json').read_text())
-    assert [(r['key'], r['status']) for r in data['runs']] == [
-        ('plain/seed0', 'done'), ('plain/seed1', 'done'), ('stepnet/seed0', 'done'),
-        ('stepnet/seed1', 'done')]
+    assert [(r['key'], r['status']) for r in data['runs']] == [('plain/seed0', 'done'),
+                                                               ('plain/seed1', 'done'),
+                                                               ('stepnet/seed0', 'done'),
+                                                               ('stepnet/seed1', 'done')]
     for run in data['runs']:
         record = run['record']
         metrics = read_json(osp.join(REPO, run['work_dir'], 'metrics.json'))
@@ -402,15 +465,14 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
             assert record['metrics']['tns/network'] == pytest.approx(tns['network_tns'])
             assert record['profiles']['tns/nsi']['x'] == list(tns['blocks'])
         else:
-            spectrum = read_json(osp.join(REPO, run['work_dir'],
-                                          'analysis/spectrum/spectrum.json'))
+            spectrum = read_json(osp.join(REPO, run['work_dir'], 'analysis/spectrum/spectrum.json'))
             last = list(spectrum['states'].values())[-1]
             assert record['metrics']['spectrum/hf_ratio/last'] == pytest.approx(last['hf_ratio'])
             assert record['profiles']['spectrum/hf_ratio']['x'][0] == 'input'
         assert record['curves']['train/loss']['x'] == [1, 2]
         # per epoch; plain/seed1 was killed before its first validation, then resumed
-        assert record['curves']['val/accuracy/top1']['x'] == (
-            [2] if run['key'] == 'plain/seed1' else [1, 2])
+        assert record['curves']['val/accuracy/top1']['x'] == ([2] if run['key'] == 'plain/seed1'
+                                                              else [1, 2])
         assert record['train_info']['iterations'] == 2
         assert record['train_info']['iters_per_epoch'] == 1
         assert record['metrics']['train/time_per_epoch_s'] > 0
@@ -423,21 +485,25 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     # 4. The page: claim, verdict and the Welch interval computed from runs.json.
     page = (results / 'tiny_study/README.md').read_text()
     assert '> Step sizes from the next state\n> help.\n\n— a test, §1' in page
-    accuracy = {label: [r['record']['metrics']['test/accuracy/top1'] for r in data['runs']
-                        if r['variant'] == label] for label in ('plain', 'stepnet')}
+    accuracy = {
+        label: [
+            r['record']['metrics']['test/accuracy/top1'] for r in data['runs']
+            if r['variant'] == label
+        ]
+        for label in ('plain', 'stepnet')
+    }
     diff = mean(accuracy['stepnet']) - mean(accuracy['plain'])
     verdict = re.search(r'## Verdict\n\nstepnet - plain = (\S+) points, CI (.+)', page)
     assert verdict, page
     row = table_row(page, ['stepnet − plain', 'test/accuracy/top1'])
-    var = [sum((v - mean(vs)) ** 2 for v in vs) for vs in (accuracy['plain'],
-                                                            accuracy['stepnet'])]
+    var = [sum((v - mean(vs))**2 for v in vs) for vs in (accuracy['plain'], accuracy['stepnet'])]
     se = math.sqrt(var[0] / 2 + var[1] / 2)  # n = 2 per group: s² = sum of squares / 1
     if se > 0:
-        df = se ** 4 / ((var[0] / 2) ** 2 + (var[1] / 2) ** 2)
+        df = se**4 / ((var[0] / 2)**2 + (var[1] / 2)**2)
         low, high = (float(x) for x in row[3].strip('[]').split(','))
         half = stats.t.ppf(0.975, df) * se
         # printed with two significant digits of the half width
-        digits = 10.0 ** (math.floor(math.log10(half)) - 1)
+        digits = 10.0**(math.floor(math.log10(half)) - 1)
         assert low == pytest.approx(diff - half, abs=digits)
         assert high == pytest.approx(diff + half, abs=digits)
         assert float(verdict.group(1)) == pytest.approx(diff, abs=digits)
@@ -447,8 +513,9 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     assert 'python tools/train.py' in page and '--resume --cfg-options' in page
     assert 'env CUDA_VISIBLE_DEVICES= python tools/train.py' in page
     figures = sorted(p.name for p in (results / 'tiny_study').glob('*.png'))
-    assert {'train_loss.png', 'val_accuracy_top1.png', 'nsi_per_block.png',
-            'step_size_per_block.png'} <= set(figures)
+    assert {
+        'train_loss.png', 'val_accuracy_top1.png', 'nsi_per_block.png', 'step_size_per_block.png'
+    } <= set(figures)
     for name in figures:
         assert (results / 'tiny_study' / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
         assert f']({name})' in page
@@ -471,6 +538,11 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert '4 runs, 4 finished, 0 to run' in proc.stdout
     assert 'start ' not in proc.stdout
-    assert {k: v for k, v in snapshot(runs).items() if k != 'state.json'} == {
-        k: v for k, v in before.items() if k != 'state.json'}
+    assert {
+        k: v
+        for k, v in snapshot(runs).items() if k != 'state.json'
+    } == {
+        k: v
+        for k, v in before.items() if k != 'state.json'
+    }
     assert (results / 'tiny_study/README.md').read_bytes() == committed['README.md']

@@ -28,11 +28,18 @@ configs = dict(cifar=dict(config=dict(stepnet={OTHER!r}), cfg_options=['train_cf
 def dry_run(tmp_path, *args):
     study = tmp_path / 'tiny.py'
     study.write_text(STUDY)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, 'tools/reproduce.py', str(study), '--dry-run',
-                           '--work-dir', 'w', *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run(
+        [sys.executable, 'tools/reproduce.py',
+         str(study), '--dry-run', '--work-dir', 'w', *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300)
     return proc
 
 
@@ -71,21 +78,25 @@ def test_launchers_and_packing(tmp_path):
         f'tools/dist_train.sh {DEMO} 4 --work-dir w/tiny/stepnet/seed0 --cfg-options '
         'randomness.seed=0',
         f'tools/dist_test.sh {DEMO} CKPT 4 --work-dir w/tiny/stepnet/seed0/test --out '
-        'w/tiny/stepnet/seed0/metrics.json --cfg-options randomness.seed=0']
+        'w/tiny/stepnet/seed0/metrics.json --cfg-options randomness.seed=0'
+    ]
     runs = commands(dry_run(tmp_path, '--launcher', 'slurm', '--gpus', '8', '--partition', 'gpu'))
     assert runs['plain/seed0'][:2] == [
         f'env GPUS=8 tools/slurm_train.sh gpu tiny/plain/seed0/train {DEMO} w/tiny/plain/seed0 '
         '--cfg-options model.backbone.adaptor=None randomness.seed=0',
         f'env GPUS=8 tools/slurm_test.sh gpu tiny/plain/seed0/test {DEMO} CKPT --work-dir '
         'w/tiny/plain/seed0/test --out w/tiny/plain/seed0/metrics.json --cfg-options '
-        'model.backbone.adaptor=None randomness.seed=0']
+        'model.backbone.adaptor=None randomness.seed=0'
+    ]
     # 4 runs over 2 GPUs: run i on GPU i mod 2, every stage of a run on the same GPU
     runs = commands(dry_run(tmp_path, '--device', 'cuda', '--gpus', '2', '--jobs', '4'))
     gpus = {key: {c.split()[1] for c in cmds} for key, cmds in runs.items()}
-    assert gpus == {'plain/seed0': {'CUDA_VISIBLE_DEVICES=0'},
-                    'plain/seed1': {'CUDA_VISIBLE_DEVICES=1'},
-                    'stepnet/seed0': {'CUDA_VISIBLE_DEVICES=0'},
-                    'stepnet/seed1': {'CUDA_VISIBLE_DEVICES=1'}}
+    assert gpus == {
+        'plain/seed0': {'CUDA_VISIBLE_DEVICES=0'},
+        'plain/seed1': {'CUDA_VISIBLE_DEVICES=1'},
+        'stepnet/seed0': {'CUDA_VISIBLE_DEVICES=0'},
+        'stepnet/seed1': {'CUDA_VISIBLE_DEVICES=1'}
+    }
     runs = commands(dry_run(tmp_path, '--device', 'cpu'))
     assert all(c.startswith('env CUDA_VISIBLE_DEVICES= python ') for c in runs['plain/seed0'])
 
@@ -127,29 +138,38 @@ def test_bad_launch_stops_the_runner_before_any_work(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('study, runs, first', [
-    ('stepnet_vs_se_cifar100', [f'{v}/seed{s}' for v in ('plain', 'se', 'stepnet')
-                                for s in range(5)],
-     ['python tools/train.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py '
-      '--work-dir w/stepnet_vs_se_cifar100/plain/seed0 --cfg-options randomness.seed=0',
-      'python tools/test.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py CKPT '
-      '--work-dir w/stepnet_vs_se_cifar100/plain/seed0/test --out '
-      'w/stepnet_vs_se_cifar100/plain/seed0/metrics.json --cfg-options randomness.seed=0',
-      'python tools/analysis/tns.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py '
-      'CKPT --out-dir w/stepnet_vs_se_cifar100/plain/seed0/analysis/tns --num-batches 8 '
-      '--cfg-options randomness.seed=0']),
-    ('oversmoothing_deit_s', [f'{v}/seed{s}' for v in (
-        'deit12', 'deit12-attnscale', 'deit12-featscale', 'deit24', 'deit24-attnscale',
-        'deit24-featscale') for s in range(3)],
-     ['python tools/train.py configs/vit/deit-small-attnscale_4xb256_in1k.py --work-dir '
-      'w/oversmoothing_deit_s/deit12/seed0 --cfg-options model.backbone.attn_scale_layers=None '
-      'randomness.seed=0']),
+    ('stepnet_vs_se_cifar100',
+     [f'{v}/seed{s}' for v in ('plain', 'se', 'stepnet') for s in range(5)], [
+         'python tools/train.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py '
+         '--work-dir w/stepnet_vs_se_cifar100/plain/seed0 --cfg-options randomness.seed=0',
+         'python tools/test.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py CKPT '
+         '--work-dir w/stepnet_vs_se_cifar100/plain/seed0/test --out '
+         'w/stepnet_vs_se_cifar100/plain/seed0/metrics.json --cfg-options randomness.seed=0',
+         'python tools/analysis/tns.py configs/stepnet/preact-resnet164_1xb128-164e_cifar100.py '
+         'CKPT --out-dir w/stepnet_vs_se_cifar100/plain/seed0/analysis/tns --num-batches 8 '
+         '--cfg-options randomness.seed=0'
+     ]),
+    ('oversmoothing_deit_s', [
+        f'{v}/seed{s}' for v in ('deit12', 'deit12-attnscale', 'deit12-featscale', 'deit24',
+                                 'deit24-attnscale', 'deit24-featscale') for s in range(3)
+    ], [
+        'python tools/train.py configs/vit/deit-small-attnscale_4xb256_in1k.py --work-dir '
+        'w/oversmoothing_deit_s/deit12/seed0 --cfg-options model.backbone.attn_scale_layers=None '
+        'randomness.seed=0'
+    ]),
 ])
 def test_paper_scale_study_files(study, runs, first):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, 'tools/reproduce.py', study, '--dry-run',
-                           '--work-dir', 'w'], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    proc = subprocess.run(
+        [sys.executable, 'tools/reproduce.py', study, '--dry-run', '--work-dir', 'w'],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300)
     planned = commands(proc)
     assert list(planned) == runs
     first_run = planned[runs[0]]

@@ -16,8 +16,9 @@ import pytest
 from mmstiff.studies import StudyNumbers, category, load_study
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-STUDIES = sorted(osp.basename(osp.dirname(p))
-                 for p in glob.glob(osp.join(REPO, 'docs', 'results', '*', 'runs.json')))
+STUDIES = sorted(
+    osp.basename(osp.dirname(p))
+    for p in glob.glob(osp.join(REPO, 'docs', 'results', '*', 'runs.json')))
 
 
 def read(*parts):
@@ -33,11 +34,19 @@ def test_committed_page_equals_the_regenerated_one(name, tmp_path):
     results = tmp_path / 'results'
     (results / name).mkdir(parents=True)
     shutil.copy(osp.join(REPO, 'docs', 'results', name, 'runs.json'), results / name)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    subprocess.run([sys.executable, 'tools/reproduce.py', study_file, '--report-only',
-                    '--results-dir', str(results)], cwd=REPO, check=True, env=env,
-                   capture_output=True, text=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    subprocess.run([
+        sys.executable, 'tools/reproduce.py', study_file, '--report-only', '--results-dir',
+        str(results)
+    ],
+                   cwd=REPO,
+                   check=True,
+                   env=env,
+                   capture_output=True,
+                   text=True)
     committed = read('docs', 'results', name, 'README.md')
     assert (results / name / 'README.md').read_text(encoding='utf-8') == committed
 
@@ -53,11 +62,15 @@ def test_page_and_index_show_the_runners_category(name):
     assert shown == [expected]
     # the prose names no other category (the runner refuses it; this checks the bytes)
     prose = page.split('## Verdict\n\n', 1)[1].split('\n', 1)[0]
-    others = {'held': r'(?<!not )\bheld\b|\bconfirmed\b', 'did not hold': r'\bdid not hold\b',
-              'inconclusive': r'\binconclusive\b'}
+    others = {
+        'held': r'(?<!not )\bheld\b|\bconfirmed\b',
+        'did not hold': r'\bdid not hold\b',
+        'inconclusive': r'\binconclusive\b'
+    }
     for other, pattern in others.items():
         if other != expected:
             assert not re.search(pattern, prose, flags=re.I), (other, prose)
-    row = next(line for line in read('docs', 'results', 'README.md').splitlines()
-               if line.startswith(f'| [{name}]('))
+    row = next(
+        line for line in read('docs', 'results', 'README.md').splitlines()
+        if line.startswith(f'| [{name}]('))
     assert row.split(' | ')[2] == expected

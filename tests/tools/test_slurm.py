@@ -27,12 +27,21 @@ def slurm(tmp_path, repo_root):
     record = tmp_path / 'srun.json'
 
     def run(script, *args, **env):
-        full_env = {k: v for k, v in os.environ.items()
-                    if k not in ('GPUS', 'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS', 'PYTHON')}
-        full_env.update(env, PATH=f'{bin_dir}:{os.environ["PATH"]}', SRUN_RECORD=str(record),
-                        PYTHONPATH='/elsewhere')
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ('GPUS', 'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS', 'PYTHON')
+        }
+        full_env.update(
+            env,
+            PATH=f'{bin_dir}:{os.environ["PATH"]}',
+            SRUN_RECORD=str(record),
+            PYTHONPATH='/elsewhere')
         proc = subprocess.run(['bash', osp.join(repo_root, 'tools', script), *args],
-                              env=full_env, capture_output=True, text=True, timeout=60)
+                              env=full_env,
+                              capture_output=True,
+                              text=True,
+                              timeout=60)
         called = json.loads(record.read_text()) if record.exists() else None
         return proc, called
 
@@ -45,35 +54,49 @@ def test_train_defaults_are_upstreams(slurm, repo_root):
     tools = osp.join(repo_root, 'tools')
     assert called['argv'] == [
         '-p', 'gpu', '--job-name=r50', '--gres=gpu:8', '--ntasks=8', '--ntasks-per-node=8',
-        '--cpus-per-task=5', '--kill-on-bad-exit=1',
-        'python', '-u', f'{tools}/train.py', 'configs/x.py', '--work-dir=work_dirs/x',
-        '--launcher=slurm']
+        '--cpus-per-task=5', '--kill-on-bad-exit=1', 'python', '-u', f'{tools}/train.py',
+        'configs/x.py', '--work-dir=work_dirs/x', '--launcher=slurm'
+    ]
     # the checkout first on the path, the caller's PYTHONPATH kept
     assert called['pythonpath'] == f'{tools}/..:/elsewhere'
 
 
 def test_train_passes_layout_srun_args_and_train_args(slurm, repo_root):
-    proc, called = slurm('slurm_train.sh', 'gpu', 'job', 'c.py', 'w', '--amp',
-                         '--cfg-options', 'model.backbone.depth=34', 'a b',
-                         GPUS='16', GPUS_PER_NODE='8', CPUS_PER_TASK='2',
-                         SRUN_ARGS='--quotatype=auto -x node1', PYTHON='python3')
+    proc, called = slurm(
+        'slurm_train.sh',
+        'gpu',
+        'job',
+        'c.py',
+        'w',
+        '--amp',
+        '--cfg-options',
+        'model.backbone.depth=34',
+        'a b',
+        GPUS='16',
+        GPUS_PER_NODE='8',
+        CPUS_PER_TASK='2',
+        SRUN_ARGS='--quotatype=auto -x node1',
+        PYTHON='python3')
     assert proc.returncode == 0, proc.stderr
     assert called['argv'] == [
         '-p', 'gpu', '--job-name=job', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
-        '--cpus-per-task=2', '--kill-on-bad-exit=1', '--quotatype=auto', '-x', 'node1',
-        'python3', '-u', osp.join(repo_root, 'tools', 'train.py'), 'c.py', '--work-dir=w',
-        '--launcher=slurm', '--amp', '--cfg-options', 'model.backbone.depth=34', 'a b']
+        '--cpus-per-task=2', '--kill-on-bad-exit=1', '--quotatype=auto', '-x', 'node1', 'python3',
+        '-u',
+        osp.join(repo_root, 'tools', 'train.py'), 'c.py', '--work-dir=w', '--launcher=slurm',
+        '--amp', '--cfg-options', 'model.backbone.depth=34', 'a b'
+    ]
 
 
 def test_test_script_passes_the_checkpoint(slurm, repo_root):
-    proc, called = slurm('slurm_test.sh', 'gpu', 'ev', 'c.py', 'w/epoch_1.pth', '--out', 'm.json',
-                         GPUS='2')
+    proc, called = slurm(
+        'slurm_test.sh', 'gpu', 'ev', 'c.py', 'w/epoch_1.pth', '--out', 'm.json', GPUS='2')
     assert proc.returncode == 0, proc.stderr
     assert called['argv'] == [
         '-p', 'gpu', '--job-name=ev', '--gres=gpu:2', '--ntasks=2', '--ntasks-per-node=2',
-        '--cpus-per-task=5', '--kill-on-bad-exit=1',
-        'python', '-u', osp.join(repo_root, 'tools', 'test.py'), 'c.py', 'w/epoch_1.pth',
-        '--launcher=slurm', '--out', 'm.json']
+        '--cpus-per-task=5', '--kill-on-bad-exit=1', 'python', '-u',
+        osp.join(repo_root, 'tools',
+                 'test.py'), 'c.py', 'w/epoch_1.pth', '--launcher=slurm', '--out', 'm.json'
+    ]
 
 
 @pytest.mark.parametrize('script', ['slurm_train.sh', 'slurm_test.sh'])

@@ -33,9 +33,9 @@ import time
 
 from mmengine.config import DictAction
 
+from mmstiff.apis.runtime import ConfigError, cfg_option, codebase_of, load_config
 from mmstiff.utils.checkpoint import (CheckpointError, install_checkpoint_loader,
                                       load_checkpoint_into)
-from mmstiff.apis.runtime import ConfigError, cfg_option, codebase_of, load_config
 
 SPLITS = ('test', 'val', 'train')
 #: ``--trust-checkpoint``, ``--allow-partial-load`` and ``--allow-non-finite`` of the command
@@ -54,43 +54,66 @@ def base_parser(description, num_batches=10):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('config', help='config file the checkpoint was trained with')
     parser.add_argument('checkpoint', help='checkpoint file (loaded weights-only and strictly)')
-    parser.add_argument('--out-dir', default=None,
-                        help='where to write the JSON and PNG files (default: '
-                        '<checkpoint dir>/analysis/<tool>)')
-    parser.add_argument('--num-batches', type=positive_int, default=num_batches,
-                        help=f'batches of the split to analyse (default {num_batches})')
-    parser.add_argument('--split', choices=SPLITS, default='test',
-                        help='dataloader of the config to read (default test)')
-    parser.add_argument('--batch-size', type=positive_int, default=None,
-                        help='override the dataloader batch size')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
-                        type=cfg_option, help='override config settings, key=value')
-    parser.add_argument('--trust-checkpoint', action='store_true',
-                        help='unpickle the checkpoint in full; only for files from a source '
-                        'you trust (a pickle can run code)')
-    parser.add_argument('--allow-partial-load', action='store_true',
-                        help='analyse even when the checkpoint does not match the model '
-                        '(parameters it lacks keep their initial values); by default an error')
-    parser.add_argument('--allow-non-finite', action='store_true',
-                        help='analyse even when the checkpoint holds NaN or inf weights or '
-                        'statistics (a diverged run); by default an error naming them')
+    parser.add_argument(
+        '--out-dir',
+        default=None,
+        help='where to write the JSON and PNG files (default: '
+        '<checkpoint dir>/analysis/<tool>)')
+    parser.add_argument(
+        '--num-batches',
+        type=positive_int,
+        default=num_batches,
+        help=f'batches of the split to analyse (default {num_batches})')
+    parser.add_argument(
+        '--split',
+        choices=SPLITS,
+        default='test',
+        help='dataloader of the config to read (default test)')
+    parser.add_argument(
+        '--batch-size', type=positive_int, default=None, help='override the dataloader batch size')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        default=None,
+        type=cfg_option,
+        help='override config settings, key=value')
+    parser.add_argument(
+        '--trust-checkpoint',
+        action='store_true',
+        help='unpickle the checkpoint in full; only for files from a source '
+        'you trust (a pickle can run code)')
+    parser.add_argument(
+        '--allow-partial-load',
+        action='store_true',
+        help='analyse even when the checkpoint does not match the model '
+        '(parameters it lacks keep their initial values); by default an error')
+    parser.add_argument(
+        '--allow-non-finite',
+        action='store_true',
+        help='analyse even when the checkpoint holds NaN or inf weights or '
+        'statistics (a diverged run); by default an error naming them')
     return parser
 
 
 def add_device_arg(parser):
     """``--device`` of tns.py, spectrum.py and freq_noise.py (the CPU by default)."""
-    parser.add_argument('--device', default='cpu',
-                        help="where the model runs: 'cpu' (default), 'cuda' or 'cuda:N'; "
-                        'an error when that device is not available')
+    parser.add_argument(
+        '--device',
+        default='cpu',
+        help="where the model runs: 'cpu' (default), 'cuda' or 'cuda:N'; "
+        'an error when that device is not available')
 
 
 def add_visualizer_arg(parser):
     """``--to-visualizer``: the figures also go to the config's visualizer backends."""
-    parser.add_argument('--to-visualizer', action='store_true',
-                        help="also send each figure to the backends of the config's "
-                        "'visualizer' (Visualizer.add_image at step 0; LocalVisBackend "
-                        'writes OUT_DIR/vis_data/vis_image/<figure>_0.png, '
-                        'TensorboardVisBackend an image summary under OUT_DIR/vis_data)')
+    parser.add_argument(
+        '--to-visualizer',
+        action='store_true',
+        help="also send each figure to the backends of the config's "
+        "'visualizer' (Visualizer.add_image at step 0; LocalVisBackend "
+        'writes OUT_DIR/vis_data/vis_image/<figure>_0.png, '
+        'TensorboardVisBackend an image summary under OUT_DIR/vis_data)')
 
 
 def check_device(device):
@@ -117,8 +140,7 @@ def check_device(device):
 
 
 def out_dir_of(args, tool):
-    out_dir = args.out_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'analysis',
-                                       tool)
+    out_dir = args.out_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'analysis', tool)
     os.makedirs(out_dir, exist_ok=True)
     return out_dir
 
@@ -134,9 +156,10 @@ def load_cfg(args):
             codebase_of(cfg)
     except ConfigError as err:
         sys.exit(f'error: {err}')
-    LOAD_OPTIONS.update(trust=getattr(args, 'trust_checkpoint', False),
-                        allow_partial=getattr(args, 'allow_partial_load', False),
-                        allow_non_finite=getattr(args, 'allow_non_finite', False))
+    LOAD_OPTIONS.update(
+        trust=getattr(args, 'trust_checkpoint', False),
+        allow_partial=getattr(args, 'allow_partial_load', False),
+        allow_non_finite=getattr(args, 'allow_non_finite', False))
     install_checkpoint_loader(trust=LOAD_OPTIONS['trust'])  # for any other MMEngine load
     return cfg
 
@@ -147,8 +170,9 @@ def load_model(cfg, checkpoint, trust=None, allow_partial=None):
     line's flags, :data:`LOAD_OPTIONS`); a refused or mismatched checkpoint exits naming it."""
     trust = LOAD_OPTIONS['trust'] if trust is None else trust
     allow_partial = LOAD_OPTIONS['allow_partial'] if allow_partial is None else allow_partial
-    import mmstiff  # noqa: F401  (registers mmstiff's modules through its registry locations)
     from mmengine.registry import MODELS, init_default_scope
+
+    import mmstiff  # noqa: F401  (registers mmstiff's modules through its registry locations)
     init_default_scope(cfg.default_scope)
     model_cfg = cfg.model.copy()
     if cfg.get('data_preprocessor') is not None:
@@ -156,8 +180,12 @@ def load_model(cfg, checkpoint, trust=None, allow_partial=None):
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     model = MODELS.build(model_cfg)
     try:
-        load_checkpoint_into(model, checkpoint, strict=not allow_partial, trust=trust,
-                             allow_non_finite=LOAD_OPTIONS['allow_non_finite'])
+        load_checkpoint_into(
+            model,
+            checkpoint,
+            strict=not allow_partial,
+            trust=trust,
+            allow_non_finite=LOAD_OPTIONS['allow_non_finite'])
     except CheckpointError as err:
         sys.exit(f'error: {err}')
     model.eval()
@@ -226,8 +254,8 @@ def send_figures(args, cfg, files, tool):
         image = cv2.imread(path, cv2.IMREAD_COLOR)
         if image is None:
             sys.exit(f'error: --to-visualizer: cannot read the figure {path!r}')
-        visualizer.add_image(osp.splitext(osp.basename(path))[0],
-                             cv2.cvtColor(image, cv2.COLOR_BGR2RGB), step=0)
+        visualizer.add_image(
+            osp.splitext(osp.basename(path))[0], cv2.cvtColor(image, cv2.COLOR_BGR2RGB), step=0)
     visualizer.close()
     print(f'sent {len(files)} figures to the visualizer backends '
           f'{[type(b).__name__ for b in visualizer._vis_backends.values()]}')

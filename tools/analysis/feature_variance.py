@@ -28,9 +28,12 @@ import instrument_setup as setup_lib
 def parse_args(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
     setup_lib.add_device_args(parser)
-    parser.add_argument('--level', choices=('branch', 'block'), default='branch',
-                        help='transformer layers as their MSA and MLP steps (branch, default) '
-                        'or as one step (block)')
+    parser.add_argument(
+        '--level',
+        choices=('branch', 'block'),
+        default='branch',
+        help='transformer layers as their MSA and MLP steps (branch, default) '
+        'or as one step (block)')
     return parser.parse_args(argv)
 
 
@@ -56,8 +59,8 @@ def analyse(backbone, batches, level):
     from mmstiff.analysis import TrajectoryRecorder, stage_of
     from mmstiff.analysis.feature_variance import step_variance, variance_trajectory
     extra = int(getattr(backbone, 'num_extra_tokens', 0) or 0)
-    recorder = TrajectoryRecorder(backbone, level=level,
-                                  reduce=functools.partial(step_variance, num_extra_tokens=extra))
+    recorder = TrajectoryRecorder(
+        backbone, level=level, reduce=functools.partial(step_variance, num_extra_tokens=extra))
     with torch.no_grad(), recorder:
         for data in batches:
             backbone(data['inputs'])
@@ -66,13 +69,18 @@ def analyse(backbone, batches, level):
     for name, state in trajectory.items():
         v = state.variance
         stage = 'input' if state.kind == 'input' else (stage_of(state.step) or 'network')
-        states[name] = dict(kind=state.kind, step=state.step, stage=stage,
-                            msa=is_msa_step(backbone, state),
-                            variance=common.finite(v.mean()),
-                            variance_std=common.finite(v.std()) if v.numel() > 1 else None)
+        states[name] = dict(
+            kind=state.kind,
+            step=state.step,
+            stage=stage,
+            msa=is_msa_step(backbone, state),
+            variance=common.finite(v.mean()),
+            variance_std=common.finite(v.std()) if v.numel() > 1 else None)
         stages.setdefault(stage, []).append(name)
-    per_stage = {stage: dict(states=names, end_variance=states[names[-1]]['variance'])
-                 for stage, names in stages.items()}
+    per_stage = {
+        stage: dict(states=names, end_variance=states[names[-1]]['variance'])
+        for stage, names in stages.items()
+    }
     num_samples = int(next(iter(trajectory.values())).variance.numel()) if trajectory else 0
     return states, per_stage, num_samples, extra
 
@@ -83,21 +91,35 @@ def main(argv=None):
     backbone = common.backbone_of(model)
     states, stages, num_samples, extra = analyse(
         backbone, setup_lib.batches(model, loader, args.num_batches, False), args.level)
-    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  device=str(device), level=args.level, num_samples=num_samples,
-                  num_extra_tokens=extra, states=states, stages=stages)
+    result = dict(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        split=args.split,
+        device=str(device),
+        level=args.level,
+        num_samples=num_samples,
+        num_extra_tokens=extra,
+        states=states,
+        stages=stages)
     from mmstiff.visualization import instruments
     names = list(states)
-    files = [instruments.feature_variance(
-        names, [states[n]['variance'] if states[n]['variance'] is not None else float('nan')
-                for n in names], osp.join(out_dir, 'feature_variance.png'),
-        msa={n for n in names if states[n]['msa']},
-        subsampling={n for n in names if states[n]['kind'] == 'shortcut'})]
+    files = [
+        instruments.feature_variance(
+            names, [
+                states[n]['variance'] if states[n]['variance'] is not None else float('nan')
+                for n in names
+            ],
+            osp.join(out_dir, 'feature_variance.png'),
+            msa={n
+                 for n in names if states[n]['msa']},
+            subsampling={n
+                         for n in names if states[n]['kind'] == 'shortcut'})
+    ]
     result['figures'] = [osp.basename(f) for f in files]
     path = common.dump_json(result, osp.join(out_dir, 'feature_variance.json'))
-    print('variance at the end of each stage: ' + '  '.join(
-        f'{k}: {v["end_variance"]:.4g}' for k, v in stages.items()
-        if v['end_variance'] is not None))
+    print('variance at the end of each stage: ' +
+          '  '.join(f'{k}: {v["end_variance"]:.4g}'
+                    for k, v in stages.items() if v['end_variance'] is not None))
     print(f'wrote {path} and {len(files)} figure to {out_dir}')
     return result
 

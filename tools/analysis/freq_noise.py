@@ -41,19 +41,25 @@ def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
         for inputs, data_samples in batches:
             if bins is None:
                 h, w = inputs.shape[-2:]
-                bins = [int(frequency_band_mask(h, w, f, width, convention).sum())
-                        for f in freqs]
+                bins = [int(frequency_band_mask(h, w, f, width, convention).sum()) for f in freqs]
             total += inputs.shape[0]
             clean += _correct(model, inputs, data_samples)
             for i, freq in enumerate(freqs):
                 # drawn on the CPU, so that --seed gives the same noise on every device
-                noise = frequency_band_noise(inputs.shape, freq, eps, width, generator,
-                                             dtype=inputs.dtype,
-                                             convention=convention).to(inputs.device)
+                noise = frequency_band_noise(
+                    inputs.shape,
+                    freq,
+                    eps,
+                    width,
+                    generator,
+                    dtype=inputs.dtype,
+                    convention=convention).to(inputs.device)
                 noisy[i] += _correct(model, inputs + noise, data_samples)
     clean_acc = 100.0 * clean / total
-    bands = [dict(freq=f, num_bins=n, accuracy=100.0 * c / total,
-                  drop=clean_acc - 100.0 * c / total) for f, n, c in zip(freqs, bins, noisy)]
+    bands = [
+        dict(freq=f, num_bins=n, accuracy=100.0 * c / total, drop=clean_acc - 100.0 * c / total)
+        for f, n, c in zip(freqs, bins, noisy)
+    ]
     return dict(num_samples=total, clean_accuracy=clean_acc, bands=bands)
 
 
@@ -61,16 +67,26 @@ def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
     common.add_device_arg(parser)
     common.add_visualizer_arg(parser)
-    parser.add_argument('--freqs', type=float, nargs='+', default=DEFAULT_FREQS,
-                        help='band centres in units of π, each in [0, 1]')
-    parser.add_argument('--eps', type=float, default=0.1,
-                        help='amplitude of the sign noise on the normalised images')
+    parser.add_argument(
+        '--freqs',
+        type=float,
+        nargs='+',
+        default=DEFAULT_FREQS,
+        help='band centres in units of π, each in [0, 1]')
+    parser.add_argument(
+        '--eps',
+        type=float,
+        default=0.1,
+        help='amplitude of the sign noise on the normalised images')
     parser.add_argument('--width', type=float, default=0.1, help='band width in units of π')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--convention', choices=('exact', 'paper'), default='exact',
-                        help="frequency bands: 'exact' Chebyshev-radius bands (default) or "
-                        "'paper', the How-do-ViTs authors' floor-rounded centred squares "
-                        '(docs/methods.md §8)')
+    parser.add_argument(
+        '--convention',
+        choices=('exact', 'paper'),
+        default='exact',
+        help="frequency bands: 'exact' Chebyshev-radius bands (default) or "
+        "'paper', the How-do-ViTs authors' floor-rounded centred squares "
+        '(docs/methods.md §8)')
     args = parser.parse_args(argv)
     for f in args.freqs:
         if not 0.0 <= f <= 1.0:
@@ -81,10 +97,16 @@ def main(argv=None):
     if cfg.default_scope != 'mmpretrain':
         sys.exit('error: freq_noise.py measures top-1 accuracy; it needs a classification '
                  f'(mmpretrain) config, got default_scope={cfg.default_scope!r}')
-    result = analyse(model, common.iterate(model, loader, args.num_batches), args.freqs,
-                     args.eps, args.width, args.seed, args.convention)
-    result.update(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  eps=args.eps, width=args.width, seed=args.seed, convention=args.convention)
+    result = analyse(model, common.iterate(model, loader, args.num_batches), args.freqs, args.eps,
+                     args.width, args.seed, args.convention)
+    result.update(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        split=args.split,
+        eps=args.eps,
+        width=args.width,
+        seed=args.seed,
+        convention=args.convention)
 
     from mmstiff.visualization import plots
     figure = plots.noise_robustness(
@@ -95,8 +117,8 @@ def main(argv=None):
     result['figures'] = [osp.basename(figure)]
     path = common.dump_json(result, osp.join(out_dir, 'freq_noise.json'))
     common.send_figures(args, cfg, [figure], 'freq_noise')
-    print(f'clean top-1 {result["clean_accuracy"]:.2f}%; drop per band: '
-          + '  '.join(f'{b["freq"]:.1f}π: {b["drop"]:+.2f}' for b in result['bands']))
+    print(f'clean top-1 {result["clean_accuracy"]:.2f}%; drop per band: ' +
+          '  '.join(f'{b["freq"]:.1f}π: {b["drop"]:+.2f}' for b in result['bands']))
     print(f'wrote {path} and {figure}')
     return result
 

@@ -38,22 +38,39 @@ def parse_args(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0], num_batches=4)
     setup_lib.add_device_args(parser)
     setup_lib.add_loss_args(parser)
-    parser.add_argument('--dim', type=int, choices=(1, 2), default=2,
-                        help='number of random directions (default 2)')
-    parser.add_argument('--range', type=float, default=1.0, dest='span',
-                        help='the coordinates span [-R, R] (default 1.0)')
-    parser.add_argument('--steps', type=int, default=21,
-                        help='grid points per direction (default 21)')
-    parser.add_argument('--bias-bn', choices=('zero', 'weight'), default='zero',
-                        help='direction of parameters of at most one axis (biases, norm '
-                        'scales): zero (default, Li et al.\'s ignore=biasbn) or the weight')
-    parser.add_argument('--exclude', nargs='*', default=DEFAULT_EXCLUDE,
-                        help='fnmatch patterns of parameter names whose direction is 0 '
-                        f'(default {" ".join(DEFAULT_EXCLUDE)}; pass none for no exclusion)')
-    parser.add_argument('--convention', choices=('li', 'paper'), default='li',
-                        help='li (default): each filter of a direction gets the norm of the '
-                        "weight's filter; paper: the How-do-ViTs authors' normalize_filter, "
-                        'the norm across output channels at every other index')
+    parser.add_argument(
+        '--dim',
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help='number of random directions (default 2)')
+    parser.add_argument(
+        '--range',
+        type=float,
+        default=1.0,
+        dest='span',
+        help='the coordinates span [-R, R] (default 1.0)')
+    parser.add_argument(
+        '--steps', type=int, default=21, help='grid points per direction (default 21)')
+    parser.add_argument(
+        '--bias-bn',
+        choices=('zero', 'weight'),
+        default='zero',
+        help='direction of parameters of at most one axis (biases, norm '
+        'scales): zero (default, Li et al.\'s ignore=biasbn) or the weight')
+    parser.add_argument(
+        '--exclude',
+        nargs='*',
+        default=DEFAULT_EXCLUDE,
+        help='fnmatch patterns of parameter names whose direction is 0 '
+        f'(default {" ".join(DEFAULT_EXCLUDE)}; pass none for no exclusion)')
+    parser.add_argument(
+        '--convention',
+        choices=('li', 'paper'),
+        default='li',
+        help='li (default): each filter of a direction gets the norm of the '
+        "weight's filter; paper: the How-do-ViTs authors' normalize_filter, "
+        'the norm across output channels at every other index')
     args = parser.parse_args(argv)
     if not args.span > 0:
         parser.error(f'--range {args.span} is not positive')
@@ -98,15 +115,16 @@ def main(argv=None):
     print('drawing the batches')
     cached = list(setup_lib.batches(model, loader, args.num_batches, training))
     generator = torch.Generator().manual_seed(args.seed)
-    directions = [filter_normalised_direction(named, generator, args.bias_bn, args.exclude,
-                                              args.convention)
-                  for _ in range(args.dim)]
+    directions = [
+        filter_normalised_direction(named, generator, args.bias_bn, args.exclude, args.convention)
+        for _ in range(args.dim)
+    ]
     coords = [grid_coordinates(args.span, args.steps) for _ in range(args.dim)]
     loss_fn, parts = build_loss(model, cached, params, decays, args.mode)
     centre = loss_fn()
     centre_nll, centre_l2 = parts.pop()
     print(f'evaluating {args.steps ** args.dim} points')
-    bar = ProgressBar(args.steps ** args.dim)
+    bar = ProgressBar(args.steps**args.dim)
     landscape = loss_landscape(loss_fn, params, directions, coords, on_point=bar.update)
     print()
     shape = tuple(landscape.losses.shape)
@@ -118,39 +136,57 @@ def main(argv=None):
             [common.finite(v) for v in t.tolist()]
 
     zeroed = sorted(n for n, d in directions[0].items() if not bool(d.abs().sum() > 0))
-    norms = [float(torch.sqrt(sum(d.double().pow(2).sum() for d in ds.values())))
-             for ds in directions]
-    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  augmented=training, mode=args.mode, device=str(device), dim=args.dim,
-                  span=args.span, steps=args.steps,
-                  num_samples=sum(len(d['inputs']) for d in cached),
-                  directions=dict(seed=args.seed, bias_bn=args.bias_bn, exclude=args.exclude,
-                                  convention=args.convention,
-                                  norms=norms, zero_params=zeroed,
-                                  weight_norm=float(torch.sqrt(sum(p.detach().double().pow(2)
-                                                                   .sum() for p in params)))),
-                  weight_decays=setup_lib.decay_summary(decays),
-                  centre=dict(loss=common.finite(centre), nll=common.finite(centre_nll),
-                              l2=common.finite(centre_l2)),
-                  coords=[c.tolist() for c in landscape.coords], loss=grid(landscape.losses),
-                  nll=grid(nll), l2=grid(l2))
+    norms = [
+        float(torch.sqrt(sum(d.double().pow(2).sum() for d in ds.values()))) for ds in directions
+    ]
+    result = dict(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        split=args.split,
+        augmented=training,
+        mode=args.mode,
+        device=str(device),
+        dim=args.dim,
+        span=args.span,
+        steps=args.steps,
+        num_samples=sum(len(d['inputs']) for d in cached),
+        directions=dict(
+            seed=args.seed,
+            bias_bn=args.bias_bn,
+            exclude=args.exclude,
+            convention=args.convention,
+            norms=norms,
+            zero_params=zeroed,
+            weight_norm=float(torch.sqrt(sum(p.detach().double().pow(2).sum() for p in params)))),
+        weight_decays=setup_lib.decay_summary(decays),
+        centre=dict(
+            loss=common.finite(centre), nll=common.finite(centre_nll), l2=common.finite(centre_l2)),
+        coords=[c.tolist() for c in landscape.coords],
+        loss=grid(landscape.losses),
+        nll=grid(nll),
+        l2=grid(l2))
     if args.dim == 2:
-        cos = sum(float((a.double() * b.double()).sum()) for a, b in
-                  zip(directions[0].values(), directions[1].values())) / (norms[0] * norms[1])
+        cos = sum(
+            float((a.double() * b.double()).sum())
+            for a, b in zip(directions[0].values(), directions[1].values())) / (
+                norms[0] * norms[1])
         result['directions']['cosine'] = common.finite(cos)
 
     from mmstiff.visualization import instruments
     if args.dim == 1:
-        files = [instruments.landscape_line(
-            landscape.coords[0], dict([('NLL + l2', landscape.losses), ('NLL', nll),
-                                       ('l2', l2)]),
-            osp.join(out_dir, 'landscape_1d.png'))]
+        files = [
+            instruments.landscape_line(
+                landscape.coords[0], dict([('NLL + l2', landscape.losses), ('NLL', nll),
+                                           ('l2', l2)]), osp.join(out_dir, 'landscape_1d.png'))
+        ]
     else:
         a, b = landscape.coords
-        files = [instruments.landscape_contour(a, b, landscape.losses,
-                                               osp.join(out_dir, 'landscape_contour.png')),
-                 instruments.landscape_surface(a, b, landscape.losses,
-                                               osp.join(out_dir, 'landscape_surface.png'))]
+        files = [
+            instruments.landscape_contour(a, b, landscape.losses,
+                                          osp.join(out_dir, 'landscape_contour.png')),
+            instruments.landscape_surface(a, b, landscape.losses,
+                                          osp.join(out_dir, 'landscape_surface.png'))
+        ]
     result['figures'] = [osp.basename(f) for f in files]
     path = common.dump_json(result, osp.join(out_dir, 'landscape.json'))
     finite = [v for v in landscape.losses.flatten().tolist() if v == v]

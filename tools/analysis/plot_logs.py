@@ -123,8 +123,13 @@ def read_series(path):
                 continue
             label = key[len(group) + 1:] if group in GROUPS else key
             series.setdefault(group, {}).setdefault(label, {})[int(step)] = float(value)
-    groups = {g: {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in curves.items()}
-              for g, curves in series.items()}
+    groups = {
+        g: {
+            k: (sorted(v), [v[s] for s in sorted(v)])
+            for k, v in curves.items()
+        }
+        for g, curves in series.items()
+    }
     return groups, by_epoch
 
 
@@ -157,8 +162,11 @@ def select(groups, keys):
                  f'{", ".join(available_keys(groups)) or "nothing"}')
     selected = {}
     for group, curves in groups.items():
-        kept = {k: v for k, v in curves.items()
-                if any(fnmatch.fnmatchcase(full_name(group, k), p) for p in keys)}
+        kept = {
+            k: v
+            for k, v in curves.items() if any(
+                fnmatch.fnmatchcase(full_name(group, k), p) for p in keys)
+        }
         if kept:
             selected[group] = kept
     return selected
@@ -200,12 +208,17 @@ def why_no_diagnostics(log, groups):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('log', help='JSON log, run folder or work dir')
-    parser.add_argument('--out-dir', default=None,
-                        help='where to write curves.json and the PNGs (default: '
-                        '<folder of the log>/plots)')
-    parser.add_argument('--keys', nargs='+', default=None,
-                        help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*" '
-                        'loss "accuracy/*"')
+    parser.add_argument(
+        '--out-dir',
+        default=None,
+        help='where to write curves.json and the PNGs (default: '
+        '<folder of the log>/plots)')
+    parser.add_argument(
+        '--keys',
+        nargs='+',
+        default=None,
+        help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*" '
+        'loss "accuracy/*"')
     args = parser.parse_args(argv)
     log = find_log(args.log)
     everything, by_epoch = read_series(log)
@@ -225,11 +238,19 @@ def main(argv=None):
         ylabel, title = GROUPS.get(group) or CURVES[group]
         xlabel = 'epoch' if group == 'val' and by_epoch else 'training iteration'
         name = group.replace('/', '_') + '.png'
-        files.append(plots.training_curves(curves, osp.join(out_dir, name), ylabel, title,
-                                           xlabel=xlabel))
-    summary = dict(log=log, figures=[osp.basename(f) for f in files], note=note,
-                   series={group: {k: dict(steps=s, values=v) for k, (s, v) in curves.items()}
-                           for group, curves in groups.items()})
+        files.append(
+            plots.training_curves(curves, osp.join(out_dir, name), ylabel, title, xlabel=xlabel))
+    summary = dict(
+        log=log,
+        figures=[osp.basename(f) for f in files],
+        note=note,
+        series={
+            group: {
+                k: dict(steps=s, values=v)
+                for k, (s, v) in curves.items()
+            }
+            for group, curves in groups.items()
+        })
     path = common.dump_json(summary, osp.join(out_dir, 'curves.json'))
     print(f'read {log}; wrote {path} and {len(files)} figures to {out_dir}')
     return summary

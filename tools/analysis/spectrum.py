@@ -122,35 +122,48 @@ def analyse(model, batches, convention='exact'):
             for r in recorders:
                 r.stop()
     states = {name: s.result() for name, s in stats.items()}
-    layers = {name: dict(attn_cos=common.finite(e['cos'] / e['count']),
-                         spectral_response=[float(v) for v in e['response'] / e['count']])
-              for name, e in attention.items()}
+    layers = {
+        name:
+        dict(
+            attn_cos=common.finite(e['cos'] / e['count']),
+            spectral_response=[float(v) for v in e['response'] / e['count']])
+        for name, e in attention.items()
+    }
     return states, layers
 
 
 def plot(out_dir, states, layers):
     from mmstiff.visualization import plots
     names = list(states)
-    files = [plots.per_block_lines(
-        names, {'||HC[X]|| / ||X||': [states[n]['hf_ratio'] or math.nan for n in names]},
-        osp.join(out_dir, 'hf_ratio_per_block.png'), ylabel='high-frequency ratio (fraction)',
-        title='High-frequency ratio of the state after each step')]
+    files = [
+        plots.per_block_lines(
+            names, {'||HC[X]|| / ||X||': [states[n]['hf_ratio'] or math.nan for n in names]},
+            osp.join(out_dir, 'hf_ratio_per_block.png'),
+            ylabel='high-frequency ratio (fraction)',
+            title='High-frequency ratio of the state after each step')
+    ]
     with_profile = [n for n in names if 'profile' in states[n]]
     if with_profile:
-        files.append(plots.frequency_profiles(
-            {n: states[n]['freqs'] for n in with_profile},
-            {n: states[n]['profile'] for n in with_profile},
-            osp.join(out_dir, 'dlogamp_profiles.png')))
-        files.append(plots.per_block_lines(
-            with_profile,
-            {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
-            osp.join(out_dir, 'dlogamp_per_block.png'),
-            ylabel='Δ log amplitude (log units)', hline=0.0,
-            title='High-frequency (1.0π) log amplitude relative to DC'))
+        files.append(
+            plots.frequency_profiles({n: states[n]['freqs']
+                                      for n in with_profile},
+                                     {n: states[n]['profile']
+                                      for n in with_profile},
+                                     osp.join(out_dir, 'dlogamp_profiles.png')))
+        files.append(
+            plots.per_block_lines(
+                with_profile,
+                {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
+                osp.join(out_dir, 'dlogamp_per_block.png'),
+                ylabel='Δ log amplitude (log units)',
+                hline=0.0,
+                title='High-frequency (1.0π) log amplitude relative to DC'))
     if layers:
-        files.append(plots.attention_spectra(
-            {n: v['spectral_response'] for n, v in layers.items()},
-            osp.join(out_dir, 'attention_spectra.png')))
+        files.append(
+            plots.attention_spectra({
+                n: v['spectral_response']
+                for n, v in layers.items()
+            }, osp.join(out_dir, 'attention_spectra.png')))
         token_states = [n for n in names if 'token_cos' in states[n]]
         layer_names = list(layers)
         series = {}
@@ -159,11 +172,14 @@ def plot(out_dir, states, layers):
         by_layer = {n[:-4] if n.endswith('.mlp') else n: states[n]['token_cos'] for n in outputs}
         series['M_feat (tokens, layer output)'] = [by_layer.get(n, math.nan) for n in layer_names]
         series['M_attn (attention columns)'] = [layers[n]['attn_cos'] for n in layer_names]
-        files.append(plots.per_block_lines(layer_names, series,
-                                           osp.join(out_dir, 'cosine_similarity.png'),
-                                           ylabel='mean |cosine similarity|',
-                                           title='Token and attention similarity per layer',
-                                           xlabel='transformer layer'))
+        files.append(
+            plots.per_block_lines(
+                layer_names,
+                series,
+                osp.join(out_dir, 'cosine_similarity.png'),
+                ylabel='mean |cosine similarity|',
+                title='Token and attention similarity per layer',
+                xlabel='transformer layer'))
     return files
 
 
@@ -171,18 +187,26 @@ def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
     common.add_device_arg(parser)
     common.add_visualizer_arg(parser)
-    parser.add_argument('--convention', choices=('exact', 'paper'), default='exact',
-                        help="diagonal of the log-amplitude profile: 'exact' ends at the "
-                        "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
-                        'points and labels (docs/methods.md §8)')
+    parser.add_argument(
+        '--convention',
+        choices=('exact', 'paper'),
+        default='exact',
+        help="diagonal of the log-amplitude profile: 'exact' ends at the "
+        "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
+        'points and labels (docs/methods.md §8)')
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = common.setup(args, 'spectrum')
     states, layers = analyse(model, common.iterate(model, loader, args.num_batches),
                              args.convention)
     files = plot(out_dir, states, layers)
-    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  convention=args.convention, states=states, attention=layers,
-                  figures=[osp.basename(f) for f in files])
+    result = dict(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        split=args.split,
+        convention=args.convention,
+        states=states,
+        attention=layers,
+        figures=[osp.basename(f) for f in files])
     path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
     common.send_figures(args, cfg, files, 'spectrum')
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]

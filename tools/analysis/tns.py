@@ -40,8 +40,7 @@ def analyse(model, batches):
         for inputs, _ in batches:
             backbone(inputs)
     names = list(recorder.outputs)
-    nsi = torch.stack([torch.cat([c[0] for c in recorder.outputs[n]]) for n in names],
-                      dim=1).cpu()
+    nsi = torch.stack([torch.cat([c[0] for c in recorder.outputs[n]]) for n in names], dim=1).cpu()
     steps = {}
     for name in names:
         calls = recorder.outputs[name]
@@ -50,8 +49,9 @@ def analyse(model, batches):
 
     blocks = {}
     for j, name in enumerate(names):
-        entry = dict(nsi_mean=common.finite(nsi[:, j].double().mean()),
-                     nsi_std=common.finite(nsi[:, j].double().std()) if len(nsi) > 1 else None)
+        entry = dict(
+            nsi_mean=common.finite(nsi[:, j].double().mean()),
+            nsi_std=common.finite(nsi[:, j].double().std()) if len(nsi) > 1 else None)
         if name in steps:
             entry['step_mean'] = common.finite(steps[name].double().mean())
             entry['nsi_step_corr'] = common.finite(nsi_step_correlation(nsi[:, j], steps[name]))
@@ -76,20 +76,33 @@ def analyse(model, batches):
 def plot(out_dir, names, nsi, steps, blocks, trajectories):
     from mmstiff.visualization import plots
     files = [
-        plots.nsi_heatmap(nsi[:HEATMAP_SAMPLES], names, osp.join(out_dir, 'nsi_heatmap.png'),
-                          title=f'NSI per block (first {min(len(nsi), HEATMAP_SAMPLES)} samples)'),
-        plots.bar_chart({k: v['tns'] for k, v in trajectories.items() if v['tns'] is not None},
-                        osp.join(out_dir, 'tns_per_stage.png'), ylabel='TNS (dimensionless)',
+        plots.nsi_heatmap(
+            nsi[:HEATMAP_SAMPLES],
+            names,
+            osp.join(out_dir, 'nsi_heatmap.png'),
+            title=f'NSI per block (first {min(len(nsi), HEATMAP_SAMPLES)} samples)'),
+        plots.bar_chart({
+            k: v['tns']
+            for k, v in trajectories.items() if v['tns'] is not None
+        },
+                        osp.join(out_dir, 'tns_per_stage.png'),
+                        ylabel='TNS (dimensionless)',
                         title='Total neural stiffness per trajectory'),
     ]
     series = {'mean NSI ζ': [blocks[n]['nsi_mean'] or float('nan') for n in names]}
     if steps:
         series['mean step size Δ'] = [blocks[n].get('step_mean') or float('nan') for n in names]
-    files.append(plots.per_block_lines(names, series, osp.join(out_dir, 'nsi_per_block.png'),
-                                       ylabel='value (dimensionless)',
-                                       title='NSI and step size per block'))
-    adaptive = {n: (nsi[:, names.index(n)], s) for n, s in steps.items()
-                if float(s.double().std()) > 0}
+    files.append(
+        plots.per_block_lines(
+            names,
+            series,
+            osp.join(out_dir, 'nsi_per_block.png'),
+            ylabel='value (dimensionless)',
+            title='NSI and step size per block'))
+    adaptive = {
+        n: (nsi[:, names.index(n)], s)
+        for n, s in steps.items() if float(s.double().std()) > 0
+    }
     if adaptive:
         files.append(plots.nsi_step_scatter(adaptive, osp.join(out_dir, 'nsi_vs_step.png')))
     return files
@@ -103,16 +116,21 @@ def main(argv=None):
     cfg, model, loader, out_dir = common.setup(args, 'tns')
     names, nsi, steps, blocks, trajectories = analyse(
         model, common.iterate(model, loader, args.num_batches))
-    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
-                  num_samples=int(nsi.shape[0]), blocks=blocks, trajectories=trajectories,
-                  network_tns=trajectories['network']['tns'])
+    result = dict(
+        config=args.config,
+        checkpoint=args.checkpoint,
+        split=args.split,
+        num_samples=int(nsi.shape[0]),
+        blocks=blocks,
+        trajectories=trajectories,
+        network_tns=trajectories['network']['tns'])
     files = plot(out_dir, names, nsi, steps, blocks, trajectories)
     result['figures'] = [osp.basename(f) for f in files]
     path = common.dump_json(result, osp.join(out_dir, 'tns.json'))
     common.send_figures(args, cfg, files, 'tns')
-    print(f'TNS (network) = {result["network_tns"]}; '
-          + '  '.join(f'{k}: {v["tns"]:.4g}' for k, v in trajectories.items()
-                      if v['tns'] is not None))
+    print(f'TNS (network) = {result["network_tns"]}; ' +
+          '  '.join(f'{k}: {v["tns"]:.4g}'
+                    for k, v in trajectories.items() if v['tns'] is not None))
     print(f'wrote {path} and {len(files)} figures to {out_dir}')
     return result
 

@@ -31,10 +31,12 @@ def build_backbones(stem):
     window = 7 if stem == 'imagenet' else 4
     resnet = ResNet if stem == 'imagenet' else ResNet_CIFAR
     return {
-        BASELINE: lambda: resnet(depth=50),
-        'pre-act ResNet-50 (3,4,6,4)': lambda: AlterNet(
-            50, stem=stem, window_size=window, num_msa_blocks=(0, 0, 0, 0)),
-        'AlterNet-50': lambda: AlterNet(50, stem=stem, window_size=window),
+        BASELINE:
+        lambda: resnet(depth=50),
+        'pre-act ResNet-50 (3,4,6,4)':
+        lambda: AlterNet(50, stem=stem, window_size=window, num_msa_blocks=(0, 0, 0, 0)),
+        'AlterNet-50':
+        lambda: AlterNet(50, stem=stem, window_size=window),
     }
 
 
@@ -53,12 +55,15 @@ class Classifier(nn.Module):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
-    parser.add_argument('--stem', default='imagenet', choices=('imagenet', 'cifar'),
-                        help="AlterNet's stem; 'cifar' uses window 4 (the paper's CIFAR "
-                        'setting) and 32x32 inputs by default')
+    parser.add_argument(
+        '--stem',
+        default='imagenet',
+        choices=('imagenet', 'cifar'),
+        help="AlterNet's stem; 'cifar' uses window 4 (the paper's CIFAR "
+        'setting) and 32x32 inputs by default')
     parser.add_argument('--batch-size', type=int, default=4)
-    parser.add_argument('--img-size', type=int, default=None,
-                        help='default: 224 (imagenet stem), 32 (cifar stem)')
+    parser.add_argument(
+        '--img-size', type=int, default=None, help='default: 224 (imagenet stem), 32 (cifar stem)')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=1, help='untimed steps per model')
@@ -83,10 +88,19 @@ def main(argv=None):
     torch.manual_seed(0)
     batch = (torch.randn(args.batch_size, 3, img_size, img_size, device=device),
              torch.randint(0, num_classes, (args.batch_size, ), device=device))
-    models = {name: (lambda build=build: Classifier(build(), num_classes))
-              for name, build in build_backbones(args.stem).items()}
-    compare_models(models, BASELINE, batch, args, device,
-                   f'stem={args.stem} batch={args.batch_size} img={img_size}', name_width=30)
+    models = {
+        name: (lambda build=build: Classifier(build(), num_classes))
+        for name, build in build_backbones(args.stem).items()
+    }
+    compare_models(
+        models,
+        BASELINE,
+        batch,
+        args,
+        device,
+        f'stem={args.stem} batch={args.batch_size} img={img_size}',
+        name_width=30)
+
 
 if __name__ == '__main__':
     main()

@@ -49,9 +49,12 @@ def parse_args(argv=None):
     parser.add_argument('--img-size', type=int, default=32)
     parser.add_argument('--device', default='cpu', help="'cpu' (gloo) or 'cuda' (NCCL)")
     parser.add_argument('--world-sizes', type=int, nargs='+', default=[1, 2])
-    parser.add_argument('--iters', type=int, default=100,
-                        help='iterations per setting and repeat (a multiple of 100, the '
-                        "default FrequencyHook interval's write interval)")
+    parser.add_argument(
+        '--iters',
+        type=int,
+        default=100,
+        help='iterations per setting and repeat (a multiple of 100, the '
+        "default FrequencyHook interval's write interval)")
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--log-interval', type=int, default=10)
@@ -85,10 +88,10 @@ def _hooks(name):
 
 def worker(args):
     """One process of one world size: time every setting, rank 0 writes the medians."""
+    import bench_hooks
     import torch.distributed as dist
     from mmengine.model import MMDistributedDataParallel
 
-    import bench_hooks
     from mmstiff.engine.hooks import diagnostic_hook
 
     torch.set_num_threads(args.threads)
@@ -99,10 +102,12 @@ def worker(args):
     dist.init_process_group('nccl' if cuda else 'gloo')
     device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
     torch.manual_seed(0)  # the same weights on every rank
-    model, _ = bench_hooks.build_model(bench_hooks.parse_args(
-        ['--depth', str(args.depth), '--base-channels', str(args.base_channels)]))
-    model = MMDistributedDataParallel(model.to(device).train(),
-                                      device_ids=[device.index] if cuda else None)
+    model, _ = bench_hooks.build_model(
+        bench_hooks.parse_args(
+            ['--depth', str(args.depth), '--base-channels',
+             str(args.base_channels)]))
+    model = MMDistributedDataParallel(
+        model.to(device).train(), device_ids=[device.index] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator().manual_seed(rank)  # each rank its own batch
     batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size,
@@ -161,13 +166,14 @@ def worker(args):
             reduces[name].append((reduce_time[name] - before[name]) / args.iters)
             waits[name].append((wait_time[name] - waited[name]) / args.iters)
     # the slowest rank sets the pace: the maximum over ranks of each measurement
-    packed = torch.tensor([times[n] + reduces[n] + waits[n] for n in SETTINGS],
-                          dtype=torch.float64)
+    packed = torch.tensor([times[n] + reduces[n] + waits[n] for n in SETTINGS], dtype=torch.float64)
     dist.all_reduce(packed, op=dist.ReduceOp.MAX)
     if rank == 0:
         r = args.repeats
-        result = {name: dict(times=row[:r], reduce=row[r:2 * r], wait=row[2 * r:])
-                  for name, row in zip(SETTINGS, packed.tolist())}
+        result = {
+            name: dict(times=row[:r], reduce=row[r:2 * r], wait=row[2 * r:])
+            for name, row in zip(SETTINGS, packed.tolist())
+        }
         with open(args.worker, 'w') as f:
             json.dump(dict(world_size=world, results=result), f)
     dist.destroy_process_group()
@@ -182,11 +188,15 @@ def _free_port():
 def launch(args, world, out):
     """Run this script's worker in ``world`` processes with torchrun."""
     here = osp.dirname(osp.abspath(__file__))
-    cmd = [sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={world}',
-           f'--master_port={_free_port()}', osp.abspath(__file__), '--worker', out,
-           *sys.argv[1:]]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-               PYTHONPATH=here + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    cmd = [
+        sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={world}',
+        f'--master_port={_free_port()}',
+        osp.abspath(__file__), '--worker', out, *sys.argv[1:]
+    ]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(args.threads),
+        PYTHONPATH=here + os.pathsep + os.environ.get('PYTHONPATH', ''))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f'torchrun with {world} processes failed ({proc.returncode}):\n'

@@ -85,7 +85,6 @@ from mmstiff.engine.hooks import FrequencyHook, StiffnessHook  # noqa: E402
 
 BASELINE = 'no hook'
 
-
 CIFAR_DEPTHS = (18, 34, 50, 101, 152)
 PREACT_DEPTH = 164
 IMAGENET_DEPTHS = (18, 34, 50, 101, 152)
@@ -114,9 +113,14 @@ def build_model(args):
         from mmpretrain.models.backbones import VisionTransformer
         width = args.embed_dims
         backbone = VisionTransformer(
-            arch=dict(embed_dims=width, num_layers=args.depth, num_heads=6,
-                      feedforward_channels=4 * width),
-            img_size=args.img_size, patch_size=args.patch_size, out_type='cls_token')
+            arch=dict(
+                embed_dims=width,
+                num_layers=args.depth,
+                num_heads=6,
+                feedforward_channels=4 * width),
+            img_size=args.img_size,
+            patch_size=args.patch_size,
+            out_type='cls_token')
         return (Classifier(backbone, width),
                 f'ViT ({args.depth} layers, width {width}, 6 heads, patch {args.patch_size})')
     width = args.base_channels
@@ -127,8 +131,8 @@ def build_model(args):
     if args.depth == PREACT_DEPTH:
         from mmstiff.models.backbones import PreActStepResNet
         backbone = PreActStepResNet(depth=args.depth, base_channels=width)
-        return (Classifier(backbone, backbone.feat_dim),
-                f'pre-activation ResNet-{args.depth} (base {width})')
+        return (Classifier(backbone,
+                           backbone.feat_dim), f'pre-activation ResNet-{args.depth} (base {width})')
     from mmpretrain.models.backbones import ResNet_CIFAR
     backbone = ResNet_CIFAR(depth=args.depth, stem_channels=width, base_channels=width)
     return Classifier(backbone, backbone.feat_dim), f'ResNet_CIFAR-{args.depth} (base {width})'
@@ -163,15 +167,17 @@ def settings(args):
         f'StiffnessHook @{s_default} (default)': [lambda: StiffnessHook()],
         'FrequencyHook @1': [lambda: FrequencyHook(interval=1)],
         # transformers: what the attention maps and M_attn cost, as the difference to this
-        'FrequencyHook @1, no attention maps': [lambda: FrequencyHook(interval=1,
-                                                                      attention=False)],
+        'FrequencyHook @1, no attention maps': [lambda: FrequencyHook(interval=1, attention=False)],
         f'FrequencyHook @{f_default} (default)': [lambda: FrequencyHook()],
         'both @defaults': [lambda: StiffnessHook(), lambda: FrequencyHook()],
     }
     if args.arch != 'vit':  # no attention map to leave out
         del every['FrequencyHook @1, no attention maps']
-    chosen = {name: hooks for name, hooks in every.items()
-              if name == BASELINE or args.only is None or args.only in _words(name)}
+    chosen = {
+        name: hooks
+        for name, hooks in every.items()
+        if name == BASELINE or args.only is None or args.only in _words(name)
+    }
     if len(chosen) == 1:
         raise SystemExit(f'--only {args.only!r} matches none of {list(every)[1:]}')
     return chosen
@@ -274,8 +280,8 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
         train_iteration(runner, hooks, optimizer, *batch)
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         train_iteration(runner, hooks, optimizer, *batch)
     # each op's own allocations minus its own frees (children excluded), and the frees that
     # happen between ops ('[memory]' events), in the order they start
@@ -289,39 +295,58 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--arch', choices=ARCHS, default='cifar',
-                        help="'cifar' (ResNet_CIFAR; --depth 164: pre-activation ResNet-164), "
-                        "'resnet' (ImageNet ResNet) or 'vit' (a DeiT-S-style ViT)")
-    parser.add_argument('--depth', type=int, default=None,
-                        help=f'cifar: one of {CIFAR_DEPTHS + (PREACT_DEPTH, )} (default 18); '
-                        f'resnet: one of {IMAGENET_DEPTHS} (default 50); vit: the number of '
-                        'layers (default 24)')
+    parser.add_argument(
+        '--arch',
+        choices=ARCHS,
+        default='cifar',
+        help="'cifar' (ResNet_CIFAR; --depth 164: pre-activation ResNet-164), "
+        "'resnet' (ImageNet ResNet) or 'vit' (a DeiT-S-style ViT)")
+    parser.add_argument(
+        '--depth',
+        type=int,
+        default=None,
+        help=f'cifar: one of {CIFAR_DEPTHS + (PREACT_DEPTH, )} (default 18); '
+        f'resnet: one of {IMAGENET_DEPTHS} (default 50); vit: the number of '
+        'layers (default 24)')
     parser.add_argument('--base-channels', type=int, default=64, help='ResNet base width')
     parser.add_argument('--embed-dims', type=int, default=96, help='ViT width (6 heads)')
     parser.add_argument('--patch-size', type=int, default=4, help='ViT patch size')
     parser.add_argument('--batch-size', type=int, default=16)
-    parser.add_argument('--img-size', type=int, default=None,
-                        help='default: 32 (cifar, vit), 224 (resnet)')
+    parser.add_argument(
+        '--img-size', type=int, default=None, help='default: 32 (cifar, vit), 224 (resnet)')
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
     parser.add_argument('--repeats', type=int, default=3)
-    parser.add_argument('--iters', type=int, default=100,
-                        help='iterations per setting and repeat (a multiple of the intervals)')
+    parser.add_argument(
+        '--iters',
+        type=int,
+        default=100,
+        help='iterations per setting and repeat (a multiple of the intervals)')
     parser.add_argument('--warmup', type=int, default=3)
-    parser.add_argument('--only', default=None,
-                        help="run only the settings whose name has this word (and the "
-                        "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
-    parser.add_argument('--log-interval', type=int, default=10,
-                        help="the run's LoggerHook interval (mmengine's default 10; "
-                        "mmpretrain's configs use 100): the hooks write their recorded "
-                        "iterations in a batch at its multiples")
+    parser.add_argument(
+        '--only',
+        default=None,
+        help="run only the settings whose name has this word (and the "
+        "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
+    parser.add_argument(
+        '--log-interval',
+        type=int,
+        default=10,
+        help="the run's LoggerHook interval (mmengine's default 10; "
+        "mmpretrain's configs use 100): the hooks write their recorded "
+        "iterations in a batch at its multiples")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    parser.add_argument('--compile', action='store_true',
-                        help='time a torch.compile-d model (compiled before the warm-up)')
-    parser.add_argument('--clock', choices=tuple(CLOCKS), default='wall',
-                        help="'wall' (default; what training feels, on an otherwise idle "
-                        "machine) or 'cpu': this process's CPU time, steadier on a machine "
-                        "busy with other work; use it with --threads 1, as idle OpenMP "
-                        "workers spin and their spinning counts as CPU time")
+    parser.add_argument(
+        '--compile',
+        action='store_true',
+        help='time a torch.compile-d model (compiled before the warm-up)')
+    parser.add_argument(
+        '--clock',
+        choices=tuple(CLOCKS),
+        default='wall',
+        help="'wall' (default; what training feels, on an otherwise idle "
+        "machine) or 'cpu': this process's CPU time, steadier on a machine "
+        "busy with other work; use it with --threads 1, as idle OpenMP "
+        "workers spin and their spinning counts as CPU time")
     args = parser.parse_args(argv)
     depth, _, img_size = ARCH_DEFAULTS[args.arch]
     args.depth = depth if args.depth is None else args.depth
@@ -330,8 +355,8 @@ def parse_args(argv=None):
     if depths is not None and args.depth not in depths:
         parser.error(f'--depth {args.depth} is not supported with --arch {args.arch}; '
                      f'expected one of {depths}')
-    for field in ('depth', 'base_channels', 'embed_dims', 'patch_size', 'batch_size',
-                  'img_size', 'repeats', 'iters', 'log_interval'):
+    for field in ('depth', 'base_channels', 'embed_dims', 'patch_size', 'batch_size', 'img_size',
+                  'repeats', 'iters', 'log_interval'):
         if getattr(args, field) < 1:
             parser.error(f'--{field.replace("_", "-")} {getattr(args, field)} is not '
                          'supported; expected a positive integer')
@@ -355,8 +380,8 @@ def main(argv=None):
     model, description = build_model(args)
     model = model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
-             torch.randint(0, 10, (args.batch_size, ), device=device))
+    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size,
+                         device=device), torch.randint(0, 10, (args.batch_size, ), device=device))
     if args.compile:
         model = torch.compile(model)
     work_dir = tempfile.mkdtemp(prefix='bench_hooks_')
@@ -379,8 +404,10 @@ def main(argv=None):
         train_iteration(runner, everything, optimizer, *batch)
     for hook in everything:
         hook.flush(runner)  # start the timed iterations with no recorded iteration pending
-    blocks = {name: max([len(hook.recorders['trajectory'].blocks) for hook in hooks] or [0])
-              for name, hooks in setups.items()}
+    blocks = {
+        name: max([len(hook.recorders['trajectory'].blocks) for hook in hooks] or [0])
+        for name, hooks in setups.items()
+    }
 
     for name, hooks in setups.items():
         timers[name].instrument(hooks)
@@ -391,8 +418,7 @@ def main(argv=None):
     in_hooks = {name: [] for name in names}
     for repeat in range(args.repeats):
         before = {name: timers[name].total for name in names}
-        means = time_interleaved(runners, setups, optimizer, batch, args.iters,
-                                 CLOCKS[args.clock])
+        means = time_interleaved(runners, setups, optimizer, batch, args.iters, CLOCKS[args.clock])
         for name in names:
             times[name].append(means[name])
             in_hooks[name].append((timers[name].total - before[name]) / args.iters)
@@ -411,8 +437,8 @@ def main(argv=None):
 
     threads = f'threads={torch.get_num_threads()} ' if device.type == 'cpu' else ''
     what = ('cuda max_memory_allocated' if device.type == 'cuda' else 'profiler live bytes')
-    peak = (f'peak memory: {what} of one recorded iteration' if memory else
-            'peak memory: not measured (compiled, on the CPU)')
+    peak = (f'peak memory: {what} of one recorded iteration'
+            if memory else 'peak memory: not measured (compiled, on the CPU)')
     compiled = 'compiled ' if args.compile else ''
     print(f'{compiled}{description} batch={args.batch_size} img={args.img_size} device={device} '
           f'{threads}repeats={args.repeats} iters/setting={args.iters} clock={args.clock}; '

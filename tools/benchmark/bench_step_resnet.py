@@ -120,8 +120,8 @@ def peak_step_memory(model, optimizer, batch, device, precision=None):
         train_step(model, optimizer, *batch, precision)
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         train_step(model, optimizer, *batch, precision)
     # every op event carries the bytes it allocated net of what it freed itself; '[memory]'
     # events carry the frees that happen outside any op. In time order, their running sum is
@@ -142,9 +142,12 @@ def parse_args(argv=None):
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
-    parser.add_argument('--fused', choices=sorted(FUSED_CHOICES), default='off',
-                        help="the fused residual step ('on'), the reference ('off', default) or "
-                        "both, as rows 'NAME' and 'NAME fused'")
+    parser.add_argument(
+        '--fused',
+        choices=sorted(FUSED_CHOICES),
+        default='off',
+        help="the fused residual step ('on'), the reference ('off', default) or "
+        "both, as rows 'NAME' and 'NAME fused'")
     add_precision_arguments(parser)
     add_compile_argument(parser)
     args = check_compile_warmup(parser, parser.parse_args(argv))
@@ -156,16 +159,23 @@ def parse_args(argv=None):
 
 def add_precision_arguments(parser):
     """``--amp fp16|bf16`` and ``--channels-last``."""
-    parser.add_argument('--amp', choices=sorted(AMP_DTYPES), default=None,
-                        help='autocast the forward pass to this dtype (fp16: with a GradScaler)')
-    parser.add_argument('--channels-last', action='store_true',
-                        help='models and batch in the channels-last memory format')
+    parser.add_argument(
+        '--amp',
+        choices=sorted(AMP_DTYPES),
+        default=None,
+        help='autocast the forward pass to this dtype (fp16: with a GradScaler)')
+    parser.add_argument(
+        '--channels-last',
+        action='store_true',
+        help='models and batch in the channels-last memory format')
 
 
 def add_compile_argument(parser):
     """``--compile``, shared by the benchmarks that time train steps with :func:`compare_models`."""
-    parser.add_argument('--compile', action='store_true',
-                        help='time torch.compile-d models (compiled during the warm-up)')
+    parser.add_argument(
+        '--compile',
+        action='store_true',
+        help='time torch.compile-d models (compiled during the warm-up)')
 
 
 def check_compile_warmup(parser, args):
@@ -184,8 +194,8 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device),
-             torch.randint(0, 1000, (args.batch_size, ), device=device))
+    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size,
+                         device=device), torch.randint(0, 1000, (args.batch_size, ), device=device))
     models = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
@@ -214,8 +224,7 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
         model = build().to(device).train()
         if memory_format is not None:
             model = model.to(memory_format=memory_format)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
-                                    weight_decay=1e-4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
         if args.compile:
             model = torch.compile(model)
         for _ in range(args.warmup):
@@ -232,8 +241,10 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
     # the profiler's op events miss the activations of a compiled graph (a compiled ResNet-50
     # step shows only its gradients' bytes, at any batch size): no peak for compiled CPU runs
     measured = device.type == 'cuda' or not compiled
-    memory = {name: peak_step_memory(*runs[name], batch, device, precision) if measured else None
-              for name in names}
+    memory = {
+        name: peak_step_memory(*runs[name], batch, device, precision) if measured else None
+        for name in names
+    }
 
     what = ('cuda max_memory_allocated' if device.type == 'cuda' else
             'profiler live bytes' if measured else 'not measured for compiled CPU models')
@@ -251,6 +262,7 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
             f'{memory[name] / 2**20:.1f}', f'{memory[name] / memory[baseline]:.3f}')
         print(f'{name:<{name_width}}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
               f'{statistics.median(ratios):>12.3f}{peak:>12}{peak_ratio:>11}')
+
 
 if __name__ == '__main__':
     main()

@@ -83,8 +83,8 @@ def build_models(img_size, device, names=None):
     from mmstiff.models.backbones import StepViT
 
     torch.manual_seed(0)
-    reference = Classifier(python_drop_path_rates(VisionTransformer(arch='deit-small',
-                                                                    img_size=img_size)))
+    reference = Classifier(
+        python_drop_path_rates(VisionTransformer(arch='deit-small', img_size=img_size)))
     models = {}
     for name, switches in VARIANTS.items():
         if names is not None and name != BASELINE and name not in names:
@@ -141,8 +141,10 @@ def measure(models, timer, repeats):
         for name in names:
             times[name].append(this[name])
             ratios[name].append(this[name] / this[BASELINE])
-    return {name: (statistics.median(times[name]), statistics.median(ratios[name]))
-            for name in names}
+    return {
+        name: (statistics.median(times[name]), statistics.median(ratios[name]))
+        for name in names
+    }
 
 
 def main():
@@ -152,13 +154,23 @@ def main():
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=2, help='steps per timing')
-    parser.add_argument('--threads', type=int, default=None,
-                        help='torch CPU threads (default: torch\'s own choice)')
-    parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
-                        help='wall: elapsed time; cpu: CPU time of this process')
+    parser.add_argument(
+        '--threads',
+        type=int,
+        default=None,
+        help='torch CPU threads (default: torch\'s own choice)')
+    parser.add_argument(
+        '--clock',
+        choices=sorted(CLOCKS),
+        default='wall',
+        help='wall: elapsed time; cpu: CPU time of this process')
     add_compile_argument(parser)
-    parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
-                        help='models compared with the baseline (default: all)')
+    parser.add_argument(
+        '--variants',
+        nargs='+',
+        choices=sorted(VARIANT_KEYS),
+        default=None,
+        help='models compared with the baseline (default: all)')
     args = parser.parse_args()
     for field in ('batch_size', 'img_size', 'repeats', 'iters'):
         if getattr(args, field) < 1:

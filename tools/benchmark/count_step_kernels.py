@@ -34,11 +34,12 @@ VARIANTS = {
 #: the profiled block: an identity-shortcut bottleneck of the third stage
 BLOCK = ('layer3', 1)
 #: top-level aten calls that launch no kernel: allocations, views, host-side queries
-NO_KERNEL = frozenset(f'aten::{name}' for name in (
-    'empty', 'empty_like', 'empty_strided', 'view', 'reshape', '_reshape_alias', 'expand',
-    'as_strided', 'unsqueeze', 'squeeze', 'select', 'slice', 'transpose', 'permute', 't',
-    'detach', 'alias', 'promote_types', 'result_type', 'lift_fresh', 'resolve_conj',
-    'resolve_neg'))
+NO_KERNEL = frozenset(f'aten::{name}'
+                      for name in ('empty', 'empty_like', 'empty_strided', 'view', 'reshape',
+                                   '_reshape_alias', 'expand', 'as_strided', 'unsqueeze', 'squeeze',
+                                   'select', 'slice', 'transpose', 'permute', 't', 'detach',
+                                   'alias', 'promote_types', 'result_type', 'lift_fresh',
+                                   'resolve_conj', 'resolve_neg'))
 
 
 class LaunchRecorder:
@@ -49,9 +50,11 @@ class LaunchRecorder:
         self.name = name
 
     def __getitem__(self, grid):
+
         def launch(*args, **kwargs):
             with torch.profiler.record_function(f'triton::{self.name}'):
                 pass
+
         return launch
 
 

@@ -32,9 +32,11 @@ def main(argv=None):
     except OSError:
         return 0  # an unknown name: torchrun reports it
     if port_in_use(addr, port):
-        print(f'error: port {port} on {addr} is in use (another distributed run, or another '
-              f'program); pick a free one with PORT=, e.g. PORT={port + 1} '
-              'tools/dist_train.sh CONFIG NUM_PROCS', file=sys.stderr)
+        print(
+            f'error: port {port} on {addr} is in use (another distributed run, or another '
+            f'program); pick a free one with PORT=, e.g. PORT={port + 1} '
+            'tools/dist_train.sh CONFIG NUM_PROCS',
+            file=sys.stderr)
         return 2
     return 0
 

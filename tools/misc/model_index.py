@@ -26,26 +26,28 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SKIP_FOLDERS = ('_base_', 'studies')
 
 PAPERS = dict(
-    stepnet=dict(Title='Understanding Self-attention Mechanism via Dynamical System Perspective',
-                 URL='https://arxiv.org/abs/2308.09939'),
+    stepnet=dict(
+        Title='Understanding Self-attention Mechanism via Dynamical System Perspective',
+        URL='https://arxiv.org/abs/2308.09939'),
     antioversmoothing=dict(
         Title='Anti-Oversmoothing in Deep Vision Transformers via the Fourier Domain Analysis: '
-        'From Theory to Practice', URL='https://arxiv.org/abs/2203.05962'),
+        'From Theory to Practice',
+        URL='https://arxiv.org/abs/2203.05962'),
     alternet=dict(Title='How Do Vision Transformers Work?', URL='https://arxiv.org/abs/2202.06709'),
 )
 
 #: collection name -> (paper, architecture, which configs: a regex on the config's stem)
 COLLECTIONS = {
-    'StepNet': ('stepnet', ['StepNet', 'ResNet', 'Pre-activation ResNet'],
-                r'^(preact-)?resnet\d+'),
+    'StepNet': ('stepnet', ['StepNet', 'ResNet', 'Pre-activation ResNet'], r'^(preact-)?resnet\d+'),
     'StepNet ViT': ('stepnet', ['StepNet', 'Vision Transformer'], r'^vit-lite'),
-    'StepNet Faster R-CNN': ('stepnet', ['StepNet', 'Faster R-CNN', 'FPN', 'ResNet'],
-                             r'^faster-rcnn'),
-    'AttnScale and FeatScale': ('antioversmoothing',
-                                ['AttnScale', 'FeatScale', 'DeiT', 'CaiT', 'Swin Transformer'],
-                                r'^(deit|swin|cait|vit-tiny)-'),
-    'AlterNet': ('alternet', ['AlterNet', 'Local Multi-Head Self-Attention',
-                              'Pre-activation ResNet'], r'^alternet'),
+    'StepNet Faster R-CNN': ('stepnet', ['StepNet', 'Faster R-CNN', 'FPN',
+                                         'ResNet'], r'^faster-rcnn'),
+    'AttnScale and FeatScale':
+    ('antioversmoothing', ['AttnScale', 'FeatScale', 'DeiT', 'CaiT',
+                           'Swin Transformer'], r'^(deit|swin|cait|vit-tiny)-'),
+    'AlterNet':
+    ('alternet', ['AlterNet', 'Local Multi-Head Self-Attention',
+                  'Pre-activation ResNet'], r'^alternet'),
 }
 
 #: training-data tag of a config name -> (dataset, input size (H, W))
@@ -71,15 +73,13 @@ PAPER_RESULTS = {
     'deit-small-attnscale_4xb256_in1k': ('Top 1 Accuracy', 80.7, 'anti-oversmoothing, Table 1'),
     'deit-small-featscale_4xb256_in1k': ('Top 1 Accuracy', 80.9, 'anti-oversmoothing, Table 1'),
     'deit-small-24layer_4xb256_in1k': ('Top 1 Accuracy', 80.5, 'anti-oversmoothing, Table 1'),
-    'deit-small-24layer-attnscale_4xb256_in1k': ('Top 1 Accuracy', 81.1,
-                                                 'anti-oversmoothing, Table 1'),
-    'deit-small-24layer-featscale_4xb256_in1k': ('Top 1 Accuracy', 81.3,
-                                                 'anti-oversmoothing, Table 1'),
+    'deit-small-24layer-attnscale_4xb256_in1k':
+    ('Top 1 Accuracy', 81.1, 'anti-oversmoothing, Table 1'),
+    'deit-small-24layer-featscale_4xb256_in1k':
+    ('Top 1 Accuracy', 81.3, 'anti-oversmoothing, Table 1'),
     'cait-s24_16xb64-400e_in1k': ('Top 1 Accuracy', 82.6, 'anti-oversmoothing, Table 1'),
-    'cait-s24-attnscale_16xb64-400e_in1k': ('Top 1 Accuracy', 83.2,
-                                            'anti-oversmoothing, Table 1'),
-    'cait-s24-featscale_16xb64-400e_in1k': ('Top 1 Accuracy', 83.2,
-                                            'anti-oversmoothing, Table 1'),
+    'cait-s24-attnscale_16xb64-400e_in1k': ('Top 1 Accuracy', 83.2, 'anti-oversmoothing, Table 1'),
+    'cait-s24-featscale_16xb64-400e_in1k': ('Top 1 Accuracy', 83.2, 'anti-oversmoothing, Table 1'),
     'swin-small-attnscale_16xb64_in1k': ('Top 1 Accuracy', 83.4, 'anti-oversmoothing, Table 1'),
     'swin-small-featscale_16xb64_in1k': ('Top 1 Accuracy', 83.5, 'anti-oversmoothing, Table 1'),
 }
@@ -177,8 +177,11 @@ def measured_results(results_dir=osp.join(REPO, 'docs', 'results')):
     for path in sorted(glob.glob(osp.join(results_dir, '*', 'runs.json'))):
         with open(path) as f:
             data = json.load(f)
-        plain = {v['label']: v['config'] for v in data['study']['variants']
-                 if not v['cfg_options'] and not data['study']['cfg_options']}
+        plain = {
+            v['label']: v['config']
+            for v in data['study']['variants']
+            if not v['cfg_options'] and not data['study']['cfg_options']
+        }
         values = {}
         for run in data['runs']:
             value = run['record']['metrics'].get('test/accuracy/top1')
@@ -186,8 +189,8 @@ def measured_results(results_dir=osp.join(REPO, 'docs', 'results')):
                     and not run.get('reused_from'):
                 values.setdefault(plain[run['variant']], []).append(value)
         for config, accs in values.items():
-            found.setdefault(config, (round(sum(accs) / len(accs), 2), len(accs),
-                                      data['study']['name']))
+            found.setdefault(config,
+                             (round(sum(accs) / len(accs), 2), len(accs), data['study']['name']))
     return found
 
 
@@ -207,15 +210,25 @@ def model_entry(config, measured, results=None):
     entry = {'Name': stem, 'In Collection': collection_of(stem), 'Metadata': metadata}
     if stem in PAPER_RESULTS:
         metric, value, where = PAPER_RESULTS[stem]
-        entry['Results'] = [{'Task': task, 'Dataset': dataset,
-                             'Metrics': {f'{metric} (paper)': value}}]
+        entry['Results'] = [{
+            'Task': task,
+            'Dataset': dataset,
+            'Metrics': {
+                f'{metric} (paper)': value
+            }
+        }]
         entry['Paper Result'] = where
     if stem in PAPER_CLAIMS:
         entry['Paper Claim'] = PAPER_CLAIMS[stem]
     if results and config in results:
         accuracy, seeds, study = results[config]
-        entry.setdefault('Results', []).append(
-            {'Task': task, 'Dataset': dataset, 'Metrics': {'Top 1 Accuracy': accuracy}})
+        entry.setdefault('Results', []).append({
+            'Task': task,
+            'Dataset': dataset,
+            'Metrics': {
+                'Top 1 Accuracy': accuracy
+            }
+        })
         entry['Reproduced'] = (f'mean of {seeds} seeds measured here: docs/results/{study}/')
     entry['Config'] = config
     return entry
@@ -278,8 +291,10 @@ def check():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--check', action='store_true',
-                        help='only check that every config is indexed (no measuring)')
+    parser.add_argument(
+        '--check',
+        action='store_true',
+        help='only check that every config is indexed (no measuring)')
     args = parser.parse_args(argv)
     if args.check:
         problems = check()
@@ -299,8 +314,10 @@ def main(argv=None):
 
 def _measure_and_report(config):
     measured = measure(config)
-    print(f'{config}: {measured[1] / 1e6:.2f}M parameters, {measured[2] / 1e9:.3f}G FLOPs at '
-          f'{measured[3]}', flush=True)
+    print(
+        f'{config}: {measured[1] / 1e6:.2f}M parameters, {measured[2] / 1e9:.3f}G FLOPs at '
+        f'{measured[3]}',
+        flush=True)
     return measured
 
 

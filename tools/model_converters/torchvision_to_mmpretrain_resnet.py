@@ -41,7 +41,7 @@ def convert_resnet(state_dict, backbone_only=False):
                 converted[f'head.{key}'] = value
         else:
             raise ValueError(f'key {key!r} is not part of a torchvision ResNet state dict; '
-                           f'expected keys starting with {BACKBONE_PREFIXES} or "fc."')
+                             f'expected keys starting with {BACKBONE_PREFIXES} or "fc."')
     return converted
 
 
@@ -58,8 +58,10 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src', help='torchvision ResNet checkpoint (.pth)')
     parser.add_argument('dst', help='output checkpoint in mmpretrain layout')
-    parser.add_argument('--backbone-only', action='store_true',
-                        help='write bare backbone keys (for mmdet Pretrained init_cfg)')
+    parser.add_argument(
+        '--backbone-only',
+        action='store_true',
+        help='write bare backbone keys (for mmdet Pretrained init_cfg)')
     return parser.parse_args(argv)
 
 

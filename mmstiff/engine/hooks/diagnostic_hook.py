@@ -104,8 +104,11 @@ class TrajectoryDiagnosticHook(Hook):
                 sub = child
                 continue
             if parts == ['backbone']:
-                print_log(f'{type(self).__name__}: {type(model).__name__} has no backbone; '
-                          'recording the whole model', logger='current', level=logging.INFO)
+                print_log(
+                    f'{type(self).__name__}: {type(model).__name__} has no backbone; '
+                    'recording the whole model',
+                    logger='current',
+                    level=logging.INFO)
                 return model
             where = '.'.join(parts[:depth]) or 'the model'
             names = [name for name, _ in sub.named_children()]
@@ -118,9 +121,13 @@ class TrajectoryDiagnosticHook(Hook):
         """The recorders to start on a recorded iteration, by role: the trajectory's
         (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
         :meth:`extra_recorders`."""
-        trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
-                                        select=self.blocks, num_samples=self.num_samples,
-                                        on_pass_end=self.end_pass)
+        trajectory = TrajectoryRecorder(
+            target,
+            reduce=self.reduce_step,
+            level=self.level,
+            select=self.blocks,
+            num_samples=self.num_samples,
+            on_pass_end=self.end_pass)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders
@@ -160,17 +167,20 @@ class TrajectoryDiagnosticHook(Hook):
     def before_train(self, runner):
         max_iters = getattr(runner, 'max_iters', None)
         if isinstance(max_iters, int) and self.interval > max_iters:
-            print_log(f'{type(self).__name__}: interval={self.interval} is larger than the '
-                      f'{max_iters} training iterations; nothing will be recorded',
-                      logger='current', level=logging.WARNING)
+            print_log(
+                f'{type(self).__name__}: interval={self.interval} is larger than the '
+                f'{max_iters} training iterations; nothing will be recorded',
+                logger='current',
+                level=logging.WARNING)
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
         watch_hooks_when_compiled(runner)
-        log_intervals = [hook.interval for hook in getattr(runner, 'hooks', [])
-                         if isinstance(hook, LoggerHook) and isinstance(hook.interval, int)
-                         and hook.interval > 0]
-        self.console_interval = (math.lcm(self.interval, log_intervals[0])
-                                 if log_intervals else self.interval)
+        log_intervals = [
+            hook.interval for hook in getattr(runner, 'hooks', [])
+            if isinstance(hook, LoggerHook) and isinstance(hook.interval, int) and hook.interval > 0
+        ]
+        self.console_interval = (
+            math.lcm(self.interval, log_intervals[0]) if log_intervals else self.interval)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if self.recorders and self.every_n_train_iters(runner, self.interval):
@@ -185,8 +195,13 @@ class TrajectoryDiagnosticHook(Hook):
         for recorder in self.recorders.values():
             recorder.stop()
         self._release_eager()
-        self._pending.append(RecordedIteration(runner.iter + 1, runner.epoch + 1, self.compact({
-            role: recorder.outputs for role, recorder in self.recorders.items()})))
+        self._pending.append(
+            RecordedIteration(
+                runner.iter + 1, runner.epoch + 1,
+                self.compact({
+                    role: recorder.outputs
+                    for role, recorder in self.recorders.items()
+                })))
         for recorder in self.recorders.values():
             recorder.clear()
         if (runner.iter + 1) % self.console_interval == 0:
@@ -218,8 +233,10 @@ class TrajectoryDiagnosticHook(Hook):
         if not pending:
             return
         summaries = self.summarise_rows([iteration.outputs for iteration in pending])
-        rows = [ScalarRow(iteration.step, iteration.epoch, scalars)
-                for iteration, scalars in zip(pending, summaries) if scalars]
+        rows = [
+            ScalarRow(iteration.step, iteration.epoch, scalars)
+            for iteration, scalars in zip(pending, summaries) if scalars
+        ]
         if rows:
             self.write(runner, rows)
 
@@ -232,26 +249,31 @@ class TrajectoryDiagnosticHook(Hook):
         """Average ``rows`` (:class:`ScalarRow`, this rank's values) over the ranks and write
         each row at its step: MessageHub, visualizer backends, and a console line for a row at
         a console iteration."""
-        named = [OrderedDict((f'{self.prefix}/{k}' if self.prefix else k, v)
-                             for k, v in row.scalars.items()) for row in rows]
+        named = [
+            OrderedDict((f'{self.prefix}/{k}' if self.prefix else k, v)
+                        for k, v in row.scalars.items()) for row in rows
+        ]
         world = get_world_size()
         history = OrderedDict()  # name -> the values of the rows, in order
         for row, reduced in zip(rows, reduce_rows_across_ranks(named)):
             step, means = row.step, reduced.means
-            bad = [k for k, c in reduced.counts.items()
-                   if c < world and not self._is_optional(k)]
+            bad = [k for k, c in reduced.counts.items() if c < world and not self._is_optional(k)]
             if bad and not self._warned:
                 self._warned = True
                 print_log(
                     f'{type(self).__name__}: non-finite values at iteration {step} for '
                     f'{bad[:8]}{" ..." if len(bad) > 8 else ""}; they are left out of the log '
-                    '(this warning is shown once)', logger='current', level=logging.WARNING)
+                    '(this warning is shown once)',
+                    logger='current',
+                    level=logging.WARNING)
             if not means:
                 continue
             for name, value in means.items():
                 history.setdefault(name, []).append(value)
-            runner.visualizer.add_scalars(dict(means, iter=step, epoch=row.epoch), step=step,
-                                          file_path=diagnostics_log_name(runner.timestamp, means))
+            runner.visualizer.add_scalars(
+                dict(means, iter=step, epoch=row.epoch),
+                step=step,
+                file_path=diagnostics_log_name(runner.timestamp, means))
             if step % self.console_interval == 0:
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
         for name, values in history.items():
@@ -279,7 +301,7 @@ def extend_history(hub, name, values):
         values = values[1:]
     if values:
         logs, counts = buffers[name].data
-        buffers[name] = HistoryBuffer(np.append(logs, values)[-HISTORY_LENGTH:],
-                                      np.append(counts, np.ones(len(values), dtype=counts.dtype)
-                                                )[-HISTORY_LENGTH:],
-                                      max_length=HISTORY_LENGTH)
+        buffers[name] = HistoryBuffer(
+            np.append(logs, values)[-HISTORY_LENGTH:],
+            np.append(counts, np.ones(len(values), dtype=counts.dtype))[-HISTORY_LENGTH:],
+            max_length=HISTORY_LENGTH)

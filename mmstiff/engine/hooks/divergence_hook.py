@@ -51,9 +51,10 @@ def non_finite_losses(outputs):
 
 def non_finite_tensors(state_dict):
     """The names of the floating-point tensors of ``state_dict`` with a non-finite value."""
-    return [name for name, value in state_dict.items()
-            if torch.is_tensor(value) and value.is_floating_point()
-            and not bool(torch.isfinite(value).all())]
+    return [
+        name for name, value in state_dict.items() if torch.is_tensor(value)
+        and value.is_floating_point() and not bool(torch.isfinite(value).all())
+    ]
 
 
 def _show(names, limit=5):
@@ -98,11 +99,12 @@ class DivergenceHook(Hook):
         names = {id(module): name for name, module in model.named_modules()}
         self._adaptors = [(names[id(module)], module) for module in step_sources(model)]
         if self.action == 'skip':
-            wrappers = (runner.optim_wrapper.values()
-                        if isinstance(runner.optim_wrapper, OptimWrapperDict)
-                        else [runner.optim_wrapper])
-            self._step_handles = [w.optimizer.register_step_pre_hook(self._skip_non_finite_step)
-                                  for w in wrappers]
+            wrappers = (
+                runner.optim_wrapper.values()
+                if isinstance(runner.optim_wrapper, OptimWrapperDict) else [runner.optim_wrapper])
+            self._step_handles = [
+                w.optimizer.register_step_pre_hook(self._skip_non_finite_step) for w in wrappers
+            ]
 
     def after_train(self, runner):
         for handle in self._step_handles:
@@ -122,11 +124,13 @@ class DivergenceHook(Hook):
 
     # -- step sizes ----------------------------------------------------------------------
     def _record_step(self, name):
+
         def hook(module, args, output):
             if module.training and torch.is_tensor(output) and output.is_floating_point():
                 bad = ~torch.isfinite(output).all()
                 seen = self._flags.get(name)
                 self._flags[name] = bad if seen is None else seen | bad
+
         return hook
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
@@ -138,8 +142,10 @@ class DivergenceHook(Hook):
                 params = [~torch.isfinite(p).all() for p in module.parameters()]
                 if params:
                     self._flags[name] = torch.stack(params).any()
-            self._handles = [module.register_forward_hook(self._record_step(name))
-                             for name, module in self._adaptors]
+            self._handles = [
+                module.register_forward_hook(self._record_step(name))
+                for name, module in self._adaptors
+            ]
 
     def _non_finite_adaptors(self):
         """Adaptors whose parameters or Δ were not finite in this iteration, in the order of
@@ -164,15 +170,15 @@ class DivergenceHook(Hook):
         if self.action == 'skip' and (self._step_skipped or losses):
             skipped = runner.message_hub.get_info(SKIPPED_KEY, 0) + 1
             runner.message_hub.update_info(SKIPPED_KEY, skipped)
-            what = (f'the loss is not finite ({_values(outputs, losses)})' if losses
-                    else 'the gradients are not finite')
-            runner.logger.warning(
-                f'Iteration {iteration}: {what}; its optimizer step was skipped '
-                f'({skipped} skipped, max_skips={self.max_skips}).')
+            what = (f'the loss is not finite ({_values(outputs, losses)})'
+                    if losses else 'the gradients are not finite')
+            runner.logger.warning(f'Iteration {iteration}: {what}; its optimizer step was skipped '
+                                  f'({skipped} skipped, max_skips={self.max_skips}).')
             if skipped > self.max_skips:
-                self._stop(runner, f'{skipped} iterations had non-finite losses or gradients, '
-                           f'more than max_skips={self.max_skips}; the last one was iteration '
-                           f'{iteration}')
+                self._stop(
+                    runner, f'{skipped} iterations had non-finite losses or gradients, '
+                    f'more than max_skips={self.max_skips}; the last one was iteration '
+                    f'{iteration}')
             return
         found = []
         if losses:
@@ -185,17 +191,19 @@ class DivergenceHook(Hook):
 
     def before_save_checkpoint(self, runner, checkpoint):
         meta = checkpoint.get('meta', {})
-        bad = [name if entry == 'state_dict' else f'{entry}.{name}' for entry in WEIGHT_ENTRIES
-               for name in non_finite_tensors(checkpoint.get(entry) or {})]
+        bad = [
+            name if entry == 'state_dict' else f'{entry}.{name}' for entry in WEIGHT_ENTRIES
+            for name in non_finite_tensors(checkpoint.get(entry) or {})
+        ]
         if bad:
-            self._stop(runner, f'the model holds non-finite values ({_show(bad, 3)}) at the '
-                       f'checkpoint of iteration {meta.get("iter")} (epoch '
-                       f'{meta.get("epoch")}), which was therefore not written')
+            self._stop(
+                runner, f'the model holds non-finite values ({_show(bad, 3)}) at the '
+                f'checkpoint of iteration {meta.get("iter")} (epoch '
+                f'{meta.get("epoch")}), which was therefore not written')
 
     def _stop(self, runner, reason):
         last = _last_checkpoint(runner.work_dir)
-        kept = (f'The last checkpoint is {last}.' if last else
-                'No checkpoint had been written.')
+        kept = (f'The last checkpoint is {last}.' if last else 'No checkpoint had been written.')
         message = (f'Training diverged: {reason}. {kept} Lower the learning rate, or skip such '
                    "iterations with divergence=dict(action='skip', max_skips=N) in the config.")
         runner.logger.error(message)
@@ -204,8 +212,10 @@ class DivergenceHook(Hook):
 
 def _values(outputs, names):
     """``'loss=nan, ...'`` for a message (``non-finite`` for a tensor of several values)."""
+
     def value(v):
         return (v.item() if v.numel() == 1 else 'non-finite') if torch.is_tensor(v) else v
+
     return ', '.join(f'{name}={value(outputs[name])}' for name in names)
 
 

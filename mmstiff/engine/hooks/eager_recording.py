@@ -70,6 +70,9 @@ def watch_hooks_when_compiled(runner):
     import torch._dynamo
     if torch._dynamo.config.skip_nnmodule_hook_guards:
         torch._dynamo.config.skip_nnmodule_hook_guards = False
-        print_log('the diagnostics hooks register module hooks at their recorded iterations: '
-                  'torch._dynamo.config.skip_nnmodule_hook_guards set to False so that the '
-                  'compiled model runs them', logger='current', level=logging.INFO)
+        print_log(
+            'the diagnostics hooks register module hooks at their recorded iterations: '
+            'torch._dynamo.config.skip_nnmodule_hook_guards set to False so that the '
+            'compiled model runs them',
+            logger='current',
+            level=logging.INFO)

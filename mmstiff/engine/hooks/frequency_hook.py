@@ -94,13 +94,19 @@ class FrequencyHook(TrajectoryDiagnosticHook):
 
     optional_metrics = ('dlogamp', 'token_cos', 'attn_cos')
 
-    def __init__(self, interval=100, blocks=None, module='backbone', level='branch',
-                 num_samples=8, num_extra_tokens=None, attention=True):
-        super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='freq')
+    def __init__(self,
+                 interval=100,
+                 blocks=None,
+                 module='backbone',
+                 level='branch',
+                 num_samples=8,
+                 num_extra_tokens=None,
+                 attention=True):
+        super().__init__(
+            interval=interval, blocks=blocks, module=module, level=level, prefix='freq')
         self.num_samples = check_positive_int('num_samples', num_samples)
-        self.num_extra_tokens = check_non_negative_int('num_extra_tokens', num_extra_tokens,
-                                                       optional=True)
+        self.num_extra_tokens = check_non_negative_int(
+            'num_extra_tokens', num_extra_tokens, optional=True)
         self.attention = bool(attention)
         self._target = None
         self._first = None
@@ -117,8 +123,11 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         self._softmax_layers = set()
         if self.attention:
             try:
-                recorder = AttentionRecorder(target, reduce=self._reduce_attention,
-                                             select=self.blocks, num_samples=self.num_samples)
+                recorder = AttentionRecorder(
+                    target,
+                    reduce=self._reduce_attention,
+                    select=self.blocks,
+                    num_samples=self.num_samples)
             except ValueError:
                 return {}  # no transformer layer: nothing to log
             self._softmax_layers = recorder.softmax_layers
@@ -134,8 +143,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             num_patches = x.shape[1] - self.num_extra_tokens
             grid = self._grids.get(num_patches, False)
             if grid is False:
-                grid = self._grids[num_patches] = (_grid_of(self._target, num_patches)
-                                                   if num_patches > 0 else None)
+                grid = self._grids[num_patches] = (
+                    _grid_of(self._target, num_patches) if num_patches > 0 else None)
         hf_ratio, bins = frequency_summary(x, self.num_extra_tokens, grid)
         return StateFrequency(hf_ratio, bins, token_cos)
 
@@ -198,16 +207,18 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         order = ([INPUT] if INPUT in per_state else []) + [k for k in per_state if k != INPUT]
         layout = []
         for state in order:  # hf_ratio
-            layout.append((f'hf_ratio/{state}',
-                           [batch.add(m.hf_ratio, _mean) for m in per_state[state]]))
+            layout.append(
+                (f'hf_ratio/{state}', [batch.add(m.hf_ratio, _mean) for m in per_state[state]]))
         for state in order:  # dlogamp: NaN (left out of the log) without a square map
             layout.append((f'dlogamp/{state}', [
                 batch.add(m.dlogamp, _mean) if m.dlogamp is not None else
                 None if m.end_bins is None else batch.add(m.end_bins, delta_log_amplitudes)
-                for m in per_state[state]]))
+                for m in per_state[state]
+            ]))
         for state in order:  # token_cos: token states only
-            indices = [batch.add(m.token_cos, _mean) for m in per_state[state]
-                       if m.token_cos is not None]
+            indices = [
+                batch.add(m.token_cos, _mean) for m in per_state[state] if m.token_cos is not None
+            ]
             if indices:
                 layout.append((f'token_cos/{state}', indices))
         for layer, values in outputs.get(ATTENTION, {}).items():

@@ -110,8 +110,15 @@ class HessianHook(Hook):
 
     priority = 'ABOVE_NORMAL'  # before the trajectory recorders start: they must not see it
 
-    def __init__(self, interval=100, num_eigs=1, negative=False, method='power',
-                 max_iter=MAX_ITER, tol=TOL, lanczos_steps=LANCZOS_STEPS, weight_decay=None,
+    def __init__(self,
+                 interval=100,
+                 num_eigs=1,
+                 negative=False,
+                 method='power',
+                 max_iter=MAX_ITER,
+                 tol=TOL,
+                 lanczos_steps=LANCZOS_STEPS,
+                 weight_decay=None,
                  seed=0):
         self.interval = check_positive_int('interval', interval)
         self.num_eigs = check_positive_int('num_eigs', num_eigs)
@@ -129,8 +136,9 @@ class HessianHook(Hook):
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise ValueError(f'tol={tol!r} is not supported; expected a positive float')
         self.tol = float(tol)
-        if weight_decay is not None and (isinstance(weight_decay, bool) or not isinstance(
-                weight_decay, (int, float)) or weight_decay < 0):
+        if weight_decay is not None and (isinstance(weight_decay, bool)
+                                         or not isinstance(weight_decay,
+                                                           (int, float)) or weight_decay < 0):
             raise ValueError(f'weight_decay={weight_decay!r} is not supported; expected None '
                              "(the optimizer's) or a float >= 0")
         self.weight_decay = weight_decay
@@ -141,9 +149,11 @@ class HessianHook(Hook):
     def before_train(self, runner):
         max_iters = getattr(runner, 'max_iters', None)
         if isinstance(max_iters, int) and self.interval > max_iters:
-            print_log(f'HessianHook: interval={self.interval} is larger than the {max_iters} '
-                      'training iterations; nothing will be computed', logger='current',
-                      level=logging.WARNING)
+            print_log(
+                f'HessianHook: interval={self.interval} is larger than the {max_iters} '
+                'training iterations; nothing will be computed',
+                logger='current',
+                level=logging.WARNING)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         if data_batch is None or not self.every_n_train_iters(runner, self.interval):
@@ -175,11 +185,9 @@ class HessianHook(Hook):
                 losses = model(*data, mode='loss')
             loss, _ = model.parse_losses(losses)
             loss = loss + l2_penalty(params, self.decays(params, param_groups))
-            found = hessian_eigenvalues(loss, params, self.num_eigs, self.negative,
-                                        self.max_iter, self.tol, generator, self.method,
-                                        self.lanczos_steps)
-        scalars = OrderedDict(
-            (f'eigenvalue_{i + 1}', float(v)) for i, v in enumerate(found.values))
+            found = hessian_eigenvalues(loss, params, self.num_eigs, self.negative, self.max_iter,
+                                        self.tol, generator, self.method, self.lanczos_steps)
+        scalars = OrderedDict((f'eigenvalue_{i + 1}', float(v)) for i, v in enumerate(found.values))
         if self.negative:
             scalars['min_eigenvalue'] = float(found.most_negative)
         scalars['loss'] = float(loss.detach())
@@ -194,9 +202,11 @@ class HessianHook(Hook):
         if not means:
             return
         # its own JSON log, as the other diagnostics hooks (see diagnostics_log_name)
-        runner.visualizer.add_scalars(dict(means, iter=step, epoch=runner.epoch + 1), step=step,
-                                      file_path=diagnostics_log_name(runner.timestamp, means))
+        runner.visualizer.add_scalars(
+            dict(means, iter=step, epoch=runner.epoch + 1),
+            step=step,
+            file_path=diagnostics_log_name(runner.timestamp, means))
         for name, value in means.items():
             extend_history(runner.message_hub, name, [value])
-        runner.logger.info(f'Iter(train) [{step}] ' + '  '.join(
-            f'{k}: {v:.4g}' for k, v in means.items()))
+        runner.logger.info(f'Iter(train) [{step}] ' + '  '.join(f'{k}: {v:.4g}'
+                                                                for k, v in means.items()))

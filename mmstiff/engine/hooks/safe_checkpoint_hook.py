@@ -70,8 +70,8 @@ class SafeCheckpointHook(CheckpointHook):
 
     def before_train(self, runner):
         out_dir = self.out_dir if self.out_dir is not None else runner.work_dir
-        if self.file_client_args is None and type(get_file_backend(
-                out_dir, backend_args=self.backend_args)) is LocalBackend:
+        if self.file_client_args is None and type(
+                get_file_backend(out_dir, backend_args=self.backend_args)) is LocalBackend:
             self.backend_args = dict(backend=ATOMIC_BACKEND)
         super().before_train(runner)
         if is_main_process():
@@ -90,8 +90,7 @@ class SafeCheckpointHook(CheckpointHook):
     def _skip_by_samples(self, runner):
         """On resuming an iteration-based run with another layout, advance the dataloader by
         the batches MMEngine's own skipping (one per iteration done) misses, and say so."""
-        change = layout_change(runner.iter, getattr(self, '_loaded_meta', {}),
-                               run_layout(runner))
+        change = layout_change(runner.iter, getattr(self, '_loaded_meta', {}), run_layout(runner))
         iterator = getattr(runner.train_loop, 'dataloader_iterator', None)
         if change is None or iterator is None:
             return
@@ -119,8 +118,7 @@ class SafeCheckpointHook(CheckpointHook):
         the checkpoint being written: a run resumed from it after a crash before the removal
         removes them (``CheckpointHook.before_train`` trims the list to ``max_keep_ckpts``).
         """
-        if self.max_keep_ckpts <= 0 or (self.keep_ckpt_ids
-                                         and self.keep_ckpt_ids[-1] == step):
+        if self.max_keep_ckpts <= 0 or (self.keep_ckpt_ids and self.keep_ckpt_ids[-1] == step):
             return []
         steps = list(self.keep_ckpt_ids) + [step]
         self.keep_ckpt_ids = deque(steps[-self.max_keep_ckpts:], self.max_keep_ckpts)
@@ -134,15 +132,20 @@ class SafeCheckpointHook(CheckpointHook):
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         with self._removals_deferred():
             runner.save_checkpoint(
-                self.out_dir, filename, self.file_client_args,
+                self.out_dir,
+                filename,
+                self.file_client_args,
                 save_optimizer=self.save_optimizer,
-                save_param_scheduler=self.save_param_scheduler, meta=meta,
-                by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
+                save_param_scheduler=self.save_param_scheduler,
+                meta=meta,
+                by_epoch=self.by_epoch,
+                backend_args=self.backend_args,
+                **self.args)
             if is_main_process():
                 write_atomic(osp.join(runner.work_dir, LAST_CHECKPOINT), self.last_ckpt)
                 for old in dropped:
-                    self.file_backend.remove(self.file_backend.join_path(
-                        self.out_dir, self.filename_tmpl.format(old)))
+                    self.file_backend.remove(
+                        self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old)))
         if dropped:
             runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
 

@@ -128,8 +128,9 @@ def reduce_rows_across_ranks(rows):
     else:
         values = torch.tensor([float(rows[i][name]) for i, name in keys], dtype=torch.float64)
         finite = torch.isfinite(values)
-        packed = torch.stack([torch.where(finite, values, torch.zeros_like(values)),
-                              finite.double()])
+        packed = torch.stack(
+            [torch.where(finite, values, torch.zeros_like(values)),
+             finite.double()])
         all_reduce(packed, op='sum')
         sums = packed[0].tolist()
         counts = [int(round(c)) for c in packed[1].tolist()]

@@ -87,10 +87,15 @@ class StiffnessHook(TrajectoryDiagnosticHook):
 
     optional_metrics = ('nsi_step_corr', )
 
-    def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
-                 log_blocks=False, num_samples=None):
-        super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='stiffness')
+    def __init__(self,
+                 interval=50,
+                 blocks=None,
+                 module='backbone',
+                 level='branch',
+                 log_blocks=False,
+                 num_samples=None):
+        super().__init__(
+            interval=interval, blocks=blocks, module=module, level=level, prefix='stiffness')
         self.log_blocks = bool(log_blocks)
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         # the difference x_{t+1} - x_t of every step of a recorded pass is written here
@@ -103,8 +108,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         if record.step is None:
             return StepStiffness(norms.slope, norms.state, None, False)
         return StepStiffness(norms.slope, norms.state,
-                             mean_step_size(record.step, norms.slope.shape[0],
-                                            norms.slope.device),
+                             mean_step_size(record.step, norms.slope.shape[0], norms.slope.device),
                              torch.is_tensor(record.step))
 
     def end_pass(self):
@@ -126,8 +130,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             else:
                 summaries[i] = self._summarise_steps(it)
         for (names, _), indices in trajectories.items():
-            together = self._summarise_trajectories([iterations[i] for i in indices],
-                                                    list(names))
+            together = self._summarise_trajectories([iterations[i] for i in indices], list(names))
             for i, scalars in zip(indices, together):
                 summaries[i] = scalars
         return summaries
@@ -146,8 +149,9 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         # or NaN propagate), and write() leaves them out
         stats = trajectory_statistics(zeta.reshape(-1, t), groups.to(zeta.device))
         # (k, stages) means over the samples of each statistic
-        mus, ratios, tnss = (s.view(k, zeta.shape[1], -1).mean(dim=1).tolist()
-                             for s in (stats.mu, stats.ratio, stats.area))
+        mus, ratios, tnss = (
+            s.view(k, zeta.shape[1], -1).mean(dim=1).tolist()
+            for s in (stats.mu, stats.ratio, stats.area))
         summaries = []
         for i, (it, z, means) in enumerate(zip(iterations, zeta, zeta.mean(dim=1).tolist())):
             scalars = self._block_scalars(it, names, means, z)
@@ -162,8 +166,12 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         """An iteration whose steps were seen for different numbers of samples (a block
         called more often than others): per-step scalars only, no common trajectory."""
         names = list(outputs)
-        columns = [_concat([c.slope for c in outputs[n]]).double() /
-                   _concat([c.state for c in outputs[n]]).double() for n in names]
+        columns = [
+            _concat([c.slope
+                     for c in outputs[n]]).double() / _concat([c.state
+                                                               for c in outputs[n]]).double()
+            for n in names
+        ]
         return self._block_scalars(outputs, names, [float(c.mean()) for c in columns], columns)
 
     def _block_scalars(self, outputs, names, means, columns):
@@ -206,8 +214,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         elif varying:
             corrs = [nsi_step_correlation(f.nsi, f.step_size) for f in varying]
         corrs = iter(corrs)
-        return [StepSizeSummary(f.name, mean, next(corrs) if f.varies else None)
-                for f, mean in zip(found, means)]
+        return [
+            StepSizeSummary(f.name, mean,
+                            next(corrs) if f.varies else None) for f, mean in zip(found, means)
+        ]
 
     def format_summary(self, scalars):
         items = []
@@ -242,18 +252,22 @@ def _trajectory_length(outputs):
 def _to_host(iterations):
     """The recorded iterations' :class:`StepStiffness` with float64 CPU tensors, every norm and
     step size of every step brought to the host in one transfer."""
-    tensors = [t for it in iterations for calls in it.values() for c in calls
-               for t in (c.slope, c.state, c.step_size) if t is not None]
+    tensors = [
+        t for it in iterations for calls in it.values() for c in calls
+        for t in (c.slope, c.state, c.step_size) if t is not None
+    ]
     if not tensors:
         return iterations
     flat = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
     parts = iter(flat.double().cpu().split([t.numel() for t in tensors]))
-    return [OrderedDict((name, [StepStiffness(next(parts), next(parts),
-                                              None if c.step_size is None else next(parts),
-                                              c.step_varies) for c in calls])
-                        for name, calls in it.items()) for it in iterations]
+    return [
+        OrderedDict((name, [
+            StepStiffness(
+                next(parts), next(parts), None if c.step_size is None else next(parts),
+                c.step_varies) for c in calls
+        ]) for name, calls in it.items()) for it in iterations
+    ]
 
 
 def _concat(tensors):
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
-

@@ -15,12 +15,10 @@ from mmpretrain.models.backbones.resnet import ResNet
 
 from mmstiff.models.layers.local_attention import LocalSelfAttention
 from mmstiff.models.steps import check_fused, set_fused
-from mmstiff.registry import MODELS
-from mmstiff.utils.checks import (check_indices, check_non_negative_int,
-                                  check_positive_int)
 from mmstiff.models.utils import check_depth
+from mmstiff.registry import MODELS
+from mmstiff.utils.checks import check_indices, check_non_negative_int, check_positive_int
 from .preact_resnet import PreActBasicBlock, PreActBottleneck
-
 
 STEMS = ('imagenet', 'cifar')
 
@@ -72,17 +70,26 @@ class PreActMSABlock(PreActBasicBlock):
         if out_channels % self.expansion:
             raise ValueError(f'out_channels={out_channels} is not supported; expected a '
                              f'multiple of the block expansion {self.expansion}')
-        super().__init__(in_channels, out_channels, stride=1, conv_cfg=conv_cfg,
-                         norm_cfg=norm_cfg, act_cfg=act_cfg, init_cfg=init_cfg)
-        self.attn = LocalSelfAttention(self.mid_channels, out_channels, num_heads=num_heads,
-                                       head_dim=head_dim, window_size=window_size)
+        super().__init__(
+            in_channels,
+            out_channels,
+            stride=1,
+            conv_cfg=conv_cfg,
+            norm_cfg=norm_cfg,
+            act_cfg=act_cfg,
+            init_cfg=init_cfg)
+        self.attn = LocalSelfAttention(
+            self.mid_channels,
+            out_channels,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            window_size=window_size)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else None
 
     def _build_branch(self, conv_cfg, norm_cfg):
         self.norm1_name, norm1 = build_norm_layer(norm_cfg, self.in_channels, postfix=1)
         self.add_module(self.norm1_name, norm1)
-        self.conv1 = build_conv_layer(conv_cfg, self.in_channels, self.mid_channels, 1,
-                                      bias=False)
+        self.conv1 = build_conv_layer(conv_cfg, self.in_channels, self.mid_channels, 1, bias=False)
         self.norm2_name, norm2 = build_norm_layer(norm_cfg, self.mid_channels, postfix=2)
         self.add_module(self.norm2_name, norm2)
 
@@ -130,8 +137,8 @@ def stochastic_depth_rates(num_blocks, drop_path_rate):
 
 def _check_per_stage(name, values, num_stages):
     """``values`` as a tuple of ``num_stages`` non-negative ints, one per stage."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(
-            values) != num_stages:
+    if isinstance(values,
+                  (str, bytes)) or not isinstance(values, Sequence) or len(values) != num_stages:
         raise ValueError(f'{name}={values!r} is not supported; expected {num_stages} '
                          'non-negative ints, one per stage')
     return tuple(check_non_negative_int(f'{name}[{i}]', v) for i, v in enumerate(values))
@@ -194,8 +201,13 @@ class AlterNet(ResNet):
         101: (PreActBottleneck, (3, 4, 23, 4)),
         152: (PreActBottleneck, (3, 8, 36, 4)),
     }
-    msa_settings = {18: (0, 1, 1, 1), 34: (0, 1, 3, 2), 50: (0, 1, 3, 2), 101: (0, 1, 3, 2),
-                    152: (0, 1, 3, 2)}
+    msa_settings = {
+        18: (0, 1, 1, 1),
+        34: (0, 1, 3, 2),
+        50: (0, 1, 3, 2),
+        101: (0, 1, 3, 2),
+        152: (0, 1, 3, 2)
+    }
     num_stages = 4
 
     def __init__(self,
@@ -230,8 +242,8 @@ class AlterNet(ResNet):
             raise ValueError(f'stem={stem!r} is not supported; expected one of {STEMS}')
         stage_blocks = self.arch_settings[depth][1]
         num_msa_blocks = _check_per_stage(
-            'num_msa_blocks', self.msa_settings[depth] if num_msa_blocks is None else
-            num_msa_blocks, self.num_stages)
+            'num_msa_blocks',
+            self.msa_settings[depth] if num_msa_blocks is None else num_msa_blocks, self.num_stages)
         self.block_layouts = tuple(
             alternating_layout(n, m) for n, m in zip(stage_blocks, num_msa_blocks))
         self.num_msa_blocks = num_msa_blocks
@@ -239,8 +251,9 @@ class AlterNet(ResNet):
         if any(h < 1 for h, m in zip(self.num_heads, num_msa_blocks) if m):
             raise ValueError(f'num_heads={num_heads!r} is not supported; expected a positive '
                              'number of heads in every stage that has MSA blocks')
-        strides = tuple(check_positive_int(f'strides[{i}]', s) for i, s in
-                        enumerate(_check_per_stage('strides', strides, self.num_stages)))
+        strides = tuple(
+            check_positive_int(f'strides[{i}]', s)
+            for i, s in enumerate(_check_per_stage('strides', strides, self.num_stages)))
         self.head_dim = check_positive_int('head_dim', head_dim)
         self.window_size = check_positive_int('window_size', window_size)
         check_positive_int('in_channels', in_channels)
@@ -253,8 +266,8 @@ class AlterNet(ResNet):
         out_indices = check_indices('out_indices', out_indices, self.num_stages, what='stages')
         if not out_indices:
             raise ValueError('out_indices=() is not supported; expected at least one stage index')
-        if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int) or
-                not -1 <= frozen_stages <= self.num_stages):
+        if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int)
+                or not -1 <= frozen_stages <= self.num_stages):
             raise ValueError(f'frozen_stages={frozen_stages!r} is not supported; expected an '
                              f'int in [-1, {self.num_stages}]')
         self.stem_type = stem
@@ -276,8 +289,8 @@ class AlterNet(ResNet):
             with_cp=with_cp,
             zero_init_residual=False,
             init_cfg=init_cfg)
-        self.final_norm_name, final_norm = build_norm_layer(norm_cfg, self.feat_dim,
-                                                            postfix='_final')
+        self.final_norm_name, final_norm = build_norm_layer(
+            norm_cfg, self.feat_dim, postfix='_final')
         self.add_module(self.final_norm_name, final_norm)
         self.final_act = build_activation_layer(act_cfg)
         set_fused(self, fused)
@@ -289,12 +302,12 @@ class AlterNet(ResNet):
 
     def _make_stem_layer(self, in_channels, stem_channels):
         if self.stem_type == 'imagenet':
-            self.conv1 = build_conv_layer(self.conv_cfg, in_channels, stem_channels, 7,
-                                          stride=2, padding=3, bias=False)
+            self.conv1 = build_conv_layer(
+                self.conv_cfg, in_channels, stem_channels, 7, stride=2, padding=3, bias=False)
             self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         else:
-            self.conv1 = build_conv_layer(self.conv_cfg, in_channels, stem_channels, 3,
-                                          padding=1, bias=False)
+            self.conv1 = build_conv_layer(
+                self.conv_cfg, in_channels, stem_channels, 3, padding=1, bias=False)
             self.maxpool = nn.Identity()
 
     def make_res_layer(self, block, num_blocks, in_channels, out_channels, stride, conv_cfg,
@@ -307,14 +320,23 @@ class AlterNet(ResNet):
         for j, kind in enumerate(self.block_layouts[stage]):
             if kind == 'conv':
                 blocks[f'conv{j}'] = block(
-                    in_channels, out_channels, stride=stride if j == 0 else 1,
-                    conv_cfg=conv_cfg, norm_cfg=norm_cfg, act_cfg=self.act_cfg)
+                    in_channels,
+                    out_channels,
+                    stride=stride if j == 0 else 1,
+                    conv_cfg=conv_cfg,
+                    norm_cfg=norm_cfg,
+                    act_cfg=self.act_cfg)
             else:
                 blocks[f'msa{j}'] = MSA_BLOCKS[block](
-                    in_channels, out_channels, num_heads=self.num_heads[stage],
-                    head_dim=self.head_dim, window_size=self.window_size,
-                    drop_path_rate=self.drop_path_rates[first + j], conv_cfg=conv_cfg,
-                    norm_cfg=norm_cfg, act_cfg=self.msa_act_cfg)
+                    in_channels,
+                    out_channels,
+                    num_heads=self.num_heads[stage],
+                    head_dim=self.head_dim,
+                    window_size=self.window_size,
+                    drop_path_rate=self.drop_path_rates[first + j],
+                    conv_cfg=conv_cfg,
+                    norm_cfg=norm_cfg,
+                    act_cfg=self.msa_act_cfg)
             in_channels = out_channels
         return nn.Sequential(blocks)
 

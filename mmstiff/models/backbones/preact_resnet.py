@@ -25,11 +25,10 @@ from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_ad
                                   check_fused, init_keeping_starts, release_adaptor_statistics,
                                   resolve_adaptor, set_fused)
 from mmstiff.models.steps.norm import check_norm_cfg
+from mmstiff.models.utils import UnsupportedDepthError
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
-from mmstiff.models.utils import UnsupportedDepthError
 from .step_resnet import StepBlockMixin, attach_adaptors
-
 
 BLOCK_CHOICES = ('basic', 'bottleneck')
 
@@ -49,7 +48,8 @@ def preact_arch(depth, block=None):
 
     Raises:
         ValueError: naming ``block`` and the valid forms; for ``depth`` an
-            :class:`~mmstiff.models.utils.UnsupportedDepthError` (a ``KeyError`` too, as upstream's).
+            :class:`~mmstiff.models.utils.UnsupportedDepthError` (a ``KeyError`` too, as
+            upstream's).
     """
     if block is not None and block not in BLOCK_CHOICES:
         raise ValueError(f'block={block!r} is not supported; expected None or one of '
@@ -112,12 +112,18 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
     def _build_branch(self, conv_cfg, norm_cfg):
         self.norm1_name, norm1 = build_norm_layer(norm_cfg, self.in_channels, postfix=1)
         self.add_module(self.norm1_name, norm1)
-        self.conv1 = build_conv_layer(conv_cfg, self.in_channels, self.mid_channels, 3,
-                                      stride=self.stride, padding=1, bias=False)
+        self.conv1 = build_conv_layer(
+            conv_cfg,
+            self.in_channels,
+            self.mid_channels,
+            3,
+            stride=self.stride,
+            padding=1,
+            bias=False)
         self.norm2_name, norm2 = build_norm_layer(norm_cfg, self.mid_channels, postfix=2)
         self.add_module(self.norm2_name, norm2)
-        self.conv2 = build_conv_layer(conv_cfg, self.mid_channels, self.out_channels, 3,
-                                      padding=1, bias=False)
+        self.conv2 = build_conv_layer(
+            conv_cfg, self.mid_channels, self.out_channels, 3, padding=1, bias=False)
 
     @property
     def norm1(self):
@@ -155,8 +161,8 @@ class PreActBottleneck(PreActBasicBlock):
         self.conv1 = build_conv_layer(conv_cfg, self.in_channels, mid, 1, bias=False)
         self.norm2_name, norm2 = build_norm_layer(norm_cfg, mid, postfix=2)
         self.add_module(self.norm2_name, norm2)
-        self.conv2 = build_conv_layer(conv_cfg, mid, mid, 3, stride=self.stride, padding=1,
-                                      bias=False)
+        self.conv2 = build_conv_layer(
+            conv_cfg, mid, mid, 3, stride=self.stride, padding=1, bias=False)
         self.norm3_name, norm3 = build_norm_layer(norm_cfg, mid, postfix=3)
         self.add_module(self.norm3_name, norm3)
         self.conv3 = build_conv_layer(conv_cfg, mid, self.out_channels, 1, bias=False)
@@ -264,8 +270,8 @@ class PreActStepResNet(BaseBackbone):
         self.norm_eval = norm_eval
 
         block_cls = BLOCKS[self.block_kind]
-        self.conv1 = build_conv_layer(conv_cfg, in_channels, base_channels, 3, padding=1,
-                                      bias=False)
+        self.conv1 = build_conv_layer(
+            conv_cfg, in_channels, base_channels, 3, padding=1, bias=False)
         self.res_layers = []
         channels = base_channels
         for i, (stride, mask) in enumerate(zip(self.strides, self.adaptor_placement)):
@@ -297,8 +303,7 @@ class PreActStepResNet(BaseBackbone):
         if len(strides) != self.num_stages:
             raise ValueError(f'strides={strides!r} has {len(strides)} entries; expected '
                              f'{self.num_stages} (one per stage)')
-        if not out_indices or any(not -self.num_stages <= i < self.num_stages
-                                  for i in out_indices):
+        if not out_indices or any(not -self.num_stages <= i < self.num_stages for i in out_indices):
             raise ValueError(f'out_indices={out_indices!r} is not supported; expected a '
                              f'non-empty sequence of stage indices in [-{self.num_stages}, '
                              f'{self.num_stages - 1}]')
@@ -343,7 +348,10 @@ class PreActStepResNet(BaseBackbone):
             for m in self.modules():
                 if isinstance(m, _BatchNorm):
                     m.eval()
-            release_adaptor_statistics(
-                [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
-                 if i > self.frozen_stages], self.adaptor_norm, owner=self)
+            release_adaptor_statistics([
+                getattr(self, name)
+                for i, name in enumerate(self.res_layers, 1) if i > self.frozen_stages
+            ],
+                                       self.adaptor_norm,
+                                       owner=self)
         return self

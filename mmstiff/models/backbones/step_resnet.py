@@ -13,11 +13,11 @@ from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, build_adaptor,
                                   check_adaptor_norm, check_fused, init_keeping_starts,
-                                  release_adaptor_statistics, resolve_adaptor, residual_update,
+                                  release_adaptor_statistics, residual_update, resolve_adaptor,
                                   set_fused, step_kernels)
 from mmstiff.models.steps.norm import check_norm_cfg
-from mmstiff.registry import MODELS
 from mmstiff.models.utils import check_depth
+from mmstiff.registry import MODELS
 
 
 class StepBlockMixin:
@@ -47,8 +47,14 @@ class StepBlockMixin:
     def residual_step(self, x_t, f, act=None):
         """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); the fused
         step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`)."""
-        return residual_update(x_t, f, self.step_adaptor, 'nchw', self.fused, act=act,
-                               drop_path=getattr(self, 'drop_path', None))
+        return residual_update(
+            x_t,
+            f,
+            self.step_adaptor,
+            'nchw',
+            self.fused,
+            act=act,
+            drop_path=getattr(self, 'drop_path', None))
 
     def residual_branch(self, x):  # pragma: no cover - abstract
         """The residual branch ``f`` of the block input ``x``, up to its last norm."""
@@ -104,8 +110,7 @@ def step_arch_settings(arch_settings, step_blocks):
         arch_settings (dict): ``{depth: (block class, blocks per stage)}`` of the upstream.
         step_blocks (dict): ``{upstream block class: step block class}``.
     """
-    return {depth: (step_blocks[block], stages)
-            for depth, (block, stages) in arch_settings.items()}
+    return {depth: (step_blocks[block], stages) for depth, (block, stages) in arch_settings.items()}
 
 
 class StepPlacementMixin:
@@ -117,8 +122,15 @@ class StepPlacementMixin:
     the adaptors' BN learn the statistics a checkpoint did not hold (``adaptor_norm``).
     """
 
-    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 adaptor_norm='auto', adaptor_norm_cfg=None, fused='auto', **kwargs):
+    def __init__(self,
+                 depth,
+                 adaptor=None,
+                 adaptor_stages=None,
+                 adaptor_blocks=None,
+                 adaptor_norm='auto',
+                 adaptor_norm_cfg=None,
+                 fused='auto',
+                 **kwargs):
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
             else check_norm_cfg(adaptor_norm_cfg)
@@ -141,7 +153,7 @@ class StepPlacementMixin:
 
     def make_res_layer(self, **kwargs):
         res_layer = super().make_res_layer(**kwargs)
-        stage = len(self.res_layers)      # the upstream loop appends the name after this call
+        stage = len(self.res_layers)  # the upstream loop appends the name after this call
         adaptor = adaptor_with_norm(self.adaptor, self.norm_cfg, self.adaptor_norm_cfg)
         return attach_adaptors(res_layer, adaptor, self.adaptor_placement[stage])
 
@@ -156,9 +168,12 @@ class StepPlacementMixin:
         their statistics goes back to train mode."""
         super().train(mode)
         if mode and self.norm_eval:
-            release_adaptor_statistics(
-                [getattr(self, name) for i, name in enumerate(self.res_layers, 1)
-                 if i > self.frozen_stages], self.adaptor_norm, owner=self)
+            release_adaptor_statistics([
+                getattr(self, name)
+                for i, name in enumerate(self.res_layers, 1) if i > self.frozen_stages
+            ],
+                                       self.adaptor_norm,
+                                       owner=self)
         return self
 
 

@@ -11,8 +11,8 @@ from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
-from mmstiff.registry import MODELS
 from mmstiff.models.utils import select_layers
+from mmstiff.registry import MODELS
 
 
 def upgrade_swin_state_dict(state_dict, prefix, version, last_stage):
@@ -55,8 +55,8 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
         return bias.view(n, n, -1).permute(2, 0, 1)
 
     def forward(self, x, mask=None):
-        explicit = self.keep_attn_map or (
-            self.attn_scale is not None and self.training and self.attn_drop.p > 0)
+        explicit = self.keep_attn_map or (self.attn_scale is not None and self.training
+                                          and self.attn_drop.p > 0)
         if self.attn_scale is None and not explicit:
             return super().forward(x, mask)
         B_, N, C = x.shape
@@ -90,10 +90,20 @@ class StepShiftWindowMSA(ShiftWindowMSA):
         feat_scale (bool): FeatScale on the merged MSA output (token mean over the feature map).
     """
 
-    def __init__(self, embed_dims, num_heads, window_size, attn_scale=False, feat_scale=False,
+    def __init__(self,
+                 embed_dims,
+                 num_heads,
+                 window_size,
+                 attn_scale=False,
+                 feat_scale=False,
                  **kwargs):
-        super().__init__(embed_dims, num_heads, window_size, window_msa=StepWindowMSA,
-                         attn_scale=attn_scale, **kwargs)
+        super().__init__(
+            embed_dims,
+            num_heads,
+            window_size,
+            window_msa=StepWindowMSA,
+            attn_scale=attn_scale,
+            **kwargs)
         if feat_scale and not isinstance(self.drop, (DropPath, nn.Identity)):
             raise ValueError(f'feat_scale=True needs a per-sample dropout_layer (DropPath), '
                              f'got {type(self.drop).__name__}; expected DropPath')

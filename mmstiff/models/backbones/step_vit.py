@@ -20,11 +20,10 @@ from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.value_branch import ValueBranch
-from mmstiff.models.steps import (build_adaptor, check_fused, resolve_adaptor, residual_update,
+from mmstiff.models.steps import (build_adaptor, check_fused, residual_update, resolve_adaptor,
                                   set_fused)
-from mmstiff.registry import MODELS
 from mmstiff.models.utils import select_layers
-
+from mmstiff.registry import MODELS
 
 AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
 BRANCHES = ('msa', 'mlp')
@@ -63,8 +62,7 @@ def check_aug_shortcut(cfg):
     if unknown:
         raise ValueError(f'aug_shortcut has unknown keys {sorted(unknown)}; expected keys '
                          f'among {AUG_SHORTCUT_KEYS}')
-    cfg = dict(dict(num_paths=2, num_blocks=4, act='gelu', scale=1.0, branches=BRANCHES),
-               **cfg)
+    cfg = dict(dict(num_paths=2, num_blocks=4, act='gelu', scale=1.0, branches=BRANCHES), **cfg)
     branches = cfg['branches']
     if isinstance(branches, str) or not set(branches) <= set(BRANCHES) or not branches:
         raise ValueError(f"aug_shortcut['branches']={branches!r} is not supported; expected "
@@ -208,17 +206,19 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             feat_scale=feat_scale)
         self.attn = ValueBranch(**attn_args) if replace_attention else \
             StepMultiheadAttention(**attn_args, attn_scale=attn_scale)
-        self.msa_adaptor = build_adaptor(resolve_adaptor(msa_adaptor, 'msa_adaptor'), embed_dims,
-                                         'nlc')
-        self.mlp_adaptor = build_adaptor(resolve_adaptor(mlp_adaptor, 'mlp_adaptor'), embed_dims,
-                                         'nlc')
+        self.msa_adaptor = build_adaptor(
+            resolve_adaptor(msa_adaptor, 'msa_adaptor'), embed_dims, 'nlc')
+        self.mlp_adaptor = build_adaptor(
+            resolve_adaptor(mlp_adaptor, 'mlp_adaptor'), embed_dims, 'nlc')
         aug_shortcut = check_aug_shortcut(aug_shortcut)
         self.msa_aug = self.mlp_aug = None
         self.aug_scale = 1.0
         if aug_shortcut is not None:
             self.aug_scale = aug_shortcut['scale']
-            aug_args = dict(num_paths=aug_shortcut['num_paths'],
-                            num_blocks=aug_shortcut['num_blocks'], act=aug_shortcut['act'])
+            aug_args = dict(
+                num_paths=aug_shortcut['num_paths'],
+                num_blocks=aug_shortcut['num_blocks'],
+                act=aug_shortcut['act'])
             if 'msa' in aug_shortcut['branches']:
                 self.msa_aug = AugmentedShortcut(embed_dims, **aug_args)
             if 'mlp' in aug_shortcut['branches']:

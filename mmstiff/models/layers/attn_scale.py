@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from mmstiff.utils.checks import check_positive_int
 
+
 def attn_scale_matrix(attn, omega):
     """Explicit AttnScale ``Â = A_LP + (1 + ω) (A - A_LP)`` of attention ``attn`` (..., H, n, n).
 
@@ -119,8 +120,7 @@ def record_attention_maps(model):
         torch.Size([2, 6, 197, 197])
     """
     maps = {}
-    modules = [(name, m) for name, m in model.named_modules()
-               if isinstance(m, AttentionMapMixin)]
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, AttentionMapMixin)]
     for name, module in modules:
         module.keep_attn_map = True
         module._attn_map_sink = (maps, name)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from mmstiff.utils.checks import check_positive_int
 
+
 def circulant_index(block_size):
     """Index matrix ``(b, b)`` with entry ``(i - j) mod b``: ``c[index]`` is the circulant of c."""
     rows = torch.arange(block_size)
@@ -85,8 +86,10 @@ class CirculantLinear(nn.Module):
         in_blocks = in_features // self.block_size
         self.weight_vectors = nn.Parameter(torch.empty(out_blocks, in_blocks, self.block_size))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.register_buffer('index', block_circulant_index(out_blocks, in_blocks,
-                                                            self.block_size), persistent=False)
+        self.register_buffer(
+            'index',
+            block_circulant_index(out_blocks, in_blocks, self.block_size),
+            persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -52,7 +52,9 @@ class ClassAttention(nn.Module):
         B, _, C = x.shape
         q = self._heads(self.q(x[:, :1]))
         out = F.scaled_dot_product_attention(
-            q, self._heads(self.k(x)), self._heads(self.v(x)),
+            q,
+            self._heads(self.k(x)),
+            self._heads(self.v(x)),
             dropout_p=self.attn_drop if self.training else 0.)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, 1, C)))
 

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from mmstiff.utils.checks import check_positive_int
 
+
 def split_frequencies(x):
     """``(X_DC, X_HC)`` of tokens ``x`` (..., n, d): the token mean and the remainder."""
     x_dc = x.mean(dim=-2, keepdim=True)
@@ -46,8 +47,7 @@ class FeatScaleFunction(torch.autograd.Function):
     def backward(ctx, grad):
         x, x_dc, dc_scale, hc_scale = ctx.saved_tensors
         grad_dc = grad.sum(dim=-2, keepdim=True)
-        grad_x = torch.addcmul(grad_dc * ((dc_scale - hc_scale) / x.shape[-2]), grad,
-                               1 + hc_scale)
+        grad_x = torch.addcmul(grad_dc * ((dc_scale - hc_scale) / x.shape[-2]), grad, 1 + hc_scale)
         outer = tuple(range(x.dim() - 1))
         grad_s = (grad_dc * x_dc).sum(dim=outer)
         grad_t = (grad * x).sum(dim=outer) - grad_s

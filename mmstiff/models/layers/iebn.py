@@ -31,8 +31,8 @@ from .sync_bn import CPUSyncBatchNorm
 def instance_enhancement(x, ie_weight, ie_bias):
     """The IEBN gate ``a = sigmoid(w ⊙ GAP(x) + b)`` of shape (B, C, 1, 1), docs/methods.md §2."""
     pooled = pool_state(x, 'nchw')
-    return torch.sigmoid(torch.addcmul(ie_bias.view(1, -1, 1, 1), ie_weight.view(1, -1, 1, 1),
-                                       pooled))
+    return torch.sigmoid(
+        torch.addcmul(ie_bias.view(1, -1, 1, 1), ie_weight.view(1, -1, 1, 1), pooled))
 
 
 class InstanceEnhancementMixin:
@@ -49,15 +49,29 @@ class InstanceEnhancementMixin:
     The affine part is always on (γ, β are IEBN's own parameters).
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
-                 ie_weight_init=0.0, ie_bias_init=-1.0, weight_init=1.0, bias_init=0.0,
-                 device=None, dtype=None):
+    def __init__(self,
+                 num_features,
+                 eps=1e-5,
+                 momentum=0.1,
+                 track_running_stats=True,
+                 ie_weight_init=0.0,
+                 ie_bias_init=-1.0,
+                 weight_init=1.0,
+                 bias_init=0.0,
+                 device=None,
+                 dtype=None):
         self.ie_weight_init = float(ie_weight_init)
         self.ie_bias_init = float(ie_bias_init)
         self.weight_init = float(weight_init)
         self.bias_init = float(bias_init)
-        super().__init__(num_features, eps=eps, momentum=momentum, affine=True,
-                         track_running_stats=track_running_stats, device=device, dtype=dtype)
+        super().__init__(
+            num_features,
+            eps=eps,
+            momentum=momentum,
+            affine=True,
+            track_running_stats=track_running_stats,
+            device=device,
+            dtype=dtype)
         factory = dict(device=device, dtype=dtype)
         self.ie_weight = nn.Parameter(torch.empty(num_features, **factory))
         self.ie_bias = nn.Parameter(torch.empty(num_features, **factory))

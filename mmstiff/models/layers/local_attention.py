@@ -20,7 +20,7 @@ def relative_position_index(window_size):
     """
     w = window_size
     coords = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing='ij'))
-    coords = coords.flatten(1)                                # (2, N): y, x
+    coords = coords.flatten(1)  # (2, N): y, x
     offset = coords[:, None, :] - coords[:, :, None] + w - 1  # (2, N, N): key - query
     return offset[0] * (2 * w - 1) + offset[1]
 
@@ -100,8 +100,8 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
     def relative_position_bias(self):
         """The ``(N, N)`` bias ``B`` added to every head's logits."""
         n = self.window_size**2
-        return self.relative_position_bias_table.view(-1)[
-            self.relative_position_index.view(-1)].view(n, n)
+        return self.relative_position_bias_table.view(-1)[self.relative_position_index.view(
+            -1)].view(n, n)
 
     def forward(self, x):
         b, _, height, width = x.shape
@@ -112,12 +112,12 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
             qkv = F.pad(qkv, (0, pad_w, 0, pad_h))
         nh, nw = (height + pad_h) // w, (width + pad_w) // w
         # (B, 3 H d, nh w, nw w) -> 3 × (B · windows, H, N, d): 4-D, as the fused kernels take
-        q, k, v = qkv.view(b, 3, heads, d, nh, w, nw, w).permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(
-            3, b * nh * nw, heads, w * w, d).unbind(0)
+        q, k, v = qkv.view(b, 3, heads, d, nh, w, nw,
+                           w).permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, w * w,
+                                                                      d).unbind(0)
         mask = self.relative_position_bias().to(q.dtype)
         if pad_h or pad_w:  # (windows, 1, N, N) per window, repeated over the batch
-            mask = (mask + padded_key_mask(height, width, w, q.dtype, q.device)).repeat(
-                b, 1, 1, 1)
+            mask = (mask + padded_key_mask(height, width, w, q.dtype, q.device)).repeat(b, 1, 1, 1)
         if self.keep_attn_map:
             attn = ((q * self.scale) @ k.transpose(-2, -1) + mask).softmax(dim=-1)
             self._store_attn_map(attn)
@@ -125,8 +125,9 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         # (B · windows, H, N, d) -> (B, H d, nh w, nw w), cropped to the real map
-        out = out.view(b, nh, nw, heads, w, w, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(
-            b, heads * d, nh * w, nw * w)[:, :, :height, :width]
+        out = out.view(b, nh, nw, heads, w, w, d).permute(0, 3, 6, 1, 4, 2,
+                                                          5).reshape(b, heads * d, nh * w,
+                                                                     nw * w)[:, :, :height, :width]
         return self.proj_drop(self.proj(out))
 
     def extra_repr(self):

@@ -33,8 +33,7 @@ def synchronised_statistics(x, group=None):
     from torch.distributed.nn.functional import all_reduce
     dims = [0] + list(range(2, x.dim()))
     channels = x.shape[1]
-    local = torch.cat([x.sum(dims), (x * x).sum(dims),
-                       x.new_full((1, ), x.numel() // channels)])
+    local = torch.cat([x.sum(dims), (x * x).sum(dims), x.new_full((1, ), x.numel() // channels)])
     total = all_reduce(local, group=group if group is not None else dist.group.WORLD)
     count = total[-1]
     mean = total[:channels] / count

@@ -10,9 +10,14 @@ from .se import SEAdaptor
 from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states
 
 __all__ = ['StepAdaptor', 'ConstantStep', 'apply_step', 'pool_state']
-__all__ += ['adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states',
-            'grouped_pointwise', 'build_adaptor', 'resolve_adaptor', 'adaptor_with_norm']
-__all__ += ['STARTS', 'ADAPTOR_NORMS', 'check_start', 'check_adaptor_norm',
-            'init_keeping_starts', 'learns_statistics', 'release_adaptor_statistics']
-__all__ += ['FUSED', 'check_fused', 'forced_step_kernels', 'residual_update', 'set_fused',
-            'step_kernels']
+__all__ += [
+    'adaptor_placement', 'SEAdaptor', 'StepNetAdaptor', 'interleave_states', 'grouped_pointwise',
+    'build_adaptor', 'resolve_adaptor', 'adaptor_with_norm'
+]
+__all__ += [
+    'STARTS', 'ADAPTOR_NORMS', 'check_start', 'check_adaptor_norm', 'init_keeping_starts',
+    'learns_statistics', 'release_adaptor_statistics'
+]
+__all__ += [
+    'FUSED', 'check_fused', 'forced_step_kernels', 'residual_update', 'set_fused', 'step_kernels'
+]

@@ -112,8 +112,10 @@ class StepAdaptor(BaseModule):
 
     def statistics_keys(self, prefix=''):
         """State-dict keys of the running means of the adaptor's BN layers."""
-        return [f'{prefix}{name}.running_mean' for name, m in self.named_modules()
-                if isinstance(m, _BatchNorm) and m.track_running_stats]
+        return [
+            f'{prefix}{name}.running_mean' for name, m in self.named_modules()
+            if isinstance(m, _BatchNorm) and m.track_running_stats
+        ]
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         names = [name for name, _ in self.named_parameters()]
@@ -146,8 +148,8 @@ def resolve_adaptor(adaptor, name='adaptor'):
     Raises:
         ValueError: naming the field, the bad value and what was expected.
     """
-    adaptor = check_config(name, adaptor, reserved=BUILD_KEYS,
-                           example="dict(type='mmstiff.StepNetAdaptor')")
+    adaptor = check_config(
+        name, adaptor, reserved=BUILD_KEYS, example="dict(type='mmstiff.StepNetAdaptor')")
     if adaptor is None:
         return None
     adaptor_type = adaptor['type']
@@ -215,7 +217,7 @@ class ConstantStep(StepAdaptor):
 
 
 def apply_step(x_t, step, f):
-    """One Euler update ``x_t + Δ ⊙ f`` (without the activation), skipping the multiply for Δ ≡ 1."""
+    """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1."""
     if isinstance(step, float) and step == 1.0:
         return x_t + f
     return torch.addcmul(x_t, step, f) if torch.is_tensor(step) else x_t + step * f

@@ -125,8 +125,8 @@ class EulerUpdate(torch.autograd.Function):
     def backward(ctx, grad):
         out, f, step = ctx.saved_tensors
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
-        grad_x, grad_f, grad_step = ctx.kernels.step_backward(
-            grad, out, f, step, ctx.relu, ctx.layout, need_step_grad)
+        grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
+                                                              ctx.layout, need_step_grad)
         return grad_x, grad_step, grad_f, None, None, None
 
 

@@ -16,8 +16,15 @@ from mmstiff.models.layers.iebn import IEBN, SyncIEBN
 from mmstiff.models.layers.sync_bn import CPUSyncBatchNorm, distributed
 
 #: ``norm_cfg`` types an IEBN follows (IEBN is batch normalisation by definition)
-IEBN_TYPES = {'BN': IEBN, 'BN2d': IEBN, 'IEBN': IEBN, 'mmstiff.IEBN': IEBN,
-              'SyncBN': SyncIEBN, 'SyncIEBN': SyncIEBN, 'mmstiff.SyncIEBN': SyncIEBN}
+IEBN_TYPES = {
+    'BN': IEBN,
+    'BN2d': IEBN,
+    'IEBN': IEBN,
+    'mmstiff.IEBN': IEBN,
+    'SyncBN': SyncIEBN,
+    'SyncIEBN': SyncIEBN,
+    'mmstiff.SyncIEBN': SyncIEBN
+}
 #: the norm of an adaptor built without a ``norm_cfg`` (the paper's BN)
 DEFAULT_NORM_CFG = dict(type='BN')
 #: ``norm_cfg`` types that build torch's ``SyncBatchNorm``; an adaptor builds

@@ -58,16 +58,19 @@ def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
 
     if adaptor_blocks is None:
         adaptor_blocks = [None] * num_stages
-    _check_sequence('adaptor_blocks', adaptor_blocks, num_stages,
-                    'block-index lists or None')
+    _check_sequence('adaptor_blocks', adaptor_blocks, num_stages, 'block-index lists or None')
 
     placement = []
-    for stage, (num_blocks, chosen, indices) in enumerate(
-            zip(stage_blocks, adaptor_stages, adaptor_blocks)):
+    for stage, (num_blocks, chosen,
+                indices) in enumerate(zip(stage_blocks, adaptor_stages, adaptor_blocks)):
         if indices is None:
             selected = range(num_blocks)
         else:
-            selected = check_indices(f'adaptor_blocks[{stage}]', indices, num_blocks,
-                                     what=f'blocks of stage {stage}', alternatives=('None', ))
+            selected = check_indices(
+                f'adaptor_blocks[{stage}]',
+                indices,
+                num_blocks,
+                what=f'blocks of stage {stage}',
+                alternatives=('None', ))
         placement.append([chosen and j in selected for j in range(num_blocks)])
     return placement

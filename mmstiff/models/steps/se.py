@@ -22,6 +22,7 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
 
+
 @MODELS.register_module()
 class SEAdaptor(StepAdaptor):
     """Δ_t = sigmoid(W2 relu(W1 GAP(f))), a step size from the residual alone (docs/methods.md §3).
@@ -43,8 +44,14 @@ class SEAdaptor(StepAdaptor):
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
-    def __init__(self, channels, layout='nchw', ratio=16, divisor=8, squeeze_channels=None,
-                 start='paper', init_cfg=None):
+    def __init__(self,
+                 channels,
+                 layout='nchw',
+                 ratio=16,
+                 divisor=8,
+                 squeeze_channels=None,
+                 start='paper',
+                 init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         self.start = check_start(start)
         check_positive_int('channels', channels)
@@ -54,10 +61,10 @@ class SEAdaptor(StepAdaptor):
         check_positive_int('squeeze_channels', squeeze_channels)
         self.channels = channels
         self.squeeze_channels = squeeze_channels
-        self.conv1 = ConvModule(channels, squeeze_channels, kernel_size=1,
-                                act_cfg=dict(type='ReLU'))
-        self.conv2 = ConvModule(squeeze_channels, channels, kernel_size=1,
-                                act_cfg=dict(type='Sigmoid'))
+        self.conv1 = ConvModule(
+            channels, squeeze_channels, kernel_size=1, act_cfg=dict(type='ReLU'))
+        self.conv2 = ConvModule(
+            squeeze_channels, channels, kernel_size=1, act_cfg=dict(type='Sigmoid'))
         #: Δ = step_scale · sigmoid(·): 2 for the identity start (Δ = 1 at W2 = 0, b2 = 0)
         self.step_scale = 2.0 if start == 'identity' else 1.0
         self.reset_start()
@@ -75,7 +82,7 @@ class SEAdaptor(StepAdaptor):
     def step_from_pooled(self, state, residual):
         """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read."""
         pooled = residual[:, :, None, None]
-        step = self.conv2(self.conv1(pooled))                # (B, C, 1, 1)
+        step = self.conv2(self.conv1(pooled))  # (B, C, 1, 1)
         if self.layout == 'nlc':
             step = step.view(step.shape[0], 1, self.channels)
         return step * self.step_scale if self.step_scale != 1.0 else step

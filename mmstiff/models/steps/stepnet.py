@@ -49,8 +49,8 @@ def grouped_pointwise(u, v, weight, groups):
     if groups == channels:
         w = weight.view(channels, 2)
         return torch.addcmul(u * w[:, 0], v, w[:, 1])
-    pairs = interleave_states(u, v).view(u.shape[0], groups, -1)          # (B, g, 2C/g)
-    w = weight.view(groups, channels // groups, -1)                        # (g, C/g, 2C/g)
+    pairs = interleave_states(u, v).view(u.shape[0], groups, -1)  # (B, g, 2C/g)
+    w = weight.view(groups, channels // groups, -1)  # (g, C/g, 2C/g)
     return torch.einsum('bgi,goi->bgo', pairs, w).reshape(u.shape[0], channels)
 
 
@@ -119,8 +119,16 @@ class StepNetAdaptor(StepAdaptor):
 
     takes_norm_cfg = True
 
-    def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie', start='paper',
-                 ie_weight_init=None, ie_bias_init=None, norm_cfg=None, init_cfg=None):
+    def __init__(self,
+                 channels,
+                 layout='nchw',
+                 groups=None,
+                 norm='bn_ie',
+                 start='paper',
+                 ie_weight_init=None,
+                 ie_bias_init=None,
+                 norm_cfg=None,
+                 init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         check_positive_int('channels', channels)
         groups = channels if groups is None else check_positive_int('groups', groups)
@@ -146,8 +154,12 @@ class StepNetAdaptor(StepAdaptor):
         self.conv = nn.Conv2d(2 * channels, channels, kernel_size=1, groups=groups, bias=False)
         if norm == 'iebn':
             affine = dict(weight_init=0.0, bias_init=0.0) if identity else {}
-            self.norm = build_pooled_iebn(norm_cfg, channels, ie_weight_init=ie_weight_init,
-                                          ie_bias_init=ie_bias_init, **affine)
+            self.norm = build_pooled_iebn(
+                norm_cfg,
+                channels,
+                ie_weight_init=ie_weight_init,
+                ie_bias_init=ie_bias_init,
+                **affine)
         else:
             self.norm = build_pooled_norm(norm_cfg, channels)
             self.ie_weight_init = ie_weight_init
@@ -200,12 +212,11 @@ class StepNetAdaptor(StepAdaptor):
     def step_from_pooled(self, state, residual):
         """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``."""
         u = state
-        v = u + residual                                     # GAP(x_t + f)
+        v = u + residual  # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
-        z = self._normalise(z)                               # (B, C, 1, 1)
+        z = self._normalise(z)  # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':
-            z = torch.addcmul(self.ie_bias.view(1, -1, 1, 1), self.ie_weight.view(1, -1, 1, 1),
-                              z)
+            z = torch.addcmul(self.ie_bias.view(1, -1, 1, 1), self.ie_weight.view(1, -1, 1, 1), z)
         step = torch.sigmoid(z)
         if self.step_scale != 1.0:
             step = step * self.step_scale

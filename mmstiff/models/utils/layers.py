@@ -14,5 +14,4 @@ def select_layers(field, value, num_layers):
         return frozenset()
     if isinstance(value, str) and value == 'all':
         return frozenset(range(num_layers))
-    return check_indices(field, value, num_layers, what='layers',
-                         alternatives=('None', "'all'"))
+    return check_indices(field, value, num_layers, what='layers', alternatives=('None', "'all'"))

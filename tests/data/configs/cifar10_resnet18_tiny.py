@@ -9,10 +9,14 @@ data_root = 'data/cifar10'
 # No random augmentation, so that a resumed run can be compared with an uninterrupted one.
 pipeline = [dict(type='PackInputs')]
 train_dataloader = dict(
-    batch_size=2, num_workers=0, persistent_workers=False,
+    batch_size=2,
+    num_workers=0,
+    persistent_workers=False,
     dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, pipeline=pipeline))
 val_dataloader = dict(
-    batch_size=4, num_workers=0, persistent_workers=False,
+    batch_size=4,
+    num_workers=0,
+    persistent_workers=False,
     dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, pipeline=pipeline))
 test_dataloader = val_dataloader
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=2, val_interval=1000)

@@ -14,14 +14,19 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=scale, keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True),
-    dict(type='PackDetInputs',
-         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+    dict(
+        type='PackDetInputs',
+        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
 train_dataloader = dict(
-    batch_size=2, num_workers=0, persistent_workers=False,
+    batch_size=2,
+    num_workers=0,
+    persistent_workers=False,
     dataset=dict(data_root=data_root, pipeline=train_pipeline))
 val_dataloader = dict(
-    batch_size=1, num_workers=0, persistent_workers=False,
+    batch_size=1,
+    num_workers=0,
+    persistent_workers=False,
     dataset=dict(data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
