@@ -2,7 +2,7 @@
 gradients, BN statistics, and what the diagnostics read (docs/methods.md §0, "The fused step").
 
 On the CPU ``fused=True`` runs the fused step's autograd Functions on the PyTorch kernels, the
-same Functions that run the Triton kernels on CUDA (tests/cuda/test_fused_step.py).
+same Functions that run the Triton kernels on CUDA (tests/cuda/test_fused_step_cuda.py).
 """
 import copy
 import types
