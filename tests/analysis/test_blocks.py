@@ -1,5 +1,7 @@
-"""Block discovery: backbones declare their block classes; analysis names no backbone module."""
+"""Block discovery: blocks declare themselves through their class, upstream ones are known by
+name; analysis imports no model module."""
 import ast
+import importlib
 import json
 import os
 import os.path as osp
@@ -7,6 +9,8 @@ import subprocess
 import sys
 
 import pytest
+
+from mmstiff.analysis.blocks import UPSTREAM_BLOCKS, UPSTREAM_GATES
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 ANALYSIS = osp.join(REPO, 'mmstiff', 'analysis')
@@ -39,8 +43,8 @@ print(json.dumps(dict(before=before, kinds=kinds)))
 @pytest.mark.slow
 @pytest.mark.det
 def test_block_kinds_are_declared_by_the_backbones_and_found_from_analysis_alone():
-    # a script that imports only mmstiff.analysis finds every declared block: the declaring
-    # package is imported at the first lookup, not before
+    # a script that imports only mmstiff.analysis finds every block kind without importing
+    # mmstiff.models: upstream blocks by name, mmstiff's by their class attribute
     proc = subprocess.run([sys.executable, '-c', SCRIPT],
                           capture_output=True,
                           text=True,
@@ -62,8 +66,8 @@ def test_block_kinds_are_declared_by_the_backbones_and_found_from_analysis_alone
     }
 
 
-def _named_modules(path):
-    """Every module an analysis file imports, and every name-like string in its code."""
+def _imported_modules(path):
+    """Every module an analysis file imports (those inside functions too)."""
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read(), path)
     names = []
@@ -72,18 +76,32 @@ def _named_modules(path):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             names.append(node.module)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and not any(c.isspace() for c in node.value):  # a name, not prose
-            names.append(node.value)
     return names
 
 
-def test_analysis_imports_and_names_no_backbone_module():
+def test_analysis_imports_no_model_module():
     found = []
     for name in sorted(os.listdir(ANALYSIS)):
         if name.endswith('.py'):
-            for module in _named_modules(osp.join(ANALYSIS, name)):
-                if module.startswith(('mmstiff.models.', 'mmpretrain', 'mmdet')) or \
-                        'backbones' in module:
+            for module in _imported_modules(osp.join(ANALYSIS, name)):
+                if module.startswith(('mmstiff.models', 'mmpretrain', 'mmdet')):
                     found.append(f'{name}: {module}')
     assert found == []
+
+
+@pytest.mark.parametrize('table', [UPSTREAM_BLOCKS, UPSTREAM_GATES])
+def test_the_upstream_names_are_real_classes(table):
+    """Each full name in the tables of upstream classes is the class it names (mmdet's where it
+    can be imported): a renamed upstream class would otherwise go unrecorded silently."""
+    checked = 0
+    for full_name in table:
+        module_name, _, qualname = full_name.rpartition('.')
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # no mmdet, or mmdet without mmcv's compiled ops
+            assert module_name.startswith('mmdet'), full_name
+            continue
+        cls = getattr(module, qualname)
+        assert isinstance(cls, type) and f'{cls.__module__}.{cls.__qualname__}' == full_name
+        checked += 1
+    assert checked >= 1

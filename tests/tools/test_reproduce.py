@@ -62,9 +62,9 @@ def reproduce(*args, env=None, timeout=900):
     (("label='stepnet'", "label='plain'"), "runs[1].label='plain' is used twice"),
     ((f"config={DEMO!r})", "config='configs/demo/missing.py')"),
      "runs[1].config='configs/demo/missing.py' does not exist"),
-    (("config={DEMO!r})".format(DEMO=DEMO), f"config={DEMO!r}, analysis=['tns', 'hessian'])"),
-     "runs[1].analysis[1]='hessian' is not an analysis tool; expected one of "
-     "['freq_noise', 'spectrum', 'tns']"),
+    (("config={DEMO!r})".format(DEMO=DEMO), f"config={DEMO!r}, analysis=['tns', 'hessain'])"),
+     "runs[1].analysis[1]='hessain' is not an analysis tool; expected one of "
+     "['freq_noise', 'hessian', 'spectrum', 'tns']"),
     (("baseline=True", "baseline='se'"), "runs[0].baseline='se' names 'se', which is not a label"),
     (("seeds = [0, 1]", "seeds = [0, 1]\nseed = 3"), "unknown field(s) ['seed']"),
     (("seeds = [0, 1]", "seeds = [0, 1]\ncfg_options = ['randomness.seed=3']"),

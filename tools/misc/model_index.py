@@ -1,6 +1,7 @@
 """Write ``configs/*/metafile.yml`` and ``model-index.yml``, the model index mim and MMEngine read.
 
-One entry per config of ``configs/<folder>/`` (``_base_`` and ``studies`` excepted): its
+One entry per config of ``configs/<folder>/`` (``_base_``, ``studies`` and the stiff-dynamics
+``testbed`` excepted): its
 collection and paper, training data, epochs and total batch size from the config, the
 parameters and FLOPs measured here with :func:`mmengine.analysis.get_model_complexity_info` at
 the paper's input size (224 for ImageNet, 32 for CIFAR, 96 for STL-10, 28 for Fashion-MNIST,
@@ -23,7 +24,7 @@ import re
 import sys
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-SKIP_FOLDERS = ('_base_', 'studies')
+SKIP_FOLDERS = ('_base_', 'studies', 'testbed')
 
 PAPERS = dict(
     stepnet=dict(
