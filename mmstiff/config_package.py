@@ -42,8 +42,8 @@ def resolve_upstream_config(cfg_path):
     module, rel = cfg_path.split('::', 1)
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            f'{module} is not installed, please install {module} manually', name=module)
+        raise ModuleNotFoundError(f'{module} is not installed, please install {module} manually',
+                                  name=module)
     path = osp.join(osp.dirname(spec.origin), '.mim', 'configs', rel)
     if not osp.isfile(path):
         raise FileNotFoundError(f'{cfg_path!r}: {path} does not exist')

@@ -186,3 +186,16 @@ def missing_dependency(exc, what='this'):
                         f'{dist} {version} does not have: {MMCV_OPS_HINT}')
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def import_detection_class(module, name, what):
+    """``module.name``, a class that needs mmdet; an ``ImportError`` whose one-line message
+    names what to install when mmdet is missing or cannot run here (:func:`missing_dependency`).
+    ``what`` names the class for the message (``'mmstiff.CocoDataset'``)."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        message = missing_dependency(e, what)
+        if message is None:
+            raise
+        raise ImportError(message) from None

@@ -52,8 +52,8 @@ def _run_tool(*args, env=None, check=True, timeout=900):
         cmd = [osp.join(REPO, cmd[0])] + cmd[1:]
     full_env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1')
     full_env.update(env or {})
-    proc = subprocess.run(
-        cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n'
                              f'{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}')

@@ -13,9 +13,8 @@ def test_check_positive_int():
             check_positive_int('interval', bad)
         assert f'interval={bad!r}' in str(err.value)
         assert str(err.value).endswith('expected a positive int')
-    with pytest.raises(
-            ValueError, match='num_samples=0 is not supported; expected None or a '
-            'positive int'):
+    with pytest.raises(ValueError, match='num_samples=0 is not supported; expected None or a '
+                       'positive int'):
         check_positive_int('num_samples', 0, optional=True)
 
 
@@ -70,8 +69,7 @@ def test_check_config():
     checked = check_config('adaptor', cfg, reserved=('channels', ))
     assert checked == cfg and checked is not cfg  # a copy: the caller may fill it in
     with pytest.raises(
-            ValueError,
-            match="adaptor='se' is not supported; expected None or a "
+            ValueError, match="adaptor='se' is not supported; expected None or a "
             "dict with a 'type', e.g. dict"):
         check_config('adaptor', 'se', example="dict(type='mmstiff.SEAdaptor')")
     with pytest.raises(ValueError, match=r"msa_adaptor=\{'ratio': 8\}"):

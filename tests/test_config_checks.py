@@ -15,17 +15,9 @@ DEMO = osp.join(REPO, 'configs', 'demo', 'preact-resnet20-stepnet_1xb128-3e_fash
 
 
 def train_args(**kw):
-    base = dict(
-        config=DEMO,
-        work_dir=None,
-        resume=None,
-        amp=False,
-        no_validate=False,
-        auto_scale_lr=False,
-        no_pin_memory=False,
-        no_persistent_workers=False,
-        cfg_options=None,
-        launcher='none')
+    base = dict(config=DEMO, work_dir=None, resume=None, amp=False, no_validate=False,
+                auto_scale_lr=False, no_pin_memory=False, no_persistent_workers=False,
+                cfg_options=None, launcher='none')
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -49,9 +41,8 @@ def test_closest_names_follow_difflib_ratio():
 def test_misspelled_type_names_the_field_and_the_closest_names():
     cfg = dict(
         model=dict(
-            type='ImageClassifier',
-            backbone=dict(
-                type='mmstiff.StepResNet', depth=18, adaptor=dict(type='mmstiff.StepNetAdaptr'))))
+            type='ImageClassifier', backbone=dict(type='mmstiff.StepResNet', depth=18, adaptor=dict(
+                type='mmstiff.StepNetAdaptr'))))
     with pytest.raises(ValueError) as err:
         check_mmstiff_types(cfg)
     assert str(err.value).startswith(
@@ -61,8 +52,7 @@ def test_misspelled_type_names_the_field_and_the_closest_names():
         custom_hooks=[dict(type='mmstiff.StiffnessHook'),
                       dict(type='mmstiff.FrequncyHook')])
     with pytest.raises(
-            ValueError,
-            match=r"^custom_hooks\.1\.type='mmstiff\.FrequncyHook' .*"
+            ValueError, match=r"^custom_hooks\.1\.type='mmstiff\.FrequncyHook' .*"
             r"did you mean 'mmstiff\.FrequencyHook'"):
         check_mmstiff_types(hooks)
     # nothing close: every registered name is listed
@@ -92,14 +82,12 @@ def test_max_iters_on_an_epoch_based_config_says_which_key_to_use():
         'epoch-based), so set train_cfg.max_epochs instead')
     iters = Config(dict(train_cfg=dict(type='IterBasedTrainLoop', max_iters=5, max_epochs=1)))
     with pytest.raises(
-            ValueError,
-            match=r'^train_cfg.max_epochs=1 .* iteration-based .* '
+            ValueError, match=r'^train_cfg.max_epochs=1 .* iteration-based .* '
             r'train_cfg.max_iters=5 \(IterBasedTrainLoop'):
         check_train_loop(iters)
     typo = Config(dict(train_cfg=dict(by_epoch=True, max_epochs=1, val_intervall=1)))
     with pytest.raises(
-            ValueError,
-            match=r'^train_cfg.val_intervall=1 .* did you mean '
+            ValueError, match=r'^train_cfg.val_intervall=1 .* did you mean '
             r'train_cfg.val_interval\?$'):
         check_train_loop(typo)
 
@@ -117,14 +105,8 @@ def test_tools_report_the_checks_as_config_errors():
 @pytest.mark.slow
 def test_train_cli_stops_with_one_line_before_any_work(run_tool, tmp_path):
     work = tmp_path / 'work'
-    proc = run_tool(
-        'tools/train.py',
-        DEMO,
-        '--work-dir',
-        str(work),
-        '--cfg-options',
-        'train_cfg.max_iters=5',
-        check=False)
+    proc = run_tool('tools/train.py', DEMO, '--work-dir', str(work), '--cfg-options',
+                    'train_cfg.max_iters=5', check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         'error: train_cfg.max_iters=5 is not an argument of the epoch-based training loop; '

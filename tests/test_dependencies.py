@@ -58,12 +58,8 @@ def run_fresh(code, site=None):
     """Run ``code`` in a fresh interpreter, ``site`` first on its path; return the process."""
     path = [p for p in (site, REPO, os.environ.get('PYTHONPATH')) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
-                          cwd=REPO,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 def mmcv_now():
@@ -222,14 +218,10 @@ def test_detection_config_without_mmcv_ops_ends_in_one_line(tool, tmp_path):
         checkpoint = tmp_path / 'model.pth'
         checkpoint.write_bytes(b'never read')
         args.insert(1, str(checkpoint))
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / 'site'), REPO]), OMP_NUM_THREADS='1')
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', tool), *args],
-                          cwd=REPO,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / 'site'), REPO]),
+               OMP_NUM_THREADS='1')
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', tool), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert 'Traceback' not in proc.stderr, proc.stderr[-4000:]
     last = proc.stderr.strip().splitlines()[-1]

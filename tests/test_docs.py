@@ -76,10 +76,8 @@ def repository_files(root):
     """Tracked files and new files git does not ignore; every text file when git is absent."""
     try:
         out = subprocess.run(
-            ['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'],
-            cwd=root,
-            capture_output=True,
-            check=True).stdout
+            ['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'], cwd=root,
+            capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return walk_text_files(root, sorted(os.listdir(root)))
     return sorted(

@@ -69,11 +69,7 @@ class Venv:
 
     def run(self, *args, cwd=None, check=True, timeout=900):
         proc = subprocess.run(
-            list(args),
-            cwd=str(cwd or self.root),
-            env=self.env,
-            capture_output=True,
-            text=True,
+            list(args), cwd=str(cwd or self.root), env=self.env, capture_output=True, text=True,
             timeout=timeout)
         if check:
             assert proc.returncode == 0, (f'{args} exited {proc.returncode}\n'
@@ -169,11 +165,8 @@ def test_detection_with_mmcv_lite_ends_in_one_line(user):
     user.pip('install', '-q', 'mmcv-lite==2.1.0')
     mim = user.mim_dir()
     proc = user.py(
-        osp.join(mim, 'tools', 'train.py'),
-        osp.join(mim, 'configs', DET),
-        '--work-dir',
-        str(user.root / 'det'),
-        check=False)
+        osp.join(mim, 'tools', 'train.py'), osp.join(mim, 'configs', DET), '--work-dir',
+        str(user.root / 'det'), check=False)
     assert proc.returncode == 1
     assert 'Traceback' not in proc.stderr and 'DetStackWarning' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (

@@ -34,10 +34,7 @@ def site(tmp_path_factory):
     proc = subprocess.run([
         sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w',
         str(dist), src
-    ],
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    ], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not osp.exists(osp.join(src, 'mmstiff', '.mim'))  # the build copied, the tree stayed
     (wheel, ) = dist.glob('mmstiff-*.whl')
@@ -47,19 +44,14 @@ def site(tmp_path_factory):
 
 
 def installed_env(site):
-    return dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [site, os.environ.get('PYTHONPATH')])),
-        OMP_NUM_THREADS='1')
+    return dict(os.environ,
+                PYTHONPATH=os.pathsep.join(filter(None, [site, os.environ.get('PYTHONPATH')])),
+                OMP_NUM_THREADS='1')
 
 
 def run(site, *args, cwd=None, check=True, timeout=600):
-    proc = subprocess.run([sys.executable, *args],
-                          cwd=cwd or REPO,
-                          env=installed_env(site),
-                          capture_output=True,
-                          text=True,
-                          timeout=timeout)
+    proc = subprocess.run([sys.executable, *args], cwd=cwd or REPO, env=installed_env(site),
+                          capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -172,8 +164,7 @@ def test_unknown_mmstiff_base_names_the_missing_file(tmp_path):
     mine = tmp_path / 'mine.py'
     mine.write_text("_base_ = 'mmstiff::vit/no-such-config.py'\n")
     with pytest.raises(
-            FileNotFoundError,
-            match=r"'mmstiff::vit/no-such-config.py' is not an "
+            FileNotFoundError, match=r"'mmstiff::vit/no-such-config.py' is not an "
             r'mmstiff config: .*no-such-config.py does not'):
         Config.fromfile(str(mine))
 
@@ -203,10 +194,7 @@ def test_upstream_bases_resolve_without_pkg_resources(tmp_path):
     base = 'mmpretrain::_base_/default_runtime.py'
     expected = list(Config._get_cfg_path(base, str(tmp_path / 'mine.py')))
     proc = subprocess.run([sys.executable, '-c', NO_PKG_RESOURCES, base,
-                           str(tmp_path / 'x.py')],
-                          capture_output=True,
-                          text=True,
-                          timeout=300)
+                           str(tmp_path / 'x.py')], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
     assert expected[1] == 'mmpretrain' and osp.isfile(expected[0])
@@ -280,17 +268,8 @@ def test_mim_run_finds_the_packaged_scripts(site, tmp_path):
     assert f'Use the script {script}' in proc.stdout
 
     config = osp.join(REPO, 'configs', 'vit', 'vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py')
-    proc = run(
-        site,
-        '-m',
-        'mim',
-        'run',
-        'mmpretrain',
-        'get_flops',
-        config,
-        '--shape',
-        '32',
-        cwd=str(tmp_path))
+    proc = run(site, '-m', 'mim', 'run', 'mmpretrain', 'get_flops', config, '--shape', '32',
+               cwd=str(tmp_path))
     params = re.search(r'Params: ([\d.]+)M', proc.stdout)
     assert params, proc.stdout[-2000:]
     measured = indexed_models()['vit-lite-7-p4-stepnet_1xb128-200e_cifar10']['Metadata']
@@ -311,43 +290,16 @@ def test_mim_train_and_test_run_the_packaged_tools(site, tiny_data, tmp_path):
     ]
     config = osp.join(REPO, 'tests', 'data', 'configs', 'cifar10_resnet18_tiny.py')
     work = tmp_path / 'work'
-    proc = run(
-        site,
-        '-m',
-        'mim',
-        'train',
-        'mmstiff',
-        config,
-        '--gpus',
-        '0',
-        '--work-dir',
-        str(work),
-        '--cfg-options',
-        *options,
-        cwd=str(tmp_path))
+    proc = run(site, '-m', 'mim', 'train', 'mmstiff', config, '--gpus', '0', '--work-dir',
+               str(work), '--cfg-options', *options, cwd=str(tmp_path))
     tools = osp.join(site, 'mmstiff', '.mim', 'tools')
     assert f'{tools}/train.py {config} --launcher none' in proc.stdout
     assert (work / 'iter_2.pth').is_file()
 
     metrics = tmp_path / 'metrics.json'
-    proc = run(
-        site,
-        '-m',
-        'mim',
-        'test',
-        'mmstiff',
-        config,
-        '--checkpoint',
-        str(work / 'iter_2.pth'),
-        '--gpus',
-        '0',
-        '--work-dir',
-        str(work),
-        '--out',
-        str(metrics),
-        '--cfg-options',
-        *options,
-        cwd=str(tmp_path))
+    proc = run(site, '-m', 'mim', 'test', 'mmstiff', config, '--checkpoint',
+               str(work / 'iter_2.pth'), '--gpus', '0', '--work-dir', str(work), '--out',
+               str(metrics), '--cfg-options', *options, cwd=str(tmp_path))
     assert f'{tools}/test.py {config}' in proc.stdout
     assert 0.0 <= json.loads(metrics.read_text())['accuracy/top1'] <= 100.0
 
@@ -357,18 +309,8 @@ def test_mim_train_finds_a_config_by_name_in_the_package(site, tmp_path):
     """A bare config name is looked up in the installed package's configs; train.py then
     refuses the unknown flag, so nothing trains."""
     name = 'vit-lite-7-p4-stepnet_1xb128-200e_cifar10.py'
-    proc = run(
-        site,
-        '-m',
-        'mim',
-        'train',
-        'mmstiff',
-        name,
-        '--gpus',
-        '0',
-        '--no-such-flag',
-        cwd=str(tmp_path),
-        check=False)
+    proc = run(site, '-m', 'mim', 'train', 'mmstiff', name, '--gpus', '0', '--no-such-flag',
+               cwd=str(tmp_path), check=False)
     found = osp.join(site, 'mmstiff', '.mim', 'configs', 'vit', name)
     assert f'will use {found} instead' in proc.stdout, proc.stdout[-2000:]
     assert proc.returncode != 0 and 'unrecognized arguments: --no-such-flag' in proc.stderr

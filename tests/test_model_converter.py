@@ -38,8 +38,7 @@ def _torchvision_features(model, x):
 
 def _classifier(depth, feat_dim):
     return ImageClassifier(
-        backbone=dict(type='ResNet', depth=depth),
-        neck=dict(type='GlobalAveragePooling'),
+        backbone=dict(type='ResNet', depth=depth), neck=dict(type='GlobalAveragePooling'),
         head=dict(type='LinearClsHead', num_classes=1000, in_channels=feat_dim))
 
 

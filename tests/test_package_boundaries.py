@@ -96,15 +96,10 @@ result = dict(model=type(model).__module__, out=list(out[-1].shape))
 def _report(script, path=()):
     """Run ``script`` in a fresh interpreter (``path``: folders put first on its PYTHONPATH)."""
     env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
+        os.environ, PYTHONPATH=os.pathsep.join(
             [*path, REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, '-c', script],
-                          capture_output=True,
-                          text=True,
-                          cwd=REPO,
-                          env=env,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -168,12 +168,8 @@ print(json.dumps(out))
 
 
 def run_python(code, timeout=600):
-    proc = subprocess.run([sys.executable, '-c', code],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=timeout,
-                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS='1'))
     assert proc.returncode == 0, proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -223,11 +219,8 @@ def test_det_step_resnet_placeholder_builds_and_hands_over_to_the_real_class():
 
 def copy_checkout(dst):
     """Copy the files git would commit (tracked or not ignored) of the checkout to ``dst``."""
-    files = subprocess.run(['git', 'ls-files', '-co', '--exclude-standard', '-z'],
-                           cwd=REPO,
-                           capture_output=True,
-                           text=True,
-                           check=True).stdout.split('\0')
+    files = subprocess.run(['git', 'ls-files', '-co', '--exclude-standard', '-z'], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split('\0')
     for name in filter(None, files):
         src = osp.join(REPO, name)
         if osp.isfile(src):
@@ -250,17 +243,13 @@ def test_pip_install_leaves_the_installed_torch_alone(tmp_path):
 
     def pip(*args):
         proc = subprocess.run([py, '-m', 'pip', '--disable-pip-version-check', *args],
-                              capture_output=True,
-                              text=True,
-                              timeout=900)
+                              capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout
 
     pip('install', '-q', 'torch==2.13.0')
     torch_before = subprocess.run([py, '-c', 'import torch; print(torch.__version__)'],
-                                  capture_output=True,
-                                  text=True,
-                                  check=True).stdout.strip()
+                                  capture_output=True, text=True, check=True).stdout.strip()
     src = copy_checkout(str(tmp_path / 'src'))
     pip('install', src)
     listed = json.loads(pip('list', '--format=json'))
@@ -277,9 +266,7 @@ def test_pip_install_leaves_the_installed_torch_alone(tmp_path):
     code = ('import sys; import mmstiff; from mmengine.config import Config; '
             'cfg = Config.fromfile(sys.argv[1]); print(cfg.model.backbone.type)')
     proc = subprocess.run(
-        [py, '-W', 'ignore', '-c', code, str(config)],
-        capture_output=True,
-        text=True,
+        [py, '-W', 'ignore', '-c', code, str(config)], capture_output=True, text=True,
         cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     from mmengine.config import Config

@@ -52,28 +52,21 @@ QUICK_OPTIONS = [
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--config', default=None,
+                        help=f'config to train (default: {DEMO_CONFIG} beside this tool)')
     parser.add_argument(
-        '--config', default=None, help=f'config to train (default: {DEMO_CONFIG} beside this tool)')
-    parser.add_argument(
-        '--work-dir',
-        default=None,
-        help='where to write (default: work_dirs/demo, with --quick '
+        '--work-dir', default=None, help='where to write (default: work_dirs/demo, with --quick '
         'work_dirs/demo-quick)')
     parser.add_argument(
-        '--data-root',
-        default=None,
+        '--data-root', default=None,
         help='the Fashion-MNIST folder (default: data/fashion_mnist; with '
         '--quick the tiny dataset written into WORK_DIR/data)')
     parser.add_argument(
-        '--quick',
-        action='store_true',
+        '--quick', action='store_true',
         help='first run in about a minute with nothing downloaded: a tiny '
         'dataset in Fashion-MNIST format written locally, one short epoch')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        default=[],
-        help='extra key=value overrides passed to train.py and test.py')
+    parser.add_argument('--cfg-options', nargs='+', default=[],
+                        help='extra key=value overrides passed to train.py and test.py')
     args = parser.parse_args(argv)
     if args.config is None:
         args.config = osp.join(ROOT, DEMO_CONFIG)

@@ -156,12 +156,8 @@ def how_to_install(dst, cache_dir):
             f'or put the four unzipped *-ubyte files in {dst}.')
 
 
-def prepare_fashion_mnist(dst='data/fashion_mnist',
-                          system_dir=SYSTEM_DIR,
-                          use_apt=False,
-                          counts=FULL_COUNTS,
-                          cache_dir=None,
-                          run=_run):
+def prepare_fashion_mnist(dst='data/fashion_mnist', system_dir=SYSTEM_DIR, use_apt=False,
+                          counts=FULL_COUNTS, cache_dir=None, run=_run):
     """Make Fashion-MNIST's unzipped IDX files available in ``dst``; return ``dst``.
 
     Args:
@@ -226,13 +222,10 @@ def prepare_fashion_mnist(dst='data/fashion_mnist',
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--dst', default='data/fashion_mnist',
+                        help='folder to fill (the data_root of FashionMNIST configs)')
     parser.add_argument(
-        '--dst',
-        default='data/fashion_mnist',
-        help='folder to fill (the data_root of FashionMNIST configs)')
-    parser.add_argument(
-        APT_FLAG,
-        action='store_true',
+        APT_FLAG, action='store_true',
         help=f'when {PACKAGE} is not installed, run apt-get to install it (as '
         'root) or to download and extract it into a user cache; the commands '
         'are printed before they run')

@@ -71,57 +71,38 @@ def positive_int(text):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('study', help='study file (configs/studies/<name>.py|.yaml) or its name')
+    parser.add_argument('--jobs', type=positive_int, default=1,
+                        help='runs at a time (default 1); each run is one process at a time')
+    parser.add_argument('--report-only', action='store_true',
+                        help='only rewrite the page and the index from the existing runs.json')
     parser.add_argument(
-        '--jobs',
-        type=positive_int,
-        default=1,
-        help='runs at a time (default 1); each run is one process at a time')
-    parser.add_argument(
-        '--report-only',
-        action='store_true',
-        help='only rewrite the page and the index from the existing runs.json')
-    parser.add_argument(
-        '--recollect',
-        action='store_true',
+        '--recollect', action='store_true',
         help='read the numbers of the finished runs again from their work dirs '
         '(after an upgrade of mmstiff/studies/collect.py), then go on as usual')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='print the runs and their commands, run nothing')
+    parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
+                        help='root of the runs\' work dirs (default work_dirs/studies)')
+    parser.add_argument('--results-dir', default=osp.join(REPO, 'docs', 'results'),
+                        help='where runs.json, the page and the index go (default docs/results)')
     parser.add_argument(
-        '--dry-run', action='store_true', help='print the runs and their commands, run nothing')
-    parser.add_argument(
-        '--work-dir',
-        default=osp.join(REPO, 'work_dirs', 'studies'),
-        help='root of the runs\' work dirs (default work_dirs/studies)')
-    parser.add_argument(
-        '--results-dir',
-        default=osp.join(REPO, 'docs', 'results'),
-        help='where runs.json, the page and the index go (default docs/results)')
-    parser.add_argument(
-        '--configs',
-        metavar='NAME',
+        '--configs', metavar='NAME',
         help="apply the study file's configs[NAME] (another config, e.g. the "
         'paper-scale one); the study is then named <name>.<NAME>')
     parser.add_argument(
-        '--set',
-        action='append',
-        default=[],
-        metavar='KEY=VALUE',
+        '--set', action='append', default=[], metavar='KEY=VALUE',
         help='a config option added to every run (repeatable); use your own '
         '--work-dir and --results-dir for such a run')
     parser.add_argument(
-        '--launcher',
-        default='none',
-        help='how train and test start: none '
+        '--launcher', default='none', help='how train and test start: none '
         '(one process), pytorch (tools/dist_*.sh) or slurm (tools/slurm_*.sh)')
     parser.add_argument(
-        '--gpus',
-        type=positive_int,
-        default=1,
+        '--gpus', type=positive_int, default=1,
         help='GPUs of each train / test stage (pytorch, slurm), or the GPUs the '
         'runs are spread over (--device cuda)')
     parser.add_argument('--partition', help='the Slurm partition (--launcher slurm)')
     parser.add_argument(
-        '--device',
-        help='cpu: hide the GPUs; cuda: run i on GPU i mod --gpus, '
+        '--device', help='cpu: hide the GPUs; cuda: run i on GPU i mod --gpus, '
         '--jobs runs at a time (several small runs packed onto each GPU)')
     return parser.parse_args(argv)
 
@@ -266,8 +247,8 @@ def recollect(plans, state):
     for plan in plans:
         entry = state.run(plan.key)
         if entry.get('status') == DONE and osp.isdir(plan.path(plan.work_dir)):
-            state.update(
-                plan.key, record=collect_run(plan.path(plan.work_dir), plan.variant.analysis))
+            state.update(plan.key,
+                         record=collect_run(plan.path(plan.work_dir), plan.variant.analysis))
 
 
 def run_study(study, plans, state, args, results_dir, work_root):

@@ -27,34 +27,25 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument(
-        '--work-dir', help='the directory to save the file containing '
-        'evaluation metrics')
+    parser.add_argument('--work-dir', help='the directory to save the file containing '
+                        'evaluation metrics')
     parser.add_argument('--out', help='dump predictions (.pkl) or metrics (.json/.yaml) to FILE')
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin memory in the dataloaders')
     parser.add_argument(
-        '--no-pin-memory', action='store_true', help='do not pin memory in the dataloaders')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        type=cfg_option,
+        '--cfg-options', nargs='+', action=DictAction, type=cfg_option,
         help='override settings in the config, key=value pairs such as '
         'test_dataloader.batch_size=32')
     parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
+        '--trust-checkpoint', action='store_true',
         help='unpickle CHECKPOINT in full; only for files from a source you trust (a pickle '
         'can run code). By default it loads weights-only')
     parser.add_argument(
-        '--allow-partial-load',
-        action='store_true',
+        '--allow-partial-load', action='store_true',
         help='evaluate even when CHECKPOINT does not match the model (missing, unexpected or '
         'differently shaped parameters keep their initial values); by default an error')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     add_non_finite_arg(parser)
     return parser.parse_args(argv)
@@ -63,8 +54,7 @@ def parse_args(argv=None):
 def add_non_finite_arg(parser):
     """``--allow-non-finite``: evaluate a checkpoint with NaN or inf values anyway."""
     parser.add_argument(
-        '--allow-non-finite',
-        action='store_true',
+        '--allow-non-finite', action='store_true',
         help='evaluate even when CHECKPOINT holds NaN or inf weights or statistics (a '
         'diverged run); by default an error naming them, before any evaluation')
 

@@ -27,48 +27,33 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     resume = parser.add_mutually_exclusive_group()
     resume.add_argument(
-        '--resume',
-        nargs='?',
-        type=str,
-        const='auto',
+        '--resume', nargs='?', type=str, const='auto',
         help='resume from the given checkpoint, or, with no path, from the newest complete '
         'checkpoint in the work dir; stops with an error (writing nothing) when there is none')
     resume.add_argument(
-        '--resume-or-start',
-        action='store_true',
+        '--resume-or-start', action='store_true',
         help='resume like --resume when the work dir has a complete checkpoint, else start '
         'a new run (for job scripts that rerun the same command after a preemption)')
+    parser.add_argument('--amp', action='store_true',
+                        help='enable automatic mixed precision training (needs CUDA)')
+    parser.add_argument('--no-validate', action='store_true',
+                        help='do not evaluate checkpoints during training')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the learning rate by the actual total batch size')
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin memory in the dataloaders')
+    parser.add_argument('--no-persistent-workers', action='store_true',
+                        help='do not use persistent workers in the dataloaders')
     parser.add_argument(
-        '--amp', action='store_true', help='enable automatic mixed precision training (needs CUDA)')
-    parser.add_argument(
-        '--no-validate', action='store_true', help='do not evaluate checkpoints during training')
-    parser.add_argument(
-        '--auto-scale-lr',
-        action='store_true',
-        help='scale the learning rate by the actual total batch size')
-    parser.add_argument(
-        '--no-pin-memory', action='store_true', help='do not pin memory in the dataloaders')
-    parser.add_argument(
-        '--no-persistent-workers',
-        action='store_true',
-        help='do not use persistent workers in the dataloaders')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        type=cfg_option,
+        '--cfg-options', nargs='+', action=DictAction, type=cfg_option,
         help='override settings in the config, key=value pairs such as '
         'train_cfg.max_epochs=2 optim_wrapper.optimizer.lr=0.01')
     parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
+        '--trust-checkpoint', action='store_true',
         help='unpickle the --resume / load_from checkpoint in full; only for files from a '
         'source you trust (a pickle can run code). By default checkpoints load weights-only')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     return parser.parse_args(argv)
 

@@ -18,24 +18,12 @@ _base_ = [
 ]
 
 model = dict(
-    type='ImageClassifier',
-    backbone=dict(
-        type='mmstiff.AlterNet',
-        depth=18,
-        stem='cifar',
-        in_channels=1,
-        base_channels=16,
-        strides=(2, 2, 2, 2),
-        num_heads=(1, 2, 4, 8),
-        head_dim=16,
-        window_size=7),
+    type='ImageClassifier', backbone=dict(type='mmstiff.AlterNet', depth=18, stem='cifar',
+                                          in_channels=1, base_channels=16, strides=(2, 2, 2, 2),
+                                          num_heads=(1, 2, 4, 8), head_dim=16, window_size=7),
     neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=128,
-        loss=dict(type='CrossEntropyLoss'),
-        topk=(1, )))
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=128,
+              loss=dict(type='CrossEntropyLoss'), topk=(1, )))
 
 # AdamW as in the paper's recipe, at a short-schedule learning rate
 optim_wrapper = dict(optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999)))
@@ -49,8 +37,8 @@ test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=128)
 
 default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
+    logger=dict(type='LoggerHook', interval=50), checkpoint=dict(type='CheckpointHook', interval=1,
+                                                                 max_keep_ckpts=2))
 
 custom_hooks = [
     dict(type='mmstiff.StiffnessHook', interval=50),

@@ -12,16 +12,12 @@ _base_ = ['mmpretrain::_base_/default_runtime.py']
 data_root = 'data/imagenet'
 
 model = dict(
-    type='ImageClassifier',
-    backbone=dict(
-        type='mmstiff.AlterNet', depth=50, stem='imagenet', window_size=7, drop_path_rate=0.1),
+    type='ImageClassifier', backbone=dict(type='mmstiff.AlterNet', depth=50, stem='imagenet',
+                                          window_size=7, drop_path_rate=0.1),
     neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=1000,
-        in_channels=2048,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-        cal_acc=False),
+    head=dict(type='LinearClsHead', num_classes=1000, in_channels=2048,
+              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
+                        mode='original'), cal_acc=False),
     train_cfg=dict(augments=[dict(type='Mixup', alpha=1.0),
                              dict(type='CutMix', alpha=0.8)]))
 
@@ -35,22 +31,12 @@ train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='RandomResizedCrop', scale=224, backend='pillow', interpolation='bicubic'),
     dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(
-        type='RandAugment',
-        policies='timm_increasing',
-        num_policies=2,
-        total_level=10,
-        magnitude_level=9,
-        magnitude_std=0.5,
-        hparams=dict(pad_val=bgr_mean, interpolation='bicubic')),
+    dict(type='RandAugment', policies='timm_increasing', num_policies=2, total_level=10,
+         magnitude_level=9, magnitude_std=0.5, hparams=dict(pad_val=bgr_mean,
+                                                            interpolation='bicubic')),
     # erased patches are the mean colour, i.e. zero after normalisation
-    dict(
-        type='RandomErasing',
-        erase_prob=0.25,
-        mode='const',
-        min_area_ratio=0.02,
-        max_area_ratio=1 / 3,
-        fill_color=bgr_mean),
+    dict(type='RandomErasing', erase_prob=0.25, mode='const', min_area_ratio=0.02,
+         max_area_ratio=1 / 3, fill_color=bgr_mean),
     dict(type='PackInputs'),
 ]
 test_pipeline = [
@@ -61,14 +47,12 @@ test_pipeline = [
 ]
 
 train_dataloader = dict(
-    batch_size=32,
-    num_workers=8,
-    dataset=dict(type='ImageNet', data_root=data_root, split='train', pipeline=train_pipeline),
+    batch_size=32, num_workers=8, dataset=dict(type='ImageNet', data_root=data_root, split='train',
+                                               pipeline=train_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=True))
 val_dataloader = dict(
-    batch_size=64,
-    num_workers=8,
-    dataset=dict(type='ImageNet', data_root=data_root, split='val', pipeline=test_pipeline),
+    batch_size=64, num_workers=8, dataset=dict(type='ImageNet', data_root=data_root, split='val',
+                                               pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(type='Accuracy', topk=(1, 5))
 test_dataloader = val_dataloader
@@ -78,20 +62,10 @@ test_evaluator = val_evaluator
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1.25e-4, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8))
 param_scheduler = [
-    dict(
-        type='LinearLR',
-        start_factor=1e-3,
-        by_epoch=True,
-        begin=0,
-        end=5,
-        convert_to_iter_based=True),
-    dict(
-        type='CosineAnnealingLR',
-        eta_min=0.0,
-        by_epoch=True,
-        begin=5,
-        end=300,
-        convert_to_iter_based=True),
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=5,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=True, begin=5, end=300,
+         convert_to_iter_based=True),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 val_cfg = dict()

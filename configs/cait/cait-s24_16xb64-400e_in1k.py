@@ -35,13 +35,8 @@ test_dataloader = val_dataloader
 
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
-    dict(
-        type='CosineAnnealingLR',
-        eta_min=1e-5,
-        by_epoch=True,
-        begin=5,
-        end=400,
-        convert_to_iter_based=True)
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5, end=400,
+         convert_to_iter_based=True)
 ]
 train_cfg = dict(by_epoch=True, max_epochs=400, val_interval=1)
 # mmpretrain's DeiT schedule clips gradients at norm 5; the DeiT and CaiT code do not

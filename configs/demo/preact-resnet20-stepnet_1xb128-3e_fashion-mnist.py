@@ -12,23 +12,12 @@ _base_ = [
 ]
 
 adaptor = dict(type='mmstiff.StepNetAdaptor')
-backbone = dict(
-    type='mmstiff.PreActStepResNet',
-    depth=20,
-    in_channels=1,
-    base_channels=16,
-    strides=(2, 2, 2),
-    adaptor=adaptor)
+backbone = dict(type='mmstiff.PreActStepResNet', depth=20, in_channels=1, base_channels=16,
+                strides=(2, 2, 2), adaptor=adaptor)
 model = dict(
-    type='ImageClassifier',
-    backbone=backbone,
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=64,
-        loss=dict(type='CrossEntropyLoss'),
-        topk=(1, )))
+    type='ImageClassifier', backbone=backbone, neck=dict(type='GlobalAveragePooling'),
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=64,
+              loss=dict(type='CrossEntropyLoss'), topk=(1, )))
 
 optim_wrapper = dict(
     optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True))
@@ -41,8 +30,8 @@ val_cfg = dict()
 test_cfg = dict()
 
 default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
+    logger=dict(type='LoggerHook', interval=50), checkpoint=dict(type='CheckpointHook', interval=1,
+                                                                 max_keep_ckpts=2))
 
 # Training diagnostics: per-block neural stiffness index (NSI), step sizes and TNS every 50
 # iterations; high-frequency ratio and Δ log amplitude every 100. They go to the JSON log, the

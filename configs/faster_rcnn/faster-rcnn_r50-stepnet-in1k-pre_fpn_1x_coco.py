@@ -15,5 +15,5 @@ stepnet_in1k_checkpoint = 'work_dirs/resnet50-stepnet_8xb32-120e_in1k/epoch_120.
 
 model = dict(
     backbone=dict(
-        adaptor=dict(start='paper'),
-        init_cfg=dict(type='Pretrained', checkpoint=stepnet_in1k_checkpoint, prefix='backbone.')))
+        adaptor=dict(start='paper'), init_cfg=dict(
+            type='Pretrained', checkpoint=stepnet_in1k_checkpoint, prefix='backbone.')))

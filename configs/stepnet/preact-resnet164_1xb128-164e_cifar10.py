@@ -14,13 +14,11 @@ _base_ = [
 data_root = 'data/cifar10'
 
 train_dataloader = dict(
-    batch_size=128,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, split='train', download=False))
+    batch_size=128, num_workers=4, dataset=dict(type='mmstiff.CIFAR10', data_root=data_root,
+                                                split='train', download=False))
 val_dataloader = dict(
-    batch_size=256,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, split='test', download=False))
+    batch_size=256, num_workers=4, dataset=dict(type='mmstiff.CIFAR10', data_root=data_root,
+                                                split='test', download=False))
 test_dataloader = val_dataloader
 
 # mmpretrain's CIFAR schedule is already SGD 0.9, lr 0.1, wd 1e-4, batch 128; the paper's

@@ -11,8 +11,8 @@ _base_ = [
 data_root = 'data/stl10'
 
 # STL-10 training-split pixel statistics (RGB, 0..255).
-data_preprocessor = dict(
-    num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2], to_rgb=False)
+data_preprocessor = dict(num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2],
+                         to_rgb=False)
 
 train_pipeline = [
     dict(type='RandomCrop', crop_size=96, padding=12),
@@ -22,14 +22,12 @@ train_pipeline = [
 test_pipeline = [dict(type='PackInputs')]
 
 train_dataloader = dict(
-    batch_size=128,
-    num_workers=4,
-    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='train', pipeline=train_pipeline),
+    batch_size=128, num_workers=4, dataset=dict(type='mmstiff.STL10', data_root=data_root,
+                                                split='train', pipeline=train_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=True))
 val_dataloader = dict(
-    batch_size=128,
-    num_workers=4,
-    dataset=dict(type='mmstiff.STL10', data_root=data_root, split='test', pipeline=test_pipeline),
+    batch_size=128, num_workers=4, dataset=dict(type='mmstiff.STL10', data_root=data_root,
+                                                split='test', pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader

@@ -12,12 +12,11 @@ data_root = 'data/imagenet/'
 model = dict(backbone=dict(type='mmstiff.StepResNet', depth=34))
 
 train_dataloader = dict(
-    batch_size=32,
-    dataset=dict(
-        type='ImageNet', data_root=data_root, ann_file='meta/train.txt', data_prefix='train'))
+    batch_size=32, dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/train.txt',
+                                data_prefix='train'))
 val_dataloader = dict(
-    batch_size=32,
-    dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/val.txt', data_prefix='val'))
+    batch_size=32, dataset=dict(type='ImageNet', data_root=data_root, ann_file='meta/val.txt',
+                                data_prefix='val'))
 test_dataloader = val_dataloader
 
 optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4))

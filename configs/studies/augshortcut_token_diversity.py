@@ -24,11 +24,8 @@ claim = dict(
             'alike: their mean pairwise cosine similarity is lower by at least 0.05 than '
             'without; secondary: the similarity at every depth and the test top-1. Scale for '
             '2 CPU cores: 6 000 training images, 3 epochs, 3 seeds.'))
-outcome = dict(
-    metric='spectrum/token_cos/last',
-    comparison=['augmented', 'vit'],
-    direction='less',
-    margin=0.05)
+outcome = dict(metric='spectrum/token_cos/last', comparison=['augmented', 'vit'], direction='less',
+               margin=0.05)
 seeds = [0, 1, 2]  # more seeds extend the study (finished runs are kept)
 cfg_options = [
     'model.backbone.arch.num_layers=8', 'train_dataloader.dataset.indices=6000',
@@ -38,10 +35,7 @@ analysis = ['spectrum']
 analysis_args = dict(spectrum=['--num-batches', '2'])
 runs = [
     dict(label='vit', config=_vit, baseline=True),
-    dict(
-        label='augmented',
-        config=_vit,
-        cfg_options=['model.backbone.aug_shortcut.num_paths=2'],
-        baseline='vit'),
+    dict(label='augmented', config=_vit, cfg_options=['model.backbone.aug_shortcut.num_paths=2'],
+         baseline='vit'),
 ]
 verdict = None

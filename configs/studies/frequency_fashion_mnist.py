@@ -30,31 +30,23 @@ claim = dict(
 seeds = [0, 1, 2]
 analysis = ['spectrum']
 # the flags of the runs reused from stepnet_vs_se_fashion_mnist
-analysis_args = dict(
-    tns=['--num-batches', '4'], spectrum=['--num-batches', '2'], freq_noise=['--num-batches', '2'])
+analysis_args = dict(tns=['--num-batches', '4'], spectrum=['--num-batches', '2'],
+                     freq_noise=['--num-batches', '2'])
 reuse = ['stepnet_vs_se_fashion_mnist', 'oversmoothing_fashion_mnist']
 runs = [
-    dict(
-        label='alternet18-small',
-        baseline=False,
-        config='configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'),
-    dict(
-        label='preact-resnet20',
-        baseline=False,
-        config='configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py',
-        cfg_options=['model.backbone.adaptor=None'],
-        analysis=['tns', 'spectrum', 'freq_noise']),
-    dict(
-        label='vit8',
-        config='configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py',
-        cfg_options=['model.backbone.arch.num_layers=8'],
-        baseline=False),
+    dict(label='alternet18-small', baseline=False,
+         config='configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'),
+    dict(label='preact-resnet20', baseline=False,
+         config='configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py',
+         cfg_options=['model.backbone.adaptor=None'], analysis=['tns', 'spectrum', 'freq_noise']),
+    dict(label='vit8', config='configs/vit/vit-tiny-p4_1xb128-2e_fashion-mnist.py',
+         cfg_options=['model.backbone.arch.num_layers=8'], baseline=False),
 ]
 _s = 'spectrum/dlogamp_step/'
 # The primary outcome: the ViT's MSA steps lower the high-frequency log amplitude at 1.0π
 # (one-sample, against 0); smallest effect of interest 0.05 log units.
-outcome = dict(
-    metric='spectrum/dlogamp_step/msa', comparison=['vit8'], direction='less', margin=0.05)
+outcome = dict(metric='spectrum/dlogamp_step/msa', comparison=['vit8'], direction='less',
+               margin=0.05)
 verdict = (
     'Inconclusive for the declared outcome, with every seed on the claimed side: the 8-layer '
     'ViT\'s MSA steps change the Δ log amplitude at 1.0π by {mean[vit8][%(s)smsa]} '

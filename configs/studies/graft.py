@@ -61,33 +61,24 @@ claim = dict(
 seeds = [0, 1, 2]
 cfg_options = ['train_cfg.val_begin=1000', 'custom_hooks=[]']
 runs = [
-    dict(
-        label='plain-3e', config=_config, cfg_options=_adaptors['plain'], seeds=[0], baseline=False)
+    dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], seeds=[0],
+         baseline=False)
 ]
 runs += [
-    dict(
-        label=f'step0.{label}',
-        config=_config,
-        cfg_options=_step0 + options,
-        baseline=True if label == 'plain' else 'step0.plain')
+    dict(label=f'step0.{label}', config=_config, cfg_options=_step0 + options,
+         baseline=True if label == 'plain' else 'step0.plain')
     for label, options in _adaptors.items()
 ]
 runs += [
-    dict(
-        label=f'ft.{label}',
-        config=_config,
-        cfg_options=_fine_tune + options,
-        baseline=True if label == 'plain' else 'ft.plain') for label, options in _adaptors.items()
+    dict(label=f'ft.{label}', config=_config, cfg_options=_fine_tune + options,
+         baseline=True if label == 'plain' else 'ft.plain') for label, options in _adaptors.items()
 ]
 # Filled in after looking at the results page, with its numbers as placeholders.
 _top1 = '[test/accuracy/top1]'
 # The primary outcome (the project's hypothesis): StepNet grafted with the identity start
 # fine-tunes as well as the plain network fine-tuned alike, within ±0.5 points of top-1.
-outcome = dict(
-    metric='test/accuracy/top1',
-    comparison=['ft.stepnet-identity', 'ft.plain'],
-    direction='equivalent',
-    margin=0.5)
+outcome = dict(metric='test/accuracy/top1', comparison=['ft.stepnet-identity', 'ft.plain'],
+               direction='equivalent', margin=0.5)
 verdict = (
     'Equivalence shown within ±0.5 points: StepNet grafted with the identity start and '
     'fine-tuned one epoch ends {diff[ft.stepnet-identity]' + _top1 + '} points from the plain '

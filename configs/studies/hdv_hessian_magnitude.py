@@ -27,9 +27,8 @@ claim = dict(
             'right), NEP, the largest eigenvalue. Scale for 2 CPU cores: 6 000 training '
             'images, 3 epochs, 4 batches of 16 for the spectrum, 2 seeds; the paper trains '
             'on CIFAR-100 and ImageNet and measures 10 batches.'))
-outcome = dict(
-    metric='hessian/log_ape', comparison=['vit', 'resnet'], direction='less',
-    margin=0.69)  # ln 2: eigenvalues at least halved
+outcome = dict(metric='hessian/log_ape', comparison=['vit', 'resnet'], direction='less',
+               margin=0.69)  # ln 2: eigenvalues at least halved
 seeds = [0, 1]  # sized for a shared 2-core machine; more seeds extend the study
 cfg_options = [
     'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'
@@ -37,11 +36,8 @@ cfg_options = [
 analysis = ['hessian']
 analysis_args = dict(hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50'])
 runs = [
-    dict(
-        label='resnet',
-        config=_alternet,
-        cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'],
-        baseline=True),
+    dict(label='resnet', config=_alternet, cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'],
+         baseline=True),
     dict(label='vit', config=_vit, baseline='resnet'),
     dict(label='alternet', config=_alternet, baseline='resnet'),
 ]

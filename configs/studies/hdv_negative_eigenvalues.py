@@ -24,26 +24,20 @@ claim = dict(
             'eigenvalues of a 4-layer ViT trained on a tenth of Fashion-MNIST is higher, by at '
             'least 0.05, than that of the same ViT trained on all of it for as many iterations; '
             'secondary: the most negative eigenvalue, APE. 3 seeds, 4 batches of 16.'))
-outcome = dict(
-    metric='hessian/nep', comparison=['vit_small', 'vit_large'], direction='greater', margin=0.05)
+outcome = dict(metric='hessian/nep', comparison=['vit_small', 'vit_large'], direction='greater',
+               margin=0.05)
 seeds = [0, 1, 2]  # more seeds extend the study (finished runs are kept)
 cfg_options = _serial
 analysis = ['hessian']
 analysis_args = dict(
     hessian=['--num-batches', '4', '--top-k', '5', '--max-iter', '50', '--most-negative'])
 runs = [
+    dict(label='vit_large', config=_vit,
+         cfg_options=['train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1'], baseline=True),
     dict(
-        label='vit_large',
-        config=_vit,
-        cfg_options=['train_cfg.max_epochs=1', 'param_scheduler.1.T_max=1'],
-        baseline=True),
-    dict(
-        label='vit_small',
-        config=_vit,
-        cfg_options=[
+        label='vit_small', config=_vit, cfg_options=[
             'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=10',
             'param_scheduler.1.T_max=10'
-        ],
-        baseline='vit_large'),
+        ], baseline='vit_large'),
 ]
 verdict = None

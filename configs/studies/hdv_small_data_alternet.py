@@ -21,18 +21,15 @@ claim = dict(
             'a higher test top-1 than the ResNet-18 it is built from (by at least 0.5 points, '
             'about the gain the paper reports on CIFAR-100 rescaled to Fashion-MNIST\'s error), '
             '3 seeds.'))
-outcome = dict(
-    metric='test/accuracy/top1', comparison=['alternet', 'resnet'], direction='greater', margin=0.5)
+outcome = dict(metric='test/accuracy/top1', comparison=['alternet', 'resnet'], direction='greater',
+               margin=0.5)
 seeds = [0, 1, 2]  # more seeds extend the study (finished runs are kept)
 cfg_options = [
     'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'
 ] + _serial
 runs = [
-    dict(
-        label='resnet',
-        config=_alternet,
-        cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'],
-        baseline=True),
+    dict(label='resnet', config=_alternet, cfg_options=['model.backbone.num_msa_blocks=[0,0,0,0]'],
+         baseline=True),
     dict(label='alternet', config=_alternet, baseline='resnet'),
 ]
 reuse = ['hdv_hessian_magnitude']

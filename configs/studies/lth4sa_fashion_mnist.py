@@ -32,20 +32,16 @@ reuse = ['stepnet_vs_se_fashion_mnist']
 runs = [
     dict(label='plain', config=_config, cfg_options=['model.backbone.adaptor=None'], baseline=True),
     dict(label='stepnet-every-block', config=_config, baseline='plain'),
-    dict(
-        label='stepnet-one-per-stage',
-        config=_config,
-        cfg_options=['model.backbone.adaptor_blocks=[[0],[0],[0]]'],
-        baseline=['plain', 'stepnet-every-block']),
+    dict(label='stepnet-one-per-stage', config=_config,
+         cfg_options=['model.backbone.adaptor_blocks=[[0],[0],[0]]'],
+         baseline=['plain', 'stepnet-every-block']),
 ]
 _one, _all = 'stepnet-one-per-stage', 'stepnet-every-block'
 # The primary outcome: adaptors in one block per stage match adaptors in every block in top-1,
 # within ±0.5 points (about half the paper's gains rescaled to Fashion-MNIST's error).
-outcome = dict(
-    metric='test/accuracy/top1',
-    comparison=['stepnet-one-per-stage', 'stepnet-every-block'],
-    direction='equivalent',
-    margin=0.5)
+outcome = dict(metric='test/accuracy/top1',
+               comparison=['stepnet-one-per-stage',
+                           'stepnet-every-block'], direction='equivalent', margin=0.5)
 verdict = (
     'Equivalence shown for top-1, at ±0.5 points: one StepNet adaptor per stage (3 of 9 blocks) '
     'and adaptors in every block differ by {diff[%(one)s][%(all)s][test/accuracy/top1]} points '

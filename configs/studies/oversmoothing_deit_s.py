@@ -25,29 +25,17 @@ seeds = [0, 1, 2]
 analysis = ['spectrum']
 analysis_args = dict(spectrum=['--num-batches', '4'])
 runs = [
-    dict(
-        label='deit12',
-        config=_twelve,
-        cfg_options=['model.backbone.attn_scale_layers=None'],
-        baseline=True),
+    dict(label='deit12', config=_twelve, cfg_options=['model.backbone.attn_scale_layers=None'],
+         baseline=True),
     dict(label='deit12-attnscale', config=_twelve, baseline='deit12'),
-    dict(
-        label='deit12-featscale',
-        config=_dir + 'deit-small-featscale_4xb256_in1k.py',
-        baseline='deit12'),
+    dict(label='deit12-featscale', config=_dir + 'deit-small-featscale_4xb256_in1k.py',
+         baseline='deit12'),
     dict(label='deit24', config=_deep, baseline=True),
-    dict(
-        label='deit24-attnscale',
-        config=_dir + 'deit-small-24layer-attnscale_4xb256_in1k.py',
-        baseline='deit24'),
-    dict(
-        label='deit24-featscale',
-        config=_dir + 'deit-small-24layer-featscale_4xb256_in1k.py',
-        baseline='deit24'),
+    dict(label='deit24-attnscale', config=_dir + 'deit-small-24layer-attnscale_4xb256_in1k.py',
+         baseline='deit24'),
+    dict(label='deit24-featscale', config=_dir + 'deit-small-24layer-featscale_4xb256_in1k.py',
+         baseline='deit24'),
 ]
-outcome = dict(
-    metric='test/accuracy/top1',
-    comparison=['deit24-attnscale', 'deit24'],
-    direction='greater',
-    margin=0.3)
+outcome = dict(metric='test/accuracy/top1', comparison=['deit24-attnscale', 'deit24'],
+               direction='greater', margin=0.3)
 verdict = None

@@ -21,20 +21,14 @@ claim = dict(
             'top-1 across the runs, and top-1 (secondary) rises with SE and more with StepNet.'))
 seeds = [0, 1, 2, 3, 4]
 analysis = ['tns', 'spectrum', 'freq_noise']
-analysis_args = dict(
-    tns=['--num-batches', '8'], spectrum=['--num-batches', '4'], freq_noise=['--num-batches', '4'])
+analysis_args = dict(tns=['--num-batches', '8'], spectrum=['--num-batches', '4'],
+                     freq_noise=['--num-batches', '4'])
 runs = [
     dict(label='plain', config=_dir + 'preact-resnet164_1xb128-164e_cifar100.py', baseline=True),
     dict(label='se', config=_dir + 'preact-resnet164-se_1xb128-164e_cifar100.py', baseline='plain'),
-    dict(
-        label='stepnet',
-        config=_dir + 'preact-resnet164-stepnet_1xb128-164e_cifar100.py',
-        baseline=['plain', 'se']),
+    dict(label='stepnet', config=_dir + 'preact-resnet164-stepnet_1xb128-164e_cifar100.py',
+         baseline=['plain', 'se']),
 ]
-outcome = dict(
-    metric='tns/network',
-    comparison=['stepnet', 'plain'],
-    direction='greater',
-    margin=0.2,
-    link='test/accuracy/top1')
+outcome = dict(metric='tns/network', comparison=['stepnet', 'plain'], direction='greater',
+               margin=0.2, link='test/accuracy/top1')
 verdict = None

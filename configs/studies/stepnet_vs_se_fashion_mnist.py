@@ -29,15 +29,12 @@ claim = dict(
 seeds = [0, 1, 2]
 analysis = ['tns', 'spectrum', 'freq_noise']
 # as many test batches as tools/demo.py analyses
-analysis_args = dict(
-    tns=['--num-batches', '4'], spectrum=['--num-batches', '2'], freq_noise=['--num-batches', '2'])
+analysis_args = dict(tns=['--num-batches', '4'], spectrum=['--num-batches', '2'],
+                     freq_noise=['--num-batches', '2'])
 runs = [
     dict(label='plain', config=_config, cfg_options=['model.backbone.adaptor=None'], baseline=True),
-    dict(
-        label='se',
-        config=_config,
-        cfg_options=['model.backbone.adaptor.type=mmstiff.SEAdaptor'],
-        baseline='plain'),
+    dict(label='se', config=_config, cfg_options=['model.backbone.adaptor.type=mmstiff.SEAdaptor'],
+         baseline='plain'),
     dict(label='stepnet', config=_config, baseline=['plain', 'se']),
 ]
 # Filled in after looking at the results page, with its numbers as placeholders, e.g.
@@ -49,19 +46,14 @@ configs = dict(
     converged=dict(
         cfg_options=[
             'train_cfg.max_epochs=30', 'train_cfg.val_interval=30', 'param_scheduler.1.T_max=30'
-        ],
-        seeds=list(range(10))))
+        ], seeds=list(range(10))))
 
 # The primary outcome (the abstract's "stiffness-aware step size adaptor ... to measure intrinsic
 # SP", and TNS as its "quantitative metric of representational ability"): StepNet raises the
 # total neural stiffness over the plain network; smallest effect of interest 0.2 (about 10% of
 # the plain network's TNS here); its link to top-1 over every run is reported beside it.
-outcome = dict(
-    metric='tns/network',
-    comparison=['stepnet', 'plain'],
-    direction='greater',
-    margin=0.2,
-    link='test/accuracy/top1')
+outcome = dict(metric='tns/network', comparison=['stepnet', 'plain'], direction='greater',
+               margin=0.2, link='test/accuracy/top1')
 verdict = (
     'Inconclusive at this scale. The declared outcome is the abstract\'s: a step-size adaptor '
     'that measures stiffness should raise the total neural stiffness (TNS) over the plain '

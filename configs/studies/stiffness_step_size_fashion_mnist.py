@@ -28,17 +28,13 @@ claim = dict(
             'cores; `--configs converged` runs 30 epochs and 10 seeds.'))
 seeds = [0, 1, 2]
 analysis = ['tns', 'spectrum', 'freq_noise']
-analysis_args = dict(
-    tns=['--num-batches', '4'], spectrum=['--num-batches', '2'], freq_noise=['--num-batches', '2'])
+analysis_args = dict(tns=['--num-batches', '4'], spectrum=['--num-batches', '2'],
+                     freq_noise=['--num-batches', '2'])
 reuse = ['stepnet_vs_se_fashion_mnist']
 runs = [
     # the declared outcome is SE's: 8 seeds (0-2 from stepnet_vs_se_fashion_mnist)
-    dict(
-        label='se',
-        config=_config,
-        cfg_options=['model.backbone.adaptor.type=mmstiff.SEAdaptor'],
-        baseline=True,
-        seeds=[0, 1, 2, 3, 4, 5, 6, 7]),
+    dict(label='se', config=_config, cfg_options=['model.backbone.adaptor.type=mmstiff.SEAdaptor'],
+         baseline=True, seeds=[0, 1, 2, 3, 4, 5, 6, 7]),
     dict(label='stepnet', config=_config, baseline='se'),
 ]
 _c = 'log/stiffness/nsi_step_corr/'
@@ -48,14 +44,13 @@ configs = dict(
     converged=dict(
         cfg_options=[
             'train_cfg.max_epochs=30', 'train_cfg.val_interval=30', 'param_scheduler.1.T_max=30'
-        ],
-        seeds=list(range(10))))
+        ], seeds=list(range(10))))
 
 # The primary outcome: SE's (the module of Fig. 2) per-batch NSI-step correlation in the first
 # stage is negative; smallest effect of interest r = 0.1. The per-trajectory reading
 # (derived/nsi_step_corr/per_trajectory/layer1) and StepNet are secondary.
-outcome = dict(
-    metric='log/stiffness/nsi_step_corr/layer1', comparison=['se'], direction='less', margin=0.1)
+outcome = dict(metric='log/stiffness/nsi_step_corr/layer1', comparison=['se'], direction='less',
+               margin=0.1)
 verdict = (
     'Inconclusive for SE, the module of the paper\'s Fig. 2. Per batch (the correlation over '
     'the samples of a training batch, the declared outcome) SE\'s first-stage r is '

@@ -22,11 +22,8 @@ claim = dict(
             "SE's (which sees only f(x)). Secondary: the pooled correlation over every (sample, "
             'step) pair and the step sizes per step; the non-stiff task\'s correlations are on '
             'the testbed_stiff_flow page. 5 seeds.'))
-outcome = dict(
-    metric='test/flow/step_stiffness_corr_trajectory',
-    comparison=['stepnet_stiff', 'se_stiff'],
-    direction='less',
-    margin=0.1)
+outcome = dict(metric='test/flow/step_stiffness_corr_trajectory',
+               comparison=['stepnet_stiff', 'se_stiff'], direction='less', margin=0.1)
 # 5 seeds, sized for a shared 2-core machine; the full design's 20 are list(range(20)) (the
 # finished runs are kept)
 seeds = list(range(5))

@@ -26,11 +26,8 @@ claim = dict(
             'secondary: against SE, and the same comparisons on the non-stiff version (rates '
             'over [1, 2]), where an adaptive step should matter less. Error as ln of the '
             'relative error on 512 test trajectories, 5 seeds per variant.'))
-outcome = dict(
-    metric='test/flow/final_log_error',
-    comparison=['stepnet_stiff', 'plain_stiff'],
-    direction='less',
-    margin=0.1)  # 0.1 in ln: a 10 % lower error
+outcome = dict(metric='test/flow/final_log_error', comparison=['stepnet_stiff', 'plain_stiff'],
+               direction='less', margin=0.1)  # 0.1 in ln: a 10 % lower error
 # 5 seeds, sized for a shared 2-core machine; the full design's 20 are list(range(20)) (the
 # finished runs are kept)
 seeds = list(range(5))

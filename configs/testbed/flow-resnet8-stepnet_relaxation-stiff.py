@@ -7,28 +7,17 @@
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
 system = dict(dim=8, spread=100.0, coupling=1.0, horizon=1.0, num_steps=8, system_seed=0)
-model = dict(
-    type='mmstiff.FlowResNet',
-    dim=8,
-    depth=8,
-    hidden=32,
-    adaptor=dict(type='mmstiff.StepNetAdaptor'),
-    supervise='trajectory')
+model = dict(type='mmstiff.FlowResNet', dim=8, depth=8, hidden=32,
+             adaptor=dict(type='mmstiff.StepNetAdaptor'), supervise='trajectory')
 
 train_dataloader = dict(
-    batch_size=128,
-    num_workers=0,
-    persistent_workers=False,
-    collate_fn=dict(type='default_collate'),
-    sampler=dict(type='DefaultSampler', shuffle=True),
-    dataset=dict(
-        type='mmstiff.StiffFlowDataset', num_samples=1024, split='train', seed=0, **system))
+    batch_size=128, num_workers=0, persistent_workers=False,
+    collate_fn=dict(type='default_collate'), sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(type='mmstiff.StiffFlowDataset', num_samples=1024, split='train', seed=0,
+                 **system))
 test_dataloader = dict(
-    batch_size=512,
-    num_workers=0,
-    persistent_workers=False,
-    collate_fn=dict(type='default_collate'),
-    sampler=dict(type='DefaultSampler', shuffle=False),
+    batch_size=512, num_workers=0, persistent_workers=False,
+    collate_fn=dict(type='default_collate'), sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type='mmstiff.StiffFlowDataset', num_samples=512, split='test', seed=0, **system))
 test_evaluator = dict(type='mmstiff.FlowMetric')
 val_dataloader = val_cfg = val_evaluator = None
@@ -41,5 +30,5 @@ train_cfg = dict(by_epoch=True, max_epochs=20)
 test_cfg = dict()
 
 default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=8),
-    checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=1))
+    logger=dict(type='LoggerHook', interval=8), checkpoint=dict(type='CheckpointHook', interval=5,
+                                                                max_keep_ckpts=1))

@@ -16,44 +16,30 @@ data_root = 'data/cifar10'
 
 model = dict(
     type='ImageClassifier',
-    backbone=dict(
-        type='mmstiff.StepViT',
-        arch=dict(embed_dims=256, num_layers=7, num_heads=4, feedforward_channels=512),
-        img_size=32,
-        patch_size=4,
-        drop_path_rate=0.1),
-    neck=None,
-    head=dict(
-        type='VisionTransformerClsHead',
-        num_classes=10,
-        in_channels=256,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
-    ])
+    backbone=dict(type='mmstiff.StepViT', arch=dict(embed_dims=256, num_layers=7, num_heads=4,
+                                                    feedforward_channels=512), img_size=32,
+                  patch_size=4, drop_path_rate=0.1), neck=None,
+    head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=256,
+              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')), init_cfg=[
+                  dict(type='TruncNormal', layer='Linear', std=.02),
+                  dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+              ])
 
 train_dataloader = dict(
-    batch_size=128,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, split='train', download=False))
+    batch_size=128, num_workers=4, dataset=dict(type='mmstiff.CIFAR10', data_root=data_root,
+                                                split='train', download=False))
 val_dataloader = dict(
-    batch_size=256,
-    num_workers=4,
-    dataset=dict(type='mmstiff.CIFAR10', data_root=data_root, split='test', download=False))
+    batch_size=256, num_workers=4, dataset=dict(type='mmstiff.CIFAR10', data_root=data_root,
+                                                split='test', download=False))
 test_dataloader = val_dataloader
 
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999)),
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        flat_decay_mult=0.0,
-        custom_keys={
+        norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0, custom_keys={
             '.cls_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0)
-        }),
-    clip_grad=dict(max_norm=5.0))
+        }), clip_grad=dict(max_norm=5.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=10, convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=10),

@@ -11,8 +11,8 @@ data_root = 'data/cifar100'
 dataset_type = 'CIFAR100'  # the name mmpretrain's CIFAR-100 configs carry
 
 # mmpretrain's CIFAR-100 pixel statistics (_base_/datasets/cifar100_bs16.py)
-data_preprocessor = dict(
-    num_classes=100, mean=[129.304, 124.070, 112.434], std=[68.170, 65.392, 70.418])
+data_preprocessor = dict(num_classes=100, mean=[129.304, 124.070, 112.434],
+                         std=[68.170, 65.392, 70.418])
 model = dict(head=dict(num_classes=100))
 
 train_dataloader = dict(dataset=dict(type='mmstiff.CIFAR100', data_root=data_root))

@@ -10,8 +10,8 @@ data_root = 'data/stl10'
 model = dict(backbone=dict(img_size=96, patch_size=8))
 
 # STL-10 training-split pixel statistics (RGB, 0..255).
-data_preprocessor = dict(
-    num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2], to_rgb=False)
+data_preprocessor = dict(num_classes=10, mean=[113.9, 112.1, 103.7], std=[66.4, 65.4, 69.2],
+                         to_rgb=False)
 
 train_pipeline = [
     dict(type='RandomCrop', crop_size=96, padding=12),
@@ -21,17 +21,9 @@ train_pipeline = [
 test_pipeline = [dict(type='PackInputs')]
 
 train_dataloader = dict(
-    dataset=dict(
-        _delete_=True,
-        type='mmstiff.STL10',
-        data_root=data_root,
-        split='train',
-        pipeline=train_pipeline))
+    dataset=dict(_delete_=True, type='mmstiff.STL10', data_root=data_root, split='train',
+                 pipeline=train_pipeline))
 val_dataloader = dict(
-    dataset=dict(
-        _delete_=True,
-        type='mmstiff.STL10',
-        data_root=data_root,
-        split='test',
-        pipeline=test_pipeline))
+    dataset=dict(_delete_=True, type='mmstiff.STL10', data_root=data_root, split='test',
+                 pipeline=test_pipeline))
 test_dataloader = val_dataloader

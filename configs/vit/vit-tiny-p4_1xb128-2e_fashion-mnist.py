@@ -18,36 +18,23 @@ _base_ = [
 
 model = dict(
     type='ImageClassifier',
-    backbone=dict(
-        type='mmstiff.StepViT',
-        arch=dict(embed_dims=64, num_layers=4, num_heads=4, feedforward_channels=128),
-        img_size=28,
-        patch_size=4,
-        in_channels=1,
-        drop_path_rate=0.0),
-    neck=None,
-    head=dict(
-        type='VisionTransformerClsHead',
-        num_classes=10,
-        in_channels=64,
-        loss=dict(type='CrossEntropyLoss'),
-        topk=(1, )),
-    init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
-    ])
+    backbone=dict(type='mmstiff.StepViT', arch=dict(embed_dims=64, num_layers=4, num_heads=4,
+                                                    feedforward_channels=128), img_size=28,
+                  patch_size=4, in_channels=1, drop_path_rate=0.0), neck=None,
+    head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=64,
+              loss=dict(type='CrossEntropyLoss'), topk=(1, )), init_cfg=[
+                  dict(type='TruncNormal', layer='Linear', std=.02),
+                  dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+              ])
 
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999)),
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        custom_keys={
+        norm_decay_mult=0.0, bias_decay_mult=0.0, custom_keys={
             '.cls_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0),
             '.omega': dict(decay_mult=0.0),
-        }),
-    clip_grad=dict(max_norm=5.0))
+        }), clip_grad=dict(max_norm=5.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=200),
     dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=2, convert_to_iter_based=True),
@@ -58,8 +45,8 @@ test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=128)
 
 default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
+    logger=dict(type='LoggerHook', interval=50), checkpoint=dict(type='CheckpointHook', interval=1,
+                                                                 max_keep_ckpts=2))
 
 custom_hooks = [
     dict(type='mmstiff.StiffnessHook', interval=50),

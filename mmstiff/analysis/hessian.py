@@ -83,8 +83,8 @@ def hessian_vector_product(grad, params, vector):
     params = list(params)
     if not grad.requires_grad:  # the loss is linear in every parameter: H = 0
         return torch.zeros_like(vector)
-    products = torch.autograd.grad(
-        grad, params, grad_outputs=vector, retain_graph=True, allow_unused=True)
+    products = torch.autograd.grad(grad, params, grad_outputs=vector, retain_graph=True,
+                                   allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if h is None else h).reshape(-1)
                       for p, h in zip(params, products)])
 
@@ -119,15 +119,8 @@ def _random_unit(dim, generator, dtype, device, basis=()):
     return _unit(_orthogonalise(v, basis))
 
 
-def power_iteration(matvec,
-                    dim,
-                    num_eigs=1,
-                    max_iter=MAX_ITER,
-                    tol=TOL,
-                    generator=None,
-                    dtype=torch.float32,
-                    device=None,
-                    criterion='eigenvalue'):
+def power_iteration(matvec, dim, num_eigs=1, max_iter=MAX_ITER, tol=TOL, generator=None,
+                    dtype=torch.float32, device=None, criterion='eigenvalue'):
     """The ``num_eigs`` eigenvalues of largest magnitude of a symmetric operator, by power
     iteration with deflation (PyHessian's algorithm).
 
@@ -182,14 +175,8 @@ def power_iteration(matvec,
         tuple(converged))
 
 
-def most_negative_eigenvalue(matvec,
-                             dim,
-                             shift,
-                             max_iter=MAX_ITER,
-                             tol=TOL,
-                             generator=None,
-                             dtype=torch.float32,
-                             device=None):
+def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, generator=None,
+                             dtype=torch.float32, device=None):
     """The smallest eigenvalue ``λ_min`` of a symmetric operator ``M``: power iteration on
     ``M − s I`` with ``s = |shift|``, stopped on the residual.
 
@@ -203,16 +190,8 @@ def most_negative_eigenvalue(matvec,
     s = abs(float(shift))
     if not math.isfinite(s):
         raise ValueError(f'shift={shift!r} is not supported; expected a finite float')
-    pairs = power_iteration(
-        lambda v: matvec(v) - s * v,
-        dim,
-        1,
-        max_iter,
-        tol,
-        generator,
-        dtype,
-        device,
-        criterion='residual')
+    pairs = power_iteration(lambda v: matvec(v) - s * v, dim, 1, max_iter, tol, generator, dtype,
+                            device, criterion='residual')
     return float(pairs.values[0]) + s, pairs.iterations[0], pairs.converged[0]
 
 
@@ -257,11 +236,7 @@ def tridiagonal(alphas, betas):
     return t
 
 
-def lanczos_ritz_values(matvec,
-                        dim,
-                        steps=LANCZOS_STEPS,
-                        generator=None,
-                        dtype=torch.float32,
+def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=torch.float32,
                         device=None):
     """The Ritz values of ``steps`` Lanczos steps on a symmetric operator from a random start
     (:func:`lanczos_tridiagonal`). They interlace the spectrum and their extremes converge to
@@ -276,15 +251,8 @@ def lanczos_ritz_values(matvec,
     return torch.linalg.eigvalsh(tridiagonal(alphas, betas))
 
 
-def hessian_eigenvalues(loss,
-                        params,
-                        num_eigs=5,
-                        negative=False,
-                        max_iter=MAX_ITER,
-                        tol=TOL,
-                        generator=None,
-                        method='power',
-                        lanczos_steps=LANCZOS_STEPS):
+def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_ITER, tol=TOL,
+                        generator=None, method='power', lanczos_steps=LANCZOS_STEPS):
     """The ``num_eigs`` Hessian eigenvalues of largest magnitude of one scalar ``loss`` (with its
     graph) in ``params``, and optionally the most negative one.
 

@@ -67,12 +67,7 @@ def _check_distribution(distribution):
                          f'{DISTRIBUTIONS}')
 
 
-def hutchinson_trace(matvec,
-                     dim,
-                     num_samples=100,
-                     generator=None,
-                     dtype=torch.float32,
-                     device=None,
+def hutchinson_trace(matvec, dim, num_samples=100, generator=None, dtype=torch.float32, device=None,
                      distribution='rademacher'):
     """Hutchinson's estimate of the trace of a symmetric operator.
 
@@ -100,13 +95,8 @@ def hutchinson_trace(matvec,
     return TraceEstimate(float(samples.mean()), error, samples)
 
 
-def slq_density(matvec,
-                dim,
-                num_runs=SLQ_RUNS,
-                steps=SLQ_STEPS,
-                generator=None,
-                dtype=torch.float32,
-                device=None):
+def slq_density(matvec, dim, num_runs=SLQ_RUNS, steps=SLQ_STEPS, generator=None,
+                dtype=torch.float32, device=None):
     """Stochastic Lanczos quadrature: per run, the Ritz values and their weights from a random
     Rademacher start scaled to unit norm (PyHessian's ``density``).
 

@@ -81,10 +81,7 @@ def param_weight_decays(params, param_groups, default=0.0):
     return [decay_of.get(id(p), float(default)) for p in params]
 
 
-def filter_normalised_direction(named_params,
-                                generator=None,
-                                bias_bn='zero',
-                                exclude=None,
+def filter_normalised_direction(named_params, generator=None, bias_bn='zero', exclude=None,
                                 convention='li'):
     """A Gaussian random direction rescaled filter by filter to the weights' norms (Li et al.
     2018, Eq. 1; docs/methods.md §12), or across output channels as the How-do-ViTs authors'

@@ -66,12 +66,7 @@ def frequency_band_mask(height, width, freq, width_band=0.1, convention='exact')
     return mask
 
 
-def frequency_band_noise(shape,
-                         freq,
-                         eps,
-                         width_band=0.1,
-                         generator=None,
-                         dtype=torch.float32,
+def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype=torch.float32,
                          convention='exact'):
     """Noise confined to one frequency band: ``Re(F^{-1}(M_f ⊙ F(ε · sign(N(0, 1)))))``.
 

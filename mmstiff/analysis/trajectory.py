@@ -157,15 +157,8 @@ class TrajectoryRecorder(RecorderBase):
         ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
     """
 
-    def __init__(self,
-                 model,
-                 reduce=None,
-                 level='block',
-                 select=None,
-                 is_block=None,
-                 read_se_gates=True,
-                 num_samples=None,
-                 on_pass_end=None):
+    def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
+                 read_se_gates=True, num_samples=None, on_pass_end=None):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '

@@ -140,10 +140,9 @@ def _set_dataloader_defaults(cfg, field, no_pin_memory=False, no_persistent_work
     loader = cfg.get(field)
     if loader is None:
         return
-    merged = ConfigDict(
-        pin_memory=torch.cuda.is_available(),
-        persistent_workers=loader.get('num_workers', 0) > 0,
-        collate_fn=dict(type='default_collate'))
+    merged = ConfigDict(pin_memory=torch.cuda.is_available(),
+                        persistent_workers=loader.get('num_workers', 0) > 0,
+                        collate_fn=dict(type='default_collate'))
     merged.update(loader)
     if no_pin_memory:
         merged['pin_memory'] = False
@@ -435,12 +434,9 @@ def build_runner(args, mode):
         check_resume_model(runner, cfg.load_from, trust)
     if mode == 'test':
         try:
-            load_checkpoint_into(
-                runner.model,
-                args.checkpoint,
-                trust=trust,
-                strict=not getattr(args, 'allow_partial_load', False),
-                allow_non_finite=getattr(args, 'allow_non_finite', False))
+            load_checkpoint_into(runner.model, args.checkpoint, trust=trust,
+                                 strict=not getattr(args, 'allow_partial_load', False),
+                                 allow_non_finite=getattr(args, 'allow_non_finite', False))
         except (CheckpointError, FileNotFoundError) as err:
             raise ConfigError(str(err)) from None
     return runner

@@ -101,9 +101,7 @@ class CocoDataset(_UpstreamCocoDataset):
                                for reason, n in self.dropped_boxes.most_common())
             print_log(
                 f'{self.ann_file}: dropped {sum(self.dropped_boxes.values())} of '
-                f'{self._num_boxes} boxes: {counts}',
-                logger='current',
-                level=logging.WARNING)
+                f'{self._num_boxes} boxes: {counts}', logger='current', level=logging.WARNING)
         if kept == 0 and (self._num_boxes or not self.test_mode):
             raise ValueError(
                 f'{self.ann_file}: no box is left of the {self._num_boxes} in the file '
@@ -117,8 +115,7 @@ class CocoDataset(_UpstreamCocoDataset):
             print_log(
                 f'{self.ann_file}: {len(unknown)} annotation(s) refer to an image id the '
                 f'file does not list (e.g. annotation id {unknown[0]["id"]}, image id '
-                f'{unknown[0]["image_id"]}); they are not used',
-                logger='current',
+                f'{unknown[0]["image_id"]}); they are not used', logger='current',
                 level=logging.WARNING)
 
     def filter_data(self):
@@ -140,9 +137,7 @@ class CocoDataset(_UpstreamCocoDataset):
                                  'expected at least one image left to train on')
             print_log(
                 f'{self.ann_file}: filter_cfg dropped {sum(counts.values())} of '
-                f'{len(self.data_list)} images: {counts}',
-                logger='current',
-                level=logging.WARNING)
+                f'{len(self.data_list)} images: {counts}', logger='current', level=logging.WARNING)
         if self.check_files:
             check_image_files(kept, self.ann_file)
         return kept

@@ -7,9 +7,7 @@ dataset. Where mmdet is missing or cannot run (no mmcv ops, an mmcv outside its 
 build fails with one line that says what to install
 (:func:`mmstiff.dependencies.missing_dependency`).
 """
-import importlib
-
-from mmstiff.dependencies import missing_dependency
+from mmstiff.dependencies import import_detection_class
 from mmstiff.registry import DATASETS
 
 _MODULE = 'mmstiff.datasets.coco'
@@ -21,13 +19,7 @@ def load_coco_dataset():
     Raises:
         ImportError: mmdet is missing or cannot run here; the message says what to install.
     """
-    try:
-        return importlib.import_module(_MODULE).CocoDataset
-    except ImportError as e:
-        message = missing_dependency(e, 'mmstiff.CocoDataset')
-        if message is None:
-            raise
-        raise ImportError(message) from None
+    return import_detection_class(_MODULE, 'CocoDataset', 'mmstiff.CocoDataset')
 
 
 @DATASETS.register_module(name='CocoDataset')

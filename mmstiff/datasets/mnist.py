@@ -67,8 +67,8 @@ class _IdxChecked:
     def load_data_list(self):
         if self._check_exists() or not self.download:
             classes = self.metainfo.get('classes')
-            check_idx_split(
-                self.data_prefix['root'], self.split, num_classes=len(classes) if classes else None)
+            check_idx_split(self.data_prefix['root'], self.split,
+                            num_classes=len(classes) if classes else None)
         return super().load_data_list()
 
 

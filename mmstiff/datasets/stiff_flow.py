@@ -37,16 +37,8 @@ class StiffFlowDataset(Dataset):
     Each item is ``dict(inputs=x₀ (d,), trajectory=(L, d), stiffness=(L,))`` in float32.
     """
 
-    def __init__(self,
-                 dim=8,
-                 spread=100.0,
-                 coupling=0.0,
-                 num_samples=1024,
-                 horizon=1.0,
-                 num_steps=8,
-                 split='train',
-                 seed=0,
-                 system_seed=0):
+    def __init__(self, dim=8, spread=100.0, coupling=0.0, num_samples=1024, horizon=1.0,
+                 num_steps=8, split='train', seed=0, system_seed=0):
         if split not in SPLITS:
             raise ValueError(f'split={split!r} is not supported; expected one of {SPLITS}')
         check_positive_int('num_samples', num_samples)
@@ -61,19 +53,12 @@ class StiffFlowDataset(Dataset):
         self.inputs = x0.float()
         self.trajectories = states.float()
         self.stiffness = local_stiffness(self.system, starts).float()
-        self.metainfo = dict(
-            dim=dim,
-            spread=float(spread),
-            coupling=float(coupling),
-            horizon=float(horizon),
-            num_steps=num_steps,
-            split=split)
+        self.metainfo = dict(dim=dim, spread=float(spread), coupling=float(coupling),
+                             horizon=float(horizon), num_steps=num_steps, split=split)
 
     def __len__(self):
         return len(self.inputs)
 
     def __getitem__(self, index):
-        return dict(
-            inputs=self.inputs[index],
-            trajectory=self.trajectories[index],
-            stiffness=self.stiffness[index])
+        return dict(inputs=self.inputs[index], trajectory=self.trajectories[index],
+                    stiffness=self.stiffness[index])

@@ -79,26 +79,16 @@ class STL10(BaseDataset):
     METAINFO = {'classes': STL10_CATEGORIES}
     SPLITS = ('train', 'test', 'unlabeled')
 
-    def __init__(self,
-                 data_root='',
-                 split='train',
-                 metainfo=None,
-                 data_prefix='stl10_binary',
-                 test_mode=False,
-                 **kwargs):
+    def __init__(self, data_root='', split='train', metainfo=None, data_prefix='stl10_binary',
+                 test_mode=False, **kwargs):
         if split not in self.SPLITS:
             raise ValueError(f'split={split!r} is not supported; expected one of {self.SPLITS}')
         if not data_root and not osp.isabs(data_prefix):
             raise ValueError(f"data_root={data_root!r} is empty; expected the folder that "
                              f'contains {data_prefix!r}')
         self.split = split
-        super().__init__(
-            ann_file='',
-            metainfo=metainfo,
-            data_root=data_root,
-            data_prefix=dict(root=data_prefix),
-            test_mode=test_mode,
-            **kwargs)
+        super().__init__(ann_file='', metainfo=metainfo, data_root=data_root,
+                         data_prefix=dict(root=data_prefix), test_mode=test_mode, **kwargs)
 
     def _read(self, name):
         path = join_path(self.data_prefix['root'], name)

@@ -63,16 +63,14 @@ class FlowMetric(BaseMetric):
         states = torch.stack([r['states'] for r in results])  # (N, L, d)
         target = torch.stack([r['trajectory'] for r in results])
         final = float((states[:, -1] - target[:, -1]).norm() / target[:, -1].norm())
-        metrics = dict(
-            final_rel_error=final,
-            final_log_error=float(np.log(final)),
-            trajectory_rel_error=float((states - target).norm() / target.norm()))
+        metrics = dict(final_rel_error=final, final_log_error=float(np.log(final)),
+                       trajectory_rel_error=float((states - target).norm() / target.norm()))
         if results[0]['steps'] is not None:
             steps = torch.stack([r['steps'] for r in results]).mean(dim=2)  # (N, L)
             rho = torch.stack([r['stiffness'] for r in results])
             pooled, per_trajectory = step_stiffness_correlations(steps.numpy(), rho.numpy())
-            metrics.update(
-                step_stiffness_corr=pooled, step_stiffness_corr_trajectory=per_trajectory)
+            metrics.update(step_stiffness_corr=pooled,
+                           step_stiffness_corr_trajectory=per_trajectory)
             for i, value in enumerate(steps.mean(dim=0).tolist()):
                 metrics[f'step/{i + 1}'] = value
         return metrics

@@ -54,14 +54,8 @@ class FlowResNet(BaseModel):
     the final states ``(B, d)``.
     """
 
-    def __init__(self,
-                 dim=8,
-                 depth=8,
-                 hidden=32,
-                 adaptor=None,
-                 supervise='trajectory',
-                 data_preprocessor=None,
-                 init_cfg=None):
+    def __init__(self, dim=8, depth=8, hidden=32, adaptor=None, supervise='trajectory',
+                 data_preprocessor=None, init_cfg=None):
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         check_positive_int('dim', dim)
         check_positive_int('depth', depth)
@@ -94,11 +88,8 @@ class FlowResNet(BaseModel):
             return dict(loss=F.mse_loss(states, trajectory))
         if mode == 'predict':
             return [
-                dict(
-                    states=s.detach(),
-                    trajectory=t,
-                    stiffness=k,
-                    steps=d.detach() if self.adapted else None)
+                dict(states=s.detach(), trajectory=t, stiffness=k,
+                     steps=d.detach() if self.adapted else None)
                 for s, t, k, d in zip(states, trajectory, stiffness, steps)
             ]
         raise ValueError(f'mode={mode!r} is not supported; expected tensor, loss or predict')

@@ -154,8 +154,8 @@ def collect_training(work_dir, record):
         blocks = [(k[len(group) + 1:], v) for k, v in final.items()
                   if k.startswith(group + '/') and _finite(v)]
         if blocks:
-            profiles[name] = dict(
-                x=[b for b, _ in blocks], y=[float(v) for _, v in blocks], x_label='block')
+            profiles[name] = dict(x=[b for b, _ in blocks], y=[float(v) for _, v in blocks],
+                                  x_label='block')
     for key, value in final.items():
         if key.startswith(TRAJECTORY_GROUPS) and _finite(value):
             metrics[f'log/{key}'] = float(value)
@@ -176,11 +176,10 @@ def collect_training(work_dir, record):
             }, group).items():
                 metrics[f'log/{group}/{stage}/training_mean'] = value
     record['train_info'] = dict(
-        iterations=max((int(row['step']) for row in train), default=None),
-        epochs=max((int(row['epoch']) for row in train if 'epoch' in row), default=None),
-        iters_per_epoch=per_epoch,
-        logs=len({osp.dirname(p)
-                  for p in training_logs(work_dir)}))  # processes
+        iterations=max((int(row['step']) for row in train), default=None), epochs=max(
+            (int(row['epoch']) for row in train if 'epoch' in row), default=None),
+        iters_per_epoch=per_epoch, logs=len({osp.dirname(p)
+                                             for p in training_logs(work_dir)}))  # processes
 
 
 def _stage_means(values, group):
@@ -294,11 +293,8 @@ def collect_hessian(result, record):
             metrics[f'hessian/{key}'] = float(spectrum[key]['mean'])
 
 
-COLLECTORS = dict(
-    tns=collect_tns,
-    spectrum=collect_spectrum,
-    freq_noise=collect_freq_noise,
-    hessian=collect_hessian)
+COLLECTORS = dict(tns=collect_tns, spectrum=collect_spectrum, freq_noise=collect_freq_noise,
+                  hessian=collect_hessian)
 
 
 def collect_run(work_dir, analysis):

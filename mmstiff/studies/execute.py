@@ -34,8 +34,8 @@ def _run_stage(launcher, state, plan, name, command, spec=None):
     state.update_stage(plan.key, name, status=RUNNING, attempts=attempts, spec=spec)
     returncode, wall = launcher.call(command, plan.path(osp.join(plan.work_dir, LOG_FILE)))
     attempts[-1].update(returncode=returncode, wall_time_s=round(wall, 3), finished=now())
-    state.update_stage(
-        plan.key, name, status=DONE if returncode == 0 else FAILED, attempts=attempts, spec=spec)
+    state.update_stage(plan.key, name, status=DONE if returncode == 0 else FAILED,
+                       attempts=attempts, spec=spec)
     return returncode == 0
 
 
@@ -49,12 +49,8 @@ def wall_time(entry):
 def _fail(launcher, state, plan, message):
     if launcher.stopped():  # stopped, not failed: the run resumes next time
         return state.run(plan.key)
-    state.update(
-        plan.key,
-        status=FAILED,
-        error=message,
-        finished=now(),
-        wall_time_s=wall_time(state.run(plan.key)))
+    state.update(plan.key, status=FAILED, error=message, finished=now(),
+                 wall_time_s=wall_time(state.run(plan.key)))
     return state.run(plan.key)
 
 
@@ -71,17 +67,9 @@ def execute(plan, state, environment, launcher):
     # keep the stages still planned, in plan order (an analysis tool dropped from the study
     # file is forgotten)
     stages = [s for name in plan.stages for s in entry.get('stages', []) if s['name'] == name]
-    state.update(
-        plan.key,
-        variant=plan.variant.label,
-        seed=plan.seed,
-        work_dir=plan.work_dir,
-        spec=plan.spec(),
-        status=RUNNING,
-        started=entry.get('started') or now(),
-        stages=stages,
-        error=None,
-        environment=environment)
+    state.update(plan.key, variant=plan.variant.label, seed=plan.seed, work_dir=plan.work_dir,
+                 spec=plan.spec(), status=RUNNING, started=entry.get('started') or now(),
+                 stages=stages, error=None, environment=environment)
 
     if launcher.stopped():
         return state.run(plan.key)
@@ -126,11 +114,6 @@ def execute(plan, state, environment, launcher):
             launcher, state, plan, f'could not read the results of {plan.work_dir}: '
             f'{type(err).__name__}: {err}')
     entry = state.run(plan.key)
-    state.update(
-        plan.key,
-        status=DONE,
-        finished=now(),
-        checkpoint=checkpoint,
-        wall_time_s=wall_time(entry),
-        record=record)
+    state.update(plan.key, status=DONE, finished=now(), checkpoint=checkpoint,
+                 wall_time_s=wall_time(entry), record=record)
     return state.run(plan.key)

@@ -32,8 +32,8 @@ def fmt(value, scale=None):
     elif abs(value) >= 1e4:
         text = f'{value:.0f}'
     else:
-        text = np.format_float_positional(
-            value, precision=4, unique=False, fractional=False, trim='-')
+        text = np.format_float_positional(value, precision=4, unique=False, fractional=False,
+                                          trim='-')
     return '0' if float(text) == 0 and decimals is None else text
 
 

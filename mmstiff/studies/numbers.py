@@ -166,10 +166,8 @@ class StudyNumbers:
                     scale = None if d.low is None else (d.high - d.low) / 2
                     q = self.q_values.get(((label, baseline), metric))
                     texts = dict(
-                        diff=fmt_signed(d.difference, scale),
-                        ci=fmt_interval(d.low, d.high, scale),
-                        p=fmt_p(d.p_value),
-                        q=fmt_p(q) if q is not None else '– (primary outcome)')
+                        diff=fmt_signed(d.difference, scale), ci=fmt_interval(d.low, d.high, scale),
+                        p=fmt_p(d.p_value), q=fmt_p(q) if q is not None else '– (primary outcome)')
                     for name, text in texts.items():
                         ns[name].setdefault(label, {}).setdefault(baseline, {})[metric] = text
                         if i == 0:

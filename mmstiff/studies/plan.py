@@ -200,10 +200,8 @@ def _spec_in_runs_json(runs_data, entry):
     if variant is None:
         return None
     return dict(
-        config=variant['config'],
-        seed=entry['seed'],
-        cfg_options=list(info['cfg_options']) + list(variant['cfg_options']) +
-        [f'{SEED_KEY}={entry["seed"]}'])
+        config=variant['config'], seed=entry['seed'], cfg_options=list(info['cfg_options']) +
+        list(variant['cfg_options']) + [f'{SEED_KEY}={entry["seed"]}'])
 
 
 def adopt_published_runs(plans, state, runs_data):
@@ -284,8 +282,8 @@ def adopt_reused_runs(plans, state, work_root, reuse):
         if osp.isdir(target):
             shutil.rmtree(target)
         shutil.copytree(plan.path(entry['work_dir']), target, symlinks=True)
-        entry = dict(
-            entry, work_dir=plan.work_dir, variant=plan.variant.label, reused_from=f'{other}/{key}')
+        entry = dict(entry, work_dir=plan.work_dir, variant=plan.variant.label,
+                     reused_from=f'{other}/{key}')
         # the analysis tools this study plans, in its order; the others are dropped
         entry['stages'] = [
             s for s in entry.get('stages', [])

@@ -13,44 +13,25 @@ def runs_json(study, plans, state, config_set=None, overrides=()):
         entry = entries.get(plan.key, {})
         runs.append(
             dict(
-                key=plan.key,
-                variant=plan.variant.label,
-                seed=plan.seed,
-                work_dir=plan.work_dir,
-                status=entry.get('status', PENDING),
-                error=entry.get('error'),
-                started=entry.get('started'),
-                finished=entry.get('finished'),
-                wall_time_s=entry.get('wall_time_s'),
-                checkpoint=entry.get('checkpoint'),
-                environment=entry.get('environment'),
-                reused_from=entry.get('reused_from'),
-                stages=[
+                key=plan.key, variant=plan.variant.label, seed=plan.seed, work_dir=plan.work_dir,
+                status=entry.get('status', PENDING), error=entry.get('error'),
+                started=entry.get('started'), finished=entry.get('finished'),
+                wall_time_s=entry.get('wall_time_s'), checkpoint=entry.get('checkpoint'),
+                environment=entry.get('environment'), reused_from=entry.get('reused_from'), stages=[
                     dict(name=s['name'], status=s.get('status'), attempts=s.get('attempts', []))
                     for s in entry.get('stages', [])
-                ],
-                record=entry.get('record') or dict(metrics={}, curves={}, profiles={})))
+                ], record=entry.get('record') or dict(metrics={}, curves={}, profiles={})))
     common = len(study.cfg_options)
     variants = [
-        dict(
-            label=v.label,
-            config=v.config,
-            cfg_options=list(v.cfg_options[common:]),
-            is_baseline=v.is_baseline,
-            compare_to=list(v.compare_to),
-            seeds=list(v.seeds),
-            analysis=list(v.analysis)) for v in study.variants
+        dict(label=v.label, config=v.config, cfg_options=list(v.cfg_options[common:]),
+             is_baseline=v.is_baseline, compare_to=list(v.compare_to), seeds=list(v.seeds),
+             analysis=list(v.analysis)) for v in study.variants
     ]
-    info = dict(
-        name=study.name,
-        file=repo_relative(study.file),
-        claim=study.claim._asdict(),
-        cfg_options=list(study.cfg_options),
-        variants=variants,
-        analysis_args={
-            k: list(v)
-            for k, v in study.analysis_args.items()
-        })
+    info = dict(name=study.name, file=repo_relative(study.file), claim=study.claim._asdict(),
+                cfg_options=list(study.cfg_options), variants=variants, analysis_args={
+                    k: list(v)
+                    for k, v in study.analysis_args.items()
+                })
     if config_set is not None:
         info['config_set'] = config_set
     if overrides:

@@ -362,29 +362,19 @@ def parse_study(fields, path):
             run['analysis'], f'runs[{i}].analysis')
         variants.append(
             Variant(
-                label=label,
-                config=_config(run['config'], f'runs[{i}].config'),
-                cfg_options=common +
+                label=label, config=_config(run['config'],
+                                            f'runs[{i}].config'), cfg_options=common +
                 _cfg_options(run.get('cfg_options') or [], f'runs[{i}].cfg_options'),
-                is_baseline=is_baseline,
-                compare_to=compare_to,
-                seeds=run_seeds,
+                is_baseline=is_baseline, compare_to=compare_to, seeds=run_seeds,
                 analysis=run_analysis))
     reuse = _string_list(fields.get('reuse') or [], 'reuse')
     for i, other in enumerate(reuse):
         if not NAME_PATTERN.match(other) or other == name:
             raise StudyError(f'reuse[{i}]={other!r}; expected the name of another study')
-    return Study(
-        name=name,
-        file=path,
-        claim=claim,
-        variants=tuple(variants),
-        cfg_options=common,
-        analysis_args=analysis_args,
-        verdict=_verdict(fields.get('verdict')),
-        reuse=reuse,
-        outcome=parse_outcome(fields.get('outcome'), variants),
-        configs=_config_sets(fields.get('configs')))
+    return Study(name=name, file=path, claim=claim, variants=tuple(variants), cfg_options=common,
+                 analysis_args=analysis_args, verdict=_verdict(fields.get('verdict')), reuse=reuse,
+                 outcome=parse_outcome(fields.get('outcome'),
+                                       variants), configs=_config_sets(fields.get('configs')))
 
 
 CONFIG_SET_FIELDS = ('config', 'cfg_options', 'seeds', 'analysis_args')
@@ -442,8 +432,7 @@ def load_study(study, config_set=None, overrides=()):
         fields = apply_config_set(fields, config_set)
     if overrides:
         fields = dict(
-            fields,
-            cfg_options=list(fields.get('cfg_options') or []) +
+            fields, cfg_options=list(fields.get('cfg_options') or []) +
             list(_cfg_options(list(overrides), '--set')))
     return parse_study(fields, path)
 

@@ -63,11 +63,9 @@ def mean_interval(values, confidence=0.95):
         return None
     if sample_std(values) == 0:
         return float(values[0]), float(values[0])
-    low, high = stats.t.interval(
-        confidence,
-        len(values) - 1,
-        loc=np.mean(values),
-        scale=sample_std(values) / math.sqrt(len(values)))
+    low, high = stats.t.interval(confidence,
+                                 len(values) - 1, loc=np.mean(values),
+                                 scale=sample_std(values) / math.sqrt(len(values)))
     return float(low), float(high)
 
 

@@ -112,8 +112,7 @@ def load_checkpoint_file(path, map_location='cpu', trust=False, mmap=False):
         from mmengine.logging import print_log
         print_log(
             f'unpickling checkpoint {path!r} in full (--trust-checkpoint): a pickle can '
-            'run code; do this only for files from a source you trust',
-            logger='current',
+            'run code; do this only for files from a source you trust', logger='current',
             level=logging.WARNING)
         return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     with torch.serialization.safe_globals(checkpoint_safe_globals()):
@@ -326,9 +325,7 @@ def load_weights(model, checkpoint, path, strict=True):
         from mmengine.logging import print_log
         print_log(
             f'checkpoint {path!r} loaded partially (--allow-partial-load): '
-            f'{mismatch.describe()}',
-            logger='current',
-            level=logging.WARNING)
+            f'{mismatch.describe()}', logger='current', level=logging.WARNING)
     return mismatch
 
 
@@ -365,16 +362,12 @@ def check_finite(checkpoint, path, allow=False, limit=LIST_LIMIT):
             f'{message}. The run that wrote it diverged or the file is damaged; pass '
             '--allow-non-finite to use it anyway.')
     from mmengine.logging import print_log
-    print_log(
-        f'{message} (--allow-non-finite: used anyway)', logger='current', level=logging.WARNING)
+    print_log(f'{message} (--allow-non-finite: used anyway)', logger='current',
+              level=logging.WARNING)
     return found
 
 
-def load_checkpoint_into(model,
-                         path,
-                         strict=True,
-                         trust=False,
-                         map_location='cpu',
+def load_checkpoint_into(model, path, strict=True, trust=False, map_location='cpu',
                          allow_non_finite=False):
     """Read ``path`` (:func:`load_checkpoint_file`), check that its values are finite
     (:func:`check_finite`) and load it into ``model`` (:func:`load_weights`; a model wrapper

@@ -41,13 +41,8 @@ def eigenvalue_spectrum(spectra, path, bins=40, title='Hessian max-eigenvalue sp
         edges = torch.linspace(low, high, bins + 1).tolist()
         for label, vs in values.items():
             if vs:
-                ax.hist(
-                    vs,
-                    bins=edges,
-                    density=True,
-                    histtype='stepfilled',
-                    alpha=0.45,
-                    label=f'{label} ({len(vs)} values)')
+                ax.hist(vs, bins=edges, density=True, histtype='stepfilled', alpha=0.45,
+                        label=f'{label} ({len(vs)} values)')
     ax.axvline(0.0, color='0.3', linewidth=0.8, linestyle='--')
     ax.set_xlabel('Hessian eigenvalue λ (loss units per squared weight unit)')
     ax.set_ylabel('density p(λ) (1/λ units)')
@@ -105,13 +100,12 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     ax = fig.add_subplot(projection='3d')
     a, b = torch.meshgrid(
         torch.as_tensor(_as_list(alphas), dtype=torch.float64),
-        torch.as_tensor(_as_list(betas), dtype=torch.float64),
-        indexing='xy')
+        torch.as_tensor(_as_list(betas), dtype=torch.float64), indexing='xy')
     z = _grid(losses)
     finite = z[z == z]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    surface = ax.plot_surface(
-        a.numpy(), b.numpy(), z, cmap='plasma', vmin=low, vmax=high, linewidth=0, antialiased=True)
+    surface = ax.plot_surface(a.numpy(), b.numpy(), z, cmap='plasma', vmin=low, vmax=high,
+                              linewidth=0, antialiased=True)
     fig.colorbar(surface, ax=ax, shrink=0.6, pad=0.15, label='loss (nats per sample)')
     ax.set_xlabel('α (along d₁)')
     ax.set_ylabel('β (along d₂)')
@@ -120,11 +114,7 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     return _save(fig, path)
 
 
-def feature_variance(names,
-                     values,
-                     path,
-                     msa=(),
-                     subsampling=(),
+def feature_variance(names, values, path, msa=(), subsampling=(),
                      title='Feature-map variance along the depth'):
     """Feature-map variance per state against the normalised depth, MSA steps shaded grey and
     subsampling states blue (How-do-ViTs paper, Fig. 9).
@@ -141,14 +131,10 @@ def feature_variance(names,
     x = [i / depth for i in range(len(names))]
     for i, name in enumerate(names):
         if name in msa or name in subsampling:
-            ax.axvspan(
-                (i - 1) / depth,
-                i / depth,
-                lw=0,
-                alpha=0.18,
-                color='tab:gray' if name in msa else 'tab:blue')
-    ax.plot(
-        x, _as_list(values), marker='o', markersize=3, color='tab:red', label='mean over samples')
+            ax.axvspan((i - 1) / depth, i / depth, lw=0, alpha=0.18,
+                       color='tab:gray' if name in msa else 'tab:blue')
+    ax.plot(x, _as_list(values), marker='o', markersize=3, color='tab:red',
+            label='mean over samples')
     handles = []
     if msa:
         handles.append(plt.Rectangle((0, 0), 1, 1, color='tab:gray', alpha=0.18, label='MSA step'))

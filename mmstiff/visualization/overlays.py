@@ -43,23 +43,14 @@ def overlay_curves(series, path, xlabel, ylabel, title, colors=None):
     for i, (label, seeds) in enumerate(series.items()):
         summary = pointwise_summary(seeds)
         color = _color(colors, label, i)
-        ax.plot(
-            summary.x,
-            summary.mean,
-            color=color,
-            linewidth=1.4,
-            marker='.',
-            markersize=3,
-            label=f'{label} ({len(seeds)})')
+        ax.plot(summary.x, summary.mean, color=color, linewidth=1.4, marker='.', markersize=3,
+                label=f'{label} ({len(seeds)})')
         spread = [(x, m, s) for x, m, s in zip(summary.x, summary.mean, summary.std)
                   if s is not None]
         if spread:
             xs = [p[0] for p in spread]
-            ax.fill_between(
-                xs, [m - s for _, m, s in spread], [m + s for _, m, s in spread],
-                color=color,
-                alpha=0.2,
-                linewidth=0)
+            ax.fill_between(xs, [m - s for _, m, s in spread], [m + s for _, m, s in spread],
+                            color=color, alpha=0.2, linewidth=0)
     ax.xaxis.get_major_locator().set_params(integer=True)  # steps: iterations or epochs
     _finish(ax, len(series), xlabel, ylabel, title)
     return _save(fig, path)
@@ -91,16 +82,9 @@ def overlay_profiles(series, path, xlabel, ylabel, title, colors=None, hline=Non
         summary = pointwise_summary(seeds)
         xs = [position[x] for x in summary.x]
         errors = [0.0 if s is None else s for s in summary.std]
-        ax.errorbar(
-            xs,
-            summary.mean,
-            yerr=errors if any(errors) else None,
-            color=_color(colors, label, i),
-            marker='o',
-            markersize=3,
-            linewidth=1.2,
-            capsize=2,
-            label=f'{label} ({len(seeds)})')
+        ax.errorbar(xs, summary.mean, yerr=errors if any(errors) else None,
+                    color=_color(colors, label, i), marker='o', markersize=3, linewidth=1.2,
+                    capsize=2, label=f'{label} ({len(seeds)})')
     if hline is not None and math.isfinite(hline):
         ax.axhline(hline, color='0.5', linewidth=0.8, linestyle='--')
     if not numeric:

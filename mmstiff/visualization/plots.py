@@ -84,14 +84,9 @@ def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
     for i, (name, (nsi, step)) in enumerate(pairs.items()):
         nsi, step = torch.as_tensor(nsi).double(), torch.as_tensor(step).double()
         r = pearson_correlation(step, nsi)
-        ax.scatter(
-            step.numpy(),
-            nsi.numpy(),
-            s=8,
-            alpha=0.6,
-            color=cmap(i / max(1,
-                               len(pairs) - 1)),
-            label=f'{name} (r={r:.2f})')
+        ax.scatter(step.numpy(), nsi.numpy(), s=8, alpha=0.6, color=cmap(i / max(1,
+                                                                                 len(pairs) - 1)),
+                   label=f'{name} (r={r:.2f})')
     ax.set_xlabel('mean step size Δ_t (dimensionless)')
     ax.set_ylabel('NSI ζ (dimensionless)')
     ax.set_title(title)
@@ -100,12 +95,7 @@ def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
     return _save(fig, path)
 
 
-def per_block_lines(block_names,
-                    series,
-                    path,
-                    ylabel,
-                    title,
-                    hline=None,
+def per_block_lines(block_names, series, path, ylabel, title, hline=None,
                     xlabel='block (state after the step)'):
     """Values per block (x: block in trajectory order), one line per series.
 
@@ -165,12 +155,8 @@ def frequency_profiles(freqs, profiles, path, title='Relative log amplitude of f
             f = _as_list(freqs[name])
         else:
             f = _as_list(freqs)
-        ax.plot(
-            f,
-            _as_list(profile),
-            color=cmap(i / max(1, n - 1)),
-            linewidth=1,
-            label=name if n <= 12 or i in (0, n - 1) else None)
+        ax.plot(f, _as_list(profile), color=cmap(i / max(1, n - 1)), linewidth=1,
+                label=name if n <= 12 or i in (0, n - 1) else None)
     ax.set_xlabel('normalised frequency (×π rad/sample)')
     ax.set_ylabel('Δ log amplitude (log units, relative to 0π)')
     ax.set_title(title)
@@ -192,13 +178,8 @@ def attention_spectra(responses, path, title='Spectral response of attention map
     for i, (name, values) in enumerate(responses.items()):
         values = _as_list(values)
         ax.plot(
-            range(len(values)),
-            values,
-            color=cmap(i / max(1, n - 1)),
-            marker='.',
-            markersize=3,
-            linewidth=1,
-            label=name)
+            range(len(values)), values, color=cmap(i / max(1, n - 1)), marker='.', markersize=3,
+            linewidth=1, label=name)
     ax.set_xlabel('frequency band index i of the token sequence (0 = DC)')
     ax.set_ylabel('response ||Λ_i||₂ (dimensionless)')
     ax.set_yscale('log')
@@ -243,12 +224,7 @@ def training_curves(curves, path, ylabel, title, max_series=12, xlabel='training
         color = cmap(i / max(1, n - 1)) if n > max_series else None
         show = n <= max_series or i in (0, n - 1)
         ax.plot(
-            list(steps),
-            _as_list(values),
-            color=color,
-            linewidth=1.2,
-            marker='.',
-            markersize=3,
+            list(steps), _as_list(values), color=color, linewidth=1.2, marker='.', markersize=3,
             label=label if show else None)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

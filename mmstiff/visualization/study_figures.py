@@ -81,13 +81,9 @@ def draw_study_figures(labels, done, out_dir):
         file = name.replace('/', '_') + '.png'
         x_label = _x_label(runs, 'curves', name)
         what = 'Training loss' if name == 'train/loss' else f'Validation {name[4:]}'
-        overlay_curves(
-            series,
-            osp.join(out_dir, file),
-            x_label,
-            name[4:] if name.startswith('val/') else 'loss',
-            f'{what} (mean ± std over seeds)',
-            colors=colors)
+        overlay_curves(series, osp.join(out_dir, file), x_label,
+                       name[4:] if name.startswith('val/') else 'loss',
+                       f'{what} (mean ± std over seeds)', colors=colors)
         figures.append((file, f'{what} per {x_label}'))
     for file, (sources, ylabel, title, default_x, hline) in PROFILE_FIGURES.items():
         # the source most variants have (the first listed on a tie): one source per figure
@@ -102,13 +98,8 @@ def draw_study_figures(labels, done, out_dir):
         series = {k: v for k, v in series.items() if v}
         source = ('training log, mean over the recorded iterations'
                   if name.endswith('_training_mean') else SOURCES[name.split('/')[0]])
-        overlay_profiles(
-            series,
-            osp.join(out_dir, file),
-            _x_label(runs, 'profiles', name) or default_x,
-            ylabel,
-            f'{title} (mean ± std over seeds)',
-            colors=colors,
-            hline=hline)
+        overlay_profiles(series, osp.join(out_dir, file),
+                         _x_label(runs, 'profiles', name) or default_x, ylabel,
+                         f'{title} (mean ± std over seeds)', colors=colors, hline=hline)
         figures.append((file, f'{title} ({source})'))
     return figures

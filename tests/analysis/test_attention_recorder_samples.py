@@ -38,9 +38,7 @@ def test_window_attention_keeps_every_window():
     from mmstiff.models.backbones import StepSwin
     torch.manual_seed(0)
     swin = StepSwin(
-        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
-        img_size=32,
-        window_size=4,
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=32, window_size=4,
         out_indices=(0, 1))
     swin.eval()  # (mmpretrain's SwinTransformer.train returns None)
     images = torch.randn(3, 3, 32, 32)
@@ -53,8 +51,7 @@ def test_window_attention_keeps_every_window():
 def test_num_samples_is_checked():
     from mmpretrain.models.backbones import VisionTransformer
     model = VisionTransformer(
-        arch=dict(embed_dims=8, num_layers=1, num_heads=2, feedforward_channels=8),
-        img_size=8,
+        arch=dict(embed_dims=8, num_layers=1, num_heads=2, feedforward_channels=8), img_size=8,
         patch_size=4)
     with pytest.raises(ValueError, match='num_samples=0'):
         AttentionRecorder(model, num_samples=0)

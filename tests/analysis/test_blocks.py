@@ -45,12 +45,8 @@ print(json.dumps(dict(before=before, kinds=kinds)))
 def test_block_kinds_are_declared_by_the_backbones_and_found_from_analysis_alone():
     # a script that imports only mmstiff.analysis finds every block kind without importing
     # mmstiff.models: upstream blocks by name, mmstiff's by their class attribute
-    proc = subprocess.run([sys.executable, '-c', SCRIPT],
-                          capture_output=True,
-                          text=True,
-                          cwd=REPO,
-                          timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    proc = subprocess.run([sys.executable, '-c', SCRIPT], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS='1'))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report['before'] == []

@@ -45,19 +45,16 @@ def test_hand_built_4x4_profile_in_both_conventions():
     freqs, profile = log_amplitude_profile(maps)
     assert freqs.tolist() == [0.0, 0.5, 1.0]
     torch.testing.assert_close(
-        profile,
-        torch.tensor([0.0, math.log(8 / 32), math.log(4 / 32)], dtype=torch.float64),
-        atol=1e-6,
-        rtol=0)
+        profile, torch.tensor([0.0, math.log(8 / 32), math.log(4 / 32)], dtype=torch.float64),
+        atol=1e-6, rtol=0)
     assert delta_log_amplitude(maps) == pytest.approx(math.log(4 / 32), abs=1e-6)
     # the notebook: two points, the centre and the bin 0.5π, the latter labelled 1.0π
     freqs, profile = log_amplitude_profile(maps, convention='paper')
     assert freqs.tolist() == [0.0, 1.0]
-    torch.testing.assert_close(
-        profile, torch.tensor([0.0, math.log(8 / 32)], dtype=torch.float64), atol=1e-6, rtol=0)
-    assert delta_log_amplitude(
-        maps, convention='paper') == pytest.approx(
-            math.log(8 / 32), abs=1e-6)
+    torch.testing.assert_close(profile, torch.tensor([0.0, math.log(8 / 32)], dtype=torch.float64),
+                               atol=1e-6, rtol=0)
+    assert delta_log_amplitude(maps,
+                               convention='paper') == pytest.approx(math.log(8 / 32), abs=1e-6)
     labels, expected = notebook_profile(maps)
     assert labels.tolist() == freqs.tolist()
     torch.testing.assert_close(profile, expected, atol=1e-6, rtol=0)
@@ -72,9 +69,8 @@ def test_paper_convention_is_the_notebook_on_random_maps(size):
     assert len(profile) == size - size // 2
     np.testing.assert_allclose(freqs.numpy(), labels)
     torch.testing.assert_close(profile, expected, atol=2e-5, rtol=0)
-    assert delta_log_amplitude(
-        maps, convention='paper') == pytest.approx(
-            float(expected[-1]), abs=2e-5)
+    assert delta_log_amplitude(maps,
+                               convention='paper') == pytest.approx(float(expected[-1]), abs=2e-5)
     # the same bins as the exact profile, one fewer on even sizes (the Nyquist bin)
     exact_freqs, exact = log_amplitude_profile(maps)
     torch.testing.assert_close(exact[:len(profile)], profile, atol=1e-5, rtol=0)
@@ -175,14 +171,9 @@ def test_paper_band_may_be_empty_and_then_adds_no_noise():
 
 def test_paper_noise_filters_sign_noise_through_the_mask():
     shape = (2, 3, 8, 8)
-    noise = frequency_band_noise(
-        shape,
-        0.5,
-        0.3,
-        0.25,
-        torch.Generator().manual_seed(4),
-        dtype=torch.float64,
-        convention='paper')
+    noise = frequency_band_noise(shape, 0.5, 0.3, 0.25,
+                                 torch.Generator().manual_seed(4), dtype=torch.float64,
+                                 convention='paper')
     delta = 0.3 * torch.sign(
         torch.randn(shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
     mask = freq_attack_mask(8, 0.5, 0.25)
@@ -191,9 +182,8 @@ def test_paper_noise_filters_sign_noise_through_the_mask():
 
 @pytest.mark.parametrize('height, width', [(7, 7), (8, 6)])
 def test_paper_band_needs_square_even_images(height, width):
-    with pytest.raises(
-            ValueError, match=f"convention='paper' is not supported for "
-            f'{height}x{width} images'):
+    with pytest.raises(ValueError, match=f"convention='paper' is not supported for "
+                       f'{height}x{width} images'):
         frequency_band_mask(height, width, 0.5, convention='paper')
     assert frequency_band_mask(height, width, 0.5, 0.2).any()  # exact: any size
 
@@ -234,8 +224,8 @@ def test_freq_noise_tool_threads_the_convention():
     freq_noise = tool('freq_noise')
     model = Recorder()
     inputs = torch.zeros(2, 3, 32, 32)
-    result = freq_noise.analyse(
-        model, [(inputs, None)], [0.0, 0.5], 0.2, 0.1, 7, convention='paper')
+    result = freq_noise.analyse(model, [(inputs, None)], [0.0, 0.5], 0.2, 0.1, 7,
+                                convention='paper')
     assert [b['num_bins'] for b in result['bands']
             ] == [int(freq_attack_mask(32, f, 0.1).sum()) for f in (0.0, 0.5)]
     assert result['bands'][0]['num_bins'] == 0

@@ -92,8 +92,7 @@ def test_token_trajectory_drops_the_class_token():
     from mmpretrain.models.backbones import VisionTransformer
     torch.manual_seed(0)
     vit = VisionTransformer(
-        arch=dict(embed_dims=8, num_layers=2, num_heads=2, feedforward_channels=16),
-        img_size=16,
+        arch=dict(embed_dims=8, num_layers=2, num_heads=2, feedforward_channels=16), img_size=16,
         patch_size=4)
     vit.eval()
     images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
@@ -110,7 +109,7 @@ def test_token_trajectory_drops_the_class_token():
     with torch.no_grad():
         vit(images)
     handle.remove()
-    assert torch.allclose(
-        states['layers.0.mlp'].variance, feature_map_variance(outputs[0][:, 1:]), rtol=1e-5)
-    assert not torch.allclose(
-        states['layers.0.mlp'].variance, feature_map_variance(outputs[0]), rtol=1e-5)
+    assert torch.allclose(states['layers.0.mlp'].variance, feature_map_variance(outputs[0][:, 1:]),
+                          rtol=1e-5)
+    assert not torch.allclose(states['layers.0.mlp'].variance, feature_map_variance(outputs[0]),
+                              rtol=1e-5)

@@ -66,16 +66,16 @@ def test_indefinite_quadratic_eigenvalues_by_magnitude_and_the_most_negative():
     # a dominant negative eigenvalue: the shift |λ_1| still bounds λ_max
     b = _symmetric_with_spectrum([-9.0, 2.0, 1.0, -3.0], seed=3)
     v = torch.randn(4, dtype=torch.float64, generator=_gen(4), requires_grad=True)
-    found = hessian_eigenvalues(
-        0.5 * v @ b @ v, [v], num_eigs=1, negative=True, generator=_gen(), **TIGHT)
+    found = hessian_eigenvalues(0.5 * v @ b @ v, [v], num_eigs=1, negative=True, generator=_gen(),
+                                **TIGHT)
     assert float(found.values[0]) == pytest.approx(-9.0, rel=1e-7)
     assert found.most_negative == pytest.approx(-9.0, rel=1e-6)
 
 
 def test_eigenvectors_satisfy_the_eigen_equation_and_are_orthonormal():
     a = _symmetric_with_spectrum([5.0, 3.0, -2.0, 1.0, 0.25])
-    pairs = power_iteration(
-        lambda v: a @ v, 5, num_eigs=3, generator=_gen(), dtype=torch.float64, **TIGHT)
+    pairs = power_iteration(lambda v: a @ v, 5, num_eigs=3, generator=_gen(), dtype=torch.float64,
+                            **TIGHT)
     for value, vector in zip(pairs.values, pairs.vectors):
         # the vector converges as the square root of the eigenvalue (tol 1e-12)
         assert torch.allclose(a @ vector, value * vector, atol=1e-5)
@@ -84,15 +84,8 @@ def test_eigenvectors_satisfy_the_eigen_equation_and_are_orthonormal():
     assert len(pairs.iterations) == 3 and all(1 <= n <= TIGHT['max_iter'] for n in pairs.iterations)
     assert pairs.converged == (True, True, True)
     # the residual rule leaves unit vectors with ||A v - λ v|| below tol · |λ|
-    strict = power_iteration(
-        lambda v: a @ v,
-        5,
-        num_eigs=2,
-        tol=1e-8,
-        max_iter=5000,
-        generator=_gen(),
-        dtype=torch.float64,
-        criterion='residual')
+    strict = power_iteration(lambda v: a @ v, 5, num_eigs=2, tol=1e-8, max_iter=5000,
+                             generator=_gen(), dtype=torch.float64, criterion='residual')
     assert strict.converged == (True, True)
     assert strict.values.tolist() == pytest.approx([5.0, 3.0], rel=1e-12)
 
@@ -110,10 +103,9 @@ def test_hessian_vector_products_of_a_network_equal_the_explicit_hessian():
 
     explicit = torch.autograd.functional.hessian(loss_of, (w1, w2))
     h = torch.cat([
-        torch.cat([explicit[i][j].reshape(w.numel(), v.numel()) for j, v in enumerate((w1, w2))],
-                  dim=1) for i, w in enumerate((w1, w2))
-    ],
-                  dim=0)
+        torch.cat([explicit[i][j].reshape(w.numel(), v.numel())
+                   for j, v in enumerate((w1, w2))], dim=1) for i, w in enumerate((w1, w2))
+    ], dim=0)
     grad = flat_gradient(loss_of(w1, w2), [w1, w2])
     for seed in range(3):
         v = torch.randn(20, generator=_gen(seed), dtype=torch.float64)
@@ -150,8 +142,9 @@ def test_attention_inside_double_backward_kernels_has_the_explicit_hessian():
 
 def test_most_negative_eigenvalue_of_an_operator():
     a = _symmetric_with_spectrum([4.0, 2.0, -1.0, -3.0])
-    lowest, spent, converged = most_negative_eigenvalue(
-        lambda v: a @ v, 4, shift=4.0, generator=_gen(), dtype=torch.float64, **TIGHT)
+    lowest, spent, converged = most_negative_eigenvalue(lambda v: a @ v, 4, shift=4.0,
+                                                        generator=_gen(), dtype=torch.float64,
+                                                        **TIGHT)
     assert lowest == pytest.approx(-3.0, rel=1e-6) and spent >= 2 and converged
 
 
@@ -169,11 +162,11 @@ def test_most_negative_eigenvalue_under_a_near_zero_bulk():
     top = power_iteration(matvec, n, generator=_gen(), dtype=torch.float64)
     assert float(top.values[0]) == pytest.approx(1.0, rel=1e-2) and top.converged == (True, )
     shift = float(top.values[0])
-    stopped_early = power_iteration(
-        lambda v: matvec(v) - shift * v, n, generator=_gen(), dtype=torch.float64)
+    stopped_early = power_iteration(lambda v: matvec(v) - shift * v, n, generator=_gen(),
+                                    dtype=torch.float64)
     assert float(stopped_early.values[0]) + shift > -0.1  # the bulk, taken for converged
-    lowest, _, converged = most_negative_eigenvalue(
-        matvec, n, shift, generator=_gen(), dtype=torch.float64)
+    lowest, _, converged = most_negative_eigenvalue(matvec, n, shift, generator=_gen(),
+                                                    dtype=torch.float64)
     assert lowest == pytest.approx(-0.8, rel=1e-3) and converged
 
 
@@ -184,13 +177,8 @@ def test_opposite_eigenvalues_of_equal_magnitude_power_iteration_mixes_lanczos_s
     # the iterate alternates between two vectors of one plane: a constant Rayleigh quotient
     # strictly between -3 and 3, which the stopping rule takes for converged
     assert power.converged and abs(float(power.values[0])) < 2.99
-    lanczos = hessian_eigenvalues(
-        0.5 * w @ a @ w, [w],
-        num_eigs=2,
-        negative=True,
-        generator=_gen(),
-        method='lanczos',
-        lanczos_steps=6)
+    lanczos = hessian_eigenvalues(0.5 * w @ a @ w, [w], num_eigs=2, negative=True, generator=_gen(),
+                                  method='lanczos', lanczos_steps=6)
     assert sorted(lanczos.values.tolist()) == pytest.approx([-3.0, 3.0], rel=1e-9)
     assert lanczos.most_negative == pytest.approx(-3.0, rel=1e-9) and lanczos.iterations == 6
 
@@ -202,20 +190,15 @@ def test_lanczos_ritz_values():
     assert full.tolist() == pytest.approx(sorted(spectrum), rel=1e-8)
     # fewer steps: the Ritz values interlace the spectrum, the extremes converge first
     x, y, hessian = _linear_problem([3.0, 2.9, 2.0, 1.6, 1.3, 1.0, 0.8, 0.5, 0.4, 0.3, 0.2, 0.1])
-    part = lanczos_ritz_values(
-        lambda v: hessian @ v, 12, steps=7, generator=_gen(), dtype=torch.float64)
+    part = lanczos_ritz_values(lambda v: hessian @ v, 12, steps=7, generator=_gen(),
+                               dtype=torch.float64)
     exact = torch.linalg.eigvalsh(hessian)
     assert len(part) == 7
     assert exact[0] - 1e-9 <= part[0] and part[-1] <= exact[-1] + 1e-9
     assert float(part[-1]) == pytest.approx(float(exact[-1]), rel=1e-3)
     w = torch.zeros(12, dtype=torch.float64, requires_grad=True)
-    found = hessian_eigenvalues(
-        ((x @ w - y)**2).mean(), [w],
-        num_eigs=3,
-        negative=True,
-        method='lanczos',
-        lanczos_steps=12,
-        generator=_gen())
+    found = hessian_eigenvalues(((x @ w - y)**2).mean(), [w], num_eigs=3, negative=True,
+                                method='lanczos', lanczos_steps=12, generator=_gen())
     assert found.values.tolist() == pytest.approx(exact.flip(0)[:3].tolist(), rel=1e-8)
     assert found.most_negative == pytest.approx(float(exact[0]), rel=1e-8)
 

@@ -75,8 +75,8 @@ def test_hutchinson_of_a_diagonal_operator_is_exact_with_rademacher_vectors():
 
 def test_slq_with_full_lanczos_gives_the_exact_eigenvalues_and_start_projections():
     matvec, dim, exact = _operator()
-    density = slq_density(
-        matvec, dim, num_runs=1, steps=dim, generator=_gen(2), dtype=torch.float64)
+    density = slq_density(matvec, dim, num_runs=1, steps=dim, generator=_gen(2),
+                          dtype=torch.float64)
     values, vectors = torch.linalg.eigh(exact)
     assert len(density.nodes[0]) == dim
     assert torch.allclose(density.nodes[0], values, atol=1e-9)
@@ -92,8 +92,8 @@ def test_slq_with_full_lanczos_gives_the_exact_eigenvalues_and_start_projections
 def test_slq_quadrature_is_exact_for_moments_below_twice_the_steps():
     matvec, dim, exact = _operator()
     steps = 5
-    density = slq_density(
-        matvec, dim, num_runs=1, steps=steps, generator=_gen(3), dtype=torch.float64)
+    density = slq_density(matvec, dim, num_runs=1, steps=steps, generator=_gen(3),
+                          dtype=torch.float64)
     gen = _gen(3)
     start = torch.randint(0, 2, (dim, ), generator=gen).double() * 2 - 1
     start = start / start.norm()
@@ -101,8 +101,8 @@ def test_slq_quadrature_is_exact_for_moments_below_twice_the_steps():
         moment = float(start @ torch.linalg.matrix_power(exact, power) @ start)
         assert quadrature_moment(density, power) == pytest.approx(moment, rel=1e-8, abs=1e-12)
     # several runs: dim · first moment estimates the trace (Hutchinson on unit Rademacher)
-    many = slq_density(
-        matvec, dim, num_runs=200, steps=steps, generator=_gen(4), dtype=torch.float64)
+    many = slq_density(matvec, dim, num_runs=200, steps=steps, generator=_gen(4),
+                       dtype=torch.float64)
     off = exact - torch.diag(exact.diag())
     error = (2 * float((off**2).sum()) / 200)**0.5
     assert abs(dim * quadrature_moment(many, 1) - float(exact.trace())) < 4 * error
@@ -110,12 +110,13 @@ def test_slq_quadrature_is_exact_for_moments_below_twice_the_steps():
 
 def test_density_on_grid_integrates_to_one_and_peaks_at_the_eigenvalues():
     matvec, dim, exact = _operator()
-    density = slq_density(
-        matvec, dim, num_runs=2, steps=dim, generator=_gen(5), dtype=torch.float64)
+    density = slq_density(matvec, dim, num_runs=2, steps=dim, generator=_gen(5),
+                          dtype=torch.float64)
     sigma = smoothing_width(density, 1e-3)
     values = torch.linalg.eigvalsh(exact)
     grid = torch.linspace(
-        float(values.min()) - 1, float(values.max()) + 1, 20001, dtype=torch.float64)
+        float(values.min()) - 1,
+        float(values.max()) + 1, 20001, dtype=torch.float64)
     phi = density_on_grid(density, grid, sigma)
     assert float(torch.trapezoid(phi, grid)) == pytest.approx(1.0, abs=1e-6)
     # with full Lanczos, φ is the Gaussian mixture over the exact eigenvalues

@@ -32,18 +32,17 @@ def test_each_filter_of_the_direction_has_the_norm_of_the_weight_filter():
         assert torch.allclose(d_norms, w_norms, rtol=1e-5), name
         assert len(d_norms) == w.shape[0]
         # a random direction, not the weight rescaled
-        assert not torch.allclose(
-            d / d_norms.view(-1, *[1] * (w.dim() - 1)),
-            w / w_norms.view(-1, *[1] * (w.dim() - 1)),
-            atol=1e-2)
+        assert not torch.allclose(d / d_norms.view(-1, *[1] * (w.dim() - 1)),
+                                  w / w_norms.view(-1, *[1] * (w.dim() - 1)), atol=1e-2)
 
 
 def test_bias_bn_weight_and_excluded_parameters():
     net = _net()
     named = dict(net.named_parameters())
     same = filter_normalised_direction(named, torch.Generator().manual_seed(3))
-    directions = filter_normalised_direction(
-        named, torch.Generator().manual_seed(3), bias_bn='weight', exclude=['4.*'])
+    directions = filter_normalised_direction(named,
+                                             torch.Generator().manual_seed(3), bias_bn='weight',
+                                             exclude=['4.*'])
     assert torch.equal(directions['1.weight'], named['1.weight'].detach())  # BN scale
     assert torch.equal(directions['0.bias'], named['0.bias'].detach())
     assert torch.count_nonzero(directions['4.weight']) == 0  # excluded linear layer
@@ -109,8 +108,8 @@ def test_two_dimensional_landscape_rows_are_beta_columns_alpha():
     d2 = torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64)
     alphas, betas = grid_coordinates(1.0, 3), grid_coordinates(2.0, 5)
     calls = []
-    landscape = loss_landscape(
-        loss_fn, [w], [[d1], [d2]], [alphas, betas], on_point=lambda: calls.append(1))
+    landscape = loss_landscape(loss_fn, [w], [[d1], [d2]], [alphas, betas],
+                               on_point=lambda: calls.append(1))
     assert landscape.losses.shape == (5, 3) and len(calls) == 15
     for i, beta in enumerate(betas):
         for j, alpha in enumerate(alphas):

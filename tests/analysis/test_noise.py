@@ -27,8 +27,8 @@ def test_mask_argument_checks():
 
 def test_noise_lies_in_its_band():
     shape, freq, eps = (2, 3, 16, 16), 0.5, 0.1
-    noise = frequency_band_noise(
-        shape, freq, eps, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    noise = frequency_band_noise(shape, freq, eps, generator=torch.Generator().manual_seed(1),
+                                 dtype=torch.float64)
     delta = eps * torch.sign(
         torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
     mask = frequency_band_mask(16, 16, freq)

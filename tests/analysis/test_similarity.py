@@ -38,8 +38,7 @@ def test_token_cosine_similarity_equals_the_pairwise_loop():
     assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), atol=1e-6)
     # float64 input stays float64 throughout
     assert torch.allclose(
-        token_cosine_similarity(x.double()),
-        torch.tensor(expected, dtype=torch.float64),
+        token_cosine_similarity(x.double()), torch.tensor(expected, dtype=torch.float64),
         atol=1e-12)
 
 

@@ -79,8 +79,8 @@ def test_on_pass_end_runs_after_each_forward_pass_while_started():
     net = ResNet_CIFAR(depth=18, base_channels=8, stem_channels=8)
     x = torch.randn(2, 3, 16, 16)
     events = []
-    recorder = TrajectoryRecorder(
-        net, reduce=lambda r: events.append(r.name), on_pass_end=lambda: events.append('end'))
+    recorder = TrajectoryRecorder(net, reduce=lambda r: events.append(r.name),
+                                  on_pass_end=lambda: events.append('end'))
     with recorder:
         net(x)
         net(x)
@@ -228,8 +228,8 @@ def test_custom_block_registration_and_predicate():
 def test_step_resnet_cifar_reports_its_adaptor_output():
     from mmstiff.models.backbones import StepResNet_CIFAR
     torch.manual_seed(0)
-    net = StepResNet_CIFAR(
-        depth=18, stem_channels=8, base_channels=8, adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
     net.init_weights()
     net.train()  # the adaptor's BN in training mode: Δ varies over the batch
     x = torch.randn(4, 3, 16, 16)
@@ -277,8 +277,7 @@ def test_preact_resnet_blocks_have_no_activation_after_the_add():
     # x_{t+1} - x_t = Δ f exactly, so NSI = ||f|| / ||x_t||
     assert torch.allclose(
         neural_stiffness_index(record.x_t, record.x_next, record.step),
-        f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1),
-        rtol=1e-5)
+        f.flatten(1).norm(dim=1) / x_t.flatten(1).norm(dim=1), rtol=1e-5)
 
 
 def test_step_vit_branch_steps_and_attnscale_maps():
@@ -287,13 +286,10 @@ def test_step_vit_branch_steps_and_attnscale_maps():
     from mmstiff.models.layers.attn_scale import attn_scale_matrix
     torch.manual_seed(0)
     vit = StepViT(
-        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-        img_size=16,
-        patch_size=4,
-        attn_scale_layers='all',
-        msa_adaptor=dict(type='mmstiff.ConstantStep', step=0.25),
-        mlp_adaptor=dict(type='mmstiff.ConstantStep', step=0.75),
-        mlp_adaptor_layers=[1])
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), img_size=16,
+        patch_size=4, attn_scale_layers='all', msa_adaptor=dict(type='mmstiff.ConstantStep',
+                                                                step=0.25),
+        mlp_adaptor=dict(type='mmstiff.ConstantStep', step=0.75), mlp_adaptor_layers=[1])
     vit.eval()
     attn = vit.layers[0].attn
     with torch.no_grad():
@@ -332,12 +328,8 @@ def _tiny_swin(cls=None, **kwargs):
         from mmpretrain.models.backbones import SwinTransformer as cls
     torch.manual_seed(0)
     swin = cls(
-        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
-        img_size=64,
-        window_size=4,
-        out_indices=(0, 1),
-        drop_path_rate=0.,
-        **kwargs)
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64, window_size=4,
+        out_indices=(0, 1), drop_path_rate=0., **kwargs)
     with torch.no_grad():  # a visible relative position bias
         for name, p in swin.named_parameters():
             if 'relative_position_bias_table' in name:
@@ -422,13 +414,8 @@ def test_step_swin_attnscale_maps_and_mmdet_swin_blocks():
     assert not w_msa.keep_attn_map
 
     torch.manual_seed(0)
-    det = DetSwin(
-        embed_dims=16,
-        depths=(2, 2),
-        num_heads=(2, 4),
-        window_size=4,
-        strides=(4, 2),
-        out_indices=(0, 1))
+    det = DetSwin(embed_dims=16, depths=(2, 2), num_heads=(2, 4), window_size=4, strides=(4, 2),
+                  out_indices=(0, 1))
     det.eval()
     records = record_states(det, torch.randn(1, 3, 32, 48), level='branch')
     assert list(records) == [

@@ -33,8 +33,8 @@ def test_triton_step_equals_reference(layout, shape, channels_last):
     results = []
     for fused in (False, True):
         xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
-        out = residual_update(
-            xx, ff, adaptor, layout, fused, act=nn.ReLU() if layout == 'nchw' else None)
+        out = residual_update(xx, ff, adaptor, layout, fused,
+                              act=nn.ReLU() if layout == 'nchw' else None)
         grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
         results.append([out, *grads])
     for a, b in zip(*results):
@@ -87,8 +87,12 @@ def test_fused_resnet_equals_reference(adaptor, dtype, channels_last, tol):
 @pytest.mark.parametrize('dtype', [None, torch.bfloat16])
 def test_fused_vit_equals_reference(dtype):
     arch = dict(embed_dims=96, num_layers=2, num_heads=2, feedforward_channels=192)
-    reference, fused = _pair(lambda fused: StepViT(
-        arch, img_size=64, patch_size=16, msa_adaptor=STEPNET, mlp_adaptor=SE, fused=fused))
+
+    def build(fused):
+        return StepViT(arch, img_size=64, patch_size=16, msa_adaptor=STEPNET, mlp_adaptor=SE,
+                       fused=fused)
+
+    reference, fused = _pair(build)
     images = torch.randn(4, 3, 64, 64, device='cuda')
     tol = 1e-4 if dtype is None else 8e-2
     ref = _train_step(reference, images, dtype, False)

@@ -29,12 +29,8 @@ SETTINGS = [
 def _resnet():
     from mmstiff.models.backbones import StepResNet_CIFAR
     torch.manual_seed(0)
-    net = StepResNet_CIFAR(
-        depth=18,
-        stem_channels=8,
-        base_channels=8,
-        zero_init_residual=False,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net = StepResNet_CIFAR(depth=18, stem_channels=8, base_channels=8, zero_init_residual=False,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
     with torch.no_grad():  # step sizes that depend on the sample
         for name, p in net.named_parameters():
             if 'adaptor' in name:
@@ -46,11 +42,8 @@ def _vit():
     from mmstiff.models.backbones import StepViT
     torch.manual_seed(0)
     net = StepViT(
-        arch=dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64),
-        img_size=32,
-        patch_size=4,
-        attn_scale_layers=[1],
-        feat_scale_layers=[2])
+        arch=dict(embed_dims=32, num_layers=3, num_heads=4, feedforward_channels=64), img_size=32,
+        patch_size=4, attn_scale_layers=[1], feat_scale_layers=[2])
     return net, torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
 

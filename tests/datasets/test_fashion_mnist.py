@@ -34,7 +34,6 @@ def test_verify_folder_counts_each_split_and_names_a_short_file(tmp_path):
     labels = tmp_path / 'mnist' / 't10k-labels-idx1-ubyte'
     labels.write_bytes(labels.read_bytes()[:-1])
     with pytest.raises(
-            ValueError,
-            match=r't10k-labels-idx1-ubyte: file is 12 bytes; its header '
+            ValueError, match=r't10k-labels-idx1-ubyte: file is 12 bytes; its header '
             r'\(5,\) needs 13'):
         fm.verify_folder(root, counts=None)

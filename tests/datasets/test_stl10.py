@@ -96,10 +96,7 @@ def test_pipeline_through_mmpretrain_registry(tmp_path):
     root = write_stl10(str(tmp_path), num_train=4, num_test=2)
     ds = DATASETS.build(
         dict(
-            type='mmstiff.STL10',
-            data_root=root,
-            split='train',
-            pipeline=[
+            type='mmstiff.STL10', data_root=root, split='train', pipeline=[
                 dict(type='RandomCrop', crop_size=96, padding=12),
                 dict(type='RandomFlip', prob=0.5, direction='horizontal'),
                 dict(type='PackInputs')

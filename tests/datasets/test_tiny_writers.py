@@ -162,10 +162,7 @@ def test_cifar_rejects_bad_arguments(tmp_path, kwargs, field):
 @pytest.fixture(scope='module')
 def imagenet_root(tmp_path_factory):
     return write_imagenet(
-        str(tmp_path_factory.mktemp('in')),
-        num_classes=3,
-        per_class=2,
-        size=(48, 40),
+        str(tmp_path_factory.mktemp('in')), num_classes=3, per_class=2, size=(48, 40),
         val_per_class=2)
 
 
@@ -209,9 +206,8 @@ def test_imagenet_rejects_bad_arguments(tmp_path):
         write_imagenet(str(tmp_path), num_classes=1001)
     with pytest.raises(ValueError, match='per_class=0'):
         write_imagenet(str(tmp_path), per_class=0)
-    with pytest.raises(
-            ValueError, match=r'size=\(64, 4\) is invalid; expected \(W, H\), two '
-            'ints >= 8'):
+    with pytest.raises(ValueError, match=r'size=\(64, 4\) is invalid; expected \(W, H\), two '
+                       'ints >= 8'):
         write_imagenet(str(tmp_path), size=(64, 4))
 
 
@@ -336,12 +332,9 @@ def test_coco_read_by_mmdet(coco_root):
     from mmdet.datasets import CocoDataset
     with open(osp.join(coco_root, 'annotations', 'instances_train2017.json')) as f:
         data = json.load(f)
-    ds = CocoDataset(
-        data_root=coco_root,
-        ann_file='annotations/instances_train2017.json',
-        data_prefix=dict(img='train2017/'),
-        pipeline=[],
-        filter_cfg=dict(filter_empty_gt=True, min_size=32))
+    ds = CocoDataset(data_root=coco_root, ann_file='annotations/instances_train2017.json',
+                     data_prefix=dict(img='train2017/'), pipeline=[],
+                     filter_cfg=dict(filter_empty_gt=True, min_size=32))
     assert len(ds) == 5
     info = ds.get_data_info(0)
     anns = [a for a in data['annotations'] if a['image_id'] == info['img_id']]

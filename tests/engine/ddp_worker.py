@@ -14,10 +14,7 @@ import sys
 
 def main(rank, world_size, port, work_dir):
     os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR='127.0.0.1',
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1',
         MASTER_PORT=str(port))
     import torch
     torch.set_num_threads(1)

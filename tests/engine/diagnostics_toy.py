@@ -15,8 +15,8 @@ def tiny_backbone(depth=18, channels=8, adaptor=None):
     it): with the zero-initialised residuals every block would start as the identity and every
     NSI would be exactly 0, which would test nothing.
     """
-    kwargs = dict(
-        depth=depth, stem_channels=channels, base_channels=channels, zero_init_residual=False)
+    kwargs = dict(depth=depth, stem_channels=channels, base_channels=channels,
+                  zero_init_residual=False)
     if adaptor is None:
         from mmpretrain.models.backbones import ResNet_CIFAR
         return ResNet_CIFAR(**kwargs)

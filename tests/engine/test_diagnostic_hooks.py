@@ -216,11 +216,8 @@ def test_stiffness_hook_frees_its_difference_buffer_when_the_forward_pass_ends()
 def test_console_summary_follows_the_logger_interval(tmp_path):
     # recorded (and written to the JSON log) every iteration, printed every 2nd: the logger's
     model = ToyClassifier(tiny_backbone(depth=18, channels=4))
-    runner = _runner(
-        tmp_path,
-        model, [dict(type='mmstiff.StiffnessHook', interval=1)],
-        max_iters=4,
-        log_interval=2)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)], max_iters=4,
+                     log_interval=2)
     runner.train()
     assert sorted(_scalar_lines(runner, 'stiffness/')) == [1, 2, 3, 4]
     log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
@@ -246,11 +243,8 @@ def test_recorded_iterations_are_written_in_batches_at_the_logger_interval(tmp_p
     torch.manual_seed(0)
     model = ToyClassifier(tiny_backbone(depth=18, channels=4))
     probe = Probe()
-    runner = _runner(
-        tmp_path,
-        model, [dict(type='mmstiff.StiffnessHook', interval=1), probe],
-        max_iters=6,
-        log_interval=4)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1), probe],
+                     max_iters=6, log_interval=4)
     runner.train()
     # recorded at every iteration, written at iteration 4 (1-4) and at the end (5-6)
     assert probe.written == [0, 0, 0, 4, 4, 4]
@@ -342,11 +336,8 @@ def test_non_finite_values_are_skipped_with_one_warning(tmp_path):
     # all-zero images give all-zero states: NSI = 0 / 0 at every block
     model = ToyClassifier(tiny_backbone())
     zeros = torch.zeros(16, 3, 16, 16)
-    runner = _runner(
-        tmp_path,
-        model, [dict(type='mmstiff.StiffnessHook', interval=1)],
-        max_iters=3,
-        images=zeros)
+    runner = _runner(tmp_path, model, [dict(type='mmstiff.StiffnessHook', interval=1)], max_iters=3,
+                     images=zeros)
     runner.train()  # does not crash
     log = open(glob.glob(osp.join(runner.log_dir, '*.log'))[0]).read()
     assert log.count('non-finite values') == 1
@@ -377,18 +368,13 @@ def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
     from mmpretrain.models.backbones import VisionTransformer
     torch.manual_seed(0)
     vit = VisionTransformer(
-        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-        img_size=16,
-        patch_size=4,
-        out_type='featmap')
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), img_size=16,
+        patch_size=4, out_type='featmap')
     model = ToyClassifier(vit)
-    runner = _runner(
-        tmp_path,
-        model, [
-            dict(type='mmstiff.FrequencyHook', interval=2),
-            dict(type='mmstiff.StiffnessHook', interval=2)
-        ],
-        max_iters=2)
+    runner = _runner(tmp_path, model, [
+        dict(type='mmstiff.FrequencyHook', interval=2),
+        dict(type='mmstiff.StiffnessHook', interval=2)
+    ], max_iters=2)
     runner.train()
     line = _scalar_lines(runner, ('freq/', 'stiffness/'))[2]
     for key in ('freq/token_cos/layers.0.msa', 'freq/token_cos/layers.1.mlp',
@@ -406,11 +392,8 @@ def test_hooks_on_swin_blocks_and_window_attention():
     from mmstiff.models.backbones import StepSwin
     torch.manual_seed(0)
     swin = StepSwin(
-        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
-        img_size=32,
-        window_size=4,
-        out_indices=(0, 1),
-        attn_scale_layers='all')
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=32, window_size=4,
+        out_indices=(0, 1), attn_scale_layers='all')
     swin.eval()
     images = torch.randn(3, 3, 32, 32)
     freq, stiff = FrequencyHook(interval=1, num_samples=2), StiffnessHook(interval=1)

@@ -23,18 +23,13 @@ def _free_port():
 @pytest.mark.slow
 def test_two_ranks_log_the_mean_once(tmp_path):
     port, world = _free_port(), 2
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS='1',
-        PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     procs = [
         subprocess.Popen(
             [sys.executable, WORKER,
              str(r), str(world),
-             str(port), str(tmp_path)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+             str(port), str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True) for r in range(world)
     ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]

@@ -46,15 +46,14 @@ def _data():
 
 def _runner(work_dir, model, hooks, lr=0.0, weight_decay=0.1, max_iters=4):
     return Runner(
-        model=model,
-        work_dir=str(work_dir),
-        train_dataloader=DataLoader(TensorDataset(*_data()), batch_size=BATCH, shuffle=False),
-        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        model=model, work_dir=str(work_dir),
+        train_dataloader=DataLoader(TensorDataset(*_data()), batch_size=BATCH,
+                                    shuffle=False), train_cfg=dict(by_epoch=False,
+                                                                   max_iters=max_iters),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=lr, weight_decay=weight_decay)),
         custom_hooks=hooks,
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
-        randomness=dict(seed=0),
-        default_scope='mmengine',
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1),
+                           checkpoint=None), randomness=dict(seed=0), default_scope='mmengine',
         experiment_name=osp.basename(str(work_dir)))
 
 
@@ -101,8 +100,8 @@ def test_logged_eigenvalues_equal_the_explicit_hessian(tmp_path):
     torch.manual_seed(0)
     model = TinyNet()
     # float32 parameters: a relative change of 1e-6 is as close as the products resolve
-    hook = dict(
-        type='mmstiff.HessianHook', interval=2, num_eigs=2, negative=True, max_iter=1000, tol=1e-6)
+    hook = dict(type='mmstiff.HessianHook', interval=2, num_eigs=2, negative=True, max_iter=1000,
+                tol=1e-6)
     runner = _runner(tmp_path, model, [hook], max_iters=3)
     runner.train()
     lines = _hessian_lines(runner)
@@ -160,18 +159,17 @@ def test_weight_decay_override_lanczos_and_bad_arguments():
     exact = torch.linalg.eigvalsh(_explicit_hessian(model, *batch, 0.0).double())
     # an l2 coefficient λ for every parameter: H + λI, every eigenvalue moves by λ
     for decay in (0.0, 0.5):
-        found = HessianHook(
-            weight_decay=decay, negative=True, max_iter=1000, tol=1e-6).compute(model, batch, 0)
+        found = HessianHook(weight_decay=decay, negative=True, max_iter=1000,
+                            tol=1e-6).compute(model, batch, 0)
         shifted = (exact + decay).tolist()
         assert found['eigenvalue_1'] == pytest.approx(max(shifted, key=abs), rel=1e-3)
         assert found['min_eigenvalue'] == pytest.approx(min(shifted), rel=1e-2, abs=1e-3)
     # Lanczos with as many steps as parameters: the Ritz values are the whole spectrum
-    lanczos = HessianHook(
-        method='lanczos', lanczos_steps=63, num_eigs=2, negative=True,
-        weight_decay=0.0).compute(model, batch, 0)
+    lanczos = HessianHook(method='lanczos', lanczos_steps=63, num_eigs=2, negative=True,
+                          weight_decay=0.0).compute(model, batch, 0)
     by_magnitude = sorted(exact.tolist(), key=abs, reverse=True)
-    assert [lanczos['eigenvalue_1'], lanczos['eigenvalue_2']] == pytest.approx(
-        by_magnitude[:2], rel=1e-4)
+    assert [lanczos['eigenvalue_1'],
+            lanczos['eigenvalue_2']] == pytest.approx(by_magnitude[:2], rel=1e-4)
     assert lanczos['min_eigenvalue'] == pytest.approx(float(exact[0]), rel=1e-4)
     # fewer steps where the Krylov space closes (repeated eigenvalues, such as BN's zeros)
     assert 2 <= lanczos['products'] <= 63 and lanczos['converged'] == 1.0
@@ -202,15 +200,12 @@ def test_trajectory_recorders_do_not_see_the_extra_pass(tmp_path):
     torch.manual_seed(0)
     spy = Spy(interval=2, max_iter=2)
     runner = Runner(
-        model=ToyClassifier(tiny_backbone()),
-        work_dir=str(tmp_path),
-        train_dataloader=toy_loader(batch_size=BATCH),
-        train_cfg=dict(by_epoch=False, max_iters=4),
+        model=ToyClassifier(tiny_backbone()), work_dir=str(tmp_path),
+        train_dataloader=toy_loader(batch_size=BATCH), train_cfg=dict(by_epoch=False, max_iters=4),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
         custom_hooks=[dict(type='mmstiff.StiffnessHook', interval=2), spy],
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
-        randomness=dict(seed=0),
-        default_scope='mmengine',
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1),
+                           checkpoint=None), randomness=dict(seed=0), default_scope='mmengine',
         experiment_name=osp.basename(str(tmp_path)))
     runner.train()
     assert spy.seen == [0, 0]

@@ -58,14 +58,11 @@ def _vit(layers, attn_scale=False):
         from mmstiff.models.backbones import StepViT
         return StepViT(
             arch=dict(embed_dims=16, num_layers=layers, num_heads=2, feedforward_channels=32),
-            img_size=16,
-            patch_size=4,
-            attn_scale_layers='all')
+            img_size=16, patch_size=4, attn_scale_layers='all')
     from mmpretrain.models.backbones import VisionTransformer
     return VisionTransformer(
         arch=dict(embed_dims=16, num_layers=layers, num_heads=2, feedforward_channels=32),
-        img_size=16,
-        patch_size=4)
+        img_size=16, patch_size=4)
 
 
 def _recorded_rows(backbone, hooks, iterations=3, size=16):
@@ -88,14 +85,12 @@ def _recorded_rows(backbone, hooks, iterations=3, size=16):
     return rows
 
 
-@pytest.mark.parametrize(
-    'build', [
-        lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.StepNetAdaptor')),
-        lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.ConstantStep', step=0.5)),
-        lambda: _vit(2),
-        lambda: _vit(2, attn_scale=True),
-    ],
-    ids=['stepnet', 'constant-step', 'vit', 'vit-attnscale'])
+@pytest.mark.parametrize('build', [
+    lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.StepNetAdaptor')),
+    lambda: tiny_backbone(channels=4, adaptor=dict(type='mmstiff.ConstantStep', step=0.5)),
+    lambda: _vit(2),
+    lambda: _vit(2, attn_scale=True),
+], ids=['stepnet', 'constant-step', 'vit', 'vit-attnscale'])
 def test_a_recorded_forward_pass_reads_nothing_back_to_the_host(build, monkeypatch):
     torch.manual_seed(0)
     backbone = build()

@@ -18,23 +18,15 @@ from mmengine.runner import Runner
 
 def _stepnet_resnet():
     from mmstiff.models.backbones import StepResNet_CIFAR
-    return StepResNet_CIFAR(
-        depth=18,
-        stem_channels=4,
-        base_channels=4,
-        zero_init_residual=False,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    return StepResNet_CIFAR(depth=18, stem_channels=4, base_channels=4, zero_init_residual=False,
+                            adaptor=dict(type='mmstiff.StepNetAdaptor'))
 
 
 def _step_vit():
     from mmstiff.models.backbones import StepViT
     return StepViT(
-        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-        img_size=16,
-        patch_size=4,
-        out_type='featmap',
-        attn_scale_layers='all',
-        feat_scale_layers='all')
+        arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), img_size=16,
+        patch_size=4, out_type='featmap', attn_scale_layers='all', feat_scale_layers='all')
 
 
 BACKBONES = {'stepnet-resnet': _stepnet_resnet, 'vit-attnscale-featscale': _step_vit}

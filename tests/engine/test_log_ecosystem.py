@@ -57,8 +57,7 @@ def epoch_run(tmp_path_factory, tiny_data, run_tool):
     config.write_text(
         EPOCH_CONFIG.format(
             base=osp.join(REPO, 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py'),
-            batch=BATCH,
-            epochs=EPOCHS))
+            batch=BATCH, epochs=EPOCHS))
     run_tool('tools/train.py', str(config), '--work-dir', str(root / 'work'), '--cfg-options',
              *_data_options(tiny_data('cifar10')))
     (vis_data, ) = glob.glob(str(root / 'work' / '*' / 'vis_data'))
@@ -108,10 +107,7 @@ def _plot(tool, log, key, out, env=None):
     import subprocess
     proc = subprocess.run(
         [sys.executable, tool, 'plot_curve', log, '--keys', key, '--out',
-         str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+         str(out)], capture_output=True, text=True, timeout=300,
         env=dict(os.environ, MPLBACKEND='Agg', **(env or {})))
     assert proc.returncode == 0, (key, proc.stdout[-2000:], proc.stderr[-3000:])
     with open(out, 'rb') as f:

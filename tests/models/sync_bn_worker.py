@@ -32,14 +32,9 @@ def layer_run(rank, device):
     coeff = torch.arange(6.0, device=device).view(2, 3, 1, 1) + 6 * rank
     out = layer(x)
     (out * coeff).sum().backward()
-    return dict(
-        x=x.tolist(),
-        out=out.tolist(),
-        running_mean=layer.running_mean.tolist(),
-        running_var=layer.running_var.tolist(),
-        weight_grad=layer.weight.grad.tolist(),
-        bias_grad=layer.bias.grad.tolist(),
-        x_grad=x.grad.tolist())
+    return dict(x=x.tolist(), out=out.tolist(), running_mean=layer.running_mean.tolist(),
+                running_var=layer.running_var.tolist(), weight_grad=layer.weight.grad.tolist(),
+                bias_grad=layer.bias.grad.tolist(), x_grad=x.grad.tolist())
 
 
 def backbone_run(rank, device):
@@ -48,12 +43,9 @@ def backbone_run(rank, device):
     from mmstiff.models.backbones import StepResNet
     from mmstiff.models.steps import StepAdaptor
     torch.manual_seed(0)  # the same weights on every rank
-    model = StepResNet(
-        18,
-        stem_channels=8,
-        base_channels=8,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        adaptor_norm_cfg=dict(type='SyncBN')).to(device)
+    model = StepResNet(18, stem_channels=8, base_channels=8,
+                       adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                       adaptor_norm_cfg=dict(type='SyncBN')).to(device)
     adaptors = [m for m in model.modules() if isinstance(m, StepAdaptor)]
     torch.manual_seed(100 + rank)  # each rank its own batch
     model.train()

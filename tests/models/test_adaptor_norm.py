@@ -92,11 +92,8 @@ def test_frozen_stages_freeze_the_stem_and_the_adaptors_of_the_stage(backbone, a
 @pytest.mark.parametrize('backbone', BACKBONES)
 @pytest.mark.parametrize('adaptor', ADAPTORS.values(), ids=ADAPTORS.keys())
 def test_group_norm_reaches_every_norm_layer_and_runs(backbone, adaptor):
-    model = build(
-        backbone,
-        adaptor,
-        norm_eval=False,
-        norm_cfg=dict(type='GN', num_groups=2, requires_grad=True))
+    model = build(backbone, adaptor, norm_eval=False, norm_cfg=dict(type='GN', num_groups=2,
+                                                                    requires_grad=True))
     norms = [m for m in model.modules() if is_norm(m)]
     assert norms and all(isinstance(m, nn.GroupNorm) for m in norms)
     if adaptor['type'].endswith('StepNetAdaptor'):
@@ -123,12 +120,8 @@ def test_sync_bn_norm_cfg_reaches_the_adaptors(backbone):
 
 
 def test_adaptor_norm_cfg_overrides_the_backbone_norm():
-    model = StepResNet(
-        18,
-        stem_channels=8,
-        base_channels=8,
-        adaptor=ADAPTORS['stepnet'],
-        adaptor_norm_cfg=dict(type='GN', num_groups=2))
+    model = StepResNet(18, stem_channels=8, base_channels=8, adaptor=ADAPTORS['stepnet'],
+                       adaptor_norm_cfg=dict(type='GN', num_groups=2))
     inside = {id(m) for m in adaptor_norm_layers(model)}
     assert len(inside) == 8
     assert all(isinstance(m, nn.GroupNorm) for m in adaptor_norm_layers(model))
@@ -139,25 +132,19 @@ def test_adaptor_norm_cfg_overrides_the_backbone_norm():
 
 
 def test_adaptor_norm_cfg_reaches_the_cifar_preact_backbone():
-    model = PreActStepResNet(
-        depth=11,
-        base_channels=8,
-        adaptor=ADAPTORS['stepnet'],
-        norm_cfg=dict(type='GN', num_groups=2))
+    model = PreActStepResNet(depth=11, base_channels=8, adaptor=ADAPTORS['stepnet'],
+                             norm_cfg=dict(type='GN', num_groups=2))
     assert all(isinstance(m, nn.GroupNorm) for m in adaptor_norm_layers(model))
-    model = PreActStepResNet(
-        depth=11,
-        base_channels=8,
-        adaptor=ADAPTORS['stepnet'],
-        adaptor_norm_cfg=dict(type='SyncBN'))
+    model = PreActStepResNet(depth=11, base_channels=8, adaptor=ADAPTORS['stepnet'],
+                             adaptor_norm_cfg=dict(type='SyncBN'))
     assert all(isinstance(m, nn.SyncBatchNorm) for m in adaptor_norm_layers(model))
 
 
 def test_group_norm_adaptor_matches_its_formula():
     """Δ = σ(W_IE ⊙ GN(z) + b_IE), GN over the channels of each group of one sample."""
     torch.manual_seed(0)
-    adaptor = StepNetAdaptor(
-        8, norm_cfg=dict(type='GN', num_groups=2), ie_weight_init=0.7, ie_bias_init=0.1)
+    adaptor = StepNetAdaptor(8, norm_cfg=dict(type='GN', num_groups=2), ie_weight_init=0.7,
+                             ie_bias_init=0.1)
     with torch.no_grad():
         adaptor.norm.weight.uniform_(0.5, 1.5)
         adaptor.norm.bias.uniform_(-0.5, 0.5)
@@ -189,10 +176,8 @@ def test_norm_cfg_that_makes_z_constant_is_refused(norm_cfg, message):
 
 def test_both_norm_overrides_are_an_error():
     with pytest.raises(ValueError, match='both set the adaptors'):
-        StepResNet(
-            18,
-            adaptor=dict(ADAPTORS['stepnet'], norm_cfg=dict(type='BN')),
-            adaptor_norm_cfg=dict(type='SyncBN'))
+        StepResNet(18, adaptor=dict(ADAPTORS['stepnet'], norm_cfg=dict(type='BN')),
+                   adaptor_norm_cfg=dict(type='SyncBN'))
 
 
 def test_iebn_follows_bn_and_sync_bn_and_refuses_other_norms():
@@ -201,12 +186,9 @@ def test_iebn_follows_bn_and_sync_bn_and_refuses_other_norms():
     assert type(StepNetAdaptor(8, norm='iebn', norm_cfg=dict(type='SyncBN')).norm) is IEBN
     with pytest.raises(ValueError, match="not supported with norm='iebn'"):
         StepNetAdaptor(8, norm='iebn', norm_cfg=dict(type='GN', num_groups=2))
-    model = StepResNet(
-        18,
-        stem_channels=8,
-        base_channels=8,
-        adaptor=dict(ADAPTORS['stepnet'], norm='iebn'),
-        adaptor_norm_cfg=dict(type='BN', eps=1e-3))
+    model = StepResNet(18, stem_channels=8, base_channels=8,
+                       adaptor=dict(ADAPTORS['stepnet'],
+                                    norm='iebn'), adaptor_norm_cfg=dict(type='BN', eps=1e-3))
     assert all(type(m) is IEBN and m.eps == 1e-3 for m in adaptor_norm_layers(model))
 
 
@@ -254,12 +236,11 @@ def test_sync_bn_conversion_reaches_the_adaptor_norms(converter):
 
 @pytest.mark.parametrize('converter', ['torch', 'mmengine'])
 def test_converting_an_iebn_adaptor_is_refused_at_train(converter):
-    model = StepResNet(
-        18, stem_channels=8, base_channels=8, adaptor=dict(ADAPTORS['stepnet'], norm='iebn'))
+    model = StepResNet(18, stem_channels=8, base_channels=8,
+                       adaptor=dict(ADAPTORS['stepnet'], norm='iebn'))
     model = converters()[converter](model)
-    with pytest.raises(
-            RuntimeError, match=r"norm='iebn' holds a SyncBatchNorm.*"
-            r"dict\(type='SyncBN'\)"):
+    with pytest.raises(RuntimeError, match=r"norm='iebn' holds a SyncBatchNorm.*"
+                       r"dict\(type='SyncBN'\)"):
         model.train()
 
 
@@ -271,19 +252,14 @@ def _free_port():
 
 def run_sync_workers(tmp_path, device='cpu', world=2):
     port = _free_port()
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS='1',
-        PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     procs = [
         subprocess.Popen(
             [sys.executable, WORKER,
              str(r), str(world),
              str(port),
-             str(tmp_path), device],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+             str(tmp_path), device], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True) for r in range(world)
     ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -362,15 +338,15 @@ def log_lines():
 
 def test_auto_releases_only_what_a_loaded_checkpoint_lacked_and_says_so(log_lines):
     narrow = dict(stem_channels=8, base_channels=8)
-    fresh = StepResNet(
-        18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1, **narrow)
+    fresh = StepResNet(18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1,
+                       **narrow)
     fresh.init_weights()
     fresh.train()
     assert check_norm_state(fresh.modules(), False)  # nothing loaded: norm_eval holds
     assert not any('learn theirs' in line for line in log_lines)
 
-    grafted = StepResNet(
-        18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1, **narrow)
+    grafted = StepResNet(18, adaptor=ADAPTORS['stepnet-identity'], norm_eval=True, frozen_stages=1,
+                         **narrow)
     grafted.load_state_dict(plain_resnet_state(narrow), strict=False)
     grafted.train()
     grafted.train()  # a second epoch: no second line

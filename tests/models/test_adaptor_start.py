@@ -20,8 +20,8 @@ NARROW = dict(stem_channels=8, base_channels=8)
 
 
 def stepnet_resnet(start, **adaptor):
-    return StepResNet(
-        18, adaptor=dict(type='mmstiff.StepNetAdaptor', start=start, **adaptor), **NARROW)
+    return StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor', start=start, **adaptor),
+                      **NARROW)
 
 
 def steps(model, x):
@@ -62,8 +62,7 @@ def test_loading_another_start_is_refused_naming_both(saved, built):
     state = stepnet_resnet(saved).state_dict()
     model = stepnet_resnet(built)
     with pytest.raises(
-            AdaptorStartError,
-            match=rf"checkpoint entry 'layer1.0.step_adaptor' was trained with "
+            AdaptorStartError, match=rf"checkpoint entry 'layer1.0.step_adaptor' was trained with "
             rf"start='{saved}', but the config builds that adaptor with "
             rf"start='{built}'.*expected the adaptor's start='{saved}'"):
         model.load_state_dict(state)
@@ -76,11 +75,8 @@ def test_start_survives_a_checkpoint_file_and_the_tools_loader(tmp_path):
     torch.save({'state_dict': stepnet_resnet('paper').state_dict()}, path)
     with pytest.raises(CheckpointError, match="trained with start='paper'"):
         load_checkpoint_into(stepnet_resnet('identity'), path)
-    model = StepResNet(
-        18,
-        adaptor=dict(type='mmstiff.StepNetAdaptor', start='identity'),
-        init_cfg=dict(type='Pretrained', checkpoint=path),
-        **NARROW)
+    model = StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor', start='identity'),
+                       init_cfg=dict(type='Pretrained', checkpoint=path), **NARROW)
     with pytest.raises(AdaptorStartError):
         model.init_weights()
 
@@ -93,11 +89,8 @@ def test_adaptor_entry_of_another_shape_gets_its_start_back(tmp_path):
     path = str(tmp_path / 'groups1.pth')
     source = stepnet_resnet('paper', groups=1)
     torch.save({'state_dict': without_starts(source.state_dict())}, path)
-    model = StepResNet(
-        18,
-        adaptor=dict(type='mmstiff.StepNetAdaptor', start='identity'),
-        init_cfg=dict(type='Pretrained', checkpoint=path),
-        **NARROW)
+    model = StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor', start='identity'),
+                       init_cfg=dict(type='Pretrained', checkpoint=path), **NARROW)
     model.init_weights()
     mismatched = [m for m in model.modules() if isinstance(m, StepAdaptor) and m.load_mismatch]
     assert len(mismatched) == 8

@@ -96,11 +96,10 @@ def classifier(depth, data):
     # Another test may have left a different default scope (mmdet) behind.
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(type='mmstiff.AlterNet', depth=depth, stem=stem, window_size=window),
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(type='LinearClsHead', num_classes=classes, in_channels=feat)))
+            dict(type='ImageClassifier', backbone=dict(type='mmstiff.AlterNet', depth=depth,
+                                                       stem=stem, window_size=window),
+                 neck=dict(type='GlobalAveragePooling'),
+                 head=dict(type='LinearClsHead', num_classes=classes, in_channels=feat)))
 
 
 def count(module):
@@ -333,8 +332,8 @@ def reference_local_attention(layer, x):
 
 def attention_layer(window, in_channels=8, out_channels=12):
     torch.manual_seed(0)
-    layer = LocalSelfAttention(
-        in_channels, out_channels, num_heads=2, head_dim=4, window_size=window)
+    layer = LocalSelfAttention(in_channels, out_channels, num_heads=2, head_dim=4,
+                               window_size=window)
     with torch.no_grad():
         layer.relative_position_bias_table.normal_(std=1.0)
     return layer.eval()
@@ -389,22 +388,12 @@ def test_msa_block_is_a_preactivated_euler_step():
     block = randomise_bn(PreActMSABottleneck(32, 32, num_heads=2, head_dim=4, window_size=4)).eval()
     x = torch.randn(2, 32, 8, 8)
     a = F.gelu(
-        F.batch_norm(
-            x,
-            block.norm1.running_mean,
-            block.norm1.running_var,
-            block.norm1.weight,
-            block.norm1.bias,
-            eps=block.norm1.eps))
+        F.batch_norm(x, block.norm1.running_mean, block.norm1.running_var, block.norm1.weight,
+                     block.norm1.bias, eps=block.norm1.eps))
     h = F.conv2d(a, block.conv1.weight)
     assert h.shape[1] == 8  # a quarter of the width
-    h = F.batch_norm(
-        h,
-        block.norm2.running_mean,
-        block.norm2.running_var,
-        block.norm2.weight,
-        block.norm2.bias,
-        eps=block.norm2.eps)
+    h = F.batch_norm(h, block.norm2.running_mean, block.norm2.running_var, block.norm2.weight,
+                     block.norm2.bias, eps=block.norm2.eps)
     with torch.no_grad():
         expected = x + reference_local_attention(block.attn, h)
         torch.testing.assert_close(block(x), expected, rtol=1e-4, atol=1e-5)

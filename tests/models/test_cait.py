@@ -186,12 +186,8 @@ def test_other_input_sizes_get_a_resized_position_embedding():
 
 
 def test_training_step_reaches_every_new_parameter():
-    model = CaiT(
-        **SMALL,
-        attn_scale_layers='all',
-        feat_scale_layers='all',
-        drop_path_rate=0.1,
-        drop_rate=0.1)
+    model = CaiT(**SMALL, attn_scale_layers='all', feat_scale_layers='all', drop_path_rate=0.1,
+                 drop_rate=0.1)
     model.init_weights()
     randomise(model)
     model.train()

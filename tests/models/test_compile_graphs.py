@@ -10,32 +10,22 @@ from torch._dynamo.utils import counters
 from mmstiff.models import backbones
 
 TINY_VIT = dict(
-    arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-    img_size=16,
-    patch_size=4,
-    drop_path_rate=0.1)
+    arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), img_size=16,
+    patch_size=4, drop_path_rate=0.1)
 SWITCHES = dict(attn_scale_layers='all', feat_scale_layers='all')
 BUILDS = {
-    'StepViT': (lambda: backbones.StepViT(
-        **TINY_VIT, **SWITCHES, msa_adaptor=dict(type='mmstiff.StepNetAdaptor')), 16),
+    'StepViT': (lambda: backbones.StepViT(**TINY_VIT, **SWITCHES, msa_adaptor=dict(
+        type='mmstiff.StepNetAdaptor')), 16),
     'StepSwin': (lambda: backbones.StepSwin(
-        arch=dict(embed_dims=16, depths=(1, 1), num_heads=(2, 2)),
-        img_size=32,
-        patch_size=4,
-        window_size=2,
-        out_indices=(1, ),
-        drop_path_rate=0.1,
-        **SWITCHES), 32),
+        arch=dict(embed_dims=16, depths=(1, 1), num_heads=(2, 2)), img_size=32, patch_size=4,
+        window_size=2, out_indices=(1, ), drop_path_rate=0.1, **SWITCHES), 32),
     'CaiT': (lambda: backbones.CaiT(
-        arch=dict(embed_dims=32, num_layers=3, num_heads=4),
-        img_size=32,
-        patch_size=8,
-        drop_path_rate=0.1,
-        **SWITCHES), 32),
+        arch=dict(embed_dims=32, num_layers=3, num_heads=4), img_size=32, patch_size=8,
+        drop_path_rate=0.1, **SWITCHES), 32),
     'AlterNet':
     (lambda: backbones.AlterNet(18, stem='cifar', window_size=4, drop_path_rate=0.1), 32),
-    'StepResNet': (lambda: backbones.StepResNet(
-        18, stem_channels=8, base_channels=8, adaptor=dict(type='mmstiff.SEAdaptor')), 32),
+    'StepResNet': (lambda: backbones.StepResNet(18, stem_channels=8, base_channels=8, adaptor=dict(
+        type='mmstiff.SEAdaptor')), 32),
     'PreActStepResNet':
     (lambda: backbones.PreActStepResNet(depth=20, adaptor=dict(type='mmstiff.StepNetAdaptor')), 16),
     'StepResNet_CIFAR': (lambda: backbones.StepResNet_CIFAR(

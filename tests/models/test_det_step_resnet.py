@@ -37,8 +37,7 @@ def test_mmdet_plugins_still_work_inside_step_blocks():
     torch.manual_seed(0)
     plugins = [
         dict(
-            cfg=dict(type='ContextBlock', ratio=1. / 16),
-            position='after_conv3',
+            cfg=dict(type='ContextBlock', ratio=1. / 16), position='after_conv3',
             stages=(False, True, True, True))
     ]
     reference = DetResNet(50, plugins=plugins, norm_eval=False)
@@ -55,12 +54,8 @@ def test_mmdet_plugins_still_work_inside_step_blocks():
 
 def test_dcn_argument_still_works():
     dcn = dict(type='DCNv2', deform_groups=1, fallback_on_stride=False)
-    model = DetStepResNet(
-        50,
-        dcn=dcn,
-        stage_with_dcn=(False, False, False, True),
-        adaptor=STEPNET,
-        adaptor_stages=(False, False, False, True))
+    model = DetStepResNet(50, dcn=dcn, stage_with_dcn=(False, False, False, True), adaptor=STEPNET,
+                          adaptor_stages=(False, False, False, True))
     conv2 = model.layer4[0].conv2
     assert type(conv2).__name__ == 'ModulatedDeformConv2dPack'
     model.eval()
@@ -110,8 +105,8 @@ def test_pretrained_init_cfg_leaves_only_adaptor_keys_missing(tmp_path):
     randomise_bn(upstream)
     path = tmp_path / 'resnet50.pth'
     torch.save(upstream.state_dict(), path)
-    model = DetStepResNet(
-        50, adaptor=STEPNET, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = DetStepResNet(50, adaptor=STEPNET, init_cfg=dict(type='Pretrained',
+                                                             checkpoint=str(path)))
     model.init_weights()
     for name, value in upstream.state_dict().items():
         assert torch.equal(model.state_dict()[name], value), name

@@ -23,8 +23,8 @@ BACKBONES = {
     (lambda **kw: StepResNet(18, base_channels=8, stem_channels=8, adaptor=STEPNET, **kw), 32),
     'resnet50-se':
     (lambda **kw: StepResNet(50, base_channels=4, stem_channels=8, adaptor=SE, **kw), 32),
-    'resnet50-stepnet-groups': (lambda **kw: StepResNet(
-        50, base_channels=4, stem_channels=8, adaptor=dict(STEPNET, groups=2), **kw), 32),
+    'resnet50-stepnet-groups': (lambda **kw: StepResNet(50, base_channels=4, stem_channels=8,
+                                                        adaptor=dict(STEPNET, groups=2), **kw), 32),
     'resnet18-plain': (lambda **kw: StepResNet(18, base_channels=8, stem_channels=8, **kw), 32),
     'cifar-stepnet':
     (lambda **kw: StepResNet_CIFAR(18, base_channels=4, stem_channels=4, adaptor=STEPNET, **kw),
@@ -32,11 +32,10 @@ BACKBONES = {
     'preact-stepnet':
     (lambda **kw: PreActStepResNet(20, base_channels=4, adaptor=STEPNET, **kw), 16),
     'preact-se': (lambda **kw: PreActStepResNet(20, base_channels=8, adaptor=SE, **kw), 16),
-    'alternet': (lambda **kw: AlterNet(
-        18, stem='cifar', base_channels=8, num_heads=(1, 1, 1, 1), head_dim=4, window_size=2, **kw),
-                 16),
-    'vit-stepnet': (lambda **kw: StepViT(
-        VIT_ARCH, img_size=16, patch_size=8, msa_adaptor=STEPNET, mlp_adaptor=SE, **kw), 16),
+    'alternet': (lambda **kw: AlterNet(18, stem='cifar', base_channels=8, num_heads=(1, 1, 1, 1),
+                                       head_dim=4, window_size=2, **kw), 16),
+    'vit-stepnet': (lambda **kw: StepViT(VIT_ARCH, img_size=16, patch_size=8, msa_adaptor=STEPNET,
+                                         mlp_adaptor=SE, **kw), 16),
 }
 
 

@@ -30,8 +30,7 @@ IDENTITY_ADAPTORS = {
     'se': dict(type='mmstiff.SEAdaptor', start='identity'),
 }
 VIT = dict(
-    arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64),
-    img_size=32,
+    arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64), img_size=32,
     patch_size=8)
 
 
@@ -275,11 +274,9 @@ def test_bad_start_names_the_field(kwargs, message):
 
 def norm_eval_pair(backbone, adaptor_norm='auto', **kwargs):
     """A plain network and the adapted one with ``norm_eval=True`` (StepNet adaptors)."""
-    build_plain, build_adapted = pair(
-        backbone,
-        dict(type='mmstiff.StepNetAdaptor', start='identity'),
-        adaptor_norm=adaptor_norm,
-        **kwargs)
+    build_plain, build_adapted = pair(backbone, dict(type='mmstiff.StepNetAdaptor',
+                                                     start='identity'), adaptor_norm=adaptor_norm,
+                                      **kwargs)
     return plain_model(build_plain), build_adapted(norm_eval=True)
 
 

@@ -29,23 +29,16 @@ def randomise_norms(module, seed=0):
 
 def ref_bn_relu(x, bn, training):
     """BN then ReLU written out with the module's tensors."""
-    y = F.batch_norm(
-        x,
-        bn.running_mean.clone(),
-        bn.running_var.clone(),
-        bn.weight,
-        bn.bias,
-        training=training,
-        momentum=0.0,
-        eps=bn.eps)
+    y = F.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(), bn.weight, bn.bias,
+                     training=training, momentum=0.0, eps=bn.eps)
     return F.relu(y)
 
 
 def ref_preact_basic(block, x, training):
     """He et al. 2016 pre-activation basic block, from the module's weights (Δ ≡ 1)."""
     a = ref_bn_relu(x, block.bn1, training)
-    shortcut = x if block.downsample is None else F.conv2d(
-        a, block.downsample.weight, stride=block.stride)
+    shortcut = x if block.downsample is None else F.conv2d(a, block.downsample.weight,
+                                                           stride=block.stride)
     h = F.conv2d(a, block.conv1.weight, stride=block.stride, padding=1)
     h = F.conv2d(ref_bn_relu(h, block.bn2, training), block.conv2.weight, padding=1)
     return shortcut + h
@@ -54,8 +47,8 @@ def ref_preact_basic(block, x, training):
 def ref_preact_bottleneck(block, x, training):
     """Pre-activation bottleneck (1x1 -> 3x3 stride -> 1x1), from the module's weights."""
     a = ref_bn_relu(x, block.bn1, training)
-    shortcut = x if block.downsample is None else F.conv2d(
-        a, block.downsample.weight, stride=block.stride)
+    shortcut = x if block.downsample is None else F.conv2d(a, block.downsample.weight,
+                                                           stride=block.stride)
     h = F.conv2d(a, block.conv1.weight)
     h = F.conv2d(
         ref_bn_relu(h, block.bn2, training), block.conv2.weight, stride=block.stride, padding=1)
@@ -119,8 +112,8 @@ def test_block_equals_explicit_preactivation_formula(cls, ref, in_c, out_c, stri
 def test_block_with_stepnet_scales_residual_by_sigmoid_minus_one():
     """x_{t+1} - x_t = sigmoid(-1) f at initialisation (W_IE = 0, b_IE = -1), docs/methods.md §1."""
     torch.manual_seed(0)
-    net = PreActStepResNet(
-        depth=20, block='bottleneck', base_channels=4, adaptor=dict(type='mmstiff.StepNetAdaptor'))
+    net = PreActStepResNet(depth=20, block='bottleneck', base_channels=4,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'))
     net.init_weights()
     net.train()
     x = torch.randn(4, 3, 16, 16)
@@ -138,8 +131,8 @@ def test_constant_step_and_no_adaptor_agree_with_reference_chain():
     """A whole stage is the composition of the explicit blocks; ConstantStep(1) changes nothing."""
     torch.manual_seed(0)
     plain = randomise_norms(PreActStepResNet(depth=20, base_channels=4, out_indices=(0, 1, 2)))
-    const = PreActStepResNet(
-        depth=20, base_channels=4, out_indices=(0, 1, 2), adaptor=dict(type='mmstiff.ConstantStep'))
+    const = PreActStepResNet(depth=20, base_channels=4, out_indices=(0, 1, 2),
+                             adaptor=dict(type='mmstiff.ConstantStep'))
     const.load_state_dict(plain.state_dict())
     plain.eval(), const.eval()
     x = torch.randn(2, 3, 16, 16)
@@ -190,12 +183,8 @@ def test_grey_input_and_base_channels():
 
 
 def test_placement_builds_adaptors_only_where_chosen():
-    net = PreActStepResNet(
-        depth=20,
-        base_channels=4,
-        adaptor=dict(type='mmstiff.SEAdaptor'),
-        adaptor_stages=(False, True, True),
-        adaptor_blocks=(None, [-1], [0, 2]))
+    net = PreActStepResNet(depth=20, base_channels=4, adaptor=dict(type='mmstiff.SEAdaptor'),
+                           adaptor_stages=(False, True, True), adaptor_blocks=(None, [-1], [0, 2]))
     flags = [[block.step_adaptor is not None for block in getattr(net, f'layer{i}')]
              for i in (1, 2, 3)]
     assert flags == [[False] * 3, [False, False, True], [True, False, True]]
@@ -204,11 +193,9 @@ def test_placement_builds_adaptors_only_where_chosen():
 
 def test_plain_checkpoint_loads_with_only_adaptor_keys_missing():
     plain = PreActStepResNet(depth=20, base_channels=4)
-    stepnet = PreActStepResNet(
-        depth=20,
-        base_channels=4,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        adaptor_blocks=([0], [0], [0]))
+    stepnet = PreActStepResNet(depth=20, base_channels=4,
+                               adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                               adaptor_blocks=([0], [0], [0]))
     result = stepnet.load_state_dict(plain.state_dict(), strict=False)
     assert not result.unexpected_keys
     assert result.missing_keys and all('.step_adaptor.' in k for k in result.missing_keys)
@@ -253,18 +240,12 @@ def test_image_classifier_from_mmpretrain_registry_trains_one_step():
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MMPRETRAIN_MODELS.build(
             dict(
-                type='ImageClassifier',
-                backbone=dict(
-                    type='mmstiff.PreActStepResNet',
-                    depth=20,
-                    base_channels=4,
-                    adaptor=dict(type='mmstiff.StepNetAdaptor')),
+                type='ImageClassifier', backbone=dict(type='mmstiff.PreActStepResNet', depth=20,
+                                                      base_channels=4,
+                                                      adaptor=dict(type='mmstiff.StepNetAdaptor')),
                 neck=dict(type='GlobalAveragePooling'),
-                head=dict(
-                    type='LinearClsHead',
-                    num_classes=10,
-                    in_channels=16,
-                    loss=dict(type='CrossEntropyLoss'))))
+                head=dict(type='LinearClsHead', num_classes=10, in_channels=16,
+                          loss=dict(type='CrossEntropyLoss'))))
     model.init_weights()
     samples = [DataSample().set_gt_label(i % 10) for i in range(4)]
     losses = model(torch.randn(4, 3, 16, 16), samples, mode='loss')

@@ -40,8 +40,8 @@ def test_plugin_inside_mmdet_resnet_equals_adaptor_inside_step_block():
         for name, param in with_plugin.named_parameters():
             if 'step_plugin' in name:
                 param.normal_(0, 0.1)
-    in_block = DetStepResNet(
-        50, adaptor=dict(type='mmstiff.SEAdaptor'), adaptor_stages=STAGES, norm_eval=False)
+    in_block = DetStepResNet(50, adaptor=dict(type='mmstiff.SEAdaptor'), adaptor_stages=STAGES,
+                             norm_eval=False)
     in_block.load_state_dict({
         k.replace('.step_plugin.step_adaptor.', '.step_adaptor.'): v
         for k, v in with_plugin.state_dict().items()

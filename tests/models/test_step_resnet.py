@@ -98,11 +98,9 @@ def test_initial_stepnet_block_is_upstream_block_with_scaled_last_norm(depth, la
 
 @pytest.mark.slow
 def test_placement_builds_adaptors_only_where_chosen():
-    model = StepResNet(
-        34,
-        adaptor=dict(type='mmstiff.StepNetAdaptor', groups=2),
-        adaptor_stages=(False, True, True, True),
-        adaptor_blocks=(None, [-1], [0, 2], None))
+    model = StepResNet(34, adaptor=dict(type='mmstiff.StepNetAdaptor',
+                                        groups=2), adaptor_stages=(False, True, True, True),
+                       adaptor_blocks=(None, [-1], [0, 2], None))
     chosen = {(i, j)
               for i, name in enumerate(model.res_layers)
               for j, block in enumerate(getattr(model, name)) if block.step_adaptor is not None}
@@ -125,10 +123,8 @@ def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, caps
     path = tmp_path / 'resnet50.pth'
     torch.save({'state_dict': upstream.state_dict()}, path)
 
-    model = StepResNet(
-        50,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = StepResNet(50, adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                       init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     for name, value in upstream.state_dict().items():
         assert torch.equal(model.state_dict()[name], value), name
@@ -137,9 +133,8 @@ def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, caps
     assert len(adaptor_keys) == 16 * 8  # 16 blocks x (conv, 5 BN entries, W_IE, b_IE)
     # BN fills a missing num_batches_tracked itself, so neither loader reports it
     expected = {k for k in adaptor_keys if not k.endswith('num_batches_tracked')}
-    result = StepResNet(
-        50, adaptor=dict(type='mmstiff.StepNetAdaptor')).load_state_dict(
-            upstream.state_dict(), strict=False)
+    result = StepResNet(50, adaptor=dict(type='mmstiff.StepNetAdaptor')).load_state_dict(
+        upstream.state_dict(), strict=False)
     assert set(result.missing_keys) == expected and result.unexpected_keys == []
     capsys.readouterr()
     load_state_dict(model, upstream.state_dict(), strict=False, logger=None)
@@ -152,12 +147,8 @@ def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing(tmp_path, caps
 def test_frozen_stages_and_norm_eval_reach_the_adaptors():
     # adaptor_norm='follow': the adaptors' BN follows norm_eval (see tests/models/test_graft.py
     # for 'auto', which lets statistics no checkpoint held keep learning)
-    model = StepResNet(
-        18,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        frozen_stages=1,
-        norm_eval=True,
-        adaptor_norm='follow')
+    model = StepResNet(18, adaptor=dict(type='mmstiff.StepNetAdaptor'), frozen_stages=1,
+                       norm_eval=True, adaptor_norm='follow')
     model.train()
     assert not any(p.requires_grad for p in model.layer1.parameters())
     assert all(p.requires_grad for p in model.layer2[0].step_adaptor.parameters())
@@ -183,29 +174,16 @@ def test_checkpointed_blocks_match_and_backpropagate():
 
 
 def test_small_three_stage_network_for_grey_28x28_images():
-    model = StepResNet(
-        18,
-        in_channels=1,
-        stem_channels=16,
-        base_channels=16,
-        num_stages=3,
-        strides=(1, 2, 2),
-        dilations=(1, 1, 1),
-        out_indices=(2, ),
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        adaptor_stages=(False, True, True))
+    model = StepResNet(18, in_channels=1, stem_channels=16, base_channels=16, num_stages=3,
+                       strides=(1, 2, 2), dilations=(1, 1, 1), out_indices=(2, ),
+                       adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                       adaptor_stages=(False, True, True))
     assert model.layer1[0].step_adaptor is None and model.layer3[1].step_adaptor.channels == 64
     model.train()
     assert model(torch.randn(2, 1, 28, 28))[0].shape == (2, 64, 2, 2)
     with pytest.raises(ValueError, match='expected 3'):
-        StepResNet(
-            18,
-            num_stages=3,
-            strides=(1, 2, 2),
-            dilations=(1, 1, 1),
-            out_indices=(2, ),
-            adaptor=dict(type='mmstiff.StepNetAdaptor'),
-            adaptor_stages=(True, ) * 4)
+        StepResNet(18, num_stages=3, strides=(1, 2, 2), dilations=(1, 1, 1), out_indices=(2, ),
+                   adaptor=dict(type='mmstiff.StepNetAdaptor'), adaptor_stages=(True, ) * 4)
 
 
 def test_builds_from_mmpretrain_scope_with_unscoped_adaptor_type():

@@ -73,12 +73,9 @@ def test_stepnet_scales_each_residual_by_sigmoid_minus_one_at_init():
 
 def test_upstream_checkpoint_loads_with_only_adaptor_keys_missing():
     upstream = ResNet_CIFAR(depth=18, **SMALL)
-    ours = StepResNet_CIFAR(
-        depth=18,
-        adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        adaptor_stages=(False, False, True, True),
-        adaptor_blocks=(None, None, [-1], [0]),
-        **SMALL)
+    ours = StepResNet_CIFAR(depth=18, adaptor=dict(type='mmstiff.StepNetAdaptor'),
+                            adaptor_stages=(False, False, True, True),
+                            adaptor_blocks=(None, None, [-1], [0]), **SMALL)
     result = ours.load_state_dict(upstream.state_dict(), strict=False)
     assert not result.unexpected_keys
     assert {k.split('.step_adaptor.')[0] for k in result.missing_keys} == {'layer3.1', 'layer4.0'}

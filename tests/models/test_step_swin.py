@@ -12,11 +12,8 @@ from mmstiff.models.layers import record_attention_maps
 # 64x64 images, patch 4: a 16x16 then an 8x8 token map; window 4, so the odd blocks of both
 # stages shift their windows and use the additive shift mask
 SMALL = dict(
-    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)),
-    img_size=64,
-    window_size=4,
-    out_indices=(0, 1),
-    drop_path_rate=0.)
+    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64, window_size=4,
+    out_indices=(0, 1), drop_path_rate=0.)
 
 
 def upstream(**kwargs):
@@ -177,8 +174,8 @@ def test_attention_maps_on_request_do_not_change_outputs():
 
 
 def test_training_reaches_the_new_parameters_and_keeps_drop_path():
-    model = StepSwin(
-        **dict(SMALL, drop_path_rate=0.2), attn_scale_layers='all', feat_scale_layers='all')
+    model = StepSwin(**dict(SMALL, drop_path_rate=0.2), attn_scale_layers='all',
+                     feat_scale_layers='all')
     ref = SwinTransformer(**dict(SMALL, drop_path_rate=0.2))
     drop = [b.attn.drop.drop_prob for s in model.stages for b in s.blocks]
     assert drop == [b.attn.drop.drop_prob for s in ref.stages for b in s.blocks]

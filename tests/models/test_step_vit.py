@@ -86,8 +86,8 @@ def explicit_attention(attn_module, x, omega=None):
 
 @pytest.mark.parametrize('with_cls_token', [True, False])
 def test_attn_scale_closed_form_equals_explicit_matrix(with_cls_token):
-    kwargs = dict(
-        with_cls_token=with_cls_token, out_type='cls_token' if with_cls_token else 'avg_featmap')
+    kwargs = dict(with_cls_token=with_cls_token,
+                  out_type='cls_token' if with_cls_token else 'avg_featmap')
     model = ours_like(upstream(**kwargs), attn_scale_layers='all', **kwargs)
     randomise(model)
     attn = model.layers[1].attn
@@ -176,8 +176,8 @@ def test_stepnet_adaptor_gives_one_step_size_per_block():
 @pytest.mark.parametrize('scale', [1.0, 0.75])
 def test_augmented_shortcuts_match_the_block_equation(scale):
     ref = upstream()
-    model = ours_like(
-        ref, aug_shortcut=dict(num_paths=2, num_blocks=4, scale=scale), aug_shortcut_layers=[0])
+    model = ours_like(ref, aug_shortcut=dict(num_paths=2, num_blocks=4, scale=scale),
+                      aug_shortcut_layers=[0])
     layer, theirs = model.layers[0], ref.layers[0]
     assert model.layers[1].msa_aug is None
 
@@ -196,13 +196,9 @@ def test_augmented_shortcuts_match_the_block_equation(scale):
 def test_training_step_reaches_every_new_parameter():
     # the StepNet adaptor's IE weight starts at 0, so only its IE parameters get a gradient on
     # the first step; everything else new must be reached
-    model = StepViT(
-        **SMALL,
-        attn_scale_layers='all',
-        feat_scale_layers='all',
-        msa_adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        aug_shortcut=dict(num_paths=2),
-        drop_path_rate=0.1)
+    model = StepViT(**SMALL, attn_scale_layers='all', feat_scale_layers='all',
+                    msa_adaptor=dict(type='mmstiff.StepNetAdaptor'), aug_shortcut=dict(num_paths=2),
+                    drop_path_rate=0.1)
     randomise(model)
     model.train()
     model(images(batch=4))[0].pow(2).mean().backward()
@@ -264,11 +260,8 @@ def test_deit_small_checkpoint_loads_with_only_new_parameters_missing(tmp_path):
     path = str(tmp_path / 'deit-small.pth')
     torch.save({'state_dict': deit.state_dict()}, path)
 
-    switches = dict(
-        attn_scale_layers='all',
-        feat_scale_layers='all',
-        msa_adaptor=dict(type='mmstiff.StepNetAdaptor'),
-        msa_adaptor_layers=[-1])
+    switches = dict(attn_scale_layers='all', feat_scale_layers='all',
+                    msa_adaptor=dict(type='mmstiff.StepNetAdaptor'), msa_adaptor_layers=[-1])
     ours = StepViT(arch='deit-small', **switches)
     state_dict = torch.load(path, weights_only=True)['state_dict']
     missing = ours.load_state_dict(state_dict, strict=False).missing_keys

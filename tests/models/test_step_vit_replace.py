@@ -147,11 +147,8 @@ def test_upstream_checkpoint_loads_with_only_the_adaptors_missing(tmp_path):
     # through mmengine's loader and init_cfg=Pretrained, as a config would load it
     load_checkpoint(
         StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all'), path, strict=False)
-    pretrained = StepViT(
-        **SMALL,
-        msa_adaptor=STEPNET,
-        replace_attention_layers='all',
-        init_cfg=dict(type='Pretrained', checkpoint=path))
+    pretrained = StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all',
+                         init_cfg=dict(type='Pretrained', checkpoint=path))
     pretrained.init_weights()
     for name, value in ref.state_dict().items():
         assert torch.equal(pretrained.state_dict()[name], value), name
@@ -211,8 +208,8 @@ def test_feat_scale_and_layer_scale_on_the_value_path():
         f_dc = f.mean(dim=1, keepdim=True)
         expected = f_dc * (1 + s) + (f - f_dc) * (1 + t)
         torch.testing.assert_close(branch(model.layers[0].ln1(x)), expected, rtol=1e-5, atol=1e-5)
-    scaled = StepViT(
-        **SMALL, msa_adaptor=STEPNET, replace_attention_layers='all', layer_scale_init_value=0.25)
+    scaled = StepViT(**SMALL, msa_adaptor=STEPNET, replace_attention_layers='all',
+                     layer_scale_init_value=0.25)
     scaled.eval()
     layer = scaled.layers[0]
     with torch.no_grad():
@@ -222,16 +219,16 @@ def test_feat_scale_and_layer_scale_on_the_value_path():
 
 def test_constant_step_gives_the_attention_free_control():
     ref = upstream()
-    model = StepViT(
-        **SMALL, msa_adaptor=dict(type='mmstiff.ConstantStep'), replace_attention_layers='all')
+    model = StepViT(**SMALL, msa_adaptor=dict(type='mmstiff.ConstantStep'),
+                    replace_attention_layers='all')
     model.load_state_dict(ref.state_dict())
     model.eval()
     x = tokens()
     theirs = ref.layers[2]
     with torch.no_grad():
         y = x + value_path(theirs, x)
-        torch.testing.assert_close(
-            model.layers[2](x), theirs.ffn(theirs.ln2(y), identity=y), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model.layers[2](x), theirs.ffn(theirs.ln2(y), identity=y),
+                                   rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('kwargs,message', [

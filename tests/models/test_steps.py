@@ -19,8 +19,7 @@ def test_placement_defaults_select_every_block():
 
 
 def test_placement_stage_mask_and_block_indices():
-    placement = adaptor_placement((3, 4, 6, 3),
-                                  adaptor_stages=(False, True, True, True),
+    placement = adaptor_placement((3, 4, 6, 3), adaptor_stages=(False, True, True, True),
                                   adaptor_blocks=([0], [-1], [0, -1, 5], None))
     assert placement == [[False] * 3, [False, False, False, True],
                          [True, False, False, False, False, True], [True] * 3]

@@ -21,8 +21,7 @@ from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
 interpreted = pytest.mark.skipif(
-    not INTERPRETED,
-    reason='runs in the TRITON_INTERPRET=1 '
+    not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 '
     'process of test_kernels_in_the_interpreter')
 #: (layout, shape, memory format): H and W mergeable or not, a width of one, tokens
 CASES = [('nchw', (2, 5, 3, 4), None), ('nchw', (2, 5, 3, 4), torch.channels_last),
@@ -36,11 +35,7 @@ def _interpret(repo_root, markers):
     env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
     proc = subprocess.run(
         [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m', markers, __file__],
-        cwd=repo_root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900)
+        cwd=repo_root, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert ' passed' in proc.stdout, proc.stdout[-2000:]
 
@@ -123,12 +118,8 @@ def test_triton_step_runs_a_backbone():
     outputs = []
     for fused in (False, True):
         torch.manual_seed(0)
-        net = StepResNet(
-            18,
-            base_channels=4,
-            stem_channels=4,
-            adaptor=dict(type='mmstiff.StepNetAdaptor'),
-            fused=fused).train()
+        net = StepResNet(18, base_channels=4, stem_channels=4,
+                         adaptor=dict(type='mmstiff.StepNetAdaptor'), fused=fused).train()
         with forced_step_kernels(TritonStepKernels()):
             out = net(images)[-1]
         out.sum().backward()

@@ -8,14 +8,8 @@ def train(run_tool):
     """``train(config, work_dir, *flags, check=True)``: run tools/train.py in a fresh process."""
 
     def run(config, work_dir, *flags, check=True, env=None):
-        return run_tool(
-            'tools/train.py',
-            str(config),
-            '--work-dir',
-            str(work_dir),
-            *flags,
-            check=check,
-            env=dict(FAULT_ENV, **(env or {})))
+        return run_tool('tools/train.py', str(config), '--work-dir', str(work_dir), *flags,
+                        check=check, env=dict(FAULT_ENV, **(env or {})))
 
     return run
 

@@ -26,9 +26,7 @@ def write_config(path, data_root, **fields):
     loader = dict(dataset=dict(data_root=data_root))
     settings = dict(
         model=dict(backbone=dict(base_channels=8, stem_channels=8), head=dict(in_channels=64)),
-        train_dataloader=loader,
-        val_dataloader=loader,
-        test_dataloader=loader)
+        train_dataloader=loader, val_dataloader=loader, test_dataloader=loader)
     settings.update(fields)
     lines = [f'_base_ = [{BASE_CONFIG!r}]'
              ] + [f'{key} = {value!r}' for key, value in settings.items()]

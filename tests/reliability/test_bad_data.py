@@ -36,13 +36,9 @@ def build_coco(root, split='val2017', test_mode=True):
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
     return DATASETS.build(
-        dict(
-            type='mmstiff.CocoDataset',
-            data_root=root,
-            ann_file=f'annotations/instances_{split}.json',
-            data_prefix=dict(img=f'{split}/'),
-            test_mode=test_mode,
-            pipeline=[]))
+        dict(type='mmstiff.CocoDataset', data_root=root,
+             ann_file=f'annotations/instances_{split}.json', data_prefix=dict(img=f'{split}/'),
+             test_mode=test_mode, pipeline=[]))
 
 
 def edit_annotations(root, split, edit):
@@ -83,12 +79,8 @@ def test_coco_boxes_of_zero_or_negative_size_are_counted_and_reported(tmp_path, 
 
     # the boxes kept are exactly mmdet's
     from mmdet.datasets import CocoDataset as Upstream
-    upstream = Upstream(
-        data_root=root,
-        ann_file='annotations/instances_val2017.json',
-        data_prefix=dict(img='val2017/'),
-        test_mode=True,
-        pipeline=[])
+    upstream = Upstream(data_root=root, ann_file='annotations/instances_val2017.json',
+                        data_prefix=dict(img='val2017/'), test_mode=True, pipeline=[])
     assert [d['instances'] for d in upstream.load_data_list()] == \
         [dataset.get_data_info(i)['instances'] for i in range(len(dataset))]
 
@@ -104,8 +96,7 @@ def test_coco_without_any_box_left_fails_naming_the_file(tmp_path):
 
     path = edit_annotations(root, 'train2017', flatten)
     with pytest.raises(
-            ValueError,
-            match=r'instances_train2017.json: no box is left of the \d+ '
+            ValueError, match=r'instances_train2017.json: no box is left of the \d+ '
             r'in the file \(\{.zero or negative size'):
         build_coco(root, 'train2017', test_mode=False)
     assert osp.isfile(path)
@@ -162,8 +153,7 @@ def test_fewer_labels_than_images_fail_naming_both_files(tmp_path):
     # mmpretrain pairs images and labels with zip: the sixth image is silently gone
     assert len(Upstream(data_root=root, split='test', test_mode=True)) == 5
     with pytest.raises(
-            ValueError,
-            match=f'{labels} holds 5 labels but .*t10k-images-idx3-ubyte '
+            ValueError, match=f'{labels} holds 5 labels but .*t10k-images-idx3-ubyte '
             'holds 6 images; expected one label per image'):
         demo_test_dataset(root)
     assert len(FashionMNIST(data_root=root, split='train')) == 12  # the other split is fine
@@ -177,8 +167,7 @@ def test_truncated_idx_file_fails_naming_it(tmp_path):
     with open(images, 'wb') as f:
         f.write(data[:-100])
     with pytest.raises(
-            ValueError,
-            match=f'{images}: file is {len(data) - 100} bytes; its '
+            ValueError, match=f'{images}: file is {len(data) - 100} bytes; its '
             rf'header \(6, 28, 28\) needs {len(data)} \(truncated'):
         demo_test_dataset(root)
 
@@ -186,8 +175,7 @@ def test_truncated_idx_file_fails_naming_it(tmp_path):
 def test_split_and_test_mode_must_agree(tmp_path):
     root = write_mnist(str(tmp_path / 'fm'), num_train=12, num_test=6)
     with pytest.raises(
-            ValueError,
-            match=r"split='test' with test_mode=False: mmpretrain reads "
+            ValueError, match=r"split='test' with test_mode=False: mmpretrain reads "
             'the files by test_mode, so this would read the training files'):
         FashionMNIST(data_root=root, split='test')
     with pytest.raises(ValueError, match="split='val' is not supported"):
@@ -215,9 +203,8 @@ def test_empty_datasets_fail_naming_their_files(tmp_path):
     root = write_mnist(str(tmp_path / 'fm'), num_train=2, num_test=2)
     write_idx(osp.join(root, 't10k-images-idx3-ubyte'), np.zeros((0, 28, 28)))
     write_idx(osp.join(root, 't10k-labels-idx1-ubyte'), np.zeros(0))
-    with pytest.raises(
-            ValueError, match='t10k-images-idx3-ubyte holds 0 images; expected at '
-            'least one'):
+    with pytest.raises(ValueError, match='t10k-images-idx3-ubyte holds 0 images; expected at '
+                       'least one'):
         demo_test_dataset(root)
 
 
@@ -225,14 +212,9 @@ def test_empty_datasets_fail_naming_their_files(tmp_path):
 def tool_args(tmp_path, out):
     checkpoint = tmp_path / 'c.pth'
     checkpoint.write_bytes(b'x')
-    return argparse.Namespace(
-        config=CLS_CONFIG,
-        checkpoint=str(checkpoint),
-        work_dir=str(tmp_path / 'work'),
-        out=out,
-        no_pin_memory=False,
-        cfg_options=None,
-        launcher='none')
+    return argparse.Namespace(config=CLS_CONFIG, checkpoint=str(checkpoint),
+                              work_dir=str(tmp_path / 'work'), out=out, no_pin_memory=False,
+                              cfg_options=None, launcher='none')
 
 
 @pytest.mark.slow
@@ -241,8 +223,7 @@ def test_unwritable_out_fails_before_the_evaluation(tmp_path):
     blocker.write_text('')
     out = str(blocker / 'sub' / 'metrics.json')
     with pytest.raises(
-            ConfigError,
-            match=f"--out '{out}' cannot be created: '{blocker}' is a "
+            ConfigError, match=f"--out '{out}' cannot be created: '{blocker}' is a "
             'file, not a directory'):
         prepare_runner_cfg(Config.fromfile(CLS_CONFIG), tool_args(tmp_path, out), 'test')
     folder = tmp_path / 'results.pkl'
@@ -308,14 +289,12 @@ def test_missing_diagnostics_module_fails_naming_what_is_there():
     model.head = nn.Linear(1, 1)
     runner = types.SimpleNamespace(model=model)
     with pytest.raises(
-            ValueError,
-            match=r"module='backbone.layer9' is not a submodule: "
+            ValueError, match=r"module='backbone.layer9' is not a submodule: "
             r"backbone \(Module\) has no submodule 'layer9'; expected one of "
             r"\['layer1', 'layer2'\]"):
         StiffnessHook(module='backbone.layer9').target_module(runner)
     with pytest.raises(
-            ValueError,
-            match=r"the model \(Module\) has no submodule 'neck'; "
+            ValueError, match=r"the model \(Module\) has no submodule 'neck'; "
             r"expected one of \['backbone', 'head'\]"):
         FrequencyHook(module='neck').target_module(runner)
     assert StiffnessHook(module='backbone.layer2').target_module(runner) is \

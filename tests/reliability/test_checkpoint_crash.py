@@ -22,13 +22,9 @@ def test_kill_mid_checkpoint_keeps_the_previous_one(tiny_data, train, tmp_path):
     uninterrupted run."""
     root = tiny_data('cifar10')
     checkpoint = dict(interval=2, max_keep_ckpts=1)
-    config = write_config(
-        tmp_path / 'crash.py',
-        root,
-        train_cfg=dict(max_iters=4),
-        default_hooks=dict(checkpoint=checkpoint),
-        custom_imports=FAULTS,
-        custom_hooks=[dict(type='KillDuringWrite', pattern='*iter_4.pth*')])
+    config = write_config(tmp_path / 'crash.py', root, train_cfg=dict(max_iters=4),
+                          default_hooks=dict(checkpoint=checkpoint), custom_imports=FAULTS,
+                          custom_hooks=[dict(type='KillDuringWrite', pattern='*iter_4.pth*')])
     work = tmp_path / 'work'
     proc = train(config, work, check=False)
     assert killed(proc), proc.stderr[-3000:]
@@ -39,11 +35,8 @@ def test_kill_mid_checkpoint_keeps_the_previous_one(tiny_data, train, tmp_path):
     assert load(work / 'iter_2.pth')['meta']['iter'] == 2
     assert (work / 'last_checkpoint').read_text().strip() == str(work / 'iter_2.pth')
 
-    clean = write_config(
-        tmp_path / 'clean.py',
-        root,
-        train_cfg=dict(max_iters=4),
-        default_hooks=dict(checkpoint=checkpoint))
+    clean = write_config(tmp_path / 'clean.py', root, train_cfg=dict(max_iters=4),
+                         default_hooks=dict(checkpoint=checkpoint))
     proc = train(clean, work, '--resume')
     log = proc.stdout + proc.stderr
     assert f'Resuming from {work / "iter_2.pth"}: last_checkpoint names it' in log
@@ -64,10 +57,7 @@ def test_kill_while_writing_last_checkpoint(tiny_data, train, tmp_path):
     iter_4.pth): last_checkpoint is not left empty, and --resume works."""
     root = tiny_data('cifar10')
     config = write_config(
-        tmp_path / 'crash.py',
-        root,
-        train_cfg=dict(max_iters=4),
-        custom_imports=FAULTS,
+        tmp_path / 'crash.py', root, train_cfg=dict(max_iters=4), custom_imports=FAULTS,
         custom_hooks=[
             dict(type='KillDuringWrite', pattern='*last_checkpoint*', fraction=0.0, occurrence=2)
         ])
@@ -91,13 +81,9 @@ def test_kill_before_removing_the_old_checkpoint(tiny_data, train, tmp_path):
     complete and named; the resumed run removes the left-over iter_2.pth."""
     root = tiny_data('cifar10')
     checkpoint = dict(interval=2, max_keep_ckpts=1)
-    config = write_config(
-        tmp_path / 'crash.py',
-        root,
-        train_cfg=dict(max_iters=4),
-        default_hooks=dict(checkpoint=checkpoint),
-        custom_imports=FAULTS,
-        custom_hooks=[dict(type='KillBeforeRemove', pattern='iter_2.pth')])
+    config = write_config(tmp_path / 'crash.py', root, train_cfg=dict(max_iters=4),
+                          default_hooks=dict(checkpoint=checkpoint), custom_imports=FAULTS,
+                          custom_hooks=[dict(type='KillBeforeRemove', pattern='iter_2.pth')])
     work = tmp_path / 'work'
     proc = train(config, work, check=False)
     assert killed(proc), proc.stderr[-3000:]
@@ -105,11 +91,8 @@ def test_kill_before_removing_the_old_checkpoint(tiny_data, train, tmp_path):
     assert checkpoint_problem(str(work / 'iter_4.pth')) is None
     assert (work / 'iter_2.pth').exists()
 
-    clean = write_config(
-        tmp_path / 'clean.py',
-        root,
-        train_cfg=dict(max_iters=6),
-        default_hooks=dict(checkpoint=checkpoint))
+    clean = write_config(tmp_path / 'clean.py', root, train_cfg=dict(max_iters=6),
+                         default_hooks=dict(checkpoint=checkpoint))
     proc = train(clean, work, '--resume')
     assert 'resumed epoch: 0, iter: 4' in proc.stdout + proc.stderr
     assert sorted(p.name for p in work.glob('*.pth')) == ['iter_6.pth']

@@ -19,15 +19,11 @@ from mmstiff.utils.checkpoint import load_checkpoint_into, load_state_dict_repor
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
 VIT = dict(
-    arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64),
-    img_size=32,
+    arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64), img_size=32,
     patch_size=8)
 SWIN = dict(
-    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2)),
-    img_size=32,
-    window_size=2,
-    out_indices=(1, ),
-    drop_path_rate=0.1)
+    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(1, 2)), img_size=32, window_size=2,
+    out_indices=(1, ), drop_path_rate=0.1)
 
 
 def det_step_resnet(**kwargs):
@@ -115,6 +111,11 @@ def test_vit_position_embedding_is_resized_through_the_strict_loader():
 
 
 # ------------------------------------------------------------------ frozen stages
+def step_vit_with_every_switch():
+    return StepViT(**VIT, frozen_stages=2, attn_scale_layers='all', feat_scale_layers='all',
+                   msa_adaptor=STEPNET)
+
+
 TWINS = {
     'StepResNet': (lambda: StepResNet(depth=18, adaptor=STEPNET, frozen_stages=2),
                    lambda: ResNet(depth=18, frozen_stages=2), ['layer1',
@@ -125,12 +126,7 @@ TWINS = {
     'DetStepResNet':
     (lambda: det_step_resnet(depth=18, adaptor=STEPNET, frozen_stages=1),
      lambda: det_resnet(depth=18, frozen_stages=1), ['layer1'], ['layer2', 'layer3', 'layer4']),
-    'StepViT': (lambda: StepViT(
-        **VIT,
-        frozen_stages=2,
-        attn_scale_layers='all',
-        feat_scale_layers='all',
-        msa_adaptor=STEPNET), lambda: VisionTransformer(**VIT, frozen_stages=2),
+    'StepViT': (step_vit_with_every_switch, lambda: VisionTransformer(**VIT, frozen_stages=2),
                 ['layers.0.', 'layers.1.'], ['layers.2.']),
     'StepSwin':
     (lambda: StepSwin(**SWIN, frozen_stages=0, attn_scale_layers='all', feat_scale_layers='all'),
@@ -159,14 +155,8 @@ def test_frozen_stages_freeze_what_upstream_freezes_and_the_added_parameters(nam
 
 @pytest.mark.parametrize('build, stem', [
     (lambda: PreActStepResNet(depth=20, adaptor=STEPNET, frozen_stages=1), 'conv1'),
-    (lambda: AlterNet(
-        depth=18,
-        stem='cifar',
-        base_channels=8,
-        head_dim=8,
-        num_heads=(1, 1, 1, 1),
-        window_size=4,
-        frozen_stages=1), 'conv1'),
+    (lambda: AlterNet(depth=18, stem='cifar', base_channels=8, head_dim=8, num_heads=(1, 1, 1, 1),
+                      window_size=4, frozen_stages=1), 'conv1'),
 ])
 def test_frozen_stages_of_the_backbones_without_a_twin(build, stem):
     model = build().train()

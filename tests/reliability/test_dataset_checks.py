@@ -22,14 +22,9 @@ def build_coco(root, split='train2017', test_mode=False, **kwargs):
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
     return DATASETS.build(
-        dict(
-            type='mmstiff.CocoDataset',
-            data_root=root,
-            ann_file=f'annotations/instances_{split}.json',
-            data_prefix=dict(img=f'{split}/'),
-            test_mode=test_mode,
-            pipeline=[],
-            **kwargs))
+        dict(type='mmstiff.CocoDataset', data_root=root,
+             ann_file=f'annotations/instances_{split}.json', data_prefix=dict(img=f'{split}/'),
+             test_mode=test_mode, pipeline=[], **kwargs))
 
 
 def edit(root, split, change):
@@ -63,8 +58,7 @@ def test_coco_without_images_names_the_file(coco, test_mode):
 @pytest.mark.det
 def test_coco_filter_dropping_every_image_names_the_rule(coco):
     with pytest.raises(
-            ValueError,
-            match=r"instances_train2017.json: filter_cfg=.* drops every "
+            ValueError, match=r"instances_train2017.json: filter_cfg=.* drops every "
             r"one of the 3 images \(\{'smaller than min_size': 3\}"):
         build_coco(coco, filter_cfg=dict(filter_empty_gt=True, min_size=10000))
 
@@ -96,8 +90,7 @@ def test_coco_missing_and_empty_image_files_fail_before_training(coco):
     os.remove(osp.join(folder, names[0]))
     open(osp.join(folder, names[1]), 'w').close()
     with pytest.raises(
-            ValueError,
-            match=rf'instances_train2017.json: of the 3 image files it '
+            ValueError, match=rf'instances_train2017.json: of the 3 image files it '
             rf'lists, 1 missing \(e.g. .*{names[0]}\); 1 empty '
             rf'\(e.g. .*{names[1]}\)'):
         build_coco(coco)
@@ -114,8 +107,7 @@ def test_fashion_mnist_label_out_of_range_names_the_file(tmp_path):
     with open(labels, 'wb') as f:
         f.write(struct.pack('>2I', 2049, values.size) + values.tobytes())
     with pytest.raises(
-            ValueError,
-            match=rf'{labels} holds 1 label\(s\) outside \[0, 10\), the '
+            ValueError, match=rf'{labels} holds 1 label\(s\) outside \[0, 10\), the '
             r'first at index 2: 200'):
         FashionMNIST(data_root=root, split='test', test_mode=True)
     assert len(FashionMNIST(data_root=root, split='train')) == 6

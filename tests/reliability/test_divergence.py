@@ -26,12 +26,9 @@ def written(work):
 
 @pytest.mark.slow
 def test_huge_learning_rate_stops_with_only_finite_checkpoints(tiny_data, train, tmp_path):
-    config = write_config(
-        tmp_path / 'lr.py',
-        tiny_data('cifar10'),
-        train_cfg=dict(max_iters=12),
-        optim_wrapper=dict(optimizer=dict(lr=1000.0)),
-        default_hooks=dict(checkpoint=dict(interval=1)))
+    config = write_config(tmp_path / 'lr.py', tiny_data('cifar10'), train_cfg=dict(max_iters=12),
+                          optim_wrapper=dict(optimizer=dict(lr=1000.0)),
+                          default_hooks=dict(checkpoint=dict(interval=1)))
     work = tmp_path / 'work'
     proc = train(config, work, check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -50,12 +47,9 @@ def test_huge_learning_rate_stops_with_only_finite_checkpoints(tiny_data, train,
 
 @pytest.mark.slow
 def test_nan_loss_stops_at_that_iteration(tiny_data, train, tmp_path):
-    config = write_config(
-        tmp_path / 'nan.py',
-        tiny_data('cifar10'),
-        train_cfg=dict(max_iters=6),
-        custom_imports=FAULTS,
-        custom_hooks=[dict(type='PoisonIteration', iterations=[3])])
+    config = write_config(tmp_path / 'nan.py', tiny_data('cifar10'), train_cfg=dict(max_iters=6),
+                          custom_imports=FAULTS,
+                          custom_hooks=[dict(type='PoisonIteration', iterations=[3])])
     work = tmp_path / 'work'
     proc = train(config, work, check=False)
     assert proc.returncode == 1
@@ -72,13 +66,10 @@ def test_skip_mode_drops_the_bad_step_and_finishes(trained_run, tiny_data, train
     """Iteration 3 poisoned: its step is not applied, so after 3 iterations the parameters and
     the momentum are those of a clean run after 2."""
     _, clean = trained_run
-    skip = write_config(
-        tmp_path / 'skip.py',
-        tiny_data('cifar10'),
-        train_cfg=dict(max_iters=3),
-        custom_imports=FAULTS,
-        custom_hooks=[dict(type='PoisonIteration', iterations=[3])],
-        divergence=dict(action='skip', max_skips=1))
+    skip = write_config(tmp_path / 'skip.py', tiny_data('cifar10'), train_cfg=dict(max_iters=3),
+                        custom_imports=FAULTS,
+                        custom_hooks=[dict(type='PoisonIteration', iterations=[3])],
+                        divergence=dict(action='skip', max_skips=1))
     work = tmp_path / 'work'
     proc = train(skip, work)
     assert ('Iteration 3: the loss is not finite (loss=nan); its optimizer step was skipped '
@@ -96,13 +87,10 @@ def test_skip_mode_drops_the_bad_step_and_finishes(trained_run, tiny_data, train
 
 @pytest.mark.slow
 def test_skip_mode_stops_after_max_skips(tiny_data, train, tmp_path):
-    skip = write_config(
-        tmp_path / 'skip.py',
-        tiny_data('cifar10'),
-        train_cfg=dict(max_iters=6),
-        custom_imports=FAULTS,
-        custom_hooks=[dict(type='PoisonIteration', iterations=[2, 3])],
-        divergence=dict(action='skip', max_skips=1))
+    skip = write_config(tmp_path / 'skip.py', tiny_data('cifar10'), train_cfg=dict(max_iters=6),
+                        custom_imports=FAULTS,
+                        custom_hooks=[dict(type='PoisonIteration', iterations=[2, 3])],
+                        divergence=dict(action='skip', max_skips=1))
     work = tmp_path / 'work'
     proc = train(skip, work, check=False)
     assert proc.returncode == 1
@@ -118,8 +106,8 @@ class StepNetClassifier(BaseModel):
     def __init__(self):
         super().__init__()
         from mmstiff.models.backbones import StepResNet_CIFAR
-        self.backbone = StepResNet_CIFAR(
-            depth=18, base_channels=8, stem_channels=8, adaptor=dict(type='mmstiff.StepNetAdaptor'))
+        self.backbone = StepResNet_CIFAR(depth=18, base_channels=8, stem_channels=8,
+                                         adaptor=dict(type='mmstiff.StepNetAdaptor'))
         self.head = nn.Linear(64, 4)
 
     def forward(self, inputs, labels=None, mode='tensor'):
@@ -151,10 +139,9 @@ def test_non_finite_step_size_is_named(tmp_path, interval, named):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8, )))
     runner = Runner(
-        model=StepNetClassifier(),
-        work_dir=str(tmp_path),
-        train_dataloader=DataLoader(data, batch_size=2),
-        train_cfg=dict(by_epoch=False, max_iters=4),
+        model=StepNetClassifier(), work_dir=str(tmp_path),
+        train_dataloader=DataLoader(data,
+                                    batch_size=2), train_cfg=dict(by_epoch=False, max_iters=4),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False)),
         custom_hooks=[
@@ -174,8 +161,7 @@ def test_non_finite_step_size_is_named(tmp_path, interval, named):
 
 def test_settings_are_checked():
     with pytest.raises(
-            ValueError,
-            match=r"action='ignore' is not supported; expected one of "
+            ValueError, match=r"action='ignore' is not supported; expected one of "
             r"\('stop', 'skip'\)"):
         DivergenceHook(action='ignore')
     with pytest.raises(ValueError, match='max_skips'):

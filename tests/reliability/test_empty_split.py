@@ -17,15 +17,8 @@ NO_BATCH = [
 def test_empty_split_is_an_error_naming_it(trained_run, run_tool, tmp_path, tool):
     config, work = trained_run
     out_dir = tmp_path / tool
-    proc = run_tool(
-        f'tools/analysis/{tool}.py',
-        config,
-        str(work / 'iter_4.pth'),
-        '--out-dir',
-        str(out_dir),
-        *NO_BATCH,
-        check=False,
-        env=USER_ENV)
+    proc = run_tool(f'tools/analysis/{tool}.py', config, str(work / 'iter_4.pth'), '--out-dir',
+                    str(out_dir), *NO_BATCH, check=False, env=USER_ENV)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ('error: --split test: test_dataloader yields no batch (its dataset has 10 samples; '
             'batch_size=64); nothing to analyse') in proc.stderr

@@ -98,14 +98,8 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
         '--cfg-options', 'model.backbone.base_channels=16', 'model.backbone.stem_channels=16',
         'model.head.in_channels=128'
     ]
-    proc = run_tool(
-        'tools/test.py',
-        config,
-        str(work / 'iter_4.pth'),
-        '--work-dir',
-        str(tmp_path / 'b'),
-        *wide,
-        check=False)
+    proc = run_tool('tools/test.py', config, str(work / 'iter_4.pth'), '--work-dir',
+                    str(tmp_path / 'b'), *wide, check=False)
     assert proc.returncode != 0 and 'size mismatch for backbone.conv1.weight' in proc.stderr
 
     proc = run_tool('tools/test.py', config, edited, '--work-dir', str(tmp_path / 'c'),
@@ -119,15 +113,8 @@ def test_test_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_
 def test_analysis_tool_refuses_another_models_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     edited = edited_checkpoint(work / 'iter_4.pth', tmp_path / 'edited.pth')
-    proc = run_tool(
-        'tools/analysis/tns.py',
-        config,
-        edited,
-        '--num-batches',
-        '1',
-        '--out-dir',
-        str(tmp_path / 'tns'),
-        check=False)
+    proc = run_tool('tools/analysis/tns.py', config, edited, '--num-batches', '1', '--out-dir',
+                    str(tmp_path / 'tns'), check=False)
     assert proc.returncode != 0
     assert f'error: checkpoint {edited!r} does not match' in proc.stderr
     assert 'head.fc.weight' in proc.stderr and 'neck.extra' in proc.stderr

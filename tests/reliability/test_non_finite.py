@@ -63,21 +63,15 @@ def nan_checkpoint(source, path):
 def test_test_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     bad = nan_checkpoint(work / 'iter_4.pth', tmp_path / 'nan.pth')
-    proc = run_tool(
-        'tools/test.py', config, bad, '--work-dir', str(tmp_path / 'a'), check=False, env=USER_ENV)
+    proc = run_tool('tools/test.py', config, bad, '--work-dir', str(tmp_path / 'a'), check=False,
+                    env=USER_ENV)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1
     assert (f'error: checkpoint {bad!r} holds non-finite (NaN or inf) values in 1 parameter(s) '
             'or statistic(s): backbone.conv1.weight') in proc.stderr
     assert 'accuracy/top1' not in out and 'Traceback' not in out
-    proc = run_tool(
-        'tools/test.py',
-        config,
-        bad,
-        '--work-dir',
-        str(tmp_path / 'b'),
-        '--allow-non-finite',
-        env=USER_ENV)
+    proc = run_tool('tools/test.py', config, bad, '--work-dir', str(tmp_path / 'b'),
+                    '--allow-non-finite', env=USER_ENV)
     out = proc.stdout + proc.stderr
     assert '(--allow-non-finite: used anyway)' in out and 'accuracy/top1' in out
 
@@ -86,16 +80,8 @@ def test_test_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
 def test_analysis_tool_refuses_a_nan_checkpoint(trained_run, run_tool, tmp_path):
     config, work = trained_run
     bad = nan_checkpoint(work / 'iter_4.pth', tmp_path / 'nan.pth')
-    proc = run_tool(
-        'tools/analysis/tns.py',
-        config,
-        bad,
-        '--num-batches',
-        '1',
-        '--out-dir',
-        str(tmp_path / 'tns'),
-        check=False,
-        env=USER_ENV)
+    proc = run_tool('tools/analysis/tns.py', config, bad, '--num-batches', '1', '--out-dir',
+                    str(tmp_path / 'tns'), check=False, env=USER_ENV)
     assert proc.returncode == 1
     assert f'error: checkpoint {bad!r} holds non-finite' in proc.stderr
     assert 'backbone.conv1.weight' in proc.stderr

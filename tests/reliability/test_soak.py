@@ -37,18 +37,13 @@ def free_port():
 
 
 def launch(config, work, log):
-    env = dict(
-        os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', PORT=str(free_port()), **FAULT_ENV)
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', PORT=str(free_port()),
+               **FAULT_ENV)
     return subprocess.Popen([
         os.path.join(REPO, 'tools', 'dist_train.sh'),
         str(config), '2', '--work-dir',
         str(work), '--resume-or-start'
-    ],
-                            cwd=REPO,
-                            env=env,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    ], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def descendants(pid):
@@ -113,23 +108,13 @@ def test_killed_three_times_ends_like_an_uninterrupted_run(tiny_data, run_tool, 
     common = dict(train_cfg=dict(max_iters=MAX_ITERS), default_hooks=dict(checkpoint=CHECKPOINT))
     clean = write_config(tmp_path / 'clean.py', root, **common)
     straight = tmp_path / 'straight'
-    run_tool(
-        'tools/dist_train.sh',
-        clean,
-        '2',
-        '--work-dir',
-        str(straight),
-        env=dict(FAULT_ENV, PORT=str(free_port())))
+    run_tool('tools/dist_train.sh', clean, '2', '--work-dir', str(straight),
+             env=dict(FAULT_ENV, PORT=str(free_port())))
 
     def paused_at(pattern, fraction, marker):
         return write_config(
-            tmp_path / f'{marker.stem}.py',
-            root,
-            **common,
-            custom_imports=FAULTS,
-            custom_hooks=[
-                dict(
-                    type='KillDuringWrite', pattern=pattern, fraction=fraction, marker=str(marker))
+            tmp_path / f'{marker.stem}.py', root, **common, custom_imports=FAULTS, custom_hooks=[
+                dict(type='KillDuringWrite', pattern=pattern, fraction=fraction, marker=str(marker))
             ])
 
     work = tmp_path / 'work'

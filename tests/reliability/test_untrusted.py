@@ -186,9 +186,7 @@ def craft_cifar_batch(root, payload):
                 'labels': [0],
                 'data': payload,
                 'filenames': ['x.png']
-            },
-            f,
-            protocol=2)
+            }, f, protocol=2)
     return path
 
 

@@ -28,9 +28,7 @@ def holder(repo_root):
     def start(work_dir):
         env = dict(os.environ, PYTHONPATH=repo_root)
         proc = subprocess.Popen(
-            [sys.executable, '-c', HOLDER, str(work_dir)],
-            env=env,
-            stdout=subprocess.PIPE,
+            [sys.executable, '-c', HOLDER, str(work_dir)], env=env, stdout=subprocess.PIPE,
             text=True)
         procs.append(proc)
         assert proc.stdout.readline().strip() == 'locked'

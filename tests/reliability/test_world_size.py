@@ -60,9 +60,8 @@ def fake_runner(world_size, iters):
     warnings = []
     loop = types.SimpleNamespace(dataloader=loader, dataloader_iterator=loader)
     logger = types.SimpleNamespace(warning=warnings.append)
-    return types.SimpleNamespace(
-        world_size=world_size, train_loop=loop, _train_loop=loop, iter=iters,
-        logger=logger), loader, warnings
+    return types.SimpleNamespace(world_size=world_size, train_loop=loop, _train_loop=loop,
+                                 iter=iters, logger=logger), loader, warnings
 
 
 def test_hook_records_the_layout_and_skips_the_difference_on_resume():
@@ -89,19 +88,12 @@ def test_two_process_run_resumed_on_one_skips_by_samples(tiny_data, run_tool, tm
     config = write_config(tmp_path / 'config.py', tiny_data('cifar10'), train_cfg=dict(max_iters=2))
     work = tmp_path / 'work'
     port = str(_free_port())
-    run_tool(
-        'tools/dist_train.sh', config, '2', '--work-dir', str(work), env=dict(FAULT_ENV, PORT=port))
+    run_tool('tools/dist_train.sh', config, '2', '--work-dir', str(work),
+             env=dict(FAULT_ENV, PORT=port))
     meta = load(work / 'iter_2.pth')['meta']
     assert (meta['world_size'], meta['train_batch_size']) == (2, 2)
-    proc = run_tool(
-        'tools/train.py',
-        config,
-        '--work-dir',
-        str(work),
-        '--resume',
-        '--cfg-options',
-        'train_cfg.max_iters=4',
-        env=FAULT_ENV)
+    proc = run_tool('tools/train.py', config, '--work-dir', str(work), '--resume', '--cfg-options',
+                    'train_cfg.max_iters=4', env=FAULT_ENV)
     log = proc.stdout + proc.stderr
     assert ('Resuming a run of 2 process(es) x 2 samples per batch with 1 x 2: the 8 samples '
             'already seen are skipped as 4 batches per process (MMEngine would skip 2).') in log

@@ -37,15 +37,10 @@ def _finished_run(work_root, study, plan, accuracy):
         json.dump({'accuracy/top1': accuracy}, f)
     state = StudyState(osp.join(work_root, study, 'state.json'), study)
     state.update(
-        plan.key,
-        status=DONE,
-        spec=plan.spec(),
-        work_dir=work_dir,
-        stages=[
+        plan.key, status=DONE, spec=plan.spec(), work_dir=work_dir, stages=[
             dict(name='train', status=DONE, attempts=[dict(command='python x')]),
             dict(name='test', status=DONE, attempts=[])
-        ],
-        record=dict(metrics={'test/accuracy/top1': accuracy}, curves={}, profiles={}))
+        ], record=dict(metrics={'test/accuracy/top1': accuracy}, curves={}, profiles={}))
     return work_dir
 
 
@@ -95,18 +90,12 @@ def test_recollect_reads_the_work_dirs_again(tmp_path):
             json.dump({'accuracy/top1': 90.0}, f)  # what a newer collector would read
     results = tmp_path / 'results'
     env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
+        os.environ, PYTHONPATH=os.pathsep.join(
             [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     proc = subprocess.run([
         sys.executable, 'tools/reproduce.py', study.file, '--work-dir', work_root, '--results-dir',
         str(results), '--recollect'
-    ],
-                          cwd=REPO,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    ], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     runs = json.load(open(results / 'first' / 'runs.json'))['runs']
     assert [r['record']['metrics']['test/accuracy/top1'] for r in runs] == [90.0, 90.0]
@@ -162,15 +151,11 @@ def test_published_runs_are_adopted_without_their_work_dirs(tmp_path):
     published = StudyState(str(tmp_path / 'old_state.json'), 'grown')
     for plan in plans:
         published.update(
-            plan.key,
-            status=DONE,
-            variant='plain',
-            seed=plan.seed,
-            stages=[
+            plan.key, status=DONE, variant='plain', seed=plan.seed, stages=[
                 dict(name='train', status=DONE, attempts=[]),
                 dict(name='test', status=DONE, attempts=[])
-            ],
-            record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed}, curves={}, profiles={}))
+            ], record=dict(metrics={'test/accuracy/top1': 80.0 + plan.seed}, curves={},
+                           profiles={}))
     data = runs_json(study, plans, published)
     data['runs'][1]['seed'] = 7  # seed1's entry says another seed: another spec
     state = StudyState(osp.join(work_root, 'grown', 'state.json'), 'grown')

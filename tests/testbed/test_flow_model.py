@@ -17,16 +17,8 @@ STIFF = osp.join(REPO, 'configs', 'testbed', 'flow-resnet8-stepnet_relaxation-st
 
 
 def test_dataset_holds_the_exact_trajectories_and_the_stiffness_at_each_start():
-    data = StiffFlowDataset(
-        dim=4,
-        spread=20.0,
-        coupling=1.0,
-        num_samples=6,
-        horizon=0.8,
-        num_steps=4,
-        split='train',
-        seed=3,
-        system_seed=2)
+    data = StiffFlowDataset(dim=4, spread=20.0, coupling=1.0, num_samples=6, horizon=0.8,
+                            num_steps=4, split='train', seed=3, system_seed=2)
     system = make_system(4, 20.0, 1.0, seed=2)
     x0 = initial_states(6, 4, seed=3)
     states = trajectory(system, x0, 0.8, 4)
@@ -36,16 +28,8 @@ def test_dataset_holds_the_exact_trajectories_and_the_stiffness_at_each_start():
     starts = torch.cat([x0[5:6], states[5, :-1]])
     assert torch.allclose(item['stiffness'], local_stiffness(system, starts).float())
     # the test split draws other starting states from the same system
-    test = StiffFlowDataset(
-        dim=4,
-        spread=20.0,
-        coupling=1.0,
-        num_samples=6,
-        horizon=0.8,
-        num_steps=4,
-        split='test',
-        seed=3,
-        system_seed=2)
+    test = StiffFlowDataset(dim=4, spread=20.0, coupling=1.0, num_samples=6, horizon=0.8,
+                            num_steps=4, split='test', seed=3, system_seed=2)
     assert not torch.allclose(test[0]['inputs'], item['inputs'])
     assert torch.equal(test.system.rotation, data.system.rotation)
     with pytest.raises(ValueError, match="split='val'"):
@@ -102,11 +86,11 @@ def test_flow_metric_errors_and_steps():
     for i in range(4):
         target = torch.full((3, 2), float(i + 1))
         samples.append(
-            dict(
-                states=target + 0.1,
-                trajectory=target,
-                stiffness=torch.tensor([4.0, 2.0, 1.0]) * (i + 1),
-                steps=torch.tensor([[0.2, 0.4], [0.5, 0.5], [0.9, 0.7]])))
+            dict(states=target + 0.1, trajectory=target,
+                 stiffness=torch.tensor([4.0, 2.0, 1.0]) * (i + 1), steps=torch.tensor([[0.2, 0.4],
+                                                                                        [0.5, 0.5],
+                                                                                        [0.9,
+                                                                                         0.7]])))
     metric.process({}, samples)
     result = metric.compute_metrics(metric.results)
     targets = torch.stack([s['trajectory'] for s in samples])
@@ -138,9 +122,7 @@ def test_one_run_through_the_train_and_test_tools(tmp_path):
     subprocess.run([
         sys.executable,
         osp.join(REPO, 'tools', 'train.py'), STIFF, '--work-dir', work, '--cfg-options', *options
-    ],
-                   check=True,
-                   cwd=REPO)
+    ], check=True, cwd=REPO)
     checkpoint = osp.join(work, 'epoch_2.pth')
     if not osp.exists(checkpoint):
         checkpoint = osp.join(work, open(osp.join(work, 'last_checkpoint')).read().strip())
@@ -149,9 +131,7 @@ def test_one_run_through_the_train_and_test_tools(tmp_path):
         sys.executable,
         osp.join(REPO, 'tools', 'test.py'), STIFF, checkpoint, '--work-dir', work, '--out', out,
         '--cfg-options', *options
-    ],
-                   check=True,
-                   cwd=REPO)
+    ], check=True, cwd=REPO)
     metrics = json.load(open(out))
     assert 0 < metrics['flow/final_rel_error'] < 1.5
     assert -1 <= metrics['flow/step_stiffness_corr'] <= 1

@@ -14,8 +14,8 @@ def _solve(system, x0, times):
     def rhs(_, x):
         return vector_field(system, torch.from_numpy(x)).numpy()
 
-    solution = solve_ivp(
-        rhs, (0.0, times[-1]), x0.numpy(), method='Radau', t_eval=times, rtol=1e-11, atol=1e-13)
+    solution = solve_ivp(rhs, (0.0, times[-1]), x0.numpy(), method='Radau', t_eval=times,
+                         rtol=1e-11, atol=1e-13)
     assert solution.success
     return torch.from_numpy(solution.y.T)
 
@@ -45,8 +45,8 @@ def test_the_linear_flow_is_the_matrix_exponential():
 def test_the_stiffness_ratio_is_the_spread_by_construction():
     system = make_system(dim=8, spread=100.0, seed=0)
     assert float(system.rates.max() / system.rates.min()) == pytest.approx(100.0)
-    assert torch.allclose(
-        system.rotation.T @ system.rotation, torch.eye(8, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(system.rotation.T @ system.rotation, torch.eye(8, dtype=torch.float64),
+                          atol=1e-12)
     x = initial_states(5, 8, seed=4)
     assert torch.allclose(stiffness_ratio(system, x), torch.full((5, ), 100.0, dtype=torch.float64))
     assert torch.allclose(local_stiffness(system, x), torch.full((5, ), 100.0, dtype=torch.float64))

@@ -79,12 +79,8 @@ def _tool(name, *args):
     """Run a tool as a user would, in a fresh process."""
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900)
+        [sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 

@@ -80,15 +80,9 @@ def test_device_cpu_and_available_cuda():
 @pytest.mark.parametrize('tool', TOOLS)
 def test_cuda_without_cuda_is_an_error_before_any_work(tool, run_tool, tmp_path):
     # the checkpoint does not exist: the device error must come before it is looked at
-    proc = run_tool(
-        f'tools/analysis/{tool}',
-        'tests/data/configs/cifar10_resnet18_tiny.py',
-        str(tmp_path / 'missing.pth'),
-        '--device',
-        'cuda',
-        '--out-dir',
-        str(tmp_path / 'out'),
-        check=False)
+    proc = run_tool(f'tools/analysis/{tool}', 'tests/data/configs/cifar10_resnet18_tiny.py',
+                    str(tmp_path / 'missing.pth'), '--device', 'cuda', '--out-dir',
+                    str(tmp_path / 'out'), check=False)
     assert proc.returncode != 0
     assert "--device 'cuda': CUDA is not available on this machine" in proc.stderr
     assert 'missing.pth' not in proc.stderr and not (tmp_path / 'out').exists()
@@ -104,11 +98,7 @@ def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, tm
         osp.join(REPO, 'tools', 'analysis', 'tns.py'), config, checkpoint, '--out-dir',
         str(out), '--num-batches', '1', '--to-visualizer', '--cfg-options',
         'visualizer.vis_backends=[]'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    ], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
     assert 'no visualizer.vis_backends' in proc.stderr, proc.stderr[-2000:]
     assert not out.exists()  # nothing computed, nothing written

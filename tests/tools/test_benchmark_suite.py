@@ -23,22 +23,9 @@ def _table(stdout, names):
       ], 'ViT (3 layers, width 12, 6 heads, patch 4)', 3),
 ])
 def test_bench_hooks_deep_models_and_cost_per_block(run_tool, args, description, blocks):
-    proc = run_tool(
-        'tools/benchmark/bench_hooks.py',
-        *args,
-        '--batch-size',
-        '2',
-        '--repeats',
-        '1',
-        '--iters',
-        '2',
-        '--warmup',
-        '1',
-        '--only',
-        '@1',
-        '--log-interval',
-        '2',
-        timeout=900)
+    proc = run_tool('tools/benchmark/bench_hooks.py', *args, '--batch-size', '2', '--repeats', '1',
+                    '--iters', '2', '--warmup', '1', '--only', '@1', '--log-interval', '2',
+                    timeout=900)
     assert proc.stdout.startswith(description), proc.stdout[:200]
     assert f'; {blocks} blocks;' in proc.stdout
     timing = proc.stdout.split('peak (MiB)')[0]
@@ -55,35 +42,17 @@ def test_bench_hooks_deep_models_and_cost_per_block(run_tool, args, description,
         # ratio is printed to 3 decimals, the iteration time in ms to 2: 5 µs)
         plain_us = rows['no hook'][0] * 1e3
         assert in_hooks_per_block == pytest.approx(in_hooks * 1e3 / blocks, abs=0.2)
-        assert extra == pytest.approx(
-            (ratio - 1) * plain_us / blocks,
-            abs=(0.0006 * plain_us + 5 * abs(ratio - 1)) / blocks + 0.1)
+        assert extra == pytest.approx((ratio - 1) * plain_us / blocks,
+                                      abs=(0.0006 * plain_us + 5 * abs(ratio - 1)) / blocks + 0.1)
 
 
 @pytest.mark.slow
 def test_bench_hooks_times_a_compiled_model(run_tool):
     """--compile: the baseline runs the compiled graph, the recorded iterations run eagerly;
     no CPU peak memory table (the profiler misses a compiled graph's activations)."""
-    proc = run_tool(
-        'tools/benchmark/bench_hooks.py',
-        '--compile',
-        '--base-channels',
-        '4',
-        '--batch-size',
-        '2',
-        '--img-size',
-        '16',
-        '--repeats',
-        '1',
-        '--iters',
-        '2',
-        '--warmup',
-        '1',
-        '--only',
-        '@1',
-        '--log-interval',
-        '2',
-        timeout=900)
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--compile', '--base-channels', '4',
+                    '--batch-size', '2', '--img-size', '16', '--repeats', '1', '--iters', '2',
+                    '--warmup', '1', '--only', '@1', '--log-interval', '2', timeout=900)
     first = proc.stdout.splitlines()[0]
     assert first.startswith('compiled ResNet_CIFAR-18 (base 4)'), first
     assert first.endswith('peak memory: not measured (compiled, on the CPU)')
@@ -98,34 +67,16 @@ def test_bench_hooks_refuses_an_unknown_depth(run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--depth', '20', check=False, timeout=300)
     assert proc.returncode != 0
     assert '--depth 20 is not supported with --arch cifar' in proc.stderr
-    proc = run_tool(
-        'tools/benchmark/bench_hooks.py',
-        '--device',
-        'cuda',
-        '--clock',
-        'cpu',
-        check=False,
-        timeout=300)
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--device', 'cuda', '--clock', 'cpu',
+                    check=False, timeout=300)
     assert proc.returncode != 0 and '--device cuda' in proc.stderr
 
 
 @pytest.mark.slow
 def test_bench_ddp_one_and_two_processes(run_tool):
-    proc = run_tool(
-        'tools/benchmark/bench_ddp.py',
-        '--base-channels',
-        '4',
-        '--batch-size',
-        '2',
-        '--img-size',
-        '16',
-        '--iters',
-        '100',
-        '--repeats',
-        '1',
-        '--warmup',
-        '1',
-        timeout=900)
+    proc = run_tool('tools/benchmark/bench_ddp.py', '--base-channels', '4', '--batch-size', '2',
+                    '--img-size', '16', '--iters', '100', '--repeats', '1', '--warmup', '1',
+                    timeout=900)
     rows = {}
     for line in proc.stdout.splitlines():
         match = re.match(r'^\s+(\d)\s{2}(.+?)\s{2,}([-\d.\s]+)$', line)

@@ -16,25 +16,9 @@ def _rows(stdout, first_column):
 
 @pytest.mark.slow
 def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
-    proc = run_tool(
-        'tools/benchmark/bench_hooks.py',
-        '--base-channels',
-        '4',
-        '--batch-size',
-        '4',
-        '--img-size',
-        '16',
-        '--repeats',
-        '3',
-        '--iters',
-        '2',
-        '--warmup',
-        '1',
-        '--only',
-        '@1',
-        '--log-interval',
-        '2',
-        timeout=300)
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--base-channels', '4', '--batch-size', '4',
+                    '--img-size', '16', '--repeats', '3', '--iters', '2', '--warmup', '1', '--only',
+                    '@1', '--log-interval', '2', timeout=300)
     names = ('no hook', 'StiffnessHook', 'FrequencyHook', 'both')
     timing, memory = proc.stdout.split('peak (MiB)')
     times, peaks = _rows(timing, names), _rows(memory, names)
@@ -74,8 +58,8 @@ def _ratio_of(time, base):
     ], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
 ])
 def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
-    proc = run_tool(
-        f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1', timeout=600)
+    proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
+                    timeout=600)
     rows = _rows(proc.stdout, tuple(names))
     assert list(rows) == names, proc.stdout  # every model, the baseline first
     base = rows[names[0]]
@@ -102,15 +86,8 @@ def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
                       ], 'DeiT-S, compiled, cpu', ['mmpretrain DeiT-S', '+FeatScale']),
 ])
 def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, names):
-    proc = run_tool(
-        f'tools/benchmark/{script}',
-        *args,
-        '--compile',
-        '--repeats',
-        '1',
-        '--iters',
-        '1',
-        timeout=900)
+    proc = run_tool(f'tools/benchmark/{script}', *args, '--compile', '--repeats', '1', '--iters',
+                    '1', timeout=900)
     first = proc.stdout.splitlines()[0]
     assert first.startswith(header) and 'compiled' in first, proc.stdout
     if script == 'bench_step_resnet.py':  # no CPU peak memory of a compiled graph
@@ -125,13 +102,8 @@ def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, n
 
 @pytest.mark.slow
 def test_compiled_benchmark_refuses_no_warmup(run_tool):
-    proc = run_tool(
-        'tools/benchmark/bench_step_resnet.py',
-        '--compile',
-        '--warmup',
-        '0',
-        check=False,
-        timeout=120)
+    proc = run_tool('tools/benchmark/bench_step_resnet.py', '--compile', '--warmup', '0',
+                    check=False, timeout=120)
     assert proc.returncode != 0
     assert '--warmup 0 is not supported with --compile' in proc.stderr
 
@@ -141,19 +113,8 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
     from mmpretrain.models.backbones import ResNet_CIFAR
 
     from mmstiff.models.backbones import AlterNet
-    proc = run_tool(
-        'tools/benchmark/bench_alternet.py',
-        '--stem',
-        'cifar',
-        '--batch-size',
-        '2',
-        '--repeats',
-        '1',
-        '--iters',
-        '1',
-        '--warmup',
-        '0',
-        timeout=600)
+    proc = run_tool('tools/benchmark/bench_alternet.py', '--stem', 'cifar', '--batch-size', '2',
+                    '--repeats', '1', '--iters', '1', '--warmup', '0', timeout=600)
     rows = {}
     for line in proc.stdout.splitlines():
         match = re.match(r'^(\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$',

@@ -32,16 +32,10 @@ def test_quick_first_run_from_another_folder_writes_its_own_data(repo_root, tmp_
     import sys
 
     from mmstiff.testing import write_mnist
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS='1',
-        PYTHONPATH=os.pathsep.join(filter(None, [repo_root, os.environ.get('PYTHONPATH')])))
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(
+        filter(None, [repo_root, os.environ.get('PYTHONPATH')])))
     proc = subprocess.run([sys.executable, '-m', 'mmstiff.demo', '--work-dir', 'first'],
-                          cwd=tmp_path,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=900)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     work = tmp_path / 'first'
     # the data is the seeded writer's, byte for byte

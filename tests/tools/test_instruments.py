@@ -58,8 +58,8 @@ def _write(root, data_root, backbone):
     config = osp.join(root, 'config.py')
     with open(config, 'w') as f:
         f.write(
-            CONFIG.format(
-                data_root=data_root, backbone=backbone[0], channels=backbone[1], wd=WEIGHT_DECAY))
+            CONFIG.format(data_root=data_root, backbone=backbone[0], channels=backbone[1],
+                          wd=WEIGHT_DECAY))
     cfg = Config.fromfile(config)
     cfg.work_dir = osp.join(root, 'work_dir')
     cfg.experiment_name = f'build_{osp.basename(root)}'
@@ -358,11 +358,7 @@ def test_a_checkpoint_of_another_model_fails_naming_the_mismatch(cnn, vit, run_t
     _, vit_checkpoint = vit
     for tool in ('hessian.py', 'loss_landscape.py', 'feature_variance.py'):
         proc = run_tool(
-            osp.join('tools', 'analysis', tool),
-            cnn_config,
-            vit_checkpoint,
-            '--device',
-            'cpu',
+            osp.join('tools', 'analysis', tool), cnn_config, vit_checkpoint, '--device', 'cpu',
             check=False)
         assert proc.returncode != 0
         assert 'does not match the model' in proc.stderr, proc.stderr[-2000:]
@@ -374,11 +370,7 @@ def test_a_checkpoint_of_another_model_fails_naming_the_mismatch(cnn, vit, run_t
 def test_cuda_without_cuda_fails_before_any_work(run_tool):
     for tool in ('hessian.py', 'loss_landscape.py', 'feature_variance.py'):
         proc = run_tool(
-            osp.join('tools', 'analysis', tool),
-            'no_config.py',
-            'no_model.pth',
-            '--device',
-            'cuda',
+            osp.join('tools', 'analysis', tool), 'no_config.py', 'no_model.pth', '--device', 'cuda',
             check=False)
         assert proc.returncode != 0
         assert "--device 'cuda' asks for CUDA, which is not available" in proc.stderr

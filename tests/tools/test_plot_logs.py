@@ -29,15 +29,8 @@ def write_run(folder, diagnostics=True, iters=8, epochs=2):
     for it in range(2, iters + 1, 2):
         epoch = (it - 1) // per_epoch + 1
         rows.append(
-            dict(
-                lr=0.1 / it,
-                data_time=0.01,
-                loss=2.0 / it,
-                loss_aux=0.5 / it,
-                time=0.2,
-                epoch=epoch,
-                iter=it,
-                step=it))
+            dict(lr=0.1 / it, data_time=0.01, loss=2.0 / it, loss_aux=0.5 / it, time=0.2,
+                 epoch=epoch, iter=it, step=it))
         if diagnostics:
             rows.append({
                 'stiffness/nsi/layer1.0': 1.0 + it,
@@ -58,17 +51,12 @@ def write_run(folder, diagnostics=True, iters=8, epochs=2):
 
 
 def plot_logs(*args):
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None,
-                                                      [REPO, os.environ.get('PYTHONPATH')])))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get('PYTHONPATH')])))
     return subprocess.run(
         [sys.executable,
-         osp.join(REPO, 'tools', 'analysis', 'plot_logs.py'), *map(str, args)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600)
+         osp.join(REPO, 'tools', 'analysis', 'plot_logs.py'), *map(str, args)], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
@@ -80,13 +68,13 @@ def test_one_call_plots_loss_lr_validation_and_diagnostics(tmp_path):
     curves = json.loads((out / 'curves.json').read_text())
     series = curves['series']
     train = [r for r in rows if 'lr' in r]
-    assert series['loss']['loss'] == dict(
-        steps=[r['iter'] for r in train], values=[r['loss'] for r in train])
+    assert series['loss']['loss'] == dict(steps=[r['iter'] for r in train],
+                                          values=[r['loss'] for r in train])
     assert series['loss']['loss_aux']['values'] == [r['loss_aux'] for r in train]
     assert series['lr']['lr']['values'] == [r['lr'] for r in train]
     assert series['val'] == {'accuracy/top1': dict(steps=[1, 2], values=[10.0, 20.0])}
-    assert series['stiffness/nsi']['layer1.1'] == dict(
-        steps=[2, 4, 6, 8], values=[4.0, 6.0, 8.0, 10.0])
+    assert series['stiffness/nsi']['layer1.1'] == dict(steps=[2, 4, 6, 8],
+                                                       values=[4.0, 6.0, 8.0, 10.0])
     assert sorted(curves['figures']) == ['loss.png', 'lr.png', 'stiffness_nsi.png', 'val.png']
     for name in curves['figures']:
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

@@ -79,9 +79,8 @@ def test_truncated_gz_gives_clear_error(gz_dir, tmp_path):
         data = f.read()
     with open(path, 'wb') as f:
         f.write(data[:len(data) // 2])
-    with pytest.raises(
-            ValueError, match='t10k-images-idx3-ubyte.gz: cannot be unzipped.*'
-            'truncated'):
+    with pytest.raises(ValueError, match='t10k-images-idx3-ubyte.gz: cannot be unzipped.*'
+                       'truncated'):
         fm.gunzip_verified(path, str(tmp_path / 'out'), idx.IMAGES_MAGIC)
     dst = str(tmp_path / 'dst')
     with pytest.raises(RuntimeError) as info:
@@ -139,13 +138,8 @@ def test_non_root_downloads_and_extracts_into_cache(gz_dir, tmp_path, monkeypatc
     apt = FakeApt(gz_dir)
     cache = str(tmp_path / 'cache')
     dst = str(tmp_path / 'dst')
-    fm.prepare_fashion_mnist(
-        dst,
-        system_dir=str(tmp_path / 'absent'),
-        counts=COUNTS,
-        use_apt=True,
-        cache_dir=cache,
-        run=apt)
+    fm.prepare_fashion_mnist(dst, system_dir=str(tmp_path / 'absent'), counts=COUNTS, use_apt=True,
+                             cache_dir=cache, run=apt)
     assert apt.calls == [
         'apt-get download dataset-fashion-mnist',
         f'dpkg-deb -x {cache}/dataset-fashion-mnist_1.0_all.deb {cache}/root'
@@ -197,11 +191,8 @@ def test_without_the_flag_apt_never_runs_and_the_error_names_the_flag(gz_dir, tm
     cache = str(tmp_path / 'cache')
     with pytest.raises(RuntimeError) as info:
         fm.prepare_fashion_mnist(
-            str(tmp_path / 'dst'),
-            system_dir=str(tmp_path / 'absent'),
-            counts=COUNTS,
-            cache_dir=cache,
-            run=apt)  # use_apt defaults off
+            str(tmp_path / 'dst'), system_dir=str(tmp_path / 'absent'), counts=COUNTS,
+            cache_dir=cache, run=apt)  # use_apt defaults off
     assert apt.calls == []
     assert not osp.exists(cache)
     message = str(info.value)
@@ -220,15 +211,11 @@ def test_cli_without_the_flag_fails_naming_it(gz_dir, tmp_path, monkeypatch, cap
     apt = FakeApt(gz_dir)
     prepare = tool.prepare_fashion_mnist
     monkeypatch.setattr(
-        tool, 'prepare_fashion_mnist', lambda dst, use_apt: prepare(
-            dst,
-            system_dir=str(tmp_path / 'absent'),
-            use_apt=use_apt,
-            counts=COUNTS,
-            cache_dir=str(tmp_path / 'cache'),
-            run=apt))
-    monkeypatch.setattr(
-        tool, 'verify_folder', lambda root, counts=COUNTS: idx.verify_folder(root, counts))
+        tool, 'prepare_fashion_mnist',
+        lambda dst, use_apt: prepare(dst, system_dir=str(tmp_path / 'absent'), use_apt=use_apt,
+                                     counts=COUNTS, cache_dir=str(tmp_path / 'cache'), run=apt))
+    monkeypatch.setattr(tool, 'verify_folder',
+                        lambda root, counts=COUNTS: idx.verify_folder(root, counts))
     dst = str(tmp_path / 'dst')
     assert tool.main(['--dst', dst]) == 1
     assert apt.calls == []
@@ -266,8 +253,8 @@ def test_the_flag_prints_the_commands_before_running_them(gz_dir, tmp_path, monk
     assert 'apt-get update' in printed_first[0]
 
 
-@pytest.mark.skipif(
-    not fm.has_sources(fm.SYSTEM_DIR), reason=f'Debian package {fm.PACKAGE} is not installed')
+@pytest.mark.skipif(not fm.has_sources(fm.SYSTEM_DIR),
+                    reason=f'Debian package {fm.PACKAGE} is not installed')
 def test_cli_on_the_real_package(tmp_path, capsys):
     dst = str(tmp_path / 'fashion')
     assert fm.main(['--dst', dst]) == 0

@@ -47,12 +47,8 @@ def child_env(env=None):
 def reproduce(*args, env=None, timeout=900):
     full_env = child_env(env)
     return subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
-        cwd=REPO,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout)
+        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args], cwd=REPO, env=full_env,
+        capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize('change, expected', [
@@ -131,72 +127,38 @@ def handwritten_runs(study_file):
         for seed, value in enumerate(accuracy[label]):
             runs.append(
                 dict(
-                    key=f'{label}/seed{seed}',
-                    variant=label,
-                    seed=seed,
-                    status='done',
-                    work_dir=f'work_dirs/studies/hand/{label}/seed{seed}',
-                    error=None,
-                    started=None,
-                    finished=None,
-                    wall_time_s=10.0 + seed,
-                    checkpoint=None,
-                    environment='CPU, 2 cores',
-                    stages=[
+                    key=f'{label}/seed{seed}', variant=label, seed=seed, status='done',
+                    work_dir=f'work_dirs/studies/hand/{label}/seed{seed}', error=None, started=None,
+                    finished=None, wall_time_s=10.0 + seed, checkpoint=None,
+                    environment='CPU, 2 cores', stages=[
                         dict(
-                            name='train',
-                            status='done',
-                            attempts=[
+                            name='train', status='done', attempts=[
                                 dict(
                                     command=('python tools/train.py x.py --cfg-options '
-                                             f'randomness.seed={seed}'),
-                                    returncode=0,
+                                             f'randomness.seed={seed}'), returncode=0,
                                     wall_time_s=10.0 + seed)
                             ])
-                    ],
-                    record=dict(
+                    ], record=dict(
                         metrics={
                             'test/accuracy/top1': value,
                             'train/time_per_iter_s': 0.5
-                        },
-                        curves={
+                        }, curves={
                             'train/loss': dict(x=[1, 2], y=[2.0, 1.0 + seed], x_label='iteration')
-                        },
-                        profiles={
+                        }, profiles={
                             'freq_noise/drop':
-                            dict(
-                                x=[0.0, 0.5, 1.0],
-                                y=[0.0, seed, 2.0 * seed],
-                                x_label='noise band centre (×π)')
+                            dict(x=[0.0, 0.5, 1.0], y=[0.0, seed, 2.0 * seed],
+                                 x_label='noise band centre (×π)')
                         })))
     variants = [
-        dict(
-            label='a',
-            config=DEMO,
-            cfg_options=[],
-            is_baseline=True,
-            compare_to=[],
-            seeds=[0, 1, 2],
-            analysis=[]),
-        dict(
-            label='b',
-            config=DEMO,
-            cfg_options=['x=1'],
-            is_baseline=False,
-            compare_to=['a'],
-            seeds=[0, 1, 2],
-            analysis=[])
+        dict(label='a', config=DEMO, cfg_options=[], is_baseline=True, compare_to=[],
+             seeds=[0, 1, 2], analysis=[]),
+        dict(label='b', config=DEMO, cfg_options=['x=1'], is_baseline=False, compare_to=['a'],
+             seeds=[0, 1, 2], analysis=[])
     ]
     return dict(
-        format=1,
-        runs=runs,
-        study=dict(
-            name='hand',
-            file=study_file,
-            claim=dict(quote='q', source='s', tested=None),
-            cfg_options=[],
-            variants=variants,
-            analysis_args={}))
+        format=1, runs=runs,
+        study=dict(name='hand', file=study_file, claim=dict(quote='q', source='s', tested=None),
+                   cfg_options=[], variants=variants, analysis_args={}))
 
 
 @pytest.mark.slow
@@ -373,12 +335,8 @@ def start_and_kill_at_pause(args, env, tmp_path, timeout=900):
     log = open(tmp_path / 'first_invocation.log', 'w')
     full_env = child_env(env)
     proc = subprocess.Popen(
-        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
-        cwd=REPO,
-        env=full_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args], cwd=REPO, env=full_env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while not (tmp_path / 'paused').exists():

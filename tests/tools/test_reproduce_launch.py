@@ -29,17 +29,12 @@ def dry_run(tmp_path, *args):
     study = tmp_path / 'tiny.py'
     study.write_text(STUDY)
     env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
+        os.environ, PYTHONPATH=os.pathsep.join(
             [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     proc = subprocess.run(
         [sys.executable, 'tools/reproduce.py',
-         str(study), '--dry-run', '--work-dir', 'w', *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300)
+         str(study), '--dry-run', '--work-dir', 'w', *args], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=300)
     return proc
 
 
@@ -160,16 +155,11 @@ def test_bad_launch_stops_the_runner_before_any_work(tmp_path):
 ])
 def test_paper_scale_study_files(study, runs, first):
     env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
+        os.environ, PYTHONPATH=os.pathsep.join(
             [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     proc = subprocess.run(
-        [sys.executable, 'tools/reproduce.py', study, '--dry-run', '--work-dir', 'w'],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300)
+        [sys.executable, 'tools/reproduce.py', study, '--dry-run', '--work-dir', 'w'], cwd=REPO,
+        env=env, capture_output=True, text=True, timeout=300)
     planned = commands(proc)
     assert list(planned) == runs
     first_run = planned[runs[0]]

@@ -35,18 +35,12 @@ def test_committed_page_equals_the_regenerated_one(name, tmp_path):
     (results / name).mkdir(parents=True)
     shutil.copy(osp.join(REPO, 'docs', 'results', name, 'runs.json'), results / name)
     env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
+        os.environ, PYTHONPATH=os.pathsep.join(
             [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     subprocess.run([
         sys.executable, 'tools/reproduce.py', study_file, '--report-only', '--results-dir',
         str(results)
-    ],
-                   cwd=REPO,
-                   check=True,
-                   env=env,
-                   capture_output=True,
-                   text=True)
+    ], cwd=REPO, check=True, env=env, capture_output=True, text=True)
     committed = read('docs', 'results', name, 'README.md')
     assert (results / name / 'README.md').read_text(encoding='utf-8') == committed
 

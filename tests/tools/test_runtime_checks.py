@@ -12,17 +12,9 @@ CLS_CONFIG = 'tests/data/configs/cifar10_resnet18_tiny.py'
 
 
 def train_args(**kw):
-    base = dict(
-        config=CLS_CONFIG,
-        work_dir=None,
-        resume=None,
-        amp=False,
-        no_validate=False,
-        auto_scale_lr=False,
-        no_pin_memory=False,
-        no_persistent_workers=False,
-        cfg_options=None,
-        launcher='none')
+    base = dict(config=CLS_CONFIG, work_dir=None, resume=None, amp=False, no_validate=False,
+                auto_scale_lr=False, no_pin_memory=False, no_persistent_workers=False,
+                cfg_options=None, launcher='none')
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -61,8 +53,7 @@ def test_persistent_workers_without_workers_is_a_clear_error(repo_root):
     cfg = Config.fromfile(f'{repo_root}/{CLS_CONFIG}')
     args = train_args(cfg_options={'train_dataloader.persistent_workers': True})
     with pytest.raises(
-            ConfigError,
-            match=r'train_dataloader.persistent_workers=True needs '
+            ConfigError, match=r'train_dataloader.persistent_workers=True needs '
             r'train_dataloader.num_workers > 0, got num_workers=0'):
         prepare_runner_cfg(cfg, args, 'train')
 
@@ -78,14 +69,8 @@ def test_test_out_suffix_is_checked(repo_root, tmp_path):
     cfg = Config.fromfile(f'{repo_root}/{CLS_CONFIG}')
     ckpt = tmp_path / 'c.pth'
     ckpt.write_bytes(b'')
-    args = argparse.Namespace(
-        config=CLS_CONFIG,
-        checkpoint=str(ckpt),
-        work_dir=None,
-        out='res.txt',
-        no_pin_memory=False,
-        cfg_options=None,
-        launcher='none')
+    args = argparse.Namespace(config=CLS_CONFIG, checkpoint=str(ckpt), work_dir=None, out='res.txt',
+                              no_pin_memory=False, cfg_options=None, launcher='none')
     with pytest.raises(ConfigError, match=r"--out 'res.txt' has suffix '.txt'"):
         prepare_runner_cfg(cfg, args, 'test')
     args.out = str(tmp_path / 'res.pkl')
@@ -111,7 +96,7 @@ def test_cli_reports_errors_without_traceback(run_tool, tmp_path):
     assert 'missing.py' in proc.stderr and 'does not exist' in proc.stderr
     assert 'Traceback' not in proc.stderr
     if not torch.cuda.is_available():
-        proc = run_tool(
-            'tools/train.py', CLS_CONFIG, '--amp', '--work-dir', str(tmp_path / 'w'), check=False)
+        proc = run_tool('tools/train.py', CLS_CONFIG, '--amp', '--work-dir', str(tmp_path / 'w'),
+                        check=False)
         assert proc.returncode != 0 and '--amp needs a CUDA device' in proc.stderr
         assert not (tmp_path / 'w').exists()  # failed before any work started

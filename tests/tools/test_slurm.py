@@ -32,16 +32,10 @@ def slurm(tmp_path, repo_root):
             for k, v in os.environ.items()
             if k not in ('GPUS', 'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS', 'PYTHON')
         }
-        full_env.update(
-            env,
-            PATH=f'{bin_dir}:{os.environ["PATH"]}',
-            SRUN_RECORD=str(record),
-            PYTHONPATH='/elsewhere')
-        proc = subprocess.run(['bash', osp.join(repo_root, 'tools', script), *args],
-                              env=full_env,
-                              capture_output=True,
-                              text=True,
-                              timeout=60)
+        full_env.update(env, PATH=f'{bin_dir}:{os.environ["PATH"]}', SRUN_RECORD=str(record),
+                        PYTHONPATH='/elsewhere')
+        proc = subprocess.run(['bash', osp.join(repo_root, 'tools', script), *args], env=full_env,
+                              capture_output=True, text=True, timeout=60)
         called = json.loads(record.read_text()) if record.exists() else None
         return proc, called
 
@@ -62,21 +56,9 @@ def test_train_defaults_are_upstreams(slurm, repo_root):
 
 
 def test_train_passes_layout_srun_args_and_train_args(slurm, repo_root):
-    proc, called = slurm(
-        'slurm_train.sh',
-        'gpu',
-        'job',
-        'c.py',
-        'w',
-        '--amp',
-        '--cfg-options',
-        'model.backbone.depth=34',
-        'a b',
-        GPUS='16',
-        GPUS_PER_NODE='8',
-        CPUS_PER_TASK='2',
-        SRUN_ARGS='--quotatype=auto -x node1',
-        PYTHON='python3')
+    proc, called = slurm('slurm_train.sh', 'gpu', 'job', 'c.py', 'w', '--amp', '--cfg-options',
+                         'model.backbone.depth=34', 'a b', GPUS='16', GPUS_PER_NODE='8',
+                         CPUS_PER_TASK='2', SRUN_ARGS='--quotatype=auto -x node1', PYTHON='python3')
     assert proc.returncode == 0, proc.stderr
     assert called['argv'] == [
         '-p', 'gpu', '--job-name=job', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
@@ -88,8 +70,8 @@ def test_train_passes_layout_srun_args_and_train_args(slurm, repo_root):
 
 
 def test_test_script_passes_the_checkpoint(slurm, repo_root):
-    proc, called = slurm(
-        'slurm_test.sh', 'gpu', 'ev', 'c.py', 'w/epoch_1.pth', '--out', 'm.json', GPUS='2')
+    proc, called = slurm('slurm_test.sh', 'gpu', 'ev', 'c.py', 'w/epoch_1.pth', '--out', 'm.json',
+                         GPUS='2')
     assert proc.returncode == 0, proc.stderr
     assert called['argv'] == [
         '-p', 'gpu', '--job-name=ev', '--gres=gpu:2', '--ntasks=2', '--ntasks-per-node=2',

@@ -16,14 +16,9 @@ def test_hessian_summaries_become_metrics():
     record = _record()
     collect_hessian(
         dict(
-            spectrum=dict(
-                values=[4.0, -1.0, 2.0, 3.0],
-                nep=0.25,
-                ape=3.0,
-                max=4.0,
-                min=-1.0,
-                most_negative=dict(values=[-2.0, -4.0], mean=-3.0),
-                trace=dict(values=[10.0, 14.0], mean=12.0))), record)
+            spectrum=dict(values=[4.0, -1.0, 2.0, 3.0], nep=0.25, ape=3.0, max=4.0, min=-1.0,
+                          most_negative=dict(values=[-2.0, -4.0], mean=-3.0), trace=dict(
+                              values=[10.0, 14.0], mean=12.0))), record)
     assert record['metrics'] == {
         'hessian/nep': 0.25,
         'hessian/ape': 3.0,

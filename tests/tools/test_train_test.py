@@ -82,15 +82,8 @@ def test_resume_equals_uninterrupted_training(tiny_data, run_tool, tmp_path):
 def test_dist_train_two_cpu_processes(tiny_data, run_tool, tmp_path):
     root = tiny_data('cifar10')
     work = tmp_path / 'dist'
-    proc = run_tool(
-        'tools/dist_train.sh',
-        DIAG_CONFIG,
-        '2',
-        '--work-dir',
-        str(work),
-        '--cfg-options',
-        *cifar_options(root),
-        env={'PORT': '29631'})
+    proc = run_tool('tools/dist_train.sh', DIAG_CONFIG, '2', '--work-dir', str(work),
+                    '--cfg-options', *cifar_options(root), env={'PORT': '29631'})
     log = proc.stdout + proc.stderr
     # mmengine's environment report: a real 2-process DDP run on the gloo backend.
     assert 'Distributed training: True' in log and 'GPU number: 2' in log, log[-3000:]
@@ -114,18 +107,9 @@ def test_dist_train_two_cpu_processes(tiny_data, run_tool, tmp_path):
 
     # The same evaluation split over two processes gathers every prediction: same accuracy.
     dist_out = tmp_path / 'dist_metrics.json'
-    run_tool(
-        'tools/dist_test.sh',
-        CLS_CONFIG,
-        str(work / 'iter_2.pth'),
-        '2',
-        '--work-dir',
-        str(work),
-        '--out',
-        str(dist_out),
-        '--cfg-options',
-        *cifar_options(root),
-        env={'PORT': '29632'})
+    run_tool('tools/dist_test.sh', CLS_CONFIG, str(work / 'iter_2.pth'),
+             '2', '--work-dir', str(work), '--out', str(dist_out), '--cfg-options',
+             *cifar_options(root), env={'PORT': '29632'})
     assert json.loads(dist_out.read_text()) == pytest.approx(single)
 
 

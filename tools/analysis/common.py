@@ -55,42 +55,26 @@ def base_parser(description, num_batches=10):
     parser.add_argument('config', help='config file the checkpoint was trained with')
     parser.add_argument('checkpoint', help='checkpoint file (loaded weights-only and strictly)')
     parser.add_argument(
-        '--out-dir',
-        default=None,
-        help='where to write the JSON and PNG files (default: '
+        '--out-dir', default=None, help='where to write the JSON and PNG files (default: '
         '<checkpoint dir>/analysis/<tool>)')
+    parser.add_argument('--num-batches', type=positive_int, default=num_batches,
+                        help=f'batches of the split to analyse (default {num_batches})')
+    parser.add_argument('--split', choices=SPLITS, default='test',
+                        help='dataloader of the config to read (default test)')
+    parser.add_argument('--batch-size', type=positive_int, default=None,
+                        help='override the dataloader batch size')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
+                        type=cfg_option, help='override config settings, key=value')
     parser.add_argument(
-        '--num-batches',
-        type=positive_int,
-        default=num_batches,
-        help=f'batches of the split to analyse (default {num_batches})')
-    parser.add_argument(
-        '--split',
-        choices=SPLITS,
-        default='test',
-        help='dataloader of the config to read (default test)')
-    parser.add_argument(
-        '--batch-size', type=positive_int, default=None, help='override the dataloader batch size')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default=None,
-        type=cfg_option,
-        help='override config settings, key=value')
-    parser.add_argument(
-        '--trust-checkpoint',
-        action='store_true',
+        '--trust-checkpoint', action='store_true',
         help='unpickle the checkpoint in full; only for files from a source '
         'you trust (a pickle can run code)')
     parser.add_argument(
-        '--allow-partial-load',
-        action='store_true',
+        '--allow-partial-load', action='store_true',
         help='analyse even when the checkpoint does not match the model '
         '(parameters it lacks keep their initial values); by default an error')
     parser.add_argument(
-        '--allow-non-finite',
-        action='store_true',
+        '--allow-non-finite', action='store_true',
         help='analyse even when the checkpoint holds NaN or inf weights or '
         'statistics (a diverged run); by default an error naming them')
     return parser
@@ -99,8 +83,7 @@ def base_parser(description, num_batches=10):
 def add_device_arg(parser):
     """``--device`` of tns.py, spectrum.py and freq_noise.py (the CPU by default)."""
     parser.add_argument(
-        '--device',
-        default='cpu',
+        '--device', default='cpu',
         help="where the model runs: 'cpu' (default), 'cuda' or 'cuda:N'; "
         'an error when that device is not available')
 
@@ -108,8 +91,7 @@ def add_device_arg(parser):
 def add_visualizer_arg(parser):
     """``--to-visualizer``: the figures also go to the config's visualizer backends."""
     parser.add_argument(
-        '--to-visualizer',
-        action='store_true',
+        '--to-visualizer', action='store_true',
         help="also send each figure to the backends of the config's "
         "'visualizer' (Visualizer.add_image at step 0; LocalVisBackend "
         'writes OUT_DIR/vis_data/vis_image/<figure>_0.png, '
@@ -157,8 +139,8 @@ def load_cfg(args):
     except ConfigError as err:
         sys.exit(f'error: {err}')
     LOAD_OPTIONS.update(
-        trust=getattr(args, 'trust_checkpoint', False),
-        allow_partial=getattr(args, 'allow_partial_load', False),
+        trust=getattr(args, 'trust_checkpoint',
+                      False), allow_partial=getattr(args, 'allow_partial_load', False),
         allow_non_finite=getattr(args, 'allow_non_finite', False))
     install_checkpoint_loader(trust=LOAD_OPTIONS['trust'])  # for any other MMEngine load
     return cfg
@@ -180,12 +162,8 @@ def load_model(cfg, checkpoint, trust=None, allow_partial=None):
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     model = MODELS.build(model_cfg)
     try:
-        load_checkpoint_into(
-            model,
-            checkpoint,
-            strict=not allow_partial,
-            trust=trust,
-            allow_non_finite=LOAD_OPTIONS['allow_non_finite'])
+        load_checkpoint_into(model, checkpoint, strict=not allow_partial, trust=trust,
+                             allow_non_finite=LOAD_OPTIONS['allow_non_finite'])
     except CheckpointError as err:
         sys.exit(f'error: {err}')
     model.eval()

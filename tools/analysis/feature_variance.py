@@ -29,9 +29,7 @@ def parse_args(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
     setup_lib.add_device_args(parser)
     parser.add_argument(
-        '--level',
-        choices=('branch', 'block'),
-        default='branch',
+        '--level', choices=('branch', 'block'), default='branch',
         help='transformer layers as their MSA and MLP steps (branch, default) '
         'or as one step (block)')
     return parser.parse_args(argv)
@@ -59,8 +57,8 @@ def analyse(backbone, batches, level):
     from mmstiff.analysis import TrajectoryRecorder, stage_of
     from mmstiff.analysis.feature_variance import step_variance, variance_trajectory
     extra = int(getattr(backbone, 'num_extra_tokens', 0) or 0)
-    recorder = TrajectoryRecorder(
-        backbone, level=level, reduce=functools.partial(step_variance, num_extra_tokens=extra))
+    recorder = TrajectoryRecorder(backbone, level=level,
+                                  reduce=functools.partial(step_variance, num_extra_tokens=extra))
     with torch.no_grad(), recorder:
         for data in batches:
             backbone(data['inputs'])
@@ -69,13 +67,9 @@ def analyse(backbone, batches, level):
     for name, state in trajectory.items():
         v = state.variance
         stage = 'input' if state.kind == 'input' else (stage_of(state.step) or 'network')
-        states[name] = dict(
-            kind=state.kind,
-            step=state.step,
-            stage=stage,
-            msa=is_msa_step(backbone, state),
-            variance=common.finite(v.mean()),
-            variance_std=common.finite(v.std()) if v.numel() > 1 else None)
+        states[name] = dict(kind=state.kind, step=state.step, stage=stage,
+                            msa=is_msa_step(backbone, state), variance=common.finite(v.mean()),
+                            variance_std=common.finite(v.std()) if v.numel() > 1 else None)
         stages.setdefault(stage, []).append(name)
     per_stage = {
         stage: dict(states=names, end_variance=states[names[-1]]['variance'])
@@ -91,16 +85,9 @@ def main(argv=None):
     backbone = common.backbone_of(model)
     states, stages, num_samples, extra = analyse(
         backbone, setup_lib.batches(model, loader, args.num_batches, False), args.level)
-    result = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        device=str(device),
-        level=args.level,
-        num_samples=num_samples,
-        num_extra_tokens=extra,
-        states=states,
-        stages=stages)
+    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
+                  device=str(device), level=args.level, num_samples=num_samples,
+                  num_extra_tokens=extra, states=states, stages=stages)
     from mmstiff.visualization import instruments
     names = list(states)
     files = [
@@ -108,10 +95,9 @@ def main(argv=None):
             names, [
                 states[n]['variance'] if states[n]['variance'] is not None else float('nan')
                 for n in names
-            ],
-            osp.join(out_dir, 'feature_variance.png'),
-            msa={n
-                 for n in names if states[n]['msa']},
+            ], osp.join(out_dir,
+                        'feature_variance.png'), msa={n
+                                                      for n in names if states[n]['msa']},
             subsampling={n
                          for n in names if states[n]['kind'] == 'shortcut'})
     ]

@@ -46,14 +46,9 @@ def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
             clean += _correct(model, inputs, data_samples)
             for i, freq in enumerate(freqs):
                 # drawn on the CPU, so that --seed gives the same noise on every device
-                noise = frequency_band_noise(
-                    inputs.shape,
-                    freq,
-                    eps,
-                    width,
-                    generator,
-                    dtype=inputs.dtype,
-                    convention=convention).to(inputs.device)
+                noise = frequency_band_noise(inputs.shape, freq, eps, width, generator,
+                                             dtype=inputs.dtype,
+                                             convention=convention).to(inputs.device)
                 noisy[i] += _correct(model, inputs + noise, data_samples)
     clean_acc = 100.0 * clean / total
     bands = [
@@ -67,23 +62,14 @@ def main(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0])
     common.add_device_arg(parser)
     common.add_visualizer_arg(parser)
-    parser.add_argument(
-        '--freqs',
-        type=float,
-        nargs='+',
-        default=DEFAULT_FREQS,
-        help='band centres in units of π, each in [0, 1]')
-    parser.add_argument(
-        '--eps',
-        type=float,
-        default=0.1,
-        help='amplitude of the sign noise on the normalised images')
+    parser.add_argument('--freqs', type=float, nargs='+', default=DEFAULT_FREQS,
+                        help='band centres in units of π, each in [0, 1]')
+    parser.add_argument('--eps', type=float, default=0.1,
+                        help='amplitude of the sign noise on the normalised images')
     parser.add_argument('--width', type=float, default=0.1, help='band width in units of π')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument(
-        '--convention',
-        choices=('exact', 'paper'),
-        default='exact',
+        '--convention', choices=('exact', 'paper'), default='exact',
         help="frequency bands: 'exact' Chebyshev-radius bands (default) or "
         "'paper', the How-do-ViTs authors' floor-rounded centred squares "
         '(docs/methods.md §8)')
@@ -99,14 +85,8 @@ def main(argv=None):
                  f'(mmpretrain) config, got default_scope={cfg.default_scope!r}')
     result = analyse(model, common.iterate(model, loader, args.num_batches), args.freqs, args.eps,
                      args.width, args.seed, args.convention)
-    result.update(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        eps=args.eps,
-        width=args.width,
-        seed=args.seed,
-        convention=args.convention)
+    result.update(config=args.config, checkpoint=args.checkpoint, split=args.split, eps=args.eps,
+                  width=args.width, seed=args.seed, convention=args.convention)
 
     from mmstiff.visualization import plots
     figure = plots.noise_robustness(

@@ -48,57 +48,39 @@ def parse_args(argv=None):
     setup_lib.add_device_args(parser)
     setup_lib.add_loss_args(parser)
     parser.add_argument(
-        '--top-k',
-        type=common.positive_int,
-        default=5,
+        '--top-k', type=common.positive_int, default=5,
         help='eigenvalues of largest magnitude per batch (default 5, the '
         "paper's)")
     parser.add_argument(
-        '--most-negative',
-        action='store_true',
+        '--most-negative', action='store_true',
         help='also find the most negative eigenvalue of each batch (power '
         'iteration on H - |λ_1| I)')
     parser.add_argument(
-        '--method',
-        choices=('power', 'lanczos'),
-        default='power',
+        '--method', choices=('power', 'lanczos'), default='power',
         help="power iteration with deflation (default, the paper's) or the "
         'Ritz values of a Lanczos run')
     parser.add_argument(
-        '--max-iter',
-        type=common.positive_int,
-        default=100,
+        '--max-iter', type=common.positive_int, default=100,
         help='power: Hessian-vector products per eigenvalue at most (default '
         '100)')
     parser.add_argument(
-        '--tol',
-        type=float,
-        default=1e-3,
+        '--tol', type=float, default=1e-3,
         help='power: relative change at which an eigenvalue has converged '
         '(default 1e-3)')
     parser.add_argument(
-        '--lanczos-steps',
-        type=common.positive_int,
-        default=50,
+        '--lanczos-steps', type=common.positive_int, default=50,
         help='lanczos: steps (products) per batch; keeps that many vectors of '
         'the size of the model in memory (default 50)')
     parser.add_argument(
-        '--trace-samples',
-        type=int,
-        default=0,
+        '--trace-samples', type=int, default=0,
         help="Hutchinson's trace from this many Rademacher vectors per batch "
         '(default 0: none)')
     parser.add_argument(
-        '--density-runs',
-        type=int,
-        default=0,
+        '--density-runs', type=int, default=0,
         help='stochastic Lanczos quadrature runs per batch for the density of '
         'the whole spectrum (default 0: none)')
-    parser.add_argument(
-        '--density-steps',
-        type=common.positive_int,
-        default=100,
-        help='Lanczos steps per quadrature run (default 100, PyHessian\'s)')
+    parser.add_argument('--density-steps', type=common.positive_int, default=100,
+                        help='Lanczos steps per quadrature run (default 100, PyHessian\'s)')
     args = parser.parse_args(argv)
     for flag in ('trace_samples', 'density_runs'):
         if getattr(args, flag) < 0:
@@ -126,11 +108,9 @@ def analyse(args, model, batches, decays):
             loss = setup_lib.training_loss(model, data) + l2_penalty(params, decays)
             found = hessian_eigenvalues(loss, params, args.top_k, args.most_negative, args.max_iter,
                                         args.tol, generator, args.method, args.lanczos_steps)
-        entry = dict(
-            eigenvalues=[common.finite(v) for v in found.values],
-            loss=common.finite(loss.detach()),
-            products=found.iterations,
-            converged=found.converged)
+        entry = dict(eigenvalues=[common.finite(v) for v in found.values],
+                     loss=common.finite(loss.detach()), products=found.iterations,
+                     converged=found.converged)
         if args.most_negative:
             entry['most_negative'] = common.finite(found.most_negative)
         if args.trace_samples or args.density_runs:
@@ -157,9 +137,8 @@ def whole_spectrum(args, model, data, params, decays, generator):
     if args.density_runs:
         density = slq_density(matvec, dim, args.density_runs, args.density_steps, generator, dtype,
                               device)
-        entry['quadrature'] = dict(
-            nodes=[t.tolist() for t in density.nodes],
-            weights=[w.tolist() for w in density.weights])
+        entry['quadrature'] = dict(nodes=[t.tolist() for t in density.nodes],
+                                   weights=[w.tolist() for w in density.weights])
     return entry
 
 
@@ -186,8 +165,8 @@ def density_summary(results, points=1000):
     low, high = float(theta.min()) - 5 * sigma, float(theta.max()) + 5 * sigma
     points = min(MAX_DENSITY_POINTS, max(points, int(4 * (high - low) / sigma) + 1))
     grid = torch.linspace(low, high, points, dtype=torch.float64)
-    return dict(
-        sigma=sigma, grid=grid.tolist(), density=density_on_grid(density, grid, sigma).tolist())
+    return dict(sigma=sigma, grid=grid.tolist(), density=density_on_grid(density, grid,
+                                                                         sigma).tolist())
 
 
 def spectrum_summary(results, bins=BINS):
@@ -195,10 +174,8 @@ def spectrum_summary(results, bins=BINS):
 
     from mmstiff.analysis.hessian import average_positive_eigenvalue, negative_eigenvalue_proportion
     values = [v for r in results for v in r['eigenvalues'] if v is not None]
-    summary = dict(
-        values=values,
-        nep=common.finite(negative_eigenvalue_proportion(values)),
-        ape=common.finite(average_positive_eigenvalue(values)))
+    summary = dict(values=values, nep=common.finite(negative_eigenvalue_proportion(values)),
+                   ape=common.finite(average_positive_eigenvalue(values)))
     if values:
         t = torch.tensor(values, dtype=torch.float64)
         summary.update(max=float(t.max()), min=float(t.min()), mean=float(t.mean()))
@@ -218,8 +195,8 @@ def spectrum_summary(results, bins=BINS):
         summary['density'] = density
     lowest = [r['most_negative'] for r in results if r.get('most_negative') is not None]
     if lowest:
-        summary['most_negative'] = dict(
-            values=lowest, min=min(lowest), mean=sum(lowest) / len(lowest))
+        summary['most_negative'] = dict(values=lowest, min=min(lowest),
+                                        mean=sum(lowest) / len(lowest))
     return summary
 
 
@@ -232,26 +209,13 @@ def main(argv=None):
     results = analyse(args, model, setup_lib.batches(model, loader, args.num_batches, training),
                       decays)
     summary = spectrum_summary(results)
-    result = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        augmented=training,
-        batch_size=loader.batch_size,
-        mode=args.mode,
-        device=str(device),
-        top_k=args.top_k,
-        method=args.method,
-        max_iter=args.max_iter,
-        tol=args.tol,
-        lanczos_steps=args.lanczos_steps,
-        trace_samples=args.trace_samples,
-        density_runs=args.density_runs,
-        density_steps=args.density_steps,
-        num_params=sum(p.numel() for p in params),
-        weight_decays=setup_lib.decay_summary(decays),
-        batches=results,
-        spectrum=summary)
+    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
+                  augmented=training, batch_size=loader.batch_size, mode=args.mode,
+                  device=str(device), top_k=args.top_k, method=args.method, max_iter=args.max_iter,
+                  tol=args.tol, lanczos_steps=args.lanczos_steps, trace_samples=args.trace_samples,
+                  density_runs=args.density_runs, density_steps=args.density_steps,
+                  num_params=sum(p.numel() for p in params),
+                  weight_decays=setup_lib.decay_summary(decays), batches=results, spectrum=summary)
     from mmstiff.visualization import instruments
     label = f'NEP {summary["nep"]:.3g}, APE {summary["ape"] or float("nan"):.4g}' \
         if summary['nep'] is not None else 'eigenvalues'

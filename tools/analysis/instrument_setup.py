@@ -16,14 +16,10 @@ def default_device():
 
 
 def add_device_args(parser):
+    parser.add_argument('--device', default=None,
+                        help='where to run: cpu, cuda, cuda:1 (default: cuda where present)')
     parser.add_argument(
-        '--device',
-        default=None,
-        help='where to run: cpu, cuda, cuda:1 (default: cuda where present)')
-    parser.add_argument(
-        '--seed',
-        type=int,
-        default=0,
+        '--seed', type=int, default=0,
         help='seed of the data order, the augmentations and the random vectors '
         '(default 0)')
 
@@ -31,16 +27,12 @@ def add_device_args(parser):
 def add_loss_args(parser):
     """Options of the tools that evaluate the training loss (hessian.py, loss_landscape.py)."""
     parser.add_argument(
-        '--mode',
-        choices=MODES,
-        default='eval',
+        '--mode', choices=MODES, default='eval',
         help='model mode while the loss is evaluated: eval (BN running '
         'statistics, no dropout / drop path; default) or train (batch '
         'statistics, one random draw per batch; buffers restored)')
     parser.add_argument(
-        '--weight-decay',
-        type=float,
-        default=None,
+        '--weight-decay', type=float, default=None,
         help="coefficient λ of the l2 term Σ λ/2 ||w||² for every parameter "
         "(default: each parameter's decay from the config's optim_wrapper)")
     parser.set_defaults(split='train')

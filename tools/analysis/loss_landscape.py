@@ -38,36 +38,22 @@ def parse_args(argv=None):
     parser = common.base_parser(__doc__.strip().splitlines()[0], num_batches=4)
     setup_lib.add_device_args(parser)
     setup_lib.add_loss_args(parser)
+    parser.add_argument('--dim', type=int, choices=(1, 2), default=2,
+                        help='number of random directions (default 2)')
+    parser.add_argument('--range', type=float, default=1.0, dest='span',
+                        help='the coordinates span [-R, R] (default 1.0)')
+    parser.add_argument('--steps', type=int, default=21,
+                        help='grid points per direction (default 21)')
     parser.add_argument(
-        '--dim',
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help='number of random directions (default 2)')
-    parser.add_argument(
-        '--range',
-        type=float,
-        default=1.0,
-        dest='span',
-        help='the coordinates span [-R, R] (default 1.0)')
-    parser.add_argument(
-        '--steps', type=int, default=21, help='grid points per direction (default 21)')
-    parser.add_argument(
-        '--bias-bn',
-        choices=('zero', 'weight'),
-        default='zero',
+        '--bias-bn', choices=('zero', 'weight'), default='zero',
         help='direction of parameters of at most one axis (biases, norm '
         'scales): zero (default, Li et al.\'s ignore=biasbn) or the weight')
     parser.add_argument(
-        '--exclude',
-        nargs='*',
-        default=DEFAULT_EXCLUDE,
+        '--exclude', nargs='*', default=DEFAULT_EXCLUDE,
         help='fnmatch patterns of parameter names whose direction is 0 '
         f'(default {" ".join(DEFAULT_EXCLUDE)}; pass none for no exclusion)')
     parser.add_argument(
-        '--convention',
-        choices=('li', 'paper'),
-        default='li',
+        '--convention', choices=('li', 'paper'), default='li',
         help='li (default): each filter of a direction gets the norm of the '
         "weight's filter; paper: the How-do-ViTs authors' normalize_filter, "
         'the norm across output channels at every other index')
@@ -140,31 +126,16 @@ def main(argv=None):
         float(torch.sqrt(sum(d.double().pow(2).sum() for d in ds.values()))) for ds in directions
     ]
     result = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        augmented=training,
-        mode=args.mode,
-        device=str(device),
-        dim=args.dim,
-        span=args.span,
-        steps=args.steps,
-        num_samples=sum(len(d['inputs']) for d in cached),
-        directions=dict(
-            seed=args.seed,
-            bias_bn=args.bias_bn,
-            exclude=args.exclude,
-            convention=args.convention,
-            norms=norms,
-            zero_params=zeroed,
+        config=args.config, checkpoint=args.checkpoint, split=args.split, augmented=training,
+        mode=args.mode, device=str(device), dim=args.dim, span=args.span, steps=args.steps,
+        num_samples=sum(len(d['inputs']) for d in cached), directions=dict(
+            seed=args.seed, bias_bn=args.bias_bn, exclude=args.exclude, convention=args.convention,
+            norms=norms, zero_params=zeroed,
             weight_norm=float(torch.sqrt(sum(p.detach().double().pow(2).sum() for p in params)))),
-        weight_decays=setup_lib.decay_summary(decays),
-        centre=dict(
-            loss=common.finite(centre), nll=common.finite(centre_nll), l2=common.finite(centre_l2)),
-        coords=[c.tolist() for c in landscape.coords],
-        loss=grid(landscape.losses),
-        nll=grid(nll),
-        l2=grid(l2))
+        weight_decays=setup_lib.decay_summary(decays), centre=dict(
+            loss=common.finite(centre), nll=common.finite(centre_nll),
+            l2=common.finite(centre_l2)), coords=[c.tolist() for c in landscape.coords],
+        loss=grid(landscape.losses), nll=grid(nll), l2=grid(l2))
     if args.dim == 2:
         cos = sum(
             float((a.double() * b.double()).sum())

@@ -209,14 +209,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('log', help='JSON log, run folder or work dir')
     parser.add_argument(
-        '--out-dir',
-        default=None,
-        help='where to write curves.json and the PNGs (default: '
+        '--out-dir', default=None, help='where to write curves.json and the PNGs (default: '
         '<folder of the log>/plots)')
     parser.add_argument(
-        '--keys',
-        nargs='+',
-        default=None,
+        '--keys', nargs='+', default=None,
         help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*" '
         'loss "accuracy/*"')
     args = parser.parse_args(argv)
@@ -241,10 +237,7 @@ def main(argv=None):
         files.append(
             plots.training_curves(curves, osp.join(out_dir, name), ylabel, title, xlabel=xlabel))
     summary = dict(
-        log=log,
-        figures=[osp.basename(f) for f in files],
-        note=note,
-        series={
+        log=log, figures=[osp.basename(f) for f in files], note=note, series={
             group: {
                 k: dict(steps=s, values=v)
                 for k, (s, v) in curves.items()

@@ -138,8 +138,7 @@ def plot(out_dir, states, layers):
     files = [
         plots.per_block_lines(
             names, {'||HC[X]|| / ||X||': [states[n]['hf_ratio'] or math.nan for n in names]},
-            osp.join(out_dir, 'hf_ratio_per_block.png'),
-            ylabel='high-frequency ratio (fraction)',
+            osp.join(out_dir, 'hf_ratio_per_block.png'), ylabel='high-frequency ratio (fraction)',
             title='High-frequency ratio of the state after each step')
     ]
     with_profile = [n for n in names if 'profile' in states[n]]
@@ -154,10 +153,8 @@ def plot(out_dir, states, layers):
             plots.per_block_lines(
                 with_profile,
                 {'Δ log amplitude at 1.0π': [states[n]['dlogamp'] for n in with_profile]},
-                osp.join(out_dir, 'dlogamp_per_block.png'),
-                ylabel='Δ log amplitude (log units)',
-                hline=0.0,
-                title='High-frequency (1.0π) log amplitude relative to DC'))
+                osp.join(out_dir, 'dlogamp_per_block.png'), ylabel='Δ log amplitude (log units)',
+                hline=0.0, title='High-frequency (1.0π) log amplitude relative to DC'))
     if layers:
         files.append(
             plots.attention_spectra({
@@ -173,13 +170,10 @@ def plot(out_dir, states, layers):
         series['M_feat (tokens, layer output)'] = [by_layer.get(n, math.nan) for n in layer_names]
         series['M_attn (attention columns)'] = [layers[n]['attn_cos'] for n in layer_names]
         files.append(
-            plots.per_block_lines(
-                layer_names,
-                series,
-                osp.join(out_dir, 'cosine_similarity.png'),
-                ylabel='mean |cosine similarity|',
-                title='Token and attention similarity per layer',
-                xlabel='transformer layer'))
+            plots.per_block_lines(layer_names, series, osp.join(out_dir, 'cosine_similarity.png'),
+                                  ylabel='mean |cosine similarity|',
+                                  title='Token and attention similarity per layer',
+                                  xlabel='transformer layer'))
     return files
 
 
@@ -188,9 +182,7 @@ def main(argv=None):
     common.add_device_arg(parser)
     common.add_visualizer_arg(parser)
     parser.add_argument(
-        '--convention',
-        choices=('exact', 'paper'),
-        default='exact',
+        '--convention', choices=('exact', 'paper'), default='exact',
         help="diagonal of the log-amplitude profile: 'exact' ends at the "
         "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
         'points and labels (docs/methods.md §8)')
@@ -199,14 +191,9 @@ def main(argv=None):
     states, layers = analyse(model, common.iterate(model, loader, args.num_batches),
                              args.convention)
     files = plot(out_dir, states, layers)
-    result = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        convention=args.convention,
-        states=states,
-        attention=layers,
-        figures=[osp.basename(f) for f in files])
+    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
+                  convention=args.convention, states=states, attention=layers,
+                  figures=[osp.basename(f) for f in files])
     path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
     common.send_figures(args, cfg, files, 'spectrum')
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]

@@ -65,8 +65,7 @@ def analyse(model, batches):
     for stage, cols in groups.items():
         zeta = nsi[:, cols].double()
         trajectories[stage] = dict(
-            num_steps=len(cols),
-            mu=common.finite(trajectory_mean(zeta).mean()),
+            num_steps=len(cols), mu=common.finite(trajectory_mean(zeta).mean()),
             ratio=common.finite(stiffness_ratio(zeta).mean()),
             tns=common.finite(tns_per_trajectory(zeta).mean()),
             tns_std=common.finite(tns_per_trajectory(zeta).std()) if len(zeta) > 1 else None)
@@ -76,29 +75,20 @@ def analyse(model, batches):
 def plot(out_dir, names, nsi, steps, blocks, trajectories):
     from mmstiff.visualization import plots
     files = [
-        plots.nsi_heatmap(
-            nsi[:HEATMAP_SAMPLES],
-            names,
-            osp.join(out_dir, 'nsi_heatmap.png'),
-            title=f'NSI per block (first {min(len(nsi), HEATMAP_SAMPLES)} samples)'),
+        plots.nsi_heatmap(nsi[:HEATMAP_SAMPLES], names, osp.join(out_dir, 'nsi_heatmap.png'),
+                          title=f'NSI per block (first {min(len(nsi), HEATMAP_SAMPLES)} samples)'),
         plots.bar_chart({
             k: v['tns']
             for k, v in trajectories.items() if v['tns'] is not None
-        },
-                        osp.join(out_dir, 'tns_per_stage.png'),
-                        ylabel='TNS (dimensionless)',
+        }, osp.join(out_dir, 'tns_per_stage.png'), ylabel='TNS (dimensionless)',
                         title='Total neural stiffness per trajectory'),
     ]
     series = {'mean NSI ζ': [blocks[n]['nsi_mean'] or float('nan') for n in names]}
     if steps:
         series['mean step size Δ'] = [blocks[n].get('step_mean') or float('nan') for n in names]
     files.append(
-        plots.per_block_lines(
-            names,
-            series,
-            osp.join(out_dir, 'nsi_per_block.png'),
-            ylabel='value (dimensionless)',
-            title='NSI and step size per block'))
+        plots.per_block_lines(names, series, osp.join(out_dir, 'nsi_per_block.png'),
+                              ylabel='value (dimensionless)', title='NSI and step size per block'))
     adaptive = {
         n: (nsi[:, names.index(n)], s)
         for n, s in steps.items() if float(s.double().std()) > 0
@@ -116,14 +106,9 @@ def main(argv=None):
     cfg, model, loader, out_dir = common.setup(args, 'tns')
     names, nsi, steps, blocks, trajectories = analyse(
         model, common.iterate(model, loader, args.num_batches))
-    result = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        split=args.split,
-        num_samples=int(nsi.shape[0]),
-        blocks=blocks,
-        trajectories=trajectories,
-        network_tns=trajectories['network']['tns'])
+    result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
+                  num_samples=int(nsi.shape[0]), blocks=blocks, trajectories=trajectories,
+                  network_tns=trajectories['network']['tns'])
     files = plot(out_dir, names, nsi, steps, blocks, trajectories)
     result['figures'] = [osp.basename(f) for f in files]
     path = common.dump_json(result, osp.join(out_dir, 'tns.json'))

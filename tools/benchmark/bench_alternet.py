@@ -56,14 +56,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
     parser.add_argument(
-        '--stem',
-        default='imagenet',
-        choices=('imagenet', 'cifar'),
+        '--stem', default='imagenet', choices=('imagenet', 'cifar'),
         help="AlterNet's stem; 'cifar' uses window 4 (the paper's CIFAR "
         'setting) and 32x32 inputs by default')
     parser.add_argument('--batch-size', type=int, default=4)
-    parser.add_argument(
-        '--img-size', type=int, default=None, help='default: 224 (imagenet stem), 32 (cifar stem)')
+    parser.add_argument('--img-size', type=int, default=None,
+                        help='default: 224 (imagenet stem), 32 (cifar stem)')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=1, help='untimed steps per model')
@@ -92,14 +90,8 @@ def main(argv=None):
         name: (lambda build=build: Classifier(build(), num_classes))
         for name, build in build_backbones(args.stem).items()
     }
-    compare_models(
-        models,
-        BASELINE,
-        batch,
-        args,
-        device,
-        f'stem={args.stem} batch={args.batch_size} img={img_size}',
-        name_width=30)
+    compare_models(models, BASELINE, batch, args, device,
+                   f'stem={args.stem} batch={args.batch_size} img={img_size}', name_width=30)
 
 
 if __name__ == '__main__':

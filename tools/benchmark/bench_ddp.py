@@ -50,9 +50,7 @@ def parse_args(argv=None):
     parser.add_argument('--device', default='cpu', help="'cpu' (gloo) or 'cuda' (NCCL)")
     parser.add_argument('--world-sizes', type=int, nargs='+', default=[1, 2])
     parser.add_argument(
-        '--iters',
-        type=int,
-        default=100,
+        '--iters', type=int, default=100,
         help='iterations per setting and repeat (a multiple of 100, the '
         "default FrequencyHook interval's write interval)")
     parser.add_argument('--repeats', type=int, default=3)
@@ -193,10 +191,8 @@ def launch(args, world, out):
         f'--master_port={_free_port()}',
         osp.abspath(__file__), '--worker', out, *sys.argv[1:]
     ]
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS=str(args.threads),
-        PYTHONPATH=here + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+               PYTHONPATH=here + os.pathsep + os.environ.get('PYTHONPATH', ''))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f'torchrun with {world} processes failed ({proc.returncode}):\n'

@@ -113,14 +113,9 @@ def build_model(args):
         from mmpretrain.models.backbones import VisionTransformer
         width = args.embed_dims
         backbone = VisionTransformer(
-            arch=dict(
-                embed_dims=width,
-                num_layers=args.depth,
-                num_heads=6,
-                feedforward_channels=4 * width),
-            img_size=args.img_size,
-            patch_size=args.patch_size,
-            out_type='cls_token')
+            arch=dict(embed_dims=width, num_layers=args.depth, num_heads=6,
+                      feedforward_channels=4 * width), img_size=args.img_size,
+            patch_size=args.patch_size, out_type='cls_token')
         return (Classifier(backbone, width),
                 f'ViT ({args.depth} layers, width {width}, 6 heads, patch {args.patch_size})')
     width = args.base_channels
@@ -151,8 +146,9 @@ class BenchRunner:
         self.epoch = 0
         self.timestamp = 'bench'
         self.message_hub = MessageHub.get_instance('bench_hooks')
-        self.visualizer = Visualizer.get_instance(
-            'bench_hooks', vis_backends=[dict(type='LocalVisBackend')], save_dir=work_dir)
+        self.visualizer = Visualizer.get_instance('bench_hooks',
+                                                  vis_backends=[dict(type='LocalVisBackend')],
+                                                  save_dir=work_dir)
         self.logger = MMLogger.get_instance('bench_hooks', log_level='WARNING')
 
 
@@ -280,8 +276,8 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
         train_iteration(runner, hooks, optimizer, *batch)
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
         train_iteration(runner, hooks, optimizer, *batch)
     # each op's own allocations minus its own frees (children excluded), and the frees that
     # happen between ops ('[memory]' events), in the order they start
@@ -296,15 +292,11 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        '--arch',
-        choices=ARCHS,
-        default='cifar',
+        '--arch', choices=ARCHS, default='cifar',
         help="'cifar' (ResNet_CIFAR; --depth 164: pre-activation ResNet-164), "
         "'resnet' (ImageNet ResNet) or 'vit' (a DeiT-S-style ViT)")
     parser.add_argument(
-        '--depth',
-        type=int,
-        default=None,
+        '--depth', type=int, default=None,
         help=f'cifar: one of {CIFAR_DEPTHS + (PREACT_DEPTH, )} (default 18); '
         f'resnet: one of {IMAGENET_DEPTHS} (default 50); vit: the number of '
         'layers (default 24)')
@@ -312,37 +304,26 @@ def parse_args(argv=None):
     parser.add_argument('--embed-dims', type=int, default=96, help='ViT width (6 heads)')
     parser.add_argument('--patch-size', type=int, default=4, help='ViT patch size')
     parser.add_argument('--batch-size', type=int, default=16)
-    parser.add_argument(
-        '--img-size', type=int, default=None, help='default: 32 (cifar, vit), 224 (resnet)')
+    parser.add_argument('--img-size', type=int, default=None,
+                        help='default: 32 (cifar, vit), 224 (resnet)')
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
     parser.add_argument('--repeats', type=int, default=3)
-    parser.add_argument(
-        '--iters',
-        type=int,
-        default=100,
-        help='iterations per setting and repeat (a multiple of the intervals)')
+    parser.add_argument('--iters', type=int, default=100,
+                        help='iterations per setting and repeat (a multiple of the intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument(
-        '--only',
-        default=None,
-        help="run only the settings whose name has this word (and the "
+        '--only', default=None, help="run only the settings whose name has this word (and the "
         "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
     parser.add_argument(
-        '--log-interval',
-        type=int,
-        default=10,
+        '--log-interval', type=int, default=10,
         help="the run's LoggerHook interval (mmengine's default 10; "
         "mmpretrain's configs use 100): the hooks write their recorded "
         "iterations in a batch at its multiples")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    parser.add_argument('--compile', action='store_true',
+                        help='time a torch.compile-d model (compiled before the warm-up)')
     parser.add_argument(
-        '--compile',
-        action='store_true',
-        help='time a torch.compile-d model (compiled before the warm-up)')
-    parser.add_argument(
-        '--clock',
-        choices=tuple(CLOCKS),
-        default='wall',
+        '--clock', choices=tuple(CLOCKS), default='wall',
         help="'wall' (default; what training feels, on an otherwise idle "
         "machine) or 'cpu': this process's CPU time, steadier on a machine "
         "busy with other work; use it with --threads 1, as idle OpenMP "

@@ -120,8 +120,8 @@ def peak_step_memory(model, optimizer, batch, device, precision=None):
         train_step(model, optimizer, *batch, precision)
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
         train_step(model, optimizer, *batch, precision)
     # every op event carries the bytes it allocated net of what it freed itself; '[memory]'
     # events carry the frees that happen outside any op. In time order, their running sum is
@@ -143,9 +143,7 @@ def parse_args(argv=None):
     parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     parser.add_argument(
-        '--fused',
-        choices=sorted(FUSED_CHOICES),
-        default='off',
+        '--fused', choices=sorted(FUSED_CHOICES), default='off',
         help="the fused residual step ('on'), the reference ('off', default) or "
         "both, as rows 'NAME' and 'NAME fused'")
     add_precision_arguments(parser)
@@ -159,23 +157,16 @@ def parse_args(argv=None):
 
 def add_precision_arguments(parser):
     """``--amp fp16|bf16`` and ``--channels-last``."""
-    parser.add_argument(
-        '--amp',
-        choices=sorted(AMP_DTYPES),
-        default=None,
-        help='autocast the forward pass to this dtype (fp16: with a GradScaler)')
-    parser.add_argument(
-        '--channels-last',
-        action='store_true',
-        help='models and batch in the channels-last memory format')
+    parser.add_argument('--amp', choices=sorted(AMP_DTYPES), default=None,
+                        help='autocast the forward pass to this dtype (fp16: with a GradScaler)')
+    parser.add_argument('--channels-last', action='store_true',
+                        help='models and batch in the channels-last memory format')
 
 
 def add_compile_argument(parser):
     """``--compile``, shared by the benchmarks that time train steps with :func:`compare_models`."""
-    parser.add_argument(
-        '--compile',
-        action='store_true',
-        help='time torch.compile-d models (compiled during the warm-up)')
+    parser.add_argument('--compile', action='store_true',
+                        help='time torch.compile-d models (compiled during the warm-up)')
 
 
 def check_compile_warmup(parser, args):

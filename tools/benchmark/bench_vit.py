@@ -154,23 +154,13 @@ def main():
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=2, help='steps per timing')
-    parser.add_argument(
-        '--threads',
-        type=int,
-        default=None,
-        help='torch CPU threads (default: torch\'s own choice)')
-    parser.add_argument(
-        '--clock',
-        choices=sorted(CLOCKS),
-        default='wall',
-        help='wall: elapsed time; cpu: CPU time of this process')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='torch CPU threads (default: torch\'s own choice)')
+    parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
+                        help='wall: elapsed time; cpu: CPU time of this process')
     add_compile_argument(parser)
-    parser.add_argument(
-        '--variants',
-        nargs='+',
-        choices=sorted(VARIANT_KEYS),
-        default=None,
-        help='models compared with the baseline (default: all)')
+    parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
+                        help='models compared with the baseline (default: all)')
     args = parser.parse_args()
     for field in ('batch_size', 'img_size', 'repeats', 'iters'):
         if getattr(args, field) < 1:

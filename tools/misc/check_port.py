@@ -35,8 +35,7 @@ def main(argv=None):
         print(
             f'error: port {port} on {addr} is in use (another distributed run, or another '
             f'program); pick a free one with PORT=, e.g. PORT={port + 1} '
-            'tools/dist_train.sh CONFIG NUM_PROCS',
-            file=sys.stderr)
+            'tools/dist_train.sh CONFIG NUM_PROCS', file=sys.stderr)
         return 2
     return 0
 

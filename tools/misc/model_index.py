@@ -27,13 +27,11 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SKIP_FOLDERS = ('_base_', 'studies', 'testbed')
 
 PAPERS = dict(
-    stepnet=dict(
-        Title='Understanding Self-attention Mechanism via Dynamical System Perspective',
-        URL='https://arxiv.org/abs/2308.09939'),
+    stepnet=dict(Title='Understanding Self-attention Mechanism via Dynamical System Perspective',
+                 URL='https://arxiv.org/abs/2308.09939'),
     antioversmoothing=dict(
         Title='Anti-Oversmoothing in Deep Vision Transformers via the Fourier Domain Analysis: '
-        'From Theory to Practice',
-        URL='https://arxiv.org/abs/2203.05962'),
+        'From Theory to Practice', URL='https://arxiv.org/abs/2203.05962'),
     alternet=dict(Title='How Do Vision Transformers Work?', URL='https://arxiv.org/abs/2202.06709'),
 )
 
@@ -252,8 +250,9 @@ def build_index(measure_fn=measure):
     metafiles = {}
     for folder, models in by_folder.items():
         names = sorted({m['In Collection'] for m in models})
-        metafiles[osp.join(folder, 'metafile.yml')] = dict(
-            Collections=[collection_entry(n) for n in names], Models=models)
+        metafiles[osp.join(folder,
+                           'metafile.yml')] = dict(Collections=[collection_entry(n) for n in names],
+                                                   Models=models)
     index = dict(Import=sorted(metafiles))
     return metafiles, index
 
@@ -292,10 +291,8 @@ def check():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument(
-        '--check',
-        action='store_true',
-        help='only check that every config is indexed (no measuring)')
+    parser.add_argument('--check', action='store_true',
+                        help='only check that every config is indexed (no measuring)')
     args = parser.parse_args(argv)
     if args.check:
         problems = check()
@@ -317,8 +314,7 @@ def _measure_and_report(config):
     measured = measure(config)
     print(
         f'{config}: {measured[1] / 1e6:.2f}M parameters, {measured[2] / 1e9:.3f}G FLOPs at '
-        f'{measured[3]}',
-        flush=True)
+        f'{measured[3]}', flush=True)
     return measured
 
 

@@ -68,15 +68,11 @@ def parse_args(argv=None):
     parser.add_argument('src', help='timm or official CaiT checkpoint (.pth)')
     parser.add_argument('dst', help='output checkpoint in mmpretrain layout')
     parser.add_argument(
-        '--head',
-        choices=tuple(HEAD_PREFIXES),
-        default='vit',
+        '--head', choices=tuple(HEAD_PREFIXES), default='vit',
         help='the classifier head of the target config: vit = '
         'VisionTransformerClsHead (default), linear = LinearClsHead')
-    parser.add_argument(
-        '--backbone-only',
-        action='store_true',
-        help='write bare backbone keys (for a Pretrained init_cfg)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='write bare backbone keys (for a Pretrained init_cfg)')
     return parser.parse_args(argv)
 
 

@@ -58,10 +58,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src', help='torchvision ResNet checkpoint (.pth)')
     parser.add_argument('dst', help='output checkpoint in mmpretrain layout')
-    parser.add_argument(
-        '--backbone-only',
-        action='store_true',
-        help='write bare backbone keys (for mmdet Pretrained init_cfg)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='write bare backbone keys (for mmdet Pretrained init_cfg)')
     return parser.parse_args(argv)
 
 

@@ -15,25 +15,13 @@ train_pipeline = [
 test_pipeline = [dict(type='PackInputs')]
 
 train_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    dataset=dict(
-        type='mmstiff.FashionMNIST',
-        data_root=data_root,
-        split='train',
-        download=False,
-        pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
+    batch_size=128, num_workers=2,
+    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='train', download=False,
+                 pipeline=train_pipeline), sampler=dict(type='DefaultSampler', shuffle=True))
 val_dataloader = dict(
-    batch_size=256,
-    num_workers=2,
-    dataset=dict(
-        type='mmstiff.FashionMNIST',
-        data_root=data_root,
-        split='test',
-        test_mode=True,
-        download=False,
-        pipeline=test_pipeline),
+    batch_size=256, num_workers=2,
+    dataset=dict(type='mmstiff.FashionMNIST', data_root=data_root, split='test', test_mode=True,
+                 download=False, pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader

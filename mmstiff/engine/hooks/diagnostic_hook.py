@@ -106,9 +106,7 @@ class TrajectoryDiagnosticHook(Hook):
             if parts == ['backbone']:
                 print_log(
                     f'{type(self).__name__}: {type(model).__name__} has no backbone; '
-                    'recording the whole model',
-                    logger='current',
-                    level=logging.INFO)
+                    'recording the whole model', logger='current', level=logging.INFO)
                 return model
             where = '.'.join(parts[:depth]) or 'the model'
             names = [name for name, _ in sub.named_children()]
@@ -121,13 +119,9 @@ class TrajectoryDiagnosticHook(Hook):
         """The recorders to start on a recorded iteration, by role: the trajectory's
         (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
         :meth:`extra_recorders`."""
-        trajectory = TrajectoryRecorder(
-            target,
-            reduce=self.reduce_step,
-            level=self.level,
-            select=self.blocks,
-            num_samples=self.num_samples,
-            on_pass_end=self.end_pass)
+        trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
+                                        select=self.blocks, num_samples=self.num_samples,
+                                        on_pass_end=self.end_pass)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders
@@ -169,8 +163,7 @@ class TrajectoryDiagnosticHook(Hook):
         if isinstance(max_iters, int) and self.interval > max_iters:
             print_log(
                 f'{type(self).__name__}: interval={self.interval} is larger than the '
-                f'{max_iters} training iterations; nothing will be recorded',
-                logger='current',
+                f'{max_iters} training iterations; nothing will be recorded', logger='current',
                 level=logging.WARNING)
         target = self.target_module(runner)
         self.recorders = self.build_recorders(target)
@@ -263,16 +256,13 @@ class TrajectoryDiagnosticHook(Hook):
                 print_log(
                     f'{type(self).__name__}: non-finite values at iteration {step} for '
                     f'{bad[:8]}{" ..." if len(bad) > 8 else ""}; they are left out of the log '
-                    '(this warning is shown once)',
-                    logger='current',
-                    level=logging.WARNING)
+                    '(this warning is shown once)', logger='current', level=logging.WARNING)
             if not means:
                 continue
             for name, value in means.items():
                 history.setdefault(name, []).append(value)
             runner.visualizer.add_scalars(
-                dict(means, iter=step, epoch=row.epoch),
-                step=step,
+                dict(means, iter=step, epoch=row.epoch), step=step,
                 file_path=diagnostics_log_name(runner.timestamp, means))
             if step % self.console_interval == 0:
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))

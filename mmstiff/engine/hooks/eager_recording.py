@@ -73,6 +73,4 @@ def watch_hooks_when_compiled(runner):
         print_log(
             'the diagnostics hooks register module hooks at their recorded iterations: '
             'torch._dynamo.config.skip_nnmodule_hook_guards set to False so that the '
-            'compiled model runs them',
-            logger='current',
-            level=logging.INFO)
+            'compiled model runs them', logger='current', level=logging.INFO)

@@ -94,19 +94,13 @@ class FrequencyHook(TrajectoryDiagnosticHook):
 
     optional_metrics = ('dlogamp', 'token_cos', 'attn_cos')
 
-    def __init__(self,
-                 interval=100,
-                 blocks=None,
-                 module='backbone',
-                 level='branch',
-                 num_samples=8,
-                 num_extra_tokens=None,
-                 attention=True):
-        super().__init__(
-            interval=interval, blocks=blocks, module=module, level=level, prefix='freq')
+    def __init__(self, interval=100, blocks=None, module='backbone', level='branch', num_samples=8,
+                 num_extra_tokens=None, attention=True):
+        super().__init__(interval=interval, blocks=blocks, module=module, level=level,
+                         prefix='freq')
         self.num_samples = check_positive_int('num_samples', num_samples)
-        self.num_extra_tokens = check_non_negative_int(
-            'num_extra_tokens', num_extra_tokens, optional=True)
+        self.num_extra_tokens = check_non_negative_int('num_extra_tokens', num_extra_tokens,
+                                                       optional=True)
         self.attention = bool(attention)
         self._target = None
         self._first = None
@@ -123,11 +117,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         self._softmax_layers = set()
         if self.attention:
             try:
-                recorder = AttentionRecorder(
-                    target,
-                    reduce=self._reduce_attention,
-                    select=self.blocks,
-                    num_samples=self.num_samples)
+                recorder = AttentionRecorder(target, reduce=self._reduce_attention,
+                                             select=self.blocks, num_samples=self.num_samples)
             except ValueError:
                 return {}  # no transformer layer: nothing to log
             self._softmax_layers = recorder.softmax_layers

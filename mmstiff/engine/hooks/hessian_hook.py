@@ -110,16 +110,8 @@ class HessianHook(Hook):
 
     priority = 'ABOVE_NORMAL'  # before the trajectory recorders start: they must not see it
 
-    def __init__(self,
-                 interval=100,
-                 num_eigs=1,
-                 negative=False,
-                 method='power',
-                 max_iter=MAX_ITER,
-                 tol=TOL,
-                 lanczos_steps=LANCZOS_STEPS,
-                 weight_decay=None,
-                 seed=0):
+    def __init__(self, interval=100, num_eigs=1, negative=False, method='power', max_iter=MAX_ITER,
+                 tol=TOL, lanczos_steps=LANCZOS_STEPS, weight_decay=None, seed=0):
         self.interval = check_positive_int('interval', interval)
         self.num_eigs = check_positive_int('num_eigs', num_eigs)
         if not isinstance(negative, bool):
@@ -151,8 +143,7 @@ class HessianHook(Hook):
         if isinstance(max_iters, int) and self.interval > max_iters:
             print_log(
                 f'HessianHook: interval={self.interval} is larger than the {max_iters} '
-                'training iterations; nothing will be computed',
-                logger='current',
+                'training iterations; nothing will be computed', logger='current',
                 level=logging.WARNING)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
@@ -203,8 +194,7 @@ class HessianHook(Hook):
             return
         # its own JSON log, as the other diagnostics hooks (see diagnostics_log_name)
         runner.visualizer.add_scalars(
-            dict(means, iter=step, epoch=runner.epoch + 1),
-            step=step,
+            dict(means, iter=step, epoch=runner.epoch + 1), step=step,
             file_path=diagnostics_log_name(runner.timestamp, means))
         for name, value in means.items():
             extend_history(runner.message_hub, name, [value])

@@ -131,16 +131,11 @@ class SafeCheckpointHook(CheckpointHook):
         self.last_ckpt = self.file_backend.join_path(self.out_dir, filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         with self._removals_deferred():
-            runner.save_checkpoint(
-                self.out_dir,
-                filename,
-                self.file_client_args,
-                save_optimizer=self.save_optimizer,
-                save_param_scheduler=self.save_param_scheduler,
-                meta=meta,
-                by_epoch=self.by_epoch,
-                backend_args=self.backend_args,
-                **self.args)
+            runner.save_checkpoint(self.out_dir, filename, self.file_client_args,
+                                   save_optimizer=self.save_optimizer,
+                                   save_param_scheduler=self.save_param_scheduler, meta=meta,
+                                   by_epoch=self.by_epoch, backend_args=self.backend_args,
+                                   **self.args)
             if is_main_process():
                 write_atomic(osp.join(runner.work_dir, LAST_CHECKPOINT), self.last_ckpt)
                 for old in dropped:

@@ -87,15 +87,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
 
     optional_metrics = ('nsi_step_corr', )
 
-    def __init__(self,
-                 interval=50,
-                 blocks=None,
-                 module='backbone',
-                 level='branch',
-                 log_blocks=False,
-                 num_samples=None):
-        super().__init__(
-            interval=interval, blocks=blocks, module=module, level=level, prefix='stiffness')
+    def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
+                 log_blocks=False, num_samples=None):
+        super().__init__(interval=interval, blocks=blocks, module=module, level=level,
+                         prefix='stiffness')
         self.log_blocks = bool(log_blocks)
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         # the difference x_{t+1} - x_t of every step of a recorded pass is written here

@@ -49,18 +49,9 @@ class PreActMSABlock(PreActBasicBlock):
 
     expansion = 1
 
-    def __init__(self,
-                 in_channels,
-                 out_channels,
-                 stride=1,
-                 num_heads=8,
-                 head_dim=64,
-                 window_size=7,
-                 drop_path_rate=0.,
-                 conv_cfg=None,
-                 norm_cfg=dict(type='BN'),
-                 act_cfg=dict(type='GELU'),
-                 init_cfg=None):
+    def __init__(self, in_channels, out_channels, stride=1, num_heads=8, head_dim=64, window_size=7,
+                 drop_path_rate=0., conv_cfg=None, norm_cfg=dict(type='BN'),
+                 act_cfg=dict(type='GELU'), init_cfg=None):
         if stride != 1:
             raise ValueError(f'stride={stride!r} is not supported by {type(self).__name__}; '
                              'expected 1 (an MSA block keeps the map size)')
@@ -70,20 +61,10 @@ class PreActMSABlock(PreActBasicBlock):
         if out_channels % self.expansion:
             raise ValueError(f'out_channels={out_channels} is not supported; expected a '
                              f'multiple of the block expansion {self.expansion}')
-        super().__init__(
-            in_channels,
-            out_channels,
-            stride=1,
-            conv_cfg=conv_cfg,
-            norm_cfg=norm_cfg,
-            act_cfg=act_cfg,
-            init_cfg=init_cfg)
-        self.attn = LocalSelfAttention(
-            self.mid_channels,
-            out_channels,
-            num_heads=num_heads,
-            head_dim=head_dim,
-            window_size=window_size)
+        super().__init__(in_channels, out_channels, stride=1, conv_cfg=conv_cfg, norm_cfg=norm_cfg,
+                         act_cfg=act_cfg, init_cfg=init_cfg)
+        self.attn = LocalSelfAttention(self.mid_channels, out_channels, num_heads=num_heads,
+                                       head_dim=head_dim, window_size=window_size)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else None
 
     def _build_branch(self, conv_cfg, norm_cfg):
@@ -210,27 +191,12 @@ class AlterNet(ResNet):
     }
     num_stages = 4
 
-    def __init__(self,
-                 depth,
-                 stem='imagenet',
-                 in_channels=3,
-                 base_channels=64,
-                 strides=(1, 2, 2, 2),
-                 num_msa_blocks=None,
-                 num_heads=(3, 6, 12, 24),
-                 head_dim=64,
-                 window_size=7,
-                 drop_path_rate=0.,
-                 out_indices=(3, ),
-                 frozen_stages=-1,
-                 norm_eval=False,
-                 with_cp=False,
-                 fused='auto',
-                 conv_cfg=None,
+    def __init__(self, depth, stem='imagenet', in_channels=3, base_channels=64,
+                 strides=(1, 2, 2, 2), num_msa_blocks=None, num_heads=(3, 6, 12, 24), head_dim=64,
+                 window_size=7, drop_path_rate=0., out_indices=(3, ), frozen_stages=-1,
+                 norm_eval=False, with_cp=False, fused='auto', conv_cfg=None,
                  norm_cfg=dict(type='BN', requires_grad=True),
-                 act_cfg=dict(type='ReLU', inplace=True),
-                 msa_act_cfg=dict(type='GELU'),
-                 init_cfg=[
+                 act_cfg=dict(type='ReLU', inplace=True), msa_act_cfg=dict(type='GELU'), init_cfg=[
                      dict(type='Kaiming', layer=['Conv2d']),
                      dict(type='Constant', val=1, layer=['_BatchNorm', 'GroupNorm'])
                  ]):
@@ -273,24 +239,14 @@ class AlterNet(ResNet):
         self.stem_type = stem
         self.act_cfg = act_cfg
         self.msa_act_cfg = msa_act_cfg
-        super().__init__(
-            depth,
-            in_channels=in_channels,
-            stem_channels=base_channels,
-            base_channels=base_channels,
-            num_stages=self.num_stages,
-            strides=strides,
-            dilations=(1, ) * self.num_stages,
-            out_indices=tuple(sorted(out_indices)),
-            frozen_stages=frozen_stages,
-            conv_cfg=conv_cfg,
-            norm_cfg=norm_cfg,
-            norm_eval=norm_eval,
-            with_cp=with_cp,
-            zero_init_residual=False,
-            init_cfg=init_cfg)
-        self.final_norm_name, final_norm = build_norm_layer(
-            norm_cfg, self.feat_dim, postfix='_final')
+        super().__init__(depth, in_channels=in_channels, stem_channels=base_channels,
+                         base_channels=base_channels, num_stages=self.num_stages, strides=strides,
+                         dilations=(1, ) * self.num_stages, out_indices=tuple(sorted(out_indices)),
+                         frozen_stages=frozen_stages, conv_cfg=conv_cfg, norm_cfg=norm_cfg,
+                         norm_eval=norm_eval, with_cp=with_cp, zero_init_residual=False,
+                         init_cfg=init_cfg)
+        self.final_norm_name, final_norm = build_norm_layer(norm_cfg, self.feat_dim,
+                                                            postfix='_final')
         self.add_module(self.final_norm_name, final_norm)
         self.final_act = build_activation_layer(act_cfg)
         set_fused(self, fused)
@@ -302,12 +258,12 @@ class AlterNet(ResNet):
 
     def _make_stem_layer(self, in_channels, stem_channels):
         if self.stem_type == 'imagenet':
-            self.conv1 = build_conv_layer(
-                self.conv_cfg, in_channels, stem_channels, 7, stride=2, padding=3, bias=False)
+            self.conv1 = build_conv_layer(self.conv_cfg, in_channels, stem_channels, 7, stride=2,
+                                          padding=3, bias=False)
             self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         else:
-            self.conv1 = build_conv_layer(
-                self.conv_cfg, in_channels, stem_channels, 3, padding=1, bias=False)
+            self.conv1 = build_conv_layer(self.conv_cfg, in_channels, stem_channels, 3, padding=1,
+                                          bias=False)
             self.maxpool = nn.Identity()
 
     def make_res_layer(self, block, num_blocks, in_channels, out_channels, stride, conv_cfg,
@@ -319,24 +275,15 @@ class AlterNet(ResNet):
         blocks = OrderedDict()
         for j, kind in enumerate(self.block_layouts[stage]):
             if kind == 'conv':
-                blocks[f'conv{j}'] = block(
-                    in_channels,
-                    out_channels,
-                    stride=stride if j == 0 else 1,
-                    conv_cfg=conv_cfg,
-                    norm_cfg=norm_cfg,
-                    act_cfg=self.act_cfg)
+                blocks[f'conv{j}'] = block(in_channels, out_channels,
+                                           stride=stride if j == 0 else 1, conv_cfg=conv_cfg,
+                                           norm_cfg=norm_cfg, act_cfg=self.act_cfg)
             else:
                 blocks[f'msa{j}'] = MSA_BLOCKS[block](
-                    in_channels,
-                    out_channels,
-                    num_heads=self.num_heads[stage],
-                    head_dim=self.head_dim,
-                    window_size=self.window_size,
-                    drop_path_rate=self.drop_path_rates[first + j],
-                    conv_cfg=conv_cfg,
-                    norm_cfg=norm_cfg,
-                    act_cfg=self.msa_act_cfg)
+                    in_channels, out_channels, num_heads=self.num_heads[stage],
+                    head_dim=self.head_dim, window_size=self.window_size,
+                    drop_path_rate=self.drop_path_rates[first + j], conv_cfg=conv_cfg,
+                    norm_cfg=norm_cfg, act_cfg=self.msa_act_cfg)
             in_channels = out_channels
         return nn.Sequential(blocks)
 

@@ -54,14 +54,8 @@ class LayerScaleLayer(nn.Module):
         norm_cfg (dict): the pre-norms. Default ``LN`` with ``eps=1e-6``.
     """
 
-    def __init__(self,
-                 embed_dims,
-                 attn,
-                 feedforward_channels,
-                 layer_scale_init_value,
-                 drop_rate=0.,
-                 drop_path_rate=0.,
-                 norm_cfg=dict(type='LN', eps=1e-6)):
+    def __init__(self, embed_dims, attn, feedforward_channels, layer_scale_init_value, drop_rate=0.,
+                 drop_path_rate=0., norm_cfg=dict(type='LN', eps=1e-6)):
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = attn
@@ -91,26 +85,12 @@ class CaiTLayer(LayerScaleLayer):
     #: step another state (the class token) and stay out of the patch trajectory
     residual_kind = 'transformer'
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 feedforward_channels,
-                 layer_scale_init_value,
-                 drop_rate=0.,
-                 attn_drop_rate=0.,
-                 drop_path_rate=0.,
-                 qkv_bias=True,
-                 norm_cfg=dict(type='LN', eps=1e-6),
-                 attn_scale=False,
-                 feat_scale=False):
-        attn = TalkingHeadsAttention(
-            embed_dims,
-            num_heads,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            attn_scale=attn_scale,
-            feat_scale=feat_scale)
+    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value,
+                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
+                 norm_cfg=dict(type='LN', eps=1e-6), attn_scale=False, feat_scale=False):
+        attn = TalkingHeadsAttention(embed_dims, num_heads, qkv_bias=qkv_bias,
+                                     attn_drop=attn_drop_rate, proj_drop=drop_rate,
+                                     attn_scale=attn_scale, feat_scale=feat_scale)
         super().__init__(embed_dims, attn, feedforward_channels, layer_scale_init_value, drop_rate,
                          drop_path_rate, norm_cfg)
 
@@ -129,16 +109,11 @@ class ClassAttentionLayer(LayerScaleLayer):
         norm_cfg (dict): the pre-norms.
     """
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 feedforward_channels,
-                 layer_scale_init_value,
-                 qkv_bias=True,
-                 norm_cfg=dict(type='LN', eps=1e-6)):
+    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value,
+                 qkv_bias=True, norm_cfg=dict(type='LN', eps=1e-6)):
         attn = ClassAttention(embed_dims, num_heads, qkv_bias=qkv_bias)
-        super().__init__(
-            embed_dims, attn, feedforward_channels, layer_scale_init_value, norm_cfg=norm_cfg)
+        super().__init__(embed_dims, attn, feedforward_channels, layer_scale_init_value,
+                         norm_cfg=norm_cfg)
 
     def forward(self, cls_token, patches):
         """``cls_token`` (B, 1, C) and ``patches`` (B, n, C) -> the next class token."""
@@ -225,24 +200,11 @@ class CaiT(BaseBackbone):
     #: the patch-layer states the trajectory recorders see carry no class token
     num_extra_tokens = 0
 
-    def __init__(self,
-                 arch='s24',
-                 img_size=224,
-                 patch_size=16,
-                 in_channels=3,
-                 out_indices=-1,
-                 out_type='cls_token',
-                 drop_rate=0.,
-                 attn_drop_rate=0.,
-                 drop_path_rate=0.,
-                 qkv_bias=True,
-                 norm_cfg=dict(type='LN', eps=1e-6),
-                 layer_scale_init_value=None,
-                 interpolate_mode='bicubic',
-                 frozen_stages=-1,
-                 attn_scale_layers=None,
-                 feat_scale_layers=None,
-                 init_cfg=[
+    def __init__(self, arch='s24', img_size=224, patch_size=16, in_channels=3, out_indices=-1,
+                 out_type='cls_token', drop_rate=0., attn_drop_rate=0., drop_path_rate=0.,
+                 qkv_bias=True, norm_cfg=dict(type='LN', eps=1e-6), layer_scale_init_value=None,
+                 interpolate_mode='bicubic', frozen_stages=-1, attn_scale_layers=None,
+                 feat_scale_layers=None, init_cfg=[
                      dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
                      dict(type='Constant', layer='LayerNorm', val=1., bias=0.)
                  ]):
@@ -288,27 +250,15 @@ class CaiT(BaseBackbone):
         attn_scale = select_layers('attn_scale_layers', attn_scale_layers, self.num_layers)
         feat_scale = select_layers('feat_scale_layers', feat_scale_layers, self.num_layers)
         self.blocks = nn.Sequential(*[
-            CaiTLayer(
-                self.embed_dims,
-                num_heads,
-                feedforward_channels,
-                eps,
-                drop_rate=drop_rate,
-                attn_drop_rate=attn_drop_rate,
-                drop_path_rate=drop_path_rate,
-                qkv_bias=qkv_bias,
-                norm_cfg=norm_cfg,
-                attn_scale=i in attn_scale,
-                feat_scale=i in feat_scale) for i in range(self.num_layers)
+            CaiTLayer(self.embed_dims, num_heads, feedforward_channels, eps, drop_rate=drop_rate,
+                      attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate,
+                      qkv_bias=qkv_bias, norm_cfg=norm_cfg, attn_scale=i in attn_scale, feat_scale=i
+                      in feat_scale) for i in range(self.num_layers)
         ])
         self.blocks_token_only = nn.ModuleList([
-            ClassAttentionLayer(
-                self.embed_dims,
-                num_heads,
-                feedforward_channels,
-                eps,
-                qkv_bias=qkv_bias,
-                norm_cfg=norm_cfg) for _ in range(self.arch_settings['num_cls_layers'])
+            ClassAttentionLayer(self.embed_dims, num_heads, feedforward_channels, eps,
+                                qkv_bias=qkv_bias, norm_cfg=norm_cfg)
+            for _ in range(self.arch_settings['num_cls_layers'])
         ])
         self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int)
@@ -358,11 +308,8 @@ class CaiT(BaseBackbone):
 
     def _check_out_indices(self, out_indices):
         single = isinstance(out_indices, int) and not isinstance(out_indices, bool)
-        indices = check_indices(
-            'out_indices', [out_indices] if single else out_indices,
-            self.num_layers,
-            what='patch layers',
-            alternatives=('an int', ))
+        indices = check_indices('out_indices', [out_indices] if single else out_indices,
+                                self.num_layers, what='patch layers', alternatives=('an int', ))
         if not indices:
             raise ValueError('out_indices=[] is not supported; expected at least one index')
         return sorted(indices)
@@ -383,11 +330,8 @@ class CaiT(BaseBackbone):
         side = int(round(num_patches**0.5))
         if side * side != num_patches:
             return  # not a square grid: left to the shape check of load_state_dict
-        state_dict[name] = resize_pos_embed(
-            state_dict[name], (side, side),
-            self.patch_resolution,
-            self.interpolate_mode,
-            num_extra_tokens=0)
+        state_dict[name] = resize_pos_embed(state_dict[name], (side, side), self.patch_resolution,
+                                            self.interpolate_mode, num_extra_tokens=0)
 
     def class_attention(self, patches):
         """Run the class-attention layers on ``patches``; returns ``norm([c; x])``."""
@@ -398,12 +342,8 @@ class CaiT(BaseBackbone):
 
     def forward(self, x):
         x, patch_resolution = self.patch_embed(x)
-        x = x + resize_pos_embed(
-            self.pos_embed,
-            self.patch_resolution,
-            patch_resolution,
-            mode=self.interpolate_mode,
-            num_extra_tokens=0)
+        x = x + resize_pos_embed(self.pos_embed, self.patch_resolution, patch_resolution,
+                                 mode=self.interpolate_mode, num_extra_tokens=0)
         x = self.drop_after_pos(x)
         outs = []
         last = self.num_layers - 1

@@ -8,9 +8,7 @@ returns the real model. Where mmdet (or mmcv's ops) is missing, or mmdet cannot 
 installed mmcv, the build fails with one line that says what to install
 (:func:`mmstiff.dependencies.missing_dependency`).
 """
-import importlib
-
-from mmstiff.dependencies import missing_dependency
+from mmstiff.dependencies import import_detection_class
 from mmstiff.registry import MODELS
 
 _MODULE = 'mmstiff.models.backbones.det_step_resnet'
@@ -24,13 +22,7 @@ def load_det_step_resnet():
             comes without its compiled ops (mmcv-lite); the message names the package and
             the command that installs it.
     """
-    try:
-        return importlib.import_module(_MODULE).DetStepResNet
-    except ImportError as e:
-        message = missing_dependency(e, 'mmstiff.DetStepResNet')
-        if message is None:
-            raise
-        raise ImportError(message) from None
+    return import_detection_class(_MODULE, 'DetStepResNet', 'mmstiff.DetStepResNet')
 
 
 @MODELS.register_module(name='DetStepResNet')

@@ -23,7 +23,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 
 from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_adaptor_norm,
                                   check_fused, init_keeping_starts, release_adaptor_statistics,
-                                  resolve_adaptor, set_fused)
+                                  resolve_adaptor, set_fused, unfrozen_res_layers)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.models.utils import UnsupportedDepthError
 from mmstiff.registry import MODELS
@@ -89,14 +89,8 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
 
     expansion = 1
 
-    def __init__(self,
-                 in_channels,
-                 out_channels,
-                 stride=1,
-                 conv_cfg=None,
-                 norm_cfg=dict(type='BN'),
-                 act_cfg=dict(type='ReLU', inplace=True),
-                 init_cfg=None):
+    def __init__(self, in_channels, out_channels, stride=1, conv_cfg=None, norm_cfg=dict(type='BN'),
+                 act_cfg=dict(type='ReLU', inplace=True), init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -106,24 +100,18 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
         self.relu = build_activation_layer(act_cfg)
         self.downsample = None
         if stride != 1 or in_channels != out_channels:
-            self.downsample = build_conv_layer(
-                conv_cfg, in_channels, out_channels, 1, stride=stride, bias=False)
+            self.downsample = build_conv_layer(conv_cfg, in_channels, out_channels, 1,
+                                               stride=stride, bias=False)
 
     def _build_branch(self, conv_cfg, norm_cfg):
         self.norm1_name, norm1 = build_norm_layer(norm_cfg, self.in_channels, postfix=1)
         self.add_module(self.norm1_name, norm1)
-        self.conv1 = build_conv_layer(
-            conv_cfg,
-            self.in_channels,
-            self.mid_channels,
-            3,
-            stride=self.stride,
-            padding=1,
-            bias=False)
+        self.conv1 = build_conv_layer(conv_cfg, self.in_channels, self.mid_channels, 3,
+                                      stride=self.stride, padding=1, bias=False)
         self.norm2_name, norm2 = build_norm_layer(norm_cfg, self.mid_channels, postfix=2)
         self.add_module(self.norm2_name, norm2)
-        self.conv2 = build_conv_layer(
-            conv_cfg, self.mid_channels, self.out_channels, 3, padding=1, bias=False)
+        self.conv2 = build_conv_layer(conv_cfg, self.mid_channels, self.out_channels, 3, padding=1,
+                                      bias=False)
 
     @property
     def norm1(self):
@@ -161,8 +149,8 @@ class PreActBottleneck(PreActBasicBlock):
         self.conv1 = build_conv_layer(conv_cfg, self.in_channels, mid, 1, bias=False)
         self.norm2_name, norm2 = build_norm_layer(norm_cfg, mid, postfix=2)
         self.add_module(self.norm2_name, norm2)
-        self.conv2 = build_conv_layer(
-            conv_cfg, mid, mid, 3, stride=self.stride, padding=1, bias=False)
+        self.conv2 = build_conv_layer(conv_cfg, mid, mid, 3, stride=self.stride, padding=1,
+                                      bias=False)
         self.norm3_name, norm3 = build_norm_layer(norm_cfg, mid, postfix=3)
         self.add_module(self.norm3_name, norm3)
         self.conv3 = build_conv_layer(conv_cfg, mid, self.out_channels, 1, bias=False)
@@ -226,25 +214,11 @@ class PreActStepResNet(BaseBackbone):
 
     num_stages = 3
 
-    def __init__(self,
-                 depth,
-                 block=None,
-                 in_channels=3,
-                 base_channels=16,
-                 strides=(1, 2, 2),
-                 adaptor=None,
-                 adaptor_stages=None,
-                 adaptor_blocks=None,
-                 adaptor_norm='auto',
-                 adaptor_norm_cfg=None,
-                 fused='auto',
-                 out_indices=(2, ),
-                 frozen_stages=-1,
-                 norm_eval=False,
-                 conv_cfg=None,
-                 norm_cfg=dict(type='BN', requires_grad=True),
-                 act_cfg=dict(type='ReLU', inplace=True),
-                 init_cfg=[
+    def __init__(self, depth, block=None, in_channels=3, base_channels=16, strides=(1, 2, 2),
+                 adaptor=None, adaptor_stages=None, adaptor_blocks=None, adaptor_norm='auto',
+                 adaptor_norm_cfg=None, fused='auto', out_indices=(2, ), frozen_stages=-1,
+                 norm_eval=False, conv_cfg=None, norm_cfg=dict(type='BN', requires_grad=True),
+                 act_cfg=dict(type='ReLU', inplace=True), init_cfg=[
                      dict(type='Kaiming', layer=['Conv2d']),
                      dict(type='Constant', val=1, layer=['_BatchNorm', 'GroupNorm'])
                  ]):
@@ -270,8 +244,8 @@ class PreActStepResNet(BaseBackbone):
         self.norm_eval = norm_eval
 
         block_cls = BLOCKS[self.block_kind]
-        self.conv1 = build_conv_layer(
-            conv_cfg, in_channels, base_channels, 3, padding=1, bias=False)
+        self.conv1 = build_conv_layer(conv_cfg, in_channels, base_channels, 3, padding=1,
+                                      bias=False)
         self.res_layers = []
         channels = base_channels
         for i, (stride, mask) in enumerate(zip(self.strides, self.adaptor_placement)):
@@ -279,13 +253,8 @@ class PreActStepResNet(BaseBackbone):
             blocks = []
             for j in range(len(mask)):
                 blocks.append(
-                    block_cls(
-                        channels,
-                        out_channels,
-                        stride=stride if j == 0 else 1,
-                        conv_cfg=conv_cfg,
-                        norm_cfg=norm_cfg,
-                        act_cfg=act_cfg))
+                    block_cls(channels, out_channels, stride=stride if j == 0 else 1,
+                              conv_cfg=conv_cfg, norm_cfg=norm_cfg, act_cfg=act_cfg))
                 channels = out_channels
             layer_name = f'layer{i + 1}'
             self.add_module(layer_name, attach_adaptors(nn.Sequential(*blocks), adaptor, mask))
@@ -348,10 +317,5 @@ class PreActStepResNet(BaseBackbone):
             for m in self.modules():
                 if isinstance(m, _BatchNorm):
                     m.eval()
-            release_adaptor_statistics([
-                getattr(self, name)
-                for i, name in enumerate(self.res_layers, 1) if i > self.frozen_stages
-            ],
-                                       self.adaptor_norm,
-                                       owner=self)
+            release_adaptor_statistics(unfrozen_res_layers(self), self.adaptor_norm, owner=self)
         return self

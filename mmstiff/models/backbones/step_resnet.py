@@ -14,7 +14,7 @@ from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, build_adaptor,
                                   check_adaptor_norm, check_fused, init_keeping_starts,
                                   release_adaptor_statistics, residual_update, resolve_adaptor,
-                                  set_fused, step_kernels)
+                                  set_fused, step_kernels, unfrozen_res_layers)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.models.utils import check_depth
 from mmstiff.registry import MODELS
@@ -47,14 +47,8 @@ class StepBlockMixin:
     def residual_step(self, x_t, f, act=None):
         """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); the fused
         step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`)."""
-        return residual_update(
-            x_t,
-            f,
-            self.step_adaptor,
-            'nchw',
-            self.fused,
-            act=act,
-            drop_path=getattr(self, 'drop_path', None))
+        return residual_update(x_t, f, self.step_adaptor, 'nchw', self.fused, act=act,
+                               drop_path=getattr(self, 'drop_path', None))
 
     def residual_branch(self, x):  # pragma: no cover - abstract
         """The residual branch ``f`` of the block input ``x``, up to its last norm."""
@@ -122,15 +116,8 @@ class StepPlacementMixin:
     the adaptors' BN learn the statistics a checkpoint did not hold (``adaptor_norm``).
     """
 
-    def __init__(self,
-                 depth,
-                 adaptor=None,
-                 adaptor_stages=None,
-                 adaptor_blocks=None,
-                 adaptor_norm='auto',
-                 adaptor_norm_cfg=None,
-                 fused='auto',
-                 **kwargs):
+    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
+                 adaptor_norm='auto', adaptor_norm_cfg=None, fused='auto', **kwargs):
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
             else check_norm_cfg(adaptor_norm_cfg)
@@ -168,12 +155,7 @@ class StepPlacementMixin:
         their statistics goes back to train mode."""
         super().train(mode)
         if mode and self.norm_eval:
-            release_adaptor_statistics([
-                getattr(self, name)
-                for i, name in enumerate(self.res_layers, 1) if i > self.frozen_stages
-            ],
-                                       self.adaptor_norm,
-                                       owner=self)
+            release_adaptor_statistics(unfrozen_res_layers(self), self.adaptor_norm, owner=self)
         return self
 
 

@@ -90,20 +90,10 @@ class StepShiftWindowMSA(ShiftWindowMSA):
         feat_scale (bool): FeatScale on the merged MSA output (token mean over the feature map).
     """
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 window_size,
-                 attn_scale=False,
-                 feat_scale=False,
+    def __init__(self, embed_dims, num_heads, window_size, attn_scale=False, feat_scale=False,
                  **kwargs):
-        super().__init__(
-            embed_dims,
-            num_heads,
-            window_size,
-            window_msa=StepWindowMSA,
-            attn_scale=attn_scale,
-            **kwargs)
+        super().__init__(embed_dims, num_heads, window_size, window_msa=StepWindowMSA,
+                         attn_scale=attn_scale, **kwargs)
         if feat_scale and not isinstance(self.drop, (DropPath, nn.Identity)):
             raise ValueError(f'feat_scale=True needs a per-sample dropout_layer (DropPath), '
                              f'got {type(self.drop).__name__}; expected DropPath')
@@ -162,17 +152,11 @@ class StepSwin(SwinTransformer):
         if feat_scale and not isinstance(old.drop, (DropPath, nn.Identity)):
             raise ValueError(f'feat_scale needs a per-sample drop-path in every chosen block, '
                              f'got {type(old.drop).__name__}; expected DropPath')
-        new = StepShiftWindowMSA(
-            embed_dims=w_msa.embed_dims,
-            num_heads=w_msa.num_heads,
-            window_size=old.window_size,
-            shift_size=old.shift_size,
-            pad_small_map=old.pad_small_map,
-            qkv_bias=w_msa.qkv.bias is not None,
-            qk_scale=w_msa.scale,
-            attn_drop=w_msa.attn_drop.p,
-            proj_drop=w_msa.proj_drop.p,
-            attn_scale=attn_scale,
-            feat_scale=feat_scale)
+        new = StepShiftWindowMSA(embed_dims=w_msa.embed_dims, num_heads=w_msa.num_heads,
+                                 window_size=old.window_size, shift_size=old.shift_size,
+                                 pad_small_map=old.pad_small_map, qkv_bias=w_msa.qkv.bias
+                                 is not None, qk_scale=w_msa.scale, attn_drop=w_msa.attn_drop.p,
+                                 proj_drop=w_msa.proj_drop.p, attn_scale=attn_scale,
+                                 feat_scale=feat_scale)
         new.drop = old.drop  # keeps this block's drop-path rate
         return new

@@ -154,26 +154,11 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
     #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
     fused = 'auto'
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 feedforward_channels,
-                 layer_scale_init_value=0.,
-                 drop_rate=0.,
-                 attn_drop_rate=0.,
-                 drop_path_rate=0.,
-                 num_fcs=2,
-                 qkv_bias=True,
-                 ffn_type='origin',
-                 act_cfg=dict(type='GELU'),
-                 norm_cfg=dict(type='LN'),
-                 attn_scale=False,
-                 feat_scale=False,
-                 msa_adaptor=None,
-                 mlp_adaptor=None,
-                 replace_attention=False,
-                 aug_shortcut=None,
-                 init_cfg=None):
+    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value=0.,
+                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., num_fcs=2, qkv_bias=True,
+                 ffn_type='origin', act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'),
+                 attn_scale=False, feat_scale=False, msa_adaptor=None, mlp_adaptor=None,
+                 replace_attention=False, aug_shortcut=None, init_cfg=None):
         if replace_attention and msa_adaptor is None:
             raise ValueError('replace_attention=True needs an msa_adaptor (the step size that '
                              "takes the attention's place), got msa_adaptor=None; expected e.g. "
@@ -181,29 +166,16 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
         if replace_attention and attn_scale:
             raise ValueError('attn_scale=True is not supported with replace_attention=True; '
                              'expected attn_scale=False (there is no attention matrix to scale)')
-        super().__init__(
-            embed_dims,
-            num_heads,
-            feedforward_channels,
-            layer_scale_init_value=layer_scale_init_value,
-            drop_rate=drop_rate,
-            attn_drop_rate=attn_drop_rate,
-            drop_path_rate=drop_path_rate,
-            num_fcs=num_fcs,
-            qkv_bias=qkv_bias,
-            ffn_type=ffn_type,
-            act_cfg=act_cfg,
-            norm_cfg=norm_cfg,
-            init_cfg=init_cfg)
-        attn_args = dict(
-            embed_dims=embed_dims,
-            num_heads=num_heads,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate),
-            qkv_bias=qkv_bias,
-            layer_scale_init_value=layer_scale_init_value,
-            feat_scale=feat_scale)
+        super().__init__(embed_dims, num_heads, feedforward_channels,
+                         layer_scale_init_value=layer_scale_init_value, drop_rate=drop_rate,
+                         attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate,
+                         num_fcs=num_fcs, qkv_bias=qkv_bias, ffn_type=ffn_type, act_cfg=act_cfg,
+                         norm_cfg=norm_cfg, init_cfg=init_cfg)
+        attn_args = dict(embed_dims=embed_dims, num_heads=num_heads, attn_drop=attn_drop_rate,
+                         proj_drop=drop_rate, dropout_layer=dict(type='DropPath',
+                                                                 drop_prob=drop_path_rate),
+                         qkv_bias=qkv_bias, layer_scale_init_value=layer_scale_init_value,
+                         feat_scale=feat_scale)
         self.attn = ValueBranch(**attn_args) if replace_attention else \
             StepMultiheadAttention(**attn_args, attn_scale=attn_scale)
         self.msa_adaptor = build_adaptor(
@@ -215,10 +187,8 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
         self.aug_scale = 1.0
         if aug_shortcut is not None:
             self.aug_scale = aug_shortcut['scale']
-            aug_args = dict(
-                num_paths=aug_shortcut['num_paths'],
-                num_blocks=aug_shortcut['num_blocks'],
-                act=aug_shortcut['act'])
+            aug_args = dict(num_paths=aug_shortcut['num_paths'],
+                            num_blocks=aug_shortcut['num_blocks'], act=aug_shortcut['act'])
             if 'msa' in aug_shortcut['branches']:
                 self.msa_aug = AugmentedShortcut(embed_dims, **aug_args)
             if 'mlp' in aug_shortcut['branches']:
@@ -290,19 +260,10 @@ class StepViT(VisionTransformer):
     :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
     """
 
-    def __init__(self,
-                 arch='base',
-                 attn_scale_layers=None,
-                 feat_scale_layers=None,
-                 msa_adaptor=None,
-                 msa_adaptor_layers='all',
-                 mlp_adaptor=None,
-                 mlp_adaptor_layers='all',
-                 replace_attention_layers=None,
-                 aug_shortcut=None,
-                 aug_shortcut_layers='all',
-                 fused='auto',
-                 **kwargs):
+    def __init__(self, arch='base', attn_scale_layers=None, feat_scale_layers=None,
+                 msa_adaptor=None, msa_adaptor_layers='all', mlp_adaptor=None,
+                 mlp_adaptor_layers='all', replace_attention_layers=None, aug_shortcut=None,
+                 aug_shortcut_layers='all', fused='auto', **kwargs):
         self.fused = check_fused(fused)
         msa_adaptor = resolve_adaptor(msa_adaptor, 'msa_adaptor')
         mlp_adaptor = resolve_adaptor(mlp_adaptor, 'mlp_adaptor')
@@ -323,13 +284,10 @@ class StepViT(VisionTransformer):
         layer_cfgs = self._upstream_layer_cfgs(**kwargs)
         self.layers = ModuleList(
             StepTransformerEncoderLayer(
-                **layer_cfgs[i],
-                attn_scale=i in attn_scale,
-                feat_scale=i in feat_scale,
-                msa_adaptor=msa_adaptor if i in msa else None,
-                mlp_adaptor=mlp_adaptor if i in mlp else None,
-                replace_attention=i in replace,
-                aug_shortcut=aug_shortcut if i in aug else None) for i in range(n))
+                **layer_cfgs[i], attn_scale=i in attn_scale, feat_scale=i in feat_scale,
+                msa_adaptor=msa_adaptor if i in msa else None, mlp_adaptor=mlp_adaptor if i in
+                mlp else None, replace_attention=i in replace, aug_shortcut=aug_shortcut if i in
+                aug else None) for i in range(n))
         set_fused(self, fused)
         if self.frozen_stages > 0:
             self._freeze_stages()
@@ -340,14 +298,9 @@ class StepViT(VisionTransformer):
         super().train(mode)
         return self
 
-    def _upstream_layer_cfgs(self,
-                             drop_rate=0.,
-                             drop_path_rate=0.,
-                             qkv_bias=True,
-                             norm_cfg=dict(type='LN', eps=1e-6),
-                             layer_scale_init_value=0.,
-                             layer_cfgs=dict(),
-                             **unused):
+    def _upstream_layer_cfgs(self, drop_rate=0., drop_path_rate=0., qkv_bias=True,
+                             norm_cfg=dict(type='LN', eps=1e-6), layer_scale_init_value=0.,
+                             layer_cfgs=dict(), **unused):
         """The per-layer configs :class:`VisionTransformer` builds its layers from.
 
         The drop-path rates are Python floats, where upstream's are NumPy floats: ``torch.compile``
@@ -358,15 +311,10 @@ class StepViT(VisionTransformer):
             layer_cfgs = [layer_cfgs] * self.num_layers
         cfgs = []
         for i in range(self.num_layers):
-            cfg = dict(
-                embed_dims=self.embed_dims,
-                num_heads=self.arch_settings['num_heads'],
-                feedforward_channels=self.arch_settings['feedforward_channels'],
-                layer_scale_init_value=layer_scale_init_value,
-                drop_rate=drop_rate,
-                drop_path_rate=dpr[i],
-                qkv_bias=qkv_bias,
-                norm_cfg=norm_cfg)
+            cfg = dict(embed_dims=self.embed_dims, num_heads=self.arch_settings['num_heads'],
+                       feedforward_channels=self.arch_settings['feedforward_channels'],
+                       layer_scale_init_value=layer_scale_init_value, drop_rate=drop_rate,
+                       drop_path_rate=dpr[i], qkv_bias=qkv_bias, norm_cfg=norm_cfg)
             cfg.update(layer_cfgs[i])
             cfgs.append(cfg)
         return cfgs

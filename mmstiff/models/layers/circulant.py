@@ -86,10 +86,8 @@ class CirculantLinear(nn.Module):
         in_blocks = in_features // self.block_size
         self.weight_vectors = nn.Parameter(torch.empty(out_blocks, in_blocks, self.block_size))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.register_buffer(
-            'index',
-            block_circulant_index(out_blocks, in_blocks, self.block_size),
-            persistent=False)
+        self.register_buffer('index', block_circulant_index(out_blocks, in_blocks, self.block_size),
+                             persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -51,11 +51,8 @@ class ClassAttention(nn.Module):
         """``x``: ``(B, 1 + n, C)``, the class token first; returns the update ``(B, 1, C)``."""
         B, _, C = x.shape
         q = self._heads(self.q(x[:, :1]))
-        out = F.scaled_dot_product_attention(
-            q,
-            self._heads(self.k(x)),
-            self._heads(self.v(x)),
-            dropout_p=self.attn_drop if self.training else 0.)
+        out = F.scaled_dot_product_attention(q, self._heads(self.k(x)), self._heads(self.v(x)),
+                                             dropout_p=self.attn_drop if self.training else 0.)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, 1, C)))
 
     def extra_repr(self):

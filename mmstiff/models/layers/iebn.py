@@ -49,29 +49,15 @@ class InstanceEnhancementMixin:
     The affine part is always on (γ, β are IEBN's own parameters).
     """
 
-    def __init__(self,
-                 num_features,
-                 eps=1e-5,
-                 momentum=0.1,
-                 track_running_stats=True,
-                 ie_weight_init=0.0,
-                 ie_bias_init=-1.0,
-                 weight_init=1.0,
-                 bias_init=0.0,
-                 device=None,
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
+                 ie_weight_init=0.0, ie_bias_init=-1.0, weight_init=1.0, bias_init=0.0, device=None,
                  dtype=None):
         self.ie_weight_init = float(ie_weight_init)
         self.ie_bias_init = float(ie_bias_init)
         self.weight_init = float(weight_init)
         self.bias_init = float(bias_init)
-        super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=True,
-            track_running_stats=track_running_stats,
-            device=device,
-            dtype=dtype)
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=True,
+                         track_running_stats=track_running_stats, device=device, dtype=dtype)
         factory = dict(device=device, dtype=dtype)
         self.ie_weight = nn.Parameter(torch.empty(num_features, **factory))
         self.ie_bias = nn.Parameter(torch.empty(num_features, **factory))

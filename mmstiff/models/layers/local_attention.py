@@ -69,14 +69,8 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
         torch.Size([2, 64, 10, 12])
     """
 
-    def __init__(self,
-                 in_channels,
-                 out_channels=None,
-                 num_heads=8,
-                 head_dim=64,
-                 window_size=7,
-                 proj_drop=0.,
-                 init_cfg=None):
+    def __init__(self, in_channels, out_channels=None, num_heads=8, head_dim=64, window_size=7,
+                 proj_drop=0., init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         check_positive_int('in_channels', in_channels)
         out_channels = in_channels if out_channels is None else out_channels
@@ -94,8 +88,8 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
         self.proj_drop = nn.Dropout(proj_drop)
         self.relative_position_bias_table = nn.Parameter(
             torch.randn(2 * window_size - 1, 2 * window_size - 1) * 0.02)
-        self.register_buffer(
-            'relative_position_index', relative_position_index(window_size), persistent=False)
+        self.register_buffer('relative_position_index', relative_position_index(window_size),
+                             persistent=False)
 
     def relative_position_bias(self):
         """The ``(N, N)`` bias ``B`` added to every head's logits."""

@@ -29,14 +29,8 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         feat_scale (bool): add per-channel s, t on the projected output. Default False.
     """
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 qkv_bias=True,
-                 attn_drop=0.,
-                 proj_drop=0.,
-                 attn_scale=False,
-                 feat_scale=False):
+    def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.,
+                 attn_scale=False, feat_scale=False):
         super().__init__()
         check_positive_int('embed_dims', embed_dims)
         check_positive_int('num_heads', num_heads)

@@ -27,25 +27,12 @@ class ValueBranch(MultiheadAttention):
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
-    def __init__(self,
-                 embed_dims,
-                 num_heads,
-                 attn_drop=0.,
-                 proj_drop=0.,
-                 dropout_layer=dict(type='Dropout', drop_prob=0.),
-                 qkv_bias=True,
-                 layer_scale_init_value=0.,
-                 feat_scale=False,
-                 init_cfg=None):
-        super().__init__(
-            embed_dims,
-            num_heads,
-            attn_drop=attn_drop,
-            proj_drop=proj_drop,
-            dropout_layer=dropout_layer,
-            qkv_bias=qkv_bias,
-            layer_scale_init_value=layer_scale_init_value,
-            init_cfg=init_cfg)
+    def __init__(self, embed_dims, num_heads, attn_drop=0., proj_drop=0.,
+                 dropout_layer=dict(type='Dropout', drop_prob=0.), qkv_bias=True,
+                 layer_scale_init_value=0., feat_scale=False, init_cfg=None):
+        super().__init__(embed_dims, num_heads, attn_drop=attn_drop, proj_drop=proj_drop,
+                         dropout_layer=dropout_layer, qkv_bias=qkv_bias,
+                         layer_scale_init_value=layer_scale_init_value, init_cfg=init_cfg)
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
     def value(self, h):

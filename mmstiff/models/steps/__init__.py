@@ -2,7 +2,8 @@
 from mmstiff.utils.layout import pool_state
 from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, adaptor_with_norm, apply_step,
                    build_adaptor, check_adaptor_norm, check_start, init_keeping_starts,
-                   learns_statistics, release_adaptor_statistics, resolve_adaptor)
+                   learns_statistics, release_adaptor_statistics, resolve_adaptor,
+                   unfrozen_res_layers)
 from .fused_step import (FUSED, check_fused, forced_step_kernels, residual_update, set_fused,
                          step_kernels)
 from .placement import adaptor_placement
@@ -16,7 +17,7 @@ __all__ += [
 ]
 __all__ += [
     'STARTS', 'ADAPTOR_NORMS', 'check_start', 'check_adaptor_norm', 'init_keeping_starts',
-    'learns_statistics', 'release_adaptor_statistics'
+    'learns_statistics', 'release_adaptor_statistics', 'unfrozen_res_layers'
 ]
 __all__ += [
     'FUSED', 'check_fused', 'forced_step_kernels', 'residual_update', 'set_fused', 'step_kernels'

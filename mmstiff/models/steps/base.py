@@ -148,8 +148,8 @@ def resolve_adaptor(adaptor, name='adaptor'):
     Raises:
         ValueError: naming the field, the bad value and what was expected.
     """
-    adaptor = check_config(
-        name, adaptor, reserved=BUILD_KEYS, example="dict(type='mmstiff.StepNetAdaptor')")
+    adaptor = check_config(name, adaptor, reserved=BUILD_KEYS,
+                           example="dict(type='mmstiff.StepNetAdaptor')")
     if adaptor is None:
         return None
     adaptor_type = adaptor['type']
@@ -240,6 +240,15 @@ RELEASE_REASONS = {
     'auto': "adaptor_norm='auto': the loaded checkpoint lacked their statistics",
     'train': "adaptor_norm='train'",
 }
+
+
+def unfrozen_res_layers(backbone):
+    """The residual layers of a ResNet-style backbone outside its frozen stages
+    (``backbone.res_layers`` names them, ``backbone.frozen_stages`` counts the frozen ones)."""
+    return [
+        getattr(backbone, name) for i, name in enumerate(backbone.res_layers, 1)
+        if i > backbone.frozen_stages
+    ]
 
 
 def release_adaptor_statistics(layers, adaptor_norm, owner=None):

@@ -66,11 +66,7 @@ def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
         if indices is None:
             selected = range(num_blocks)
         else:
-            selected = check_indices(
-                f'adaptor_blocks[{stage}]',
-                indices,
-                num_blocks,
-                what=f'blocks of stage {stage}',
-                alternatives=('None', ))
+            selected = check_indices(f'adaptor_blocks[{stage}]', indices, num_blocks,
+                                     what=f'blocks of stage {stage}', alternatives=('None', ))
         placement.append([chosen and j in selected for j in range(num_blocks)])
     return placement

@@ -44,14 +44,8 @@ class SEAdaptor(StepAdaptor):
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
-    def __init__(self,
-                 channels,
-                 layout='nchw',
-                 ratio=16,
-                 divisor=8,
-                 squeeze_channels=None,
-                 start='paper',
-                 init_cfg=None):
+    def __init__(self, channels, layout='nchw', ratio=16, divisor=8, squeeze_channels=None,
+                 start='paper', init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         self.start = check_start(start)
         check_positive_int('channels', channels)
@@ -61,10 +55,10 @@ class SEAdaptor(StepAdaptor):
         check_positive_int('squeeze_channels', squeeze_channels)
         self.channels = channels
         self.squeeze_channels = squeeze_channels
-        self.conv1 = ConvModule(
-            channels, squeeze_channels, kernel_size=1, act_cfg=dict(type='ReLU'))
-        self.conv2 = ConvModule(
-            squeeze_channels, channels, kernel_size=1, act_cfg=dict(type='Sigmoid'))
+        self.conv1 = ConvModule(channels, squeeze_channels, kernel_size=1,
+                                act_cfg=dict(type='ReLU'))
+        self.conv2 = ConvModule(squeeze_channels, channels, kernel_size=1,
+                                act_cfg=dict(type='Sigmoid'))
         #: Δ = step_scale · sigmoid(·): 2 for the identity start (Δ = 1 at W2 = 0, b2 = 0)
         self.step_scale = 2.0 if start == 'identity' else 1.0
         self.reset_start()

@@ -57,6 +57,6 @@ class TorchStepKernels:
         grad_step = None
         if need_step_grad:
             low = grad.dtype in (torch.float16, torch.bfloat16)
-            grad_step = (grad * f).sum(
-                dim=POOLED_AXES[layout], dtype=torch.float32 if low else None).to(step.dtype)
+            grad_step = (grad * f).sum(dim=POOLED_AXES[layout],
+                                       dtype=torch.float32 if low else None).to(step.dtype)
         return grad, grad_f, grad_step

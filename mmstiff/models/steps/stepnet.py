@@ -119,16 +119,8 @@ class StepNetAdaptor(StepAdaptor):
 
     takes_norm_cfg = True
 
-    def __init__(self,
-                 channels,
-                 layout='nchw',
-                 groups=None,
-                 norm='bn_ie',
-                 start='paper',
-                 ie_weight_init=None,
-                 ie_bias_init=None,
-                 norm_cfg=None,
-                 init_cfg=None):
+    def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie', start='paper',
+                 ie_weight_init=None, ie_bias_init=None, norm_cfg=None, init_cfg=None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         check_positive_int('channels', channels)
         groups = channels if groups is None else check_positive_int('groups', groups)
@@ -154,12 +146,8 @@ class StepNetAdaptor(StepAdaptor):
         self.conv = nn.Conv2d(2 * channels, channels, kernel_size=1, groups=groups, bias=False)
         if norm == 'iebn':
             affine = dict(weight_init=0.0, bias_init=0.0) if identity else {}
-            self.norm = build_pooled_iebn(
-                norm_cfg,
-                channels,
-                ie_weight_init=ie_weight_init,
-                ie_bias_init=ie_bias_init,
-                **affine)
+            self.norm = build_pooled_iebn(norm_cfg, channels, ie_weight_init=ie_weight_init,
+                                          ie_bias_init=ie_bias_init, **affine)
         else:
             self.norm = build_pooled_norm(norm_cfg, channels)
             self.ie_weight_init = ie_weight_init

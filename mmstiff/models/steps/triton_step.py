@@ -38,16 +38,14 @@ if HAS_TRITON:
             f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok, other=0.0)
             acc_f += f.to(tl.float32)
             if POOL_X:
-                x = tl.load(
-                    x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok, other=0.0)
+                x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                            other=0.0)
                 acc_x += x.to(tl.float32)
-        tl.store(
-            fm_ptr + b * C + cs, (tl.sum(acc_f, axis=0) * inv_n).to(fm_ptr.dtype.element_ty),
-            mask=c_ok)
+        tl.store(fm_ptr + b * C + cs, (tl.sum(acc_f, axis=0) * inv_n).to(fm_ptr.dtype.element_ty),
+                 mask=c_ok)
         if POOL_X:
-            tl.store(
-                xm_ptr + b * C + cs, (tl.sum(acc_x, axis=0) * inv_n).to(xm_ptr.dtype.element_ty),
-                mask=c_ok)
+            tl.store(xm_ptr + b * C + cs,
+                     (tl.sum(acc_x, axis=0) * inv_n).to(xm_ptr.dtype.element_ty), mask=c_ok)
 
     @triton.jit
     def _step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, sob, son, soc,
@@ -58,12 +56,10 @@ if HAS_TRITON:
         ns = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ok = cs < C
         ok = (ns < N)[:, None] & c_ok[None, :]
-        x = tl.load(
-            x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
-            other=0.0).to(tl.float32)
-        f = tl.load(
-            f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
-            other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                    other=0.0).to(tl.float32)
+        f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                    other=0.0).to(tl.float32)
         if HAS_STEP:
             s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
             y = x + s[None, :] * f
@@ -71,10 +67,8 @@ if HAS_TRITON:
             y = x + f
         if RELU:
             y = tl.maximum(y, 0.0)
-        tl.store(
-            o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
-            y.to(o_ptr.dtype.element_ty),
-            mask=ok)
+        tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
+                 y.to(o_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
     def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, gx_ptr, gf_ptr, gs_ptr, N, C, sgb, sgn,
@@ -91,9 +85,8 @@ if HAS_TRITON:
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
-            g = tl.load(
-                g_ptr + b * sgb + ns[:, None] * sgn + cs[None, :] * sgc, mask=ok,
-                other=0.0).to(tl.float32)
+            g = tl.load(g_ptr + b * sgb + ns[:, None] * sgn + cs[None, :] * sgc, mask=ok,
+                        other=0.0).to(tl.float32)
             at = b * sob + ns[:, None] * son + cs[None, :] * soc
             if RELU:
                 o = tl.load(o_ptr + at, mask=ok, other=0.0)
@@ -102,12 +95,12 @@ if HAS_TRITON:
             if HAS_STEP:
                 tl.store(gf_ptr + at, (g * s[None, :]).to(gf_ptr.dtype.element_ty), mask=ok)
             if STEP_GRAD:
-                f = tl.load(
-                    f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok, other=0.0)
+                f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                            other=0.0)
                 acc += g * f.to(tl.float32)
         if STEP_GRAD:
-            tl.store(
-                gs_ptr + b * C + cs, tl.sum(acc, axis=0).to(gs_ptr.dtype.element_ty), mask=c_ok)
+            tl.store(gs_ptr + b * C + cs,
+                     tl.sum(acc, axis=0).to(gs_ptr.dtype.element_ty), mask=c_ok)
 
 
 def _next_power_of_2(n):
@@ -159,19 +152,9 @@ class TritonStepKernels:
         fm = torch.empty((batch, c), dtype=f.dtype, device=f.device)
         xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
         block_n, block_c = _blocks(n, c, sf[1], sf[2])
-        self._pool[(batch, triton.cdiv(c, block_c))](
-            x,
-            f,
-            xm,
-            fm,
-            n,
-            c,
-            *sx,
-            *sf,
-            1.0 / n,
-            POOL_X=state is not None,
-            BLOCK_N=block_n,
-            BLOCK_C=block_c)
+        self._pool[(batch, triton.cdiv(c, block_c))](x, f, xm, fm, n, c, *sx, *sf, 1.0 / n,
+                                                     POOL_X=state is not None, BLOCK_N=block_n,
+                                                     BLOCK_C=block_c)
         return (None if state is None else xm), fm
 
     def step(self, shortcut, step, f, relu, layout):
@@ -184,20 +167,8 @@ class TritonStepKernels:
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
         grid = (batch, triton.cdiv(c, block_c), triton.cdiv(n, block_n))
-        self._step[grid](
-            x,
-            s,
-            f,
-            out,
-            n,
-            c,
-            *sx,
-            *sf,
-            *so,
-            HAS_STEP=step is not None,
-            RELU=relu,
-            BLOCK_N=block_n,
-            BLOCK_C=block_c)
+        self._step[grid](x, s, f, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None, RELU=relu,
+                         BLOCK_N=block_n, BLOCK_C=block_c)
         return out
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad):
@@ -215,24 +186,12 @@ class TritonStepKernels:
         if need_step_grad:
             grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
-        self._backward[(batch, triton.cdiv(c, block_c))](
-            g,
-            like,
-            f,
-            s,
-            grad_x,
-            grad_f,
-            s if grad_step is None else grad_step,
-            n,
-            c,
-            *sg,
-            *so,
-            *sf,
-            HAS_STEP=step is not None,
-            RELU=relu,
-            STEP_GRAD=need_step_grad,
-            BLOCK_N=block_n,
-            BLOCK_C=block_c)
+        self._backward[(batch, triton.cdiv(c,
+                                           block_c))](g, like, f, s, grad_x, grad_f,
+                                                      s if grad_step is None else grad_step, n, c,
+                                                      *sg, *so, *sf, HAS_STEP=step is not None,
+                                                      RELU=relu, STEP_GRAD=need_step_grad,
+                                                      BLOCK_N=block_n, BLOCK_C=block_c)
         return grad_x, grad_f, grad_step
 
 
