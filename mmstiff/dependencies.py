@@ -37,8 +37,12 @@ class UnusablePackageError(ModuleNotFoundError):
 
 
 def _package_dir(name):
-    """The folder of the top-level package ``name`` (found, not imported), or None."""
-    spec = importlib.util.find_spec(name)
+    """The folder of the top-level package ``name`` (found, not imported), or None (also where
+    a finder refuses the name, as an import blocker does)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:
+        return None
     if spec is not None and isinstance(spec.loader, _Unusable):  # blocked: look on sys.path
         spec = importlib.machinery.PathFinder.find_spec(name)
     if spec is None or spec.origin is None:
