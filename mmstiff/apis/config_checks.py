@@ -24,7 +24,7 @@ def registered_mmstiff_types():
     """``{'mmstiff.Name': registry name}`` of every type mmstiff registers."""
     from mmstiff import registry
     names = {}
-    for reg in (registry.MODELS, registry.HOOKS, registry.DATASETS):
+    for reg in (registry.MODELS, registry.HOOKS, registry.DATASETS, registry.METRICS):
         reg.import_from_location()
         names.update({SCOPE_PREFIX + name: reg.name for name in reg.module_dict})
     return names
