@@ -90,7 +90,7 @@ def worker(args):
     import torch.distributed as dist
     from mmengine.model import MMDistributedDataParallel
 
-    from mmstiff.engine.hooks import diagnostic_hook
+    from mmstiff.engine.hooks import scalar_rows
 
     torch.set_num_threads(args.threads)
     cuda = args.device.startswith('cuda')
@@ -121,7 +121,7 @@ def worker(args):
     reduce_time = dict.fromkeys((None, ) + SETTINGS, 0.0)  # None: warm-up
     wait_time = dict.fromkeys((None, ) + SETTINGS, 0.0)
     current = [None]
-    reduce = diagnostic_hook.all_reduce
+    reduce = scalar_rows.all_reduce
 
     def timed_all_reduce(*a, **k):  # the hooks' cross-rank mean, timed per setting
         start = time.perf_counter()
@@ -133,7 +133,7 @@ def worker(args):
         finally:
             reduce_time[current[0]] += time.perf_counter() - ready
 
-    diagnostic_hook.all_reduce = timed_all_reduce
+    scalar_rows.all_reduce = timed_all_reduce
     everything = [hook for hooks in setups.values() for hook in hooks]
     for _ in range(args.warmup):
         bench_hooks.train_iteration(runner, everything, optimizer, *batch)
