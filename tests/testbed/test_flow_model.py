@@ -111,23 +111,21 @@ def test_flow_metric_errors_and_steps():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason='after merging the adaptor-norm and fused-step changes a 2-epoch run on '
-    '256 samples ends at a relative flow error of 3.76 (bound 1.5); not yet '
-    'explained', strict=False)
 def test_one_run_through_the_train_and_test_tools(tmp_path):
     import subprocess
     import sys
     work = str(tmp_path / 'run')
+    # 32 Adam steps (4 epochs of 8 batches, the cosine schedule shortened to match): enough for
+    # the learned flow to beat the zero prediction (relative error 1); 4 steps are not (3.7).
     options = [
-        'train_cfg.max_epochs=2', 'train_dataloader.dataset.num_samples=256',
-        'test_dataloader.dataset.num_samples=128'
+        'train_cfg.max_epochs=4', 'param_scheduler.0.T_max=4', 'train_dataloader.batch_size=32',
+        'train_dataloader.dataset.num_samples=256', 'test_dataloader.dataset.num_samples=128'
     ]
     subprocess.run([
         sys.executable,
         osp.join(REPO, 'tools', 'train.py'), STIFF, '--work-dir', work, '--cfg-options', *options
     ], check=True, cwd=REPO)
-    checkpoint = osp.join(work, 'epoch_2.pth')
+    checkpoint = osp.join(work, 'epoch_4.pth')
     if not osp.exists(checkpoint):
         checkpoint = osp.join(work, open(osp.join(work, 'last_checkpoint')).read().strip())
     out = osp.join(work, 'metrics.json')
@@ -137,6 +135,6 @@ def test_one_run_through_the_train_and_test_tools(tmp_path):
         '--cfg-options', *options
     ], check=True, cwd=REPO)
     metrics = json.load(open(out))
-    assert 0 < metrics['flow/final_rel_error'] < 1.5
+    assert 0 < metrics['flow/final_rel_error'] < 1
     assert -1 <= metrics['flow/step_stiffness_corr'] <= 1
     assert all(0 < metrics[f'flow/step/{i}'] < 1 for i in range(1, 9))
