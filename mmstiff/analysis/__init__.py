@@ -19,8 +19,8 @@ from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson
                         mean_step_size, neural_stiffness_index, nsi_step_correlation,
                         pearson_correlation, stiffness_event, stiffness_event_probability,
                         stiffness_norms, stiffness_norms_from_sums, stiffness_ratio,
-                        tns_per_trajectory,
-                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
+                        tns_per_trajectory, total_neural_stiffness, trajectory_mean,
+                        trajectory_statistics)
 from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
@@ -32,9 +32,9 @@ __all__ = [
     'attention_spectral_response', 'token_cosine_similarity', 'columnwise_pearson_correlation',
     'mean_step_size', 'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation',
     'stiffness_event', 'stiffness_event_probability', 'stiffness_norms',
-    'stiffness_norms_from_sums', 'stiffness_ratio',
-    'tns_per_trajectory', 'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics',
-    'StepRecord', 'TrajectoryRecorder', 'record_states', 'stage_of'
+    'stiffness_norms_from_sums', 'stiffness_ratio', 'tns_per_trajectory', 'total_neural_stiffness',
+    'trajectory_mean', 'trajectory_statistics', 'StepRecord', 'TrajectoryRecorder', 'record_states',
+    'stage_of'
 ]
 __all__ += [
     'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',

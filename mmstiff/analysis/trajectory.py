@@ -363,19 +363,18 @@ class TrajectoryRecorder(RecorderBase):
         return 1, state_act
 
     def _emit(self, name, kind, frame, out, sums=None):
+        sums = sums or (None, None)  # the sums of the block's first and second step
         if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
-            self._keep(
-                StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]),
-                           sums and sums[0]))
+            self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0]))
             return
         if self.level in ('branch', 'both') and frame.mid is not None:
             self._keep(
                 StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                           _single(frame.steps[0]), sums and sums[0]))
+                           _single(frame.steps[0]), sums[0]))
             self._keep(
                 StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1]),
-                           sums and sums[1]))
+                           sums[1]))
         if self.level in ('block', 'both') or frame.mid is None:
             steps = frame.steps[0] + frame.steps[1]
             self._keep(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))

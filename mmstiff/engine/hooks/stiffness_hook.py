@@ -106,8 +106,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         if record.sums is not None:
             norms = stiffness_norms_from_sums(record.sums, record.step)
         if norms is None:
-            norms = stiffness_norms(record.x_t, record.x_next, record.step,
-                                    scratch=self._scratch)
+            norms = stiffness_norms(record.x_t, record.x_next, record.step, scratch=self._scratch)
         if record.step is None:
             return StepStiffness(norms.slope, norms.state, None, False)
         return StepStiffness(norms.slope, norms.state,

@@ -198,8 +198,7 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
         _give(requests, None)
         out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels)
     else:
-        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels,
-                                              state_relu)
+        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu)
         sums = StepSums(moved.detach(), state.detach(), layout)
         for request in requests:
             request.sums.append(sums if request.state_act == state_relu else None)

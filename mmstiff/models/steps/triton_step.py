@@ -73,9 +73,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _measured_step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb, sxn, sxc, sfb,
-                              sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr,
-                              RELU: tl.constexpr, STATE_RELU: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                              sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr, RELU: tl.constexpr,
+                              STATE_RELU: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_C: tl.constexpr):
         # _step_kernel over all N of one (b, channel block), also summing (out - x_t)² and x_t²
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -220,10 +220,10 @@ class TritonStepKernels:
         state = torch.empty_like(moved)
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
-        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, out, moved, state, n, c, *sx,
-                                                         *sf, *so, HAS_STEP=step is not None,
-                                                         RELU=relu, STATE_RELU=state_relu,
-                                                         BLOCK_N=block_n, BLOCK_C=block_c)
+        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, out, moved, state, n, c, *sx, *sf,
+                                                         *so, HAS_STEP=step is not None, RELU=relu,
+                                                         STATE_RELU=state_relu, BLOCK_N=block_n,
+                                                         BLOCK_C=block_c)
         return out, moved, state
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad):
