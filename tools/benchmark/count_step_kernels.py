@@ -9,7 +9,10 @@ the fused step), ``torch.profiler`` counts, in train mode:
 * ``fwd/bwd kernels``: of those, the calls that launch a kernel on a GPU (not allocations,
   views or host-side type queries: :data:`NO_KERNEL`), plus the Triton launches;
 * ``triton``: the launches of the fused step's Triton kernels (forward / backward);
-* ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass.
+* ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass;
+* ``rec fwd kernels``: the block's forward kernels on an iteration a ``StiffnessHook`` records
+  (its NSI reduction included): the fused step writes the NSI's sums in its own pass, the
+  reference step leaves the hook its passes over the states.
 
 On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
 their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
@@ -22,6 +25,7 @@ import argparse
 
 import torch
 
+from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
@@ -64,6 +68,7 @@ def counting_kernels():
     kernels._pool = LaunchRecorder('pool')
     kernels._step = LaunchRecorder('step')
     kernels._backward = LaunchRecorder('step_backward')
+    kernels._measured = LaunchRecorder('measured_step')
     return kernels
 
 
@@ -121,7 +126,20 @@ def measure(adaptor, fused, args, device):
     def net_forward():
         net(images)
 
-    return count(forward, device), count(backward, device), count(net_forward, device)
+    hook = StiffnessHook(interval=1, blocks=[str(index)])
+    recorders = hook.build_recorders(getattr(net, stage)).values()
+
+    def recorded_forward():
+        for recorder in recorders:
+            recorder.start()
+        block(x)
+        for recorder in recorders:
+            recorder.stop()
+
+    recorded_forward()  # warm-up
+    return (count(forward, device), count(backward,
+                                          device), count(net_forward,
+                                                         device), count(recorded_forward, device))
 
 
 def main(argv=None):
@@ -136,20 +154,21 @@ def main(argv=None):
     print(f'device={device} batch={args.batch_size} img={args.img_size} block='
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
     header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
-              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}')
+              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}'
+              f'{"rec fwd kernels":>17}')
     print(header)
     print('-' * len(header))
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
                 with forced_step_kernels(counting_kernels()):
-                    fwd, bwd, net = measure(adaptor, True, args, device)
+                    fwd, bwd, net, rec = measure(adaptor, True, args, device)
             else:
-                fwd, bwd, net = measure(adaptor, fused, args, device)
+                fwd, bwd, net, rec = measure(adaptor, fused, args, device)
             launches = f'{fwd[2]}/{bwd[2]}'
             kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
             print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
-                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}')
+                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}{rec[1]:>17}')
 
 
 if __name__ == '__main__':
