@@ -27,6 +27,7 @@ import torch.nn as nn
 from mmstiff.utils.step_sums import StepSums, open_requests
 from .base import apply_step
 from .step_kernels import TorchStepKernels
+from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels
 
 #: values of a backbone's ``fused`` argument
@@ -148,7 +149,8 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
         pooled = PoolStates.apply(x_t, f, layout, kernels)
     else:
         pooled = None, PoolStates.apply(None, f, layout, kernels)
-    step = adaptor(x_t, f, pooled=pooled)
+    with phi_kernels_in(getattr(kernels, 'phi', None)):
+        step = adaptor(x_t, f, pooled=pooled)
     return step.reshape(f.shape[0], -1)
 
 

@@ -14,6 +14,8 @@ tensors (the tests).
 """
 import torch
 
+from .triton_adaptor import TritonPhiKernels
+
 try:
     import triton
     import triton.language as tl
@@ -183,6 +185,8 @@ class TritonStepKernels:
             raise RuntimeError('TritonStepKernels needs triton, which is not installed')
         self._pool, self._step, self._backward = _pool_kernel, _step_kernel, _step_backward_kernel
         self._measured = _measured_step_kernel
+        #: StepNet's (B, C) arithmetic
+        self.phi = TritonPhiKernels()
 
     def pool(self, state, residual, layout):
         f, (batch, n, c), sf = as_bnc(residual, layout)
