@@ -5,6 +5,7 @@ interpreted only in a process that set it before importing Triton:
 :func:`test_kernels_in_the_interpreter` (and its slow twin) runs this file's other tests in such a
 process.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, residual_update, set_fused
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
 from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.stepnet_phi import phi_kernels_in
+from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
@@ -168,6 +171,36 @@ def _both_norms(record):
     if record.sums is None:
         return from_states, None
     return from_states, stiffness_norms_from_sums(record.sums, record.step)
+
+
+@interpreted
+@pytest.mark.parametrize('momentum, train, norm_train, batch', [(0.1, True, True, 5),
+                                                                (None, True, True, 3),
+                                                                (0.1, False, False, 5),
+                                                                (0.1, True, True, 1)])
+def test_triton_phi_equals_the_adaptor_modules(momentum, train, norm_train, batch):
+    reference = StepNetAdaptor(6, start='identity').train(train)
+    reference.norm.momentum = momentum
+    reference.norm.train(norm_train)
+    torch.manual_seed(0)
+    with torch.no_grad():  # off the start, with statistics of its own
+        for p in reference.parameters():
+            p.add_(torch.randn_like(p))
+        reference.norm.running_mean.normal_()
+        reference.norm.running_var.uniform_(0.5, 2.0)
+    fused = copy.deepcopy(reference)
+    u, p = torch.randn(batch, 6), torch.randn(batch, 6)
+    results = []
+    for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
+        uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
+        for _ in range(2):  # the running statistics blend twice
+            with phi_kernels_in(kernels):
+                step = adaptor.step_from_pooled(uu, pp)
+        weights = torch.linspace(-1, 1, step.numel()).view_as(step)
+        grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
+        results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
 @interpreted
