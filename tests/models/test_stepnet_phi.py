@@ -4,13 +4,16 @@ The PyTorch passes (the reference of the Triton kernels, tests/models/test_trito
 the adaptor's Δ, every gradient and the BN buffers of the adaptor's own modules, and the
 hand-written backward passes ``gradcheck``; where :func:`phi_mode` refuses, the modules run.
 """
+import contextlib
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
 
-from mmstiff.models.steps import StepNetAdaptor
+from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, set_fused
+from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import StepNetPhi, TorchPhiKernels, phi_kernels_in, phi_mode
 
 #: (momentum, adaptor in train mode, its BN in train mode, batch)
@@ -115,3 +118,50 @@ def test_refused_adaptor_computes_through_its_modules():
     u, p = torch.randn(4, 6), torch.randn(4, 6)
     for a, b in zip(_run(reference, None, u, p), _run(fused, TorchPhiKernels, u, p)):
         torch.testing.assert_close(b, a)
+
+
+class _CountedPhi(TorchPhiKernels):
+    """The PyTorch passes, counting the forward passes."""
+    calls = 0
+
+    @classmethod
+    def phi_forward(cls, *args):
+        cls.calls += 1
+        return TorchPhiKernels.phi_forward(*args)
+
+
+class _PhiStepKernels(TorchStepKernels):
+    """The PyTorch kernel set with StepNet's (B, C) passes (the Triton set's structure)."""
+    phi = _CountedPhi
+
+
+@pytest.mark.parametrize('kwargs, train, batch', [(dict(), True, 4), (dict(), False, 4),
+                                                  (dict(norm_eval=True), True, 4),
+                                                  (dict(with_cp=True), True, 4),
+                                                  (dict(frozen_stages=1), True, 4),
+                                                  (dict(), True, 1)])
+def test_backbone_with_the_phi_passes_equals_its_modules(kwargs, train, batch):
+    torch.manual_seed(0)
+    reference = StepResNet(18, base_channels=8, stem_channels=8,
+                           adaptor=dict(type='mmstiff.StepNetAdaptor'), **kwargs)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    fused = set_fused(copy.deepcopy(reference), True)
+    images = torch.randn(batch, 3, 32 if batch > 1 else 64, 32 if batch > 1 else 64)
+    results = []
+    _CountedPhi.calls = 0
+    for net, kernels in ((reference, None), (fused, _PhiStepKernels)):
+        net.train(train)
+        x = images.detach().clone().requires_grad_()
+        # the backward inside the block too: with_cp recomputes the blocks there
+        with forced_step_kernels(kernels) if kernels else contextlib.nullcontext():
+            out = net(x)[-1]
+            (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads = [x.grad] + [p.grad for p in net.parameters() if p.grad is not None]
+        results.append([out, *grads, *[b.clone() for b in net.buffers()]])
+    assert _CountedPhi.calls == 8 * (2 if kwargs.get('with_cp') else 1)  # every adaptor, once
+    assert len(results[0]) == len(results[1])
+    # float32 rounding of the adaptors' BN, through the backbone's train-mode BNs of 4 samples
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))

@@ -6,8 +6,10 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
 
 1. :class:`PoolStates`: one pass reads x_t and f and writes their (B, C) means; its backward is
    a broadcast view of the pooled gradients (no pass of its own);
-2. the adaptor's (B, C) arithmetic, through its own modules (``adaptor(x_t, f, pooled=...)``,
-   so its norm layer, its statistics and the hooks on it work as in the reference);
+2. the adaptor's (B, C) arithmetic, in the adaptor's call (``adaptor(x_t, f, pooled=...)``, so
+   the hooks on it see Δ as in the reference): a StepNet adaptor with ``groups = C`` and a plain
+   BN in one pass each way on the kernel set's ``phi`` (:mod:`.stepnet_phi`), every other
+   adaptor through its own modules (its norm layer, statistics and their hooks unchanged);
 3. :class:`EulerUpdate`: one pass writes ``act(shortcut + Δ ⊙ f)``; its backward is one pass
    that writes the gradients of the shortcut and f and Δ's per-channel sums ``Σ g' ⊙ f``, and
    keeps for it only f, Δ and (under a ReLU) the output, which the next block keeps anyway.

@@ -13,10 +13,12 @@ reads and writes the full-size tensors in three places only:
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
   under a ReLU.
 
-:class:`TorchStepKernels` is the PyTorch expression of these passes: the reference for the
-Triton kernels of :mod:`.triton_step` and the fused path where those do not run (the CPU).
-Every kernel set takes ``layout`` ``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and
-(B, C) step sizes.
+Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
+kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
+on the CPU the adaptor's modules compute it. :class:`TorchStepKernels` is the PyTorch
+expression of these passes: the reference for the Triton kernels of :mod:`.triton_step` and
+the fused path where those do not run (the CPU). Every kernel set takes ``layout`` ``'nchw'``
+(B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes.
 """
 import torch
 

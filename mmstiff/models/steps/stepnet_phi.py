@@ -125,9 +125,13 @@ class StepNetPhi(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        saved = [t.contiguous() for t in ctx.saved_tensors]
-        grads = ctx.kernels.phi_backward(grad.contiguous(), *saved, ctx.batch_stats, ctx.scale)
+        saved = [_contiguous(t) for t in ctx.saved_tensors]
+        grads = ctx.kernels.phi_backward(_contiguous(grad), *saved, ctx.batch_stats, ctx.scale)
         return (*grads, None, None, None, None, None, None, None)
+
+
+def _contiguous(t):
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def phi_factor(norm):

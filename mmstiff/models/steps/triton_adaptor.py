@@ -127,7 +127,7 @@ class TritonPhiKernels:
     def phi_forward(self, u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var,
                     batch_stats, factor, eps, scale):
         batch, channels = u.shape
-        u, p, weight = u.contiguous(), p.contiguous(), weight.contiguous()
+        u, p, weight = (t if t.is_contiguous() else t.contiguous() for t in (u, p, weight))
         step = torch.empty_like(u, dtype=torch.promote_types(u.dtype, weight.dtype))
         mean = torch.empty(channels, dtype=torch.float32, device=u.device)
         rstd = torch.empty_like(mean)
@@ -148,13 +148,18 @@ class TritonPhiKernels:
         grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias = (
             torch.empty(channels, dtype=torch.float32, device=u.device) for _ in range(4))
         block_b, block_c = _blocks(batch, channels)
-        self._backward[(triton.cdiv(channels,
-                                    block_c), )](grad, u, p, weight, gamma, beta, ie_weight,
-                                                 ie_bias, mean, rstd, grad_u, grad_p, grad_weight,
-                                                 grad_gamma, grad_beta,
-                                                 grad_ie_weight, grad_ie_bias, batch, channels,
-                                                 float(scale), BATCH_STATS=batch_stats,
-                                                 BLOCK_B=block_b, BLOCK_C=block_c)
-        return (grad_u, grad_p, grad_weight.to(weight.dtype), grad_gamma.to(gamma.dtype),
-                grad_beta.to(beta.dtype), grad_ie_weight.to(ie_weight.dtype),
-                grad_ie_bias.to(ie_bias.dtype))
+        grid = (triton.cdiv(channels, block_c), )
+        grads = grad_u, grad_p, grad_weight, grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias
+        self._backward[grid](grad, u, p, weight, gamma,
+                             beta, ie_weight, ie_bias, mean, rstd, *grads, batch, channels,
+                             float(scale), BATCH_STATS=batch_stats, BLOCK_B=block_b,
+                             BLOCK_C=block_c)
+        return (grad_u, grad_p,
+                *(_as(g, like)
+                  for g, like in ((grad_weight, weight), (grad_gamma, gamma), (grad_beta, beta),
+                                  (grad_ie_weight, ie_weight), (grad_ie_bias, ie_bias))))
+
+
+def _as(grad, like):
+    """``grad`` (float32) in the dtype of the parameter ``like``."""
+    return grad if grad.dtype == like.dtype else grad.to(like.dtype)
