@@ -71,7 +71,13 @@ def _both_norms(record):
     return from_states, stiffness_norms_from_sums(record.sums, record.step)
 
 
-@pytest.mark.parametrize('name', list(BACKBONES))
+#: the other kinds of step are in the fast cases (post-activation with a projection, plain, ViT)
+SLOW = ('cifar-se', 'preact-stepnet')
+
+
+@pytest.mark.parametrize(
+    'name',
+    [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in BACKBONES])
 def test_stiffness_hook_values_are_the_same_with_fused_on_and_off(name):
     reference, fused, size = _pair(name)
     torch.manual_seed(1)

@@ -135,11 +135,17 @@ class _PhiStepKernels(TorchStepKernels):
     phi = _CountedPhi
 
 
-@pytest.mark.parametrize('kwargs, train, batch', [(dict(), True, 4), (dict(), False, 4),
-                                                  (dict(norm_eval=True), True, 4),
-                                                  (dict(with_cp=True), True, 4),
-                                                  (dict(frozen_stages=1), True, 4),
-                                                  (dict(), True, 1)])
+@pytest.mark.parametrize(
+    'kwargs, train, batch',
+    [
+        (dict(), True, 4),
+        (dict(with_cp=True), True, 4),
+        (dict(frozen_stages=1), True, 4),
+        # eval, norm_eval and one sample: the adaptor-level tests above are the fast ones
+        pytest.param(dict(), False, 4, marks=pytest.mark.slow),
+        pytest.param(dict(norm_eval=True), True, 4, marks=pytest.mark.slow),
+        pytest.param(dict(), True, 1, marks=pytest.mark.slow)
+    ])
 def test_backbone_with_the_phi_passes_equals_its_modules(kwargs, train, batch):
     torch.manual_seed(0)
     reference = StepResNet(18, base_channels=8, stem_channels=8,
