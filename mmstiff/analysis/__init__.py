@@ -18,8 +18,9 @@ from .similarity import (attention_column_cosine_similarity, attention_spectral_
 from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson_correlation,
                         mean_step_size, neural_stiffness_index, nsi_step_correlation,
                         pearson_correlation, stiffness_event, stiffness_event_probability,
-                        stiffness_norms, stiffness_ratio, tns_per_trajectory,
-                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
+                        stiffness_norms, stiffness_norms_from_sums, stiffness_ratio,
+                        tns_per_trajectory, total_neural_stiffness, trajectory_mean,
+                        trajectory_statistics)
 from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
@@ -30,9 +31,10 @@ __all__ = [
     'normalised_frequency_radius', 'attention_column_cosine_similarity',
     'attention_spectral_response', 'token_cosine_similarity', 'columnwise_pearson_correlation',
     'mean_step_size', 'neural_stiffness_index', 'nsi_step_correlation', 'pearson_correlation',
-    'stiffness_event', 'stiffness_event_probability', 'stiffness_norms', 'stiffness_ratio',
-    'tns_per_trajectory', 'total_neural_stiffness', 'trajectory_mean', 'trajectory_statistics',
-    'StepRecord', 'TrajectoryRecorder', 'record_states', 'stage_of'
+    'stiffness_event', 'stiffness_event_probability', 'stiffness_norms',
+    'stiffness_norms_from_sums', 'stiffness_ratio', 'tns_per_trajectory', 'total_neural_stiffness',
+    'trajectory_mean', 'trajectory_statistics', 'StepRecord', 'TrajectoryRecorder', 'record_states',
+    'stage_of'
 ]
 __all__ += [
     'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',

@@ -126,6 +126,47 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     return StiffnessNorms(torch.linalg.vector_norm(part.flatten(1), dim=1), state)
 
 
+def stiffness_norms_from_sums(sums, step=None):
+    """:func:`stiffness_norms` from the per-(sample, channel) sums of squares a fused step
+    wrote (:class:`~mmstiff.utils.step_sums.StepSums`), without another pass over the states.
+
+    Args:
+        sums (StepSums): ``moved`` ``(B, C)`` ``Σ (x_next - x_t)²`` and ``state`` ``(B, C)``
+            ``Σ x_t²`` over the pooled axes of ``sums.layout``.
+        step: Δ_t as for :func:`stiffness_norms`.
+
+    Returns:
+        StiffnessNorms | None: the norms, or None where ``step`` is not constant over the pooled
+        axes (per element), which the sums cannot divide: the caller takes the states then.
+    """
+    state = sums.state.sum(dim=1).sqrt()
+    if torch.is_tensor(step):
+        step = _channel_step(step, sums.layout)
+        if step is None:
+            return None
+    elif step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+        raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
+                         'tensor broadcastable against x_t')
+    if step is None or (not torch.is_tensor(step) and float(step) == 1.0):
+        return StiffnessNorms(sums.moved.sum(dim=1).sqrt(), state)
+    # as stiffness_norms: the norm over the pooled axes, then divided by the channel's Δ
+    part = sums.moved.sqrt() / step
+    part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    return StiffnessNorms(torch.linalg.vector_norm(part, dim=1), state)
+
+
+def _channel_step(step, layout):
+    """A step tensor of a state of ``layout`` as a float32 ``(B or 1, C or 1)`` tensor, or
+    None where it varies over the pooled axes."""
+    step = _as_float(step)
+    if step.dim() == 0:
+        return step
+    pooled = (1, ) if layout == 'nlc' else (2, 3)
+    if step.dim() != 1 + len(pooled) + 1 or any(step.shape[i] != 1 for i in pooled):
+        return None
+    return step.reshape(step.shape[0], -1)
+
+
 def _difference(x_t, x_next, scratch):
     """``x_next - x_t`` in float32 (``x_t`` already is), into ``scratch`` when given, else a
     new tensor. A float16 / bfloat16 ``x_next`` is promoted inside the subtraction, exactly."""

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
+from mmstiff.utils.step_sums import StepSums, close_step_sums, open_step_sums
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
 
 LEVELS = ('block', 'branch', 'both')
@@ -36,6 +37,9 @@ class StepRecord(NamedTuple):
             projected state; see :mod:`mmstiff.analysis.blocks`).
         x_next (Tensor): the state after the step.
         step (Tensor | float | None): Δ_t from the block's step-size adaptor, or None (Δ_t = 1).
+        sums (StepSums | None): the per-(sample, channel) sums of squares of ``x_next - x_t``
+            and ``x_t`` the fused step wrote in its own pass, for a recorder made with
+            ``step_sums=True`` (None where the step did not give them).
     """
     name: str
     block: str
@@ -43,6 +47,7 @@ class StepRecord(NamedTuple):
     x_t: torch.Tensor
     x_next: torch.Tensor
     step: Optional[Union[torch.Tensor, float]]
+    sums: Optional[StepSums] = None
 
 
 class BlockTaps(NamedTuple):
@@ -87,15 +92,16 @@ def _detach(value):
 class _Frame:
     """Per-block scratch space for one forward pass of that block."""
 
-    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps')
+    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps', 'request')
 
-    def __init__(self, batch, x_in):
+    def __init__(self, batch, x_in, request=None):
         self.batch = batch
         self.x_in = x_in
         self.shortcut = None
         self.mid = None
         self.phase = 0
         self.steps = ([], [])
+        self.request = request
 
 
 def _apply_out_of_place(act, x):
@@ -152,13 +158,17 @@ class TrajectoryRecorder(RecorderBase):
         on_pass_end (callable, optional): called with no argument when a forward pass of
             ``model`` ends while the recorder is started (e.g. to free what ``reduce`` held
             during the pass before the backward pass needs the memory).
+        step_sums (bool): ask the fused residual steps for the sums of squares of
+            ``x_{t+1} - x_t`` and ``x_t`` they compute in their own pass
+            (:attr:`StepRecord.sums`; a reducer that needs only the NSI's norms reads them
+            instead of the states). Default False.
 
     Raises:
         ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
     """
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True, num_samples=None, on_pass_end=None):
+                 read_se_gates=True, num_samples=None, on_pass_end=None, step_sums=False):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
@@ -172,6 +182,7 @@ class TrajectoryRecorder(RecorderBase):
         self.reduce = reduce or keep_record
         self.level = level
         self.read_se_gates = read_se_gates
+        self.step_sums = bool(step_sums)
         selected = select if callable(select) else _pattern_predicate(select)
         blocks = find_blocks(model, is_block)
         if not blocks:
@@ -229,6 +240,9 @@ class TrajectoryRecorder(RecorderBase):
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for frame in self._frames.values():
+            if frame is not None and frame.request is not None:
+                close_step_sums(frame.request)
         self._frames.clear()
         return self
 
@@ -263,7 +277,8 @@ class TrajectoryRecorder(RecorderBase):
             x = x.detach()
             return x if n is None else x[:n]
 
-        if shortcut is None and norm is None and not taps.step_sources:
+        sums_steps, state_act = self._sums_request(kind, taps)
+        if shortcut is None and norm is None and not taps.step_sources and not sums_steps:
             # a plain block: its forward hook sees the input too, no per-call scratch space
             # (and one module hook fewer for the forward pass to dispatch)
 
@@ -277,14 +292,23 @@ class TrajectoryRecorder(RecorderBase):
 
         def enter(module, args):
             x = _first_tensor(args)
-            frames[name] = None if x is None else _Frame(x.shape[0], cut(x))
+            stale = frames.get(name)
+            if stale is not None and stale.request is not None:
+                close_step_sums(stale.request)
+            request = open_step_sums(state_act) if sums_steps and x is not None else None
+            frames[name] = None if x is None else _Frame(x.shape[0], cut(x), request)
 
         def leave(module, args, output):
             frame = frames.pop(name, None)
+            sums = None
+            if frame is not None and frame.request is not None:
+                close_step_sums(frame.request)
+                sums = frame.request.complete(sums_steps)
+                sums = sums and [s.first(n) for s in sums]
             out = _first_tensor(output)
             if frame is None or out is None:
                 return
-            self._emit(name, kind, frame, cut(out))
+            self._emit(name, kind, frame, cut(out), sums)
 
         add(block, True, enter)
         add(block, False, leave)
@@ -326,17 +350,31 @@ class TrajectoryRecorder(RecorderBase):
             add(source, False, on_step)
         return hooks
 
-    def _emit(self, name, kind, frame, out):
+    def _sums_request(self, kind, taps):
+        """``(steps, state_act)``: how many fused steps of a block give the sums of its
+        records (0: none asked for) and whether its ``x_t`` is the ReLU of the shortcut."""
+        if not self.step_sums:
+            return 0, False
+        if kind == 'transformer':
+            return (2 if self.level in ('branch', 'both') else 0), False
+        state_act = taps.shortcut is not None and taps.activation is not None
+        if state_act and type(taps.activation) is not nn.ReLU:
+            return 0, False  # only a ReLU of the shortcut is taken in the step's pass
+        return 1, state_act
+
+    def _emit(self, name, kind, frame, out, sums=None):
+        sums = sums or (None, None)  # the sums of the block's first and second step
         if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
-            self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0])))
+            self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0]))
             return
         if self.level in ('branch', 'both') and frame.mid is not None:
             self._keep(
                 StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                           _single(frame.steps[0])))
+                           _single(frame.steps[0]), sums[0]))
             self._keep(
-                StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1])))
+                StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1]),
+                           sums[1]))
         if self.level in ('block', 'both') or frame.mid is None:
             steps = frame.steps[0] + frame.steps[1]
             self._keep(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))

@@ -100,3 +100,53 @@ def test_fused_vit_equals_reference(dtype):
     torch.testing.assert_close(got[0], ref[0], rtol=tol, atol=tol)
     for a, b in zip(ref[1], got[1]):
         torch.testing.assert_close(b, a, rtol=tol, atol=tol * max(1.0, a.abs().max().item()))
+
+
+@pytest.mark.parametrize('momentum', [0.1, None])
+def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
+    import copy
+
+    from mmstiff.models.steps.stepnet_phi import phi_kernels_in
+    from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
+    torch.manual_seed(0)
+    reference = StepNetAdaptor(64).cuda().train()
+    reference.norm.momentum = momentum
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(torch.randn_like(p))
+    fused = copy.deepcopy(reference)
+    u, p = torch.randn(32, 64, device='cuda'), torch.randn(32, 64, device='cuda')
+    results = []
+    for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
+        uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
+        for _ in range(2):
+            with phi_kernels_in(kernels):
+                step = adaptor.step_from_pooled(uu, pp)
+        weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
+        grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
+        results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_stiffness_hook_values_equal_with_fused_on_and_off():
+    from mmstiff.engine.hooks import StiffnessHook
+    torch.manual_seed(0)
+    images = torch.randn(8, 3, 64, 64, device='cuda')
+    scalars = []
+    for fused in (False, 'auto'):
+        torch.manual_seed(0)
+        net = StepResNet(18, adaptor=STEPNET, fused=fused).cuda().train()
+        hook = StiffnessHook(interval=1)
+        recorders = hook.build_recorders(net)
+        with torch.no_grad():
+            for recorder in recorders.values():
+                recorder.start()
+            net(images)
+            for recorder in recorders.values():
+                recorder.stop()
+        scalars.append(hook.summarise({role: r.outputs for role, r in recorders.items()}))
+    assert list(scalars[1]) == list(scalars[0])
+    for key, value in scalars[0].items():
+        tol = dict(abs=1e-4) if key.startswith('nsi_step_corr/') else dict(rel=1e-4)
+        assert scalars[1][key] == pytest.approx(value, **tol), key

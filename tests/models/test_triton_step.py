@@ -5,6 +5,7 @@ interpreted only in a process that set it before importing Triton:
 :func:`test_kernels_in_the_interpreter` (and its slow twin) runs this file's other tests in such a
 process.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -13,10 +14,14 @@ import pytest
 import torch
 import torch.nn as nn
 
+from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
+from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, residual_update
+from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, residual_update, set_fused
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
 from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.stepnet_phi import phi_kernels_in
+from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
@@ -92,6 +97,110 @@ def test_triton_kernels_equal_torch_kernels(layout, shape, memory_format, dtype,
         torch.testing.assert_close(b.double(), a, rtol=tol, atol=tol)
     if memory_format is not None:  # the output and gradients keep the memory format
         assert all(t.is_contiguous(memory_format=memory_format) for t in got[:3])
+
+
+@interpreted
+@pytest.mark.parametrize('layout, shape, memory_format', CASES)
+@pytest.mark.parametrize('dtype', list(TOLERANCES))
+@pytest.mark.parametrize('relu, state_relu, with_step', [(True, True, True), (True, False, True),
+                                                         (False, False, True),
+                                                         (False, False, False)])
+def test_triton_measured_step_equals_torch_kernels(layout, shape, memory_format, dtype, relu,
+                                                   state_relu, with_step):
+    x, f, _ = _inputs(shape, memory_format, dtype)
+    channels = f.shape[1] if layout == 'nchw' else f.shape[2]
+    step = torch.rand(f.shape[0], channels).to(dtype) if with_step else None
+    out, moved, state = TritonStepKernels().measured_step(x, step, f, relu, layout, state_relu)
+    ref_out, ref_moved, ref_state = TorchStepKernels.measured_step(x, step, f, relu, layout,
+                                                                   state_relu)
+    tol = TOLERANCES[dtype]
+    assert out.dtype == dtype and moved.dtype == state.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref_out.double(), rtol=tol, atol=tol)
+    # the sums are those of the stored output (in bfloat16 it may differ from the PyTorch
+    # kernels' by a rounding), summed in float32
+    x_t = x.double().clamp(min=0) if state_relu else x.double()
+    axes = (2, 3) if layout == 'nchw' else (1, )
+    torch.testing.assert_close(moved.double(), ((out.double() - x_t)**2).sum(dim=axes), rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(state.double(), (x_t**2).sum(dim=axes), rtol=1e-5, atol=1e-5)
+    if dtype != torch.bfloat16:
+        torch.testing.assert_close(moved, ref_moved, rtol=1e-5, atol=1e-5)
+    if memory_format is not None:
+        assert out.is_contiguous(memory_format=memory_format)
+
+
+@interpreted
+@pytest.mark.slow
+def test_triton_steps_give_the_stiffness_hook_its_values():
+    torch.manual_seed(0)
+    images = torch.randn(3, 3, 32, 32)
+    net = StepResNet(18, base_channels=4, stem_channels=4,
+                     adaptor=dict(type='mmstiff.StepNetAdaptor')).train()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    scalars, given = [], []
+    for fused in (False, True):
+        set_fused(net, fused)
+        hook = StiffnessHook(interval=1)
+        recorders = hook.build_recorders(net)
+        spy = TrajectoryRecorder(net, reduce=_both_norms, step_sums=True)
+        with torch.no_grad(), forced_step_kernels(TritonStepKernels()):
+            for recorder in [*recorders.values(), spy]:
+                recorder.start()
+            net(images)
+            for recorder in [*recorders.values(), spy]:
+                recorder.stop()
+        scalars.append(hook.summarise({role: r.outputs for role, r in recorders.items()}))
+        given.append([calls[0] for calls in spy.outputs.values()])
+    assert all(from_sums is None for _, from_sums in given[0])
+    assert given[1] and all(from_sums is not None for _, from_sums in given[1])
+    for from_states, from_sums in given[1]:  # the norms the sums give are the states'
+        for a, b in zip(from_states, from_sums):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    # the forward passes themselves differ by float32 rounding through the train-mode BNs
+    assert list(scalars[1]) == list(scalars[0])
+    for key, value in scalars[0].items():
+        tol = dict(abs=1e-4) if key.startswith('nsi_step_corr/') else dict(rel=1e-4)
+        assert scalars[1][key] == pytest.approx(value, **tol), key
+
+
+def _both_norms(record):
+    """The NSI norms of a record from its states and (None without them) from its sums."""
+    from_states = stiffness_norms(record.x_t, record.x_next, record.step)
+    if record.sums is None:
+        return from_states, None
+    return from_states, stiffness_norms_from_sums(record.sums, record.step)
+
+
+@interpreted
+@pytest.mark.parametrize('momentum, train, norm_train, batch', [(0.1, True, True, 5),
+                                                                (None, True, True, 3),
+                                                                (0.1, False, False, 5),
+                                                                (0.1, True, True, 1)])
+def test_triton_phi_equals_the_adaptor_modules(momentum, train, norm_train, batch):
+    reference = StepNetAdaptor(6, start='identity').train(train)
+    reference.norm.momentum = momentum
+    reference.norm.train(norm_train)
+    torch.manual_seed(0)
+    with torch.no_grad():  # off the start, with statistics of its own
+        for p in reference.parameters():
+            p.add_(torch.randn_like(p))
+        reference.norm.running_mean.normal_()
+        reference.norm.running_var.uniform_(0.5, 2.0)
+    fused = copy.deepcopy(reference)
+    u, p = torch.randn(batch, 6), torch.randn(batch, 6)
+    results = []
+    for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
+        uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
+        for _ in range(2):  # the running statistics blend twice
+            with phi_kernels_in(kernels):
+                step = adaptor.step_from_pooled(uu, pp)
+        weights = torch.linspace(-1, 1, step.numel()).view_as(step)
+        grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
+        results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
 @interpreted

@@ -9,7 +9,11 @@ the fused step), ``torch.profiler`` counts, in train mode:
 * ``fwd/bwd kernels``: of those, the calls that launch a kernel on a GPU (not allocations,
   views or host-side type queries: :data:`NO_KERNEL`), plus the Triton launches;
 * ``triton``: the launches of the fused step's Triton kernels (forward / backward);
-* ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass.
+* ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass;
+* ``hook kernels``: the kernels a ``StiffnessHook`` adds to the block's forward on an
+  iteration it records (its NSI reduction), and in parentheses those of them that read a
+  full-size tensor (the block's states): the fused step writes the NSI's sums in its own pass,
+  the reference step leaves the hook its passes over the states.
 
 On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
 their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
@@ -19,9 +23,11 @@ Usage:
     python tools/benchmark/count_step_kernels.py [--device cpu|cuda] [--batch-size 2]
 """
 import argparse
+import math
 
 import torch
 
+from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
@@ -64,6 +70,9 @@ def counting_kernels():
     kernels._pool = LaunchRecorder('pool')
     kernels._step = LaunchRecorder('step')
     kernels._backward = LaunchRecorder('step_backward')
+    kernels._measured = LaunchRecorder('measured_step')
+    kernels.phi._forward = LaunchRecorder('phi')
+    kernels.phi._backward = LaunchRecorder('phi_backward')
     return kernels
 
 
@@ -78,25 +87,31 @@ def _is_top_level_aten(event):
     return True
 
 
-def count(run, device):
+def count(run, device, full_size=None):
     """``(top-level aten calls, of them those that launch kernels + triton launches, triton
-    launches, cuda kernels or None)`` of ``run()``."""
+    launches, cuda kernels or None, launching aten calls with an input of ``full_size`` elements
+    or more)`` of ``run()``."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == 'cuda':
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         torch.cuda.synchronize(device)
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
         run()
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
     events = prof.events()
-    aten = [e.name for e in events if _is_top_level_aten(e)]
+    top = [e for e in events if _is_top_level_aten(e)]
+    aten = [e.name for e in top]
+    passes = sum(
+        e.name not in NO_KERNEL and any(
+            math.prod(shape) >= (full_size or math.inf) for shape in e.input_shapes if shape)
+        for e in top)
     triton_launches = sum(e.name.startswith('triton::') for e in events)
     launching = sum(name not in NO_KERNEL for name in aten) + triton_launches
     kernels = None
     if device.type == 'cuda':
         kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events)
-    return len(aten), launching, triton_launches, kernels
+    return len(aten), launching, triton_launches, kernels, passes
 
 
 def measure(adaptor, fused, args, device):
@@ -121,7 +136,20 @@ def measure(adaptor, fused, args, device):
     def net_forward():
         net(images)
 
-    return count(forward, device), count(backward, device), count(net_forward, device)
+    hook = StiffnessHook(interval=1, blocks=[str(index)])
+    recorders = hook.build_recorders(getattr(net, stage)).values()
+
+    def recorded_forward():
+        for recorder in recorders:
+            recorder.start()
+        block(x)
+        for recorder in recorders:
+            recorder.stop()
+
+    recorded_forward()  # warm-up
+    forward_counts = count(forward, device, full_size=x.numel()), count(backward, device)
+    recorded = count(recorded_forward, device, full_size=x.numel())
+    return (*forward_counts, count(net_forward, device), recorded)
 
 
 def main(argv=None):
@@ -136,20 +164,22 @@ def main(argv=None):
     print(f'device={device} batch={args.batch_size} img={args.img_size} block='
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
     header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
-              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}')
+              f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}'
+              f'{"hook kernels":>19}')
     print(header)
     print('-' * len(header))
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
                 with forced_step_kernels(counting_kernels()):
-                    fwd, bwd, net = measure(adaptor, True, args, device)
+                    fwd, bwd, net, rec = measure(adaptor, True, args, device)
             else:
-                fwd, bwd, net = measure(adaptor, fused, args, device)
+                fwd, bwd, net, rec = measure(adaptor, fused, args, device)
             launches = f'{fwd[2]}/{bwd[2]}'
             kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
+            hook = f'{rec[1] - fwd[1]} ({rec[4] - fwd[4]})'
             print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
-                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}')
+                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}{hook:>19}')
 
 
 if __name__ == '__main__':

@@ -64,6 +64,9 @@ class TrajectoryDiagnosticHook(Hook):
     #: the backward pass (to free what :meth:`reduce_step` held for the pass); None: nothing, and
     #: no module hook for it
     end_pass = None
+    #: whether :meth:`reduce_step` reads the fused steps' sums of squares
+    #: (:attr:`~mmstiff.analysis.StepRecord.sums`), asked of the steps by the recorder
+    step_sums = False
 
     def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix=''):
         self.interval = check_positive_int('interval', interval)
@@ -121,7 +124,7 @@ class TrajectoryDiagnosticHook(Hook):
         :meth:`extra_recorders`."""
         trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
                                         select=self.blocks, num_samples=self.num_samples,
-                                        on_pass_end=self.end_pass)
+                                        on_pass_end=self.end_pass, step_sums=self.step_sums)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders

@@ -10,7 +10,7 @@ import torch
 
 from mmstiff.analysis import (ScratchBuffer, columnwise_pearson_correlation, mean_step_size,
                               nsi_step_correlation, stage_of, stiffness_norms,
-                              trajectory_statistics)
+                              stiffness_norms_from_sums, trajectory_statistics)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
@@ -86,6 +86,8 @@ class StiffnessHook(TrajectoryDiagnosticHook):
     """
 
     optional_metrics = ('nsi_step_corr', )
+    # a fused step's own pass gives the NSI's sums of squares (docs/methods.md §0)
+    step_sums = True
 
     def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
                  log_blocks=False, num_samples=None):
@@ -98,8 +100,13 @@ class StiffnessHook(TrajectoryDiagnosticHook):
 
     def reduce_step(self, record):
         # the recorder already kept only the first num_samples samples; the NSI's two norms,
-        # divided for all steps at once in summarise_rows
-        norms = stiffness_norms(record.x_t, record.x_next, record.step, scratch=self._scratch)
+        # divided for all steps at once in summarise_rows; from the sums a fused step wrote in
+        # its own pass where it gave them, else from the states
+        norms = None
+        if record.sums is not None:
+            norms = stiffness_norms_from_sums(record.sums, record.step)
+        if norms is None:
+            norms = stiffness_norms(record.x_t, record.x_next, record.step, scratch=self._scratch)
         if record.step is None:
             return StepStiffness(norms.slope, norms.state, None, False)
         return StepStiffness(norms.slope, norms.state,

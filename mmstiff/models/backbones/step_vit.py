@@ -207,7 +207,8 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
 
     def _euler_step(self, x, h, f, adaptor, aug):
         shortcut = x if aug is None else x + aug(h)
-        x_next = residual_update(x, f, adaptor, 'nlc', self.fused, shortcut=shortcut)
+        x_next = residual_update(x, f, adaptor, 'nlc', self.fused, shortcut=shortcut,
+                                 measurable=self.aug_scale == 1.0)
         return x_next * self.aug_scale if self.aug_scale != 1.0 else x_next
 
     def forward(self, x):

@@ -6,11 +6,15 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
 
 1. :class:`PoolStates`: one pass reads x_t and f and writes their (B, C) means; its backward is
    a broadcast view of the pooled gradients (no pass of its own);
-2. the adaptor's (B, C) arithmetic, through its own modules (``adaptor(x_t, f, pooled=...)``,
-   so its norm layer, its statistics and the hooks on it work as in the reference);
+2. the adaptor's (B, C) arithmetic, in the adaptor's call (``adaptor(x_t, f, pooled=...)``, so
+   the hooks on it see Δ as in the reference): a StepNet adaptor with ``groups = C`` and a plain
+   BN in one pass each way on the kernel set's ``phi`` (:mod:`.stepnet_phi`), every other
+   adaptor through its own modules (its norm layer, statistics and their hooks unchanged);
 3. :class:`EulerUpdate`: one pass writes ``act(shortcut + Δ ⊙ f)``; its backward is one pass
    that writes the gradients of the shortcut and f and Δ's per-channel sums ``Σ g' ⊙ f``, and
    keeps for it only f, Δ and (under a ReLU) the output, which the next block keeps anyway.
+   Where a trajectory recorder asks (:mod:`mmstiff.utils.step_sums`), the same pass also
+   writes the per-(B, C) sums of squares of ``x_{t+1} - x_t`` and of x_t, the NSI's norms.
 
 The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
 ``fused`` selects the path: True, False (the reference) or ``'auto'`` (fused where the Triton
@@ -22,8 +26,10 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from mmstiff.utils.step_sums import StepSums, open_requests
 from .base import apply_step
 from .step_kernels import TorchStepKernels
+from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels
 
 #: values of a backbone's ``fused`` argument
@@ -111,23 +117,31 @@ def _spread(grad, shape, layout):
 
 
 class EulerUpdate(torch.autograd.Function):
-    """``act(shortcut + Δ ⊙ f)`` with Δ (B, C) (None: Δ ≡ 1) and act ReLU or identity."""
+    """``act(shortcut + Δ ⊙ f)`` with Δ (B, C) (None: Δ ≡ 1) and act ReLU or identity.
+
+    With ``state_relu`` given (True or False) it returns ``(out, moved, state)``, the (B, C)
+    sums of squares of ``measured_step`` besides the output (not differentiable).
+    """
 
     @staticmethod
-    def forward(ctx, shortcut, step, f, relu, layout, kernels):
-        out = kernels.step(shortcut, step, f, relu, layout)
+    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None):
+        if state_relu is None:
+            out = kernels.step(shortcut, step, f, relu, layout)
+        else:
+            out, moved, state = kernels.measured_step(shortcut, step, f, relu, layout, state_relu)
+            ctx.mark_non_differentiable(moved, state)
         ctx.relu, ctx.layout, ctx.kernels = relu, layout, kernels
         ctx.has_step = step is not None
         ctx.save_for_backward(out if relu else None, f if ctx.has_step else None, step)
-        return out
+        return out if state_relu is None else (out, moved, state)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, *unused):
         out, f, step = ctx.saved_tensors
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
         grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
                                                               ctx.layout, need_step_grad)
-        return grad_x, grad_step, grad_f, None, None, None
+        return grad_x, grad_step, grad_f, None, None, None, None
 
 
 def adaptive_step(adaptor, x_t, f, layout, kernels):
@@ -137,15 +151,20 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
         pooled = PoolStates.apply(x_t, f, layout, kernels)
     else:
         pooled = None, PoolStates.apply(None, f, layout, kernels)
-    step = adaptor(x_t, f, pooled=pooled)
+    with phi_kernels_in(getattr(kernels, 'phi', None)):
+        step = adaptor(x_t, f, pooled=pooled)
     return step.reshape(f.shape[0], -1)
 
 
-def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, shortcut=None):
+def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, shortcut=None,
+                    measurable=True):
     """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
 
     The fused step where :func:`step_kernels` gives kernels and the adaptor computes Δ_t from
     pooled states (or there is none); the reference step otherwise, with the same values.
+    Where a recorder opened a :class:`~mmstiff.utils.step_sums.StepSumsRequest`, the step gives
+    it its :class:`~mmstiff.utils.step_sums.StepSums` from the step's own pass (fused step) or
+    None (reference step, or a step whose output is not ``x_{t+1}`` of a step from x_t).
 
     Args:
         x_t (Tensor): the state the adaptor reads; also the shortcut unless ``shortcut`` is set.
@@ -156,11 +175,15 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
         act (nn.Module, optional): the activation after the add; an ``nn.ReLU`` is fused.
         drop_path (nn.Module, optional): applied to f after the adaptor read it.
         shortcut (Tensor, optional): the term f is added to, where it is not x_t.
+        measurable (bool): whether the returned tensor is the state after the step (False where
+            the caller transforms it further, e.g. rescales it). Default True.
     """
+    requests = open_requests()
     shortcut = x_t if shortcut is None else shortcut
     kernels = step_kernels(f, fused)
     poolable = adaptor is None or getattr(adaptor, 'from_pooled', False)
     if kernels is None or not poolable:
+        _give(requests, None)
         step = 1.0 if adaptor is None else adaptor(x_t, f)
         if drop_path is not None:
             f = drop_path(f)
@@ -170,5 +193,22 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
     if drop_path is not None:
         f = drop_path(f)
     relu = type(act) is nn.ReLU
-    out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels)
+    state_relu = None
+    if requests and measurable and shortcut is x_t and (act is None or relu):
+        state_relu = requests[-1].state_act
+        if state_relu and not relu:
+            state_relu = None  # x_t is the block's activation of the shortcut: not ours
+    if state_relu is None:
+        _give(requests, None)
+        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels)
+    else:
+        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu)
+        sums = StepSums(moved.detach(), state.detach(), layout)
+        for request in requests:
+            request.sums.append(sums if request.state_act == state_relu else None)
     return act(out) if act is not None and not relu else out
+
+
+def _give(requests, sums):
+    for request in requests:
+        request.sums.append(sums)

@@ -6,14 +6,19 @@ reads and writes the full-size tensors in three places only:
 
 * ``pool``: the means of x_t and f over the pooled axes (one read of each);
 * ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write);
+* ``measured_step``: ``step`` that also writes per (B, C) the sums of squares over the pooled
+  axes of ``x_{t+1} - x_t`` and of ``x_t`` (``x_t`` the shortcut, or its ReLU), which a
+  trajectory recorder reads instead of its own passes over the states;
 * ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
   under a ReLU.
 
-:class:`TorchStepKernels` is the PyTorch expression of these passes: the reference for the
-Triton kernels of :mod:`.triton_step` and the fused path where those do not run (the CPU).
-Every kernel set takes ``layout`` ``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and
-(B, C) step sizes.
+Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
+kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
+on the CPU the adaptor's modules compute it. :class:`TorchStepKernels` is the PyTorch
+expression of these passes: the reference for the Triton kernels of :mod:`.triton_step` and
+the fused path where those do not run (the CPU). Every kernel set takes ``layout`` ``'nchw'``
+(B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes.
 """
 import torch
 
@@ -46,6 +51,19 @@ class TorchStepKernels:
         else:
             out = torch.addcmul(shortcut, broadcast_step(step, f, layout), f)
         return out.relu_() if relu else out
+
+    @classmethod
+    def measured_step(cls, shortcut, step, f, relu, layout, state_relu):
+        """``(out, moved, state)``: :meth:`step`'s output and the (B, C) float32 sums over the
+        pooled axes of ``(out - x_t)²`` and ``x_t²``, ``x_t = relu(shortcut)`` if
+        ``state_relu``, else the shortcut."""
+        out = cls.step(shortcut, step, f, relu, layout)
+        state = shortcut.float()
+        if state_relu:
+            state = state.relu()
+        moved = out.float() - state
+        axes = POOLED_AXES[layout]
+        return out, moved.square_().sum(dim=axes), state.square().sum(dim=axes)
 
     @staticmethod
     def step_backward(grad, out, f, step, relu, layout, need_step_grad):

@@ -27,6 +27,7 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
 from .norm import build_pooled_iebn, build_pooled_norm, distributed
+from .stepnet_phi import StepNetPhi, active_phi_kernels, phi_mode
 
 NORMS = ('bn_ie', 'iebn')
 #: the paper's initial W_IE, b_IE
@@ -198,19 +199,39 @@ class StepNetAdaptor(StepAdaptor):
     pools_state = True
 
     def step_from_pooled(self, state, residual):
-        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``."""
-        u = state
+        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``.
+
+        Inside a fused step whose kernels have StepNet's (B, C) passes, one kernel each way
+        where :func:`~mmstiff.models.steps.stepnet_phi.phi_mode` allows (docs/methods.md §0).
+        """
+        step = self._fused_phi(state, residual)
+        if step is None:
+            step = self._phi(state, residual)
+        if self.layout == 'nlc':
+            return step.view(step.shape[0], 1, self.channels)
+        return step
+
+    def _phi(self, u, residual):
+        """Δ (B, C, 1, 1) through the adaptor's modules."""
         v = u + residual  # GAP(x_t + f)
         z = grouped_pointwise(u, v, self.conv.weight, self.groups)[:, :, None, None]
         z = self._normalise(z)  # (B, C, 1, 1)
         if self.norm_type == 'bn_ie':
             z = torch.addcmul(self.ie_bias.view(1, -1, 1, 1), self.ie_weight.view(1, -1, 1, 1), z)
         step = torch.sigmoid(z)
-        if self.step_scale != 1.0:
-            step = step * self.step_scale
-        if self.layout == 'nlc':
-            return step.view(step.shape[0], 1, self.channels)
-        return step
+        return step * self.step_scale if self.step_scale != 1.0 else step
+
+    def _fused_phi(self, u, residual):
+        """Δ (B, C, 1, 1) through :class:`StepNetPhi`, or None where the modules run."""
+        kernels = active_phi_kernels()
+        mode = None if kernels is None else phi_mode(self, u.shape[0], kernels)
+        if mode is None:
+            return None
+        norm = self.norm
+        step = StepNetPhi.apply(u, residual, self.conv.weight.view(self.channels, 2), norm.weight,
+                                norm.bias, self.ie_weight, self.ie_bias, norm.running_mean,
+                                norm.running_var, *mode, norm.eps, self.step_scale, kernels)
+        return step[:, :, None, None]
 
     def extra_repr(self):
         return (f'channels={self.channels}, groups={self.groups}, norm={self.norm_type!r}, '

@@ -2,7 +2,8 @@
 
 The same passes as :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels`, one kernel
 each: ``pool`` reads x_t and f once and writes both (B, C) means; ``step`` writes
-``act(shortcut + Δ ⊙ f)``; ``step_backward`` reads g (and the output for the ReLU's mask, f for
+``act(shortcut + Δ ⊙ f)`` (``measured_step``: and the (B, C) sums of squares of the move and of
+x_t, in the same pass); ``step_backward`` reads g (and the output for the ReLU's mask, f for
 Δ's gradient) once and writes the gradients of the shortcut and f and Δ's per-(B, C) sums.
 
 Every tensor is addressed as (B, N, C) with its own strides: ``'nchw'`` maps (H, W) to N (both
@@ -12,6 +13,8 @@ accumulate in float32 whatever the input dtype. :class:`TritonStepKernels` launc
 tensors (the tests).
 """
 import torch
+
+from .triton_adaptor import TritonPhiKernels
 
 try:
     import triton
@@ -69,6 +72,42 @@ if HAS_TRITON:
             y = tl.maximum(y, 0.0)
         tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
                  y.to(o_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _measured_step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb, sxn, sxc, sfb,
+                              sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr, RELU: tl.constexpr,
+                              STATE_RELU: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_C: tl.constexpr):
+        # _step_kernel over all N of one (b, channel block), also summing (out - x_t)² and x_t²
+        b = tl.program_id(0).to(tl.int64)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = cs < C
+        if HAS_STEP:
+            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        acc_m = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        acc_q = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            ns = n0 + tl.arange(0, BLOCK_N)
+            ok = (ns < N)[:, None] & c_ok[None, :]
+            x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                        other=0.0).to(tl.float32)
+            f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                        other=0.0).to(tl.float32)
+            if HAS_STEP:
+                y = x + s[None, :] * f
+            else:
+                y = x + f
+            if RELU:
+                y = tl.maximum(y, 0.0)
+            y = y.to(o_ptr.dtype.element_ty)
+            tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc, y, mask=ok)
+            if STATE_RELU:
+                x = tl.maximum(x, 0.0)
+            moved = y.to(tl.float32) - x  # from the stored output, as a recorder reads it
+            acc_m += moved * moved
+            acc_q += x * x
+        tl.store(m_ptr + b * C + cs, tl.sum(acc_m, axis=0), mask=c_ok)
+        tl.store(q_ptr + b * C + cs, tl.sum(acc_q, axis=0), mask=c_ok)
 
     @triton.jit
     def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, gx_ptr, gf_ptr, gs_ptr, N, C, sgb, sgn,
@@ -145,6 +184,9 @@ class TritonStepKernels:
         if not HAS_TRITON:
             raise RuntimeError('TritonStepKernels needs triton, which is not installed')
         self._pool, self._step, self._backward = _pool_kernel, _step_kernel, _step_backward_kernel
+        self._measured = _measured_step_kernel
+        #: StepNet's (B, C) arithmetic
+        self.phi = TritonPhiKernels()
 
     def pool(self, state, residual, layout):
         f, (batch, n, c), sf = as_bnc(residual, layout)
@@ -170,6 +212,23 @@ class TritonStepKernels:
         self._step[grid](x, s, f, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None, RELU=relu,
                          BLOCK_N=block_n, BLOCK_C=block_c)
         return out
+
+    def measured_step(self, shortcut, step, f, relu, layout, state_relu):
+        dtype = f.dtype if step is None else torch.promote_types(f.dtype, step.dtype)
+        dtype = torch.promote_types(shortcut.dtype, dtype)
+        x, (batch, n, c), sx = as_bnc(shortcut, layout)
+        f, _, sf = as_bnc(f, layout)
+        out = torch.empty_like(x, dtype=dtype)
+        _, _, so = as_bnc(out, layout)
+        moved = torch.empty((batch, c), dtype=torch.float32, device=f.device)
+        state = torch.empty_like(moved)
+        block_n, block_c = _blocks(n, c, so[1], so[2])
+        s = f if step is None else step.contiguous()
+        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, out, moved, state, n, c, *sx, *sf,
+                                                         *so, HAS_STEP=step is not None, RELU=relu,
+                                                         STATE_RELU=state_relu, BLOCK_N=block_n,
+                                                         BLOCK_C=block_c)
+        return out, moved, state
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad):
         if not (relu or step is not None or need_step_grad):

@@ -1,0 +1,202 @@
+"""The fused step's sums of squares for the NSI (docs/methods.md §0, "The fused step"; §5).
+
+Where a recorder asks, the fused step writes per (sample, channel) ``Σ (x_{t+1} - x_t)²`` and
+``Σ x_t²`` in its own pass; the StiffnessHook's values from them equal those from the states
+(``fused=False``), and a step whose output is not the recorded ``x_{t+1}`` gives none.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
+from mmstiff.engine.hooks import StiffnessHook
+from mmstiff.models.backbones import PreActStepResNet, StepResNet, StepResNet_CIFAR, StepViT
+from mmstiff.models.steps import StepNetAdaptor, residual_update, set_fused
+from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.utils.step_sums import StepSums, close_step_sums, open_requests, open_step_sums
+
+STEPNET = dict(type='mmstiff.StepNetAdaptor')
+SE = dict(type='mmstiff.SEAdaptor', squeeze_channels=4)
+VIT_ARCH = dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32)
+#: name -> (build, image size, whether every recorded step is a fused step giving sums)
+BACKBONES = {
+    'resnet18-stepnet':
+    (lambda: StepResNet(18, base_channels=8, stem_channels=8, adaptor=STEPNET), 32, True),
+    'resnet18-plain': (lambda: StepResNet(18, base_channels=8, stem_channels=8), 32, True),
+    'cifar-se':
+    (lambda: StepResNet_CIFAR(18, base_channels=4, stem_channels=4, adaptor=SE), 16, True),
+    'preact-stepnet': (lambda: PreActStepResNet(20, base_channels=4, adaptor=STEPNET), 16, True),
+    'vit-stepnet':
+    (lambda: StepViT(VIT_ARCH, img_size=16, patch_size=8, msa_adaptor=STEPNET, mlp_adaptor=SE), 16,
+     True),
+    # a rescaled step (msa) and an augmented shortcut (mlp): not the recorded step, no sums
+    'vit-aug-shortcut':
+    (lambda: StepViT(VIT_ARCH, img_size=16, patch_size=8, msa_adaptor=STEPNET, mlp_adaptor=SE,
+                     aug_shortcut=dict(scale=0.75, branches=('mlp', ))), 16, False),
+}
+
+
+def _pair(name):
+    """The backbone with ``fused=False`` and a copy with ``fused=True``, parameters moved off
+    their start (so that Δ varies over the samples)."""
+    build, size, _ = BACKBONES[name]
+    torch.manual_seed(0)
+    reference = build()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    fused = copy.deepcopy(reference)
+    return set_fused(reference, False).train(), set_fused(fused, True).train(), size
+
+
+def _hook_scalars(net, images, **kwargs):
+    hook = StiffnessHook(interval=1, **kwargs)
+    recorders = hook.build_recorders(net)
+    with torch.no_grad():
+        for recorder in recorders.values():
+            recorder.start()
+        net(images)
+        for recorder in recorders.values():
+            recorder.stop()
+    return hook.summarise({role: r.outputs for role, r in recorders.items()})
+
+
+def _both_norms(record):
+    """The NSI norms of a record from its states and (None without them) from its sums."""
+    from_states = stiffness_norms(record.x_t, record.x_next, record.step)
+    if record.sums is None:
+        return from_states, None
+    return from_states, stiffness_norms_from_sums(record.sums, record.step)
+
+
+#: the other kinds of step are in the fast cases (post-activation with a projection, plain, ViT)
+SLOW = ('cifar-se', 'preact-stepnet')
+
+
+@pytest.mark.parametrize(
+    'name',
+    [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in BACKBONES])
+def test_stiffness_hook_values_are_the_same_with_fused_on_and_off(name):
+    reference, fused, size = _pair(name)
+    torch.manual_seed(1)
+    images = torch.randn(4, 3, size, size)
+    for kwargs in (dict(), dict(num_samples=2)):
+        expected = _hook_scalars(reference, images, **kwargs)
+        got = _hook_scalars(fused, images, **kwargs)
+        assert list(got) == list(expected) and any(k.startswith('nsi/') for k in expected)
+        for key, value in expected.items():
+            # a correlation in [-1, 1] near 0 is compared absolutely
+            tol = dict(abs=1e-5) if key.startswith('nsi_step_corr/') else dict(rel=1e-5)
+            assert got[key] == pytest.approx(value, **tol), key
+    # the fused steps gave the sums (the hook read them), equal to the norms of the states
+    spy = TrajectoryRecorder(fused, reduce=_both_norms, level='branch', step_sums=True)
+    with torch.no_grad(), spy:
+        fused(images)
+    given = 0
+    for name_, calls in spy.outputs.items():
+        from_states, from_sums = calls[0]
+        if from_sums is None:
+            continue
+        given += 1
+        for a, b in zip(from_states, from_sums):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name_)
+    assert given == (len(spy.outputs) if BACKBONES[name][2] else 0)
+    assert not open_requests()  # every request closed with its block
+    # the reference step gives none
+    spy = TrajectoryRecorder(reference, level='branch', step_sums=True)
+    with torch.no_grad(), spy:
+        reference(images)
+    assert all(calls[0].sums is None for calls in spy.outputs.values())
+
+
+def test_recorder_without_step_sums_asks_for_none_and_block_level_layers_get_none():
+    _, fused, size = _pair('vit-stepnet')
+    images = torch.randn(2, 3, size, size)
+    for kwargs in (dict(level='branch'), dict(level='block', step_sums=True)):
+        recorder = TrajectoryRecorder(fused, **kwargs)
+        with torch.no_grad(), recorder:
+            fused(images)
+        assert recorder.outputs and all(c[0].sums is None for c in recorder.outputs.values())
+
+
+@pytest.mark.parametrize('layout, shape', [('nchw', (3, 4, 5, 2)), ('nlc', (3, 6, 4))])
+@pytest.mark.parametrize('relu, state_relu', [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+def test_torch_measured_step_is_the_explicit_formula(layout, shape, relu, state_relu, dtype):
+    torch.manual_seed(0)
+    x, f = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    channels = shape[1] if layout == 'nchw' else shape[2]
+    step = torch.rand(shape[0], channels).to(dtype)
+    out, moved, state = TorchStepKernels.measured_step(x, step, f, relu, layout, state_relu)
+    torch.testing.assert_close(out, TorchStepKernels.step(x, step, f, relu, layout))
+    x_t = x.double().clamp(min=0) if state_relu else x.double()
+    axes = (2, 3) if layout == 'nchw' else (1, )
+    assert moved.dtype == state.dtype == torch.float32 and moved.shape == (shape[0], channels)
+    # float32 sums of the float64 squares
+    torch.testing.assert_close(moved.double(), ((out.double() - x_t)**2).sum(dim=axes), rtol=1e-6,
+                               atol=1e-6)
+    torch.testing.assert_close(state.double(), (x_t**2).sum(dim=axes), rtol=1e-6, atol=1e-6)
+
+
+def _given(fn):
+    """What one residual step gives an open request (its list of sums)."""
+    request = open_step_sums()
+    try:
+        fn()
+    finally:
+        close_step_sums(request)
+    return request.sums
+
+
+def test_steps_that_are_not_the_recorded_step_give_no_sums():
+    torch.manual_seed(0)
+    adaptor = StepNetAdaptor(4).train()
+    x, f = torch.randn(2, 4, 3, 3), torch.randn(2, 4, 3, 3)
+    [given] = _given(lambda: residual_update(x, f, adaptor, 'nchw', True, act=nn.ReLU()))
+    assert isinstance(given, StepSums) and given.moved.shape == (2, 4)
+    cases = [
+        lambda: residual_update(x, f, adaptor, 'nchw', False, act=nn.ReLU()),  # reference
+        lambda: residual_update(x, f, adaptor, 'nchw', True, act=nn.GELU()),  # act outside
+        lambda: residual_update(x, f, adaptor, 'nchw', True, shortcut=x + 1),  # not x_t
+        lambda: residual_update(x, f, adaptor, 'nchw', True, measurable=False),
+    ]
+    for case in cases:
+        assert _given(case) == [None]
+    # the recorder's x_t is the ReLU of the shortcut, but the step applies no ReLU
+    request = open_step_sums(state_act=True)
+    residual_update(x, f, adaptor, 'nchw', True)
+    close_step_sums(request)
+    assert request.sums == [None]
+
+
+def test_norms_from_sums_handle_a_saturated_step_and_refuse_a_per_element_step():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 2, 2)
+    step = torch.rand(3, 4, 1, 1)
+    step[0, 1] = 0.0  # underflowed: the channel did not move (0 / 0 counts as 0)
+    x_next = x + step * torch.randn_like(x)
+    x_next[1] = x[1] + 0.5
+    out, moved, state = TorchStepKernels.measured_step(x, None, x_next - x, False, 'nchw', False)
+    sums = StepSums(moved, state, 'nchw')
+    for given in (step, None, 2.0):
+        expected = stiffness_norms(x, out, given)
+        got = stiffness_norms_from_sums(sums, given)
+        for a, b in zip(expected, got):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    assert stiffness_norms_from_sums(sums, torch.rand(3, 4, 2, 2)) is None
+    with pytest.raises(ValueError, match='step='):
+        stiffness_norms_from_sums(sums, 'one')
+
+
+def test_stopping_a_recorder_closes_its_open_requests():
+    _, fused, size = _pair('resnet18-plain')
+    # the block fails after its step, before the recorder's hook closes the block's request
+    fused.layer1[0].register_forward_hook(lambda *args: 1 / 0)
+    recorder = TrajectoryRecorder(fused, step_sums=True).start()
+    with pytest.raises(ZeroDivisionError):
+        fused(torch.randn(1, 3, size, size))
+    assert open_requests()
+    recorder.stop()
+    assert not open_requests()
