@@ -70,14 +70,18 @@ def say(text):
 
 def show_warning(message, category, filename, lineno, file=None, line=None):
     """The runner's warnings (another study's unreadable file, a corrupt file kept aside) as
-    ``warning: ...`` lines; other warnings as Python prints them."""
+    ``warning: ...`` lines, each once (the index is rewritten after every run); other
+    warnings as Python prints them."""
     if issubclass(category, StudyWarning):
-        say(f'warning: {message}')
+        if str(message) not in _warned:
+            _warned.add(str(message))
+            say(f'warning: {message}')
     else:
         _show_warning(message, category, filename, lineno, file, line)
 
 
 _show_warning = warnings.showwarning
+_warned = set()
 DEFAULT_WORK_DIR = osp.join(REPO, 'work_dirs', 'studies')
 DEFAULT_RESULTS_DIR = osp.join(REPO, 'docs', 'results')
 
