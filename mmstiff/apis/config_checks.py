@@ -121,8 +121,8 @@ MISSPELLED = 0.8
 
 def _keys_below(node, prefix):
     """``(dotted path, key)`` of every dict key below ``node`` (list items by index)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
-        node, (list, tuple)) else ()
+    items = node.items() if isinstance(
+        node, dict) else enumerate(node) if isinstance(node, (list, tuple)) else ()
     for key, child in items:
         path = f'{prefix}.{key}' if prefix else str(key)
         if isinstance(node, dict):

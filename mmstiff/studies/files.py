@@ -65,8 +65,9 @@ def _state_structure(data):
     for key, entry in _field(data, 'runs', dict, 'the file').items():
         _expect(entry, dict, f'runs[{key!r}]')
         for i, stage in enumerate(entry.get('stages') or []):
-            _field(_expect(stage, dict, f'runs[{key!r}].stages[{i}]'), 'name', str,
-                   f'runs[{key!r}].stages[{i}]')
+            _field(
+                _expect(stage, dict, f'runs[{key!r}].stages[{i}]'), 'name', str,
+                f'runs[{key!r}].stages[{i}]')
 
 
 def _runs_structure(data):
@@ -77,8 +78,7 @@ def _runs_structure(data):
     _field(study, 'claim', dict, 'study')
     _field(study, 'cfg_options', list, 'study')
     for i, variant in enumerate(_field(study, 'variants', list, 'study')):
-        _field(_expect(variant, dict, f'study.variants[{i}]'), 'label', str,
-               f'study.variants[{i}]')
+        _field(_expect(variant, dict, f'study.variants[{i}]'), 'label', str, f'study.variants[{i}]')
     for i, run in enumerate(_field(data, 'runs', list, 'the file')):
         where = f'runs[{i}]'
         _expect(run, dict, where)

@@ -35,8 +35,8 @@ def _row(path):
         source = study.claim.source
         category, effect, mde = _primary(StudyNumbers(runs_data, study.outcome))
     except StudyError as err:
-        source, category, effect, mde = info['claim'].get('source', '–'), (
-            f'(study file {info["file"]} unreadable: {err})'), '–', '–'
+        source, category, effect, mde = info['claim'].get(
+            'source', '–'), (f'(study file {info["file"]} unreadable: {err})'), '–', '–'
     done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
     folder = osp.basename(osp.dirname(path))
     return [
@@ -57,11 +57,9 @@ def write_index(results_dir):
             rows.append(_row(path))
         except UnreadableFile as err:
             folder = osp.basename(osp.dirname(path))
-            warnings.warn(f'{err}; the index lists study {folder!r} as unreadable',
-                          StudyWarning)
-            rows.append([
-                folder, '–', f'(unreadable: {folder}/{RUNS_FILE} {err.problem})', '–', '–', '–'
-            ])
+            warnings.warn(f'{err}; the index lists study {folder!r} as unreadable', StudyWarning)
+            rows.append(
+                [folder, '–', f'(unreadable: {folder}/{RUNS_FILE} {err.problem})', '–', '–', '–'])
     lines = [
         '# Reproduction studies', '',
         'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '

@@ -20,7 +20,10 @@ EXIT = re.compile(r'^\[(?P<time>[^\]]+)\] exit (?P<code>-?\d+) after (?P<wall>[0
 SCRIPTS = {
     TRAIN: ('tools/train.py', 'tools/dist_train.sh', 'tools/slurm_train.sh'),
     TEST: ('tools/test.py', 'tools/dist_test.sh', 'tools/slurm_test.sh'),
-    **{tool: (script, ) for tool, (script, _) in ANALYSIS_TOOLS.items()}
+    **{
+        tool: (script, )
+        for tool, (script, _) in ANALYSIS_TOOLS.items()
+    }
 }
 
 
@@ -41,8 +44,8 @@ def read_attempts(log_text):
                         wall_time_s=None)
             stages.setdefault(stage_of(start['command']), []).append(last)
         elif end and last is not None and last['returncode'] is None:
-            last.update(returncode=int(end['code']), wall_time_s=float(end['wall']),
-                        finished=end['time'])
+            last.update(
+                returncode=int(end['code']), wall_time_s=float(end['wall']), finished=end['time'])
     return stages
 
 
@@ -90,6 +93,7 @@ def entry_from_folder(plan):
             entry.update(status=DONE, record=collect_run(work_dir, plan.variant.analysis),
                          checkpoint=repo_relative(checkpoint), finished=finished)
         except (OSError, ValueError, KeyError) as err:
-            entry.update(status=FAILED, finished=finished, error=(
-                f'could not read the results of {plan.work_dir}: {type(err).__name__}: {err}'))
+            entry.update(
+                status=FAILED, finished=finished, error=(
+                    f'could not read the results of {plan.work_dir}: {type(err).__name__}: {err}'))
     return entry, None

@@ -89,8 +89,9 @@ def test_index_lists_another_studys_broken_runs_json_as_unreadable(tmp_path):
     write_runs(str(results), good)
     (results / 'broken').mkdir()
     (results / 'broken' / 'runs.json').write_text('{"format": 1, "runs": [')
-    with pytest.warns(StudyWarning, match=r'broken/runs\.json is truncated.*lists study '
-                      "'broken' as unreadable"):
+    with pytest.warns(
+            StudyWarning, match=r'broken/runs\.json is truncated.*lists study '
+            "'broken' as unreadable"):
         write_index(str(results))
     lines = (results / 'README.md').read_text().splitlines()
     rows = [line for line in lines if line.startswith('| ')][1:]  # after the header

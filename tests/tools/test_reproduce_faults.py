@@ -2,6 +2,7 @@
 naming the file and ``--rebuild``, which rebuilds both from the run folders), another study's
 broken files (skipped with a warning while this study's runs go on), and a study option that
 names no field of its config (refused before any run, also with ``--dry-run``)."""
+import glob
 import importlib.util
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 
 from mmstiff.studies import StudyError, load_study
 from mmstiff.studies.plan import check_run_configs
+from mmstiff.studies.spec import read_study_fields
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
@@ -30,10 +32,11 @@ runs = [dict(label='plain', config={DEMO!r}, cfg_options=['model.backbone.adapto
 
 def reproduce(*args, timeout=600):
     env = dict(os.environ, OMP_NUM_THREADS='1')
-    env['PYTHONPATH'] = os.pathsep.join([REPO] + [
-        p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
-    return subprocess.run([sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    env['PYTHONPATH'] = os.pathsep.join(
+        [REPO] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    return subprocess.run(
+        [sys.executable, osp.join(REPO, 'tools', 'reproduce.py'), *args], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=timeout)
 
 
 def load_tool():
@@ -146,10 +149,14 @@ def test_rebuild_from_the_run_folders_keeps_the_corrupt_files(tmp_path, monkeypa
     assert tool.main([*args, '--rebuild']) == 0
     out = capsys.readouterr().out
     assert 'study tiny: 4 run(s) rebuilt from their folders' in out and '4 of 4 runs done' in out
-    kept = {p.name.split('.corrupt-')[0]: p.read_text() for p in (work / 'tiny').iterdir()
-            if '.corrupt-' in p.name}
-    kept.update({p.name.split('.corrupt-')[0]: p.read_text()
-                 for p in (results / 'tiny').iterdir() if '.corrupt-' in p.name})
+    kept = {
+        p.name.split('.corrupt-')[0]: p.read_text()
+        for p in (work / 'tiny').iterdir() if '.corrupt-' in p.name
+    }
+    kept.update({
+        p.name.split('.corrupt-')[0]: p.read_text()
+        for p in (results / 'tiny').iterdir() if '.corrupt-' in p.name
+    })
     assert kept == {'state.json': state_text, 'runs.json': runs_text}
     after = json.loads(runs_file.read_text())
     for old, new in zip(before['runs'], after['runs']):
@@ -173,9 +180,10 @@ def test_rebuild_from_the_run_folders_keeps_the_corrupt_files(tmp_path, monkeypa
 ])
 def test_misspelled_option_refused_before_any_run(tmp_path, option, expected):
     study = tmp_path / 'tiny.py'
-    study.write_text(STUDY.replace("dict(label='stepnet', config={DEMO!r})".format(DEMO=DEMO),
-                                   f"dict(label='stepnet', config={DEMO!r}, "
-                                   f"cfg_options=[{option!r}])"))
+    study.write_text(
+        STUDY.replace("dict(label='stepnet', config={DEMO!r})".format(DEMO=DEMO),
+                      f"dict(label='stepnet', config={DEMO!r}, "
+                      f"cfg_options=[{option!r}])"))
     study_obj = load_study(str(study))  # the study file itself is fine
     with pytest.raises(StudyError) as info:
         check_run_configs(study_obj, load_tool().check_config)
@@ -189,7 +197,18 @@ def test_dry_run_refuses_a_misspelled_option(tmp_path):
     study.write_text(STUDY + "cfg_options = ['train_cfg.max_epoch=1']\n")
     proc = reproduce(str(study), '--dry-run', '--work-dir', str(tmp_path / 'work'))
     assert proc.returncode == 1 and proc.stdout == ''
-    assert proc.stderr.splitlines()[-1] == (f"error: study file {study}, run 'plain' (config {DEMO}): option "
-                           "'train_cfg.max_epoch=1': train_cfg has no key 'max_epoch'; did you "
-                           "mean train_cfg.max_epochs?")
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: study file {study}, run 'plain' (config {DEMO}): option "
+        "'train_cfg.max_epoch=1': train_cfg has no key 'max_epoch'; did you mean "
+        'train_cfg.max_epochs?')
     assert not (tmp_path / 'work').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', sorted(glob.glob(osp.join(REPO, 'configs', 'studies', '*.py'))))
+def test_committed_studies_pass_the_option_check(path):
+    """No study of the project is refused: every option of every variant (and of every entry
+    of ``configs``) names a field of its config or adds one that is no near-miss."""
+    check = load_tool().check_config
+    for config_set in [None, *sorted(read_study_fields(path).get('configs') or {})]:
+        check_run_configs(load_study(path, config_set), check)
