@@ -8,8 +8,8 @@ from mmengine.config import Config
 
 from mmstiff.apis import ConfigError, prepare_runner_cfg
 from mmstiff.apis.config_checks import (check_mmstiff_types, check_options, check_train_loop,
-                                        closest_names, option_key_problem, parse_options,
-                                        registered_mmstiff_types, train_loop_of)
+                                        closest_names, option_key_problem, registered_mmstiff_types,
+                                        train_loop_of)
 from mmstiff.registry import HOOKS, MODELS
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -150,22 +150,19 @@ def test_option_keys_are_walked_through_the_config(key, problem):
     assert option_key_problem(NESTED, key) == problem
 
 
-def test_options_parsed_merged_and_checked_like_cfg_options():
-    assert parse_options(['a.b=1', 'c=[1, 2]', 'd=None', 'e=x']) == {
-        'a.b': 1,
-        'c': [1, 2],
-        'd': None,
-        'e': 'x'
-    }
+def test_options_merged_and_checked_like_cfg_options():
     cfg = check_options(
-        Config.fromfile(DEMO), ['train_cfg.max_epochs=1', 'model.backbone.adaptor=None'])
+        Config.fromfile(DEMO), {
+            'train_cfg.max_epochs': 1,
+            'model.backbone.adaptor': None
+        })
     assert cfg.train_cfg.max_epochs == 1 and cfg.model.backbone.adaptor is None
     with pytest.raises(
-            ValueError, match=r"^option 'train_cfg.max_epoch=1': train_cfg has no key "
+            ValueError, match=r"^option train_cfg.max_epoch=1: train_cfg has no key "
             r"'max_epoch'; did you mean train_cfg\.max_epochs\?$"):
-        check_options(Config.fromfile(DEMO), ['train_cfg.max_epoch=1'])
+        check_options(Config.fromfile(DEMO), {'train_cfg.max_epoch': 1})
     # the merged config goes through the whole-config checks (the loop's keys here)
     with pytest.raises(
             ValueError, match=r'^train_cfg.max_iters=5 is not an argument of the '
             'epoch-based training loop'):
-        check_options(Config.fromfile(DEMO), ['train_cfg.max_iters=5'])
+        check_options(Config.fromfile(DEMO), {'train_cfg.max_iters': 5})

@@ -283,10 +283,15 @@ def recollect(plans, state):
 
 
 def check_config(path, options):
-    """``path`` loaded with ``options`` and checked as tools/train.py would (ValueError)."""
+    """``path`` loaded with the ``key=value`` ``options`` and checked as tools/train.py would
+    check it (ValueError)."""
+    from mmengine.config import DictAction
+
     from mmstiff.apis import load_config
     from mmstiff.apis.config_checks import check_options
-    check_options(load_config(path), options)
+    parsed = argparse.Namespace(options=None)
+    DictAction(option_strings=[], dest='options')(None, parsed, list(options))
+    check_options(load_config(path), parsed.options or {})
 
 
 def rebuild_command(args):

@@ -177,30 +177,20 @@ def option_key_problem(cfg, key):
     return None
 
 
-def parse_options(options):
-    """``['key=value', ...]`` as ``{key: value}``, values parsed as ``--cfg-options`` parses
-    them (MMEngine's ``DictAction``: numbers, booleans, None, lists, tuples)."""
-    from types import SimpleNamespace
-
-    from mmengine.config import DictAction
-    namespace = SimpleNamespace(options=None)
-    DictAction(option_strings=[], dest='options')(None, namespace, list(options))
-    return namespace.options or {}
-
-
 def check_options(cfg, options, mode='train'):
-    """Check the option strings ``options`` (``key=value``) against the loaded config ``cfg``,
-    merge them into it, and run the whole-config checks of ``mode`` on the result; else
-    ``ValueError`` naming the option, what is wrong and the closest existing key."""
+    """Check the options ``{key: value}`` (``--cfg-options`` as MMEngine's ``DictAction`` parses
+    them) against the loaded config ``cfg``, merge them into it, and run the whole-config checks
+    of ``mode`` on the result; else ``ValueError`` naming the option, what is wrong and the
+    closest existing key."""
     plain = cfg.to_dict()
-    for option in options:
-        problem = option_key_problem(plain, option.split('=', 1)[0].strip())
+    for key, value in options.items():
+        problem = option_key_problem(plain, key)
         if problem:
-            raise ValueError(f'option {option!r}: {problem}')
+            raise ValueError(f'option {key}={value!r}: {problem}')
     try:
-        cfg.merge_from_dict(parse_options(options))
+        cfg.merge_from_dict(options)
     except (TypeError, KeyError, ValueError) as err:
-        raise ValueError(f'options {list(options)} do not merge into the config: {err}') from None
+        raise ValueError(f'the options do not merge into the config: {err}') from None
     check_mmstiff_types(cfg)
     if mode == 'train':
         check_train_loop(cfg)

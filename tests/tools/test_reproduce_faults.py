@@ -171,9 +171,9 @@ def test_rebuild_from_the_run_folders_keeps_the_corrupt_files(tmp_path, monkeypa
 
 @pytest.mark.slow  # loads the config and mmstiff's models (the registry) once
 @pytest.mark.parametrize('option, expected', [
-    ('train_cfg.max_epoch=1', "option 'train_cfg.max_epoch=1': train_cfg has no key "
+    ('train_cfg.max_epoch=1', "option train_cfg.max_epoch=1: train_cfg has no key "
      "'max_epoch'; did you mean train_cfg.max_epochs?"),
-    ('model.adaptr.type=mmstiff.SEAdaptor', "option 'model.adaptr.type=mmstiff.SEAdaptor': "
+    ('model.adaptr.type=mmstiff.SEAdaptor', "option model.adaptr.type='mmstiff.SEAdaptor': "
      "model has no key 'adaptr'; did you mean model.backbone.adaptor.type?"),
     ('model.backbone.adaptor.type=mmstiff.SEAdaptr', "model.backbone.adaptor.type="
      "'mmstiff.SEAdaptr' is not a type mmstiff registers; did you mean 'mmstiff.SEAdaptor'"),
@@ -199,7 +199,7 @@ def test_dry_run_refuses_a_misspelled_option(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ''
     assert proc.stderr.splitlines()[-1] == (
         f"error: study file {study}, run 'plain' (config {DEMO}): option "
-        "'train_cfg.max_epoch=1': train_cfg has no key 'max_epoch'; did you mean "
+        "train_cfg.max_epoch=1: train_cfg has no key 'max_epoch'; did you mean "
         'train_cfg.max_epochs?')
     assert not (tmp_path / 'work').exists()
 
