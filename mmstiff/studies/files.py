@@ -82,7 +82,8 @@ def _runs_structure(data):
     for i, run in enumerate(_field(data, 'runs', list, 'the file')):
         where = f'runs[{i}]'
         _expect(run, dict, where)
-        for key, kind in (('key', str), ('variant', str), ('status', str), ('stages', list)):
+        for key, kind in (('key', str), ('variant', str), ('seed', int), ('status', str), ('stages',
+                                                                                           list)):
             _field(run, key, kind, where)
         _field(_field(run, 'record', dict, where), 'metrics', dict, f'{where}.record')
 
