@@ -110,8 +110,10 @@ def parse_args(argv=None):
         '(each run\'s stages from its reproduce.log, its numbers from its work dir), '
         'keeping an unreadable file as <file>.corrupt-<time>; then write the page and '
         'the index; runs nothing')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='print the runs and their commands, run nothing')
+    parser.add_argument(
+        '--dry-run', action='store_true',
+        help="check every run's config and options, print the runs and their commands, run "
+        'nothing')
     parser.add_argument('--work-dir', default=DEFAULT_WORK_DIR,
                         help='root of the runs\' work dirs (default work_dirs/studies)')
     parser.add_argument('--results-dir', default=DEFAULT_RESULTS_DIR,

@@ -9,7 +9,7 @@ from .files import UnreadableFile, read_runs_file
 from .format import code, fmt, fmt_interval, fmt_signed, table
 from .numbers import StudyNumbers
 from .report import PAGE, RUNS_FILE
-from .spec import load_study
+from .spec import load_study, repo_relative
 from .state import DONE
 
 
@@ -55,11 +55,17 @@ def write_index(results_dir):
     for path in sorted(glob.glob(osp.join(results_dir, '*', RUNS_FILE))):
         try:
             rows.append(_row(path))
-        except UnreadableFile as err:
+        except (UnreadableFile, KeyError, TypeError, ValueError) as err:
+            # another study's file: it never stops the study whose page is being written
             folder = osp.basename(osp.dirname(path))
-            warnings.warn(f'{err}; the index lists study {folder!r} as unreadable', StudyWarning)
+            problem = (
+                err.problem if isinstance(err, UnreadableFile) else
+                f'has numbers the page cannot use ({type(err).__name__}: {err})')
+            warnings.warn(
+                f'{repo_relative(path)} {problem}; the index lists study {folder!r} '
+                'as unreadable', StudyWarning)
             rows.append(
-                [folder, '–', f'(unreadable: {folder}/{RUNS_FILE} {err.problem})', '–', '–', '–'])
+                [folder, '–', f'(unreadable: {folder}/{RUNS_FILE} {problem})', '–', '–', '–'])
     lines = [
         '# Reproduction studies', '',
         'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '
