@@ -1,4 +1,5 @@
-"""Whole-config checks before the Runner: misspelled mmstiff types, keys of the other loop."""
+"""Whole-config checks before the Runner: misspelled mmstiff types, keys of the other loop,
+option keys that name no field of the config."""
 import argparse
 import os.path as osp
 
@@ -6,8 +7,9 @@ import pytest
 from mmengine.config import Config
 
 from mmstiff.apis import ConfigError, prepare_runner_cfg
-from mmstiff.apis.config_checks import (check_mmstiff_types, check_train_loop, closest_names,
-                                        registered_mmstiff_types, train_loop_of)
+from mmstiff.apis.config_checks import (check_mmstiff_types, check_options, check_train_loop,
+                                        closest_names, option_key_problem, registered_mmstiff_types,
+                                        train_loop_of)
 from mmstiff.registry import HOOKS, MODELS
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -113,3 +115,54 @@ def test_train_cli_stops_with_one_line_before_any_work(run_tool, tmp_path):
         'this config trains for train_cfg.max_epochs=3 (EpochBasedTrainLoop: the loop is '
         'epoch-based), so set train_cfg.max_epochs instead')
     assert 'Traceback' not in proc.stderr and not work.exists()
+
+
+NESTED = dict(
+    model=dict(
+        type='ImageClassifier', backbone=dict(type='mmstiff.StepResNet', adaptor=None,
+                                              stages=dict(adaptor_norm='auto'))),
+    train_cfg=dict(by_epoch=True, max_epochs=3), custom_hooks=[dict(type='A', interval=5)])
+
+
+@pytest.mark.parametrize(
+    'key, problem',
+    [
+        ('train_cfg.max_epochs', None),  # an existing field
+        ('custom_hooks.0.interval', None),  # a list item by index, as MMEngine merges it
+        ('model.backbone.drop_path_rate', None),  # a new field, close to nothing: MMEngine adds it
+        ('optim_wrapper.paramwise_cfg.norm_decay_mult', None),  # a new top-level section
+        ('model.init_cfg', None),  # a new last part, even where a key of that name is deeper down
+        ('train_cfg.max_epoch',
+         "train_cfg has no key 'max_epoch'; did you mean train_cfg.max_epochs?"),
+        ('trian_cfg.max_epochs', "the config has no key 'trian_cfg'; did you mean "
+         'train_cfg.max_epochs?'),
+        ('model.adaptr.type',
+         "model has no key 'adaptr'; did you mean model.backbone.adaptor.type?"),
+        ('model.stages.adaptor_norm', "model has no key 'stages'; did you mean "
+         'model.backbone.stages.adaptor_norm?'),
+        ('model.backbone.adaptor.type',
+         'model.backbone.adaptor=None in the config is not a dict, so '
+         'nothing can be set below it (set model.backbone.adaptor itself)'),
+        ('custom_hooks.1.interval',
+         "custom_hooks is a list of 1 item(s); '1' is not an index of it"),
+    ])
+def test_option_keys_are_walked_through_the_config(key, problem):
+    assert option_key_problem(NESTED, key) == problem
+
+
+def test_options_merged_and_checked_like_cfg_options():
+    cfg = check_options(
+        Config.fromfile(DEMO), {
+            'train_cfg.max_epochs': 1,
+            'model.backbone.adaptor': None
+        })
+    assert cfg.train_cfg.max_epochs == 1 and cfg.model.backbone.adaptor is None
+    with pytest.raises(
+            ValueError, match=r"^option train_cfg.max_epoch=1: train_cfg has no key "
+            r"'max_epoch'; did you mean train_cfg\.max_epochs\?$"):
+        check_options(Config.fromfile(DEMO), {'train_cfg.max_epoch': 1})
+    # the merged config goes through the whole-config checks (the loop's keys here)
+    with pytest.raises(
+            ValueError, match=r'^train_cfg.max_iters=5 is not an argument of the '
+            'epoch-based training loop'):
+        check_options(Config.fromfile(DEMO), {'train_cfg.max_iters': 5})

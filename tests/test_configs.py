@@ -233,3 +233,19 @@ def test_config_trains_two_iterations(config, tiny_data, tmp_path):
     for key in loss_keys:
         value = losses[key].current()
         assert value == value and abs(value) < 1e6, f'{key}={value} is not a finite loss'
+
+
+@pytest.mark.parametrize('config', TRAINED)
+def test_config_reads_its_data_through_the_checked_type(config):
+    """Where mmstiff registers a checked dataset class of the same name as the upstream one
+    (``mmstiff.CocoDataset``, ``mmstiff.CIFAR10``, ...), the project's configs use it: the
+    checks of docs/reliability.md are the configs' default."""
+    from mmstiff.registry import DATASETS
+    DATASETS.import_from_location()
+    cfg = Config.fromfile(osp.join(REPO, config))
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg.get(field)
+        for dataset in _datasets(loader.dataset) if loader else ():
+            name = dataset['type'].split('.')[-1]
+            if name in DATASETS.module_dict:
+                assert dataset['type'] == f'mmstiff.{name}', (field, dataset['type'])

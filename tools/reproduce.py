@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Run a reproduction study: every variant × seed trained, tested and analysed, then its page.
 
-    python tools/reproduce.py STUDY [--jobs N] [--report-only] [--dry-run]
+    python tools/reproduce.py STUDY [--jobs N] [--report-only] [--dry-run] [--rebuild]
                               [--configs NAME] [--set KEY=VALUE ...]
                               [--launcher none|pytorch|slurm] [--gpus N] [--partition P]
                               [--device cpu|cuda]
@@ -26,11 +26,14 @@ the index from the existing runs.json without running anything (same bytes for t
 runs.json and study file); do that after filling in the study's ``verdict``.
 
 A study file with a bad field (unknown file, missing config, repeated label, a seed that is not
-an int, an unknown analysis tool, ...) stops the runner before any work, naming the field.
+an int, an unknown analysis tool, ...) or an option that names no field of its run's config
+(``train_cfg.max_epoch``) stops the runner before any work, naming the field. A truncated or
+foreign state.json or runs.json of the study stops it too, naming the file; ``--rebuild``
+rebuilds both from the run folders (keeping the unreadable file as
+``<file>.corrupt-<time>``). Another study's unreadable files are skipped with a warning.
 """
 import argparse
 import concurrent.futures
-import json
 import math
 import os
 import os.path as osp
@@ -40,15 +43,19 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from importlib import metadata
 
 from mmstiff.studies import (Launch, StudyError, check_launch, load_study, plan_runs, runs_json,
                              write_index, write_page, write_runs)
 from mmstiff.studies.collect import collect_run
+from mmstiff.studies.errors import StudyWarning
 from mmstiff.studies.execute import execute, now
+from mmstiff.studies.files import UnreadableFile, keep_copy, read_runs_file
 from mmstiff.studies.format import fmt_duration
 from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check_against_state,
-                                  needs_work)
+                                  check_run_configs, needs_work)
+from mmstiff.studies.rebuild import entry_from_folder
 from mmstiff.studies.spec import REPO, repo_relative
 from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
 
@@ -59,6 +66,24 @@ _print_lock = threading.Lock()
 def say(text):
     with _print_lock:
         print(text, flush=True)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None):
+    """The runner's warnings (another study's unreadable file, a corrupt file kept aside) as
+    ``warning: ...`` lines, each once (the index is rewritten after every run); other
+    warnings as Python prints them."""
+    if issubclass(category, StudyWarning):
+        if str(message) not in _warned:
+            _warned.add(str(message))
+            say(f'warning: {message}')
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+_warned = set()
+DEFAULT_WORK_DIR = osp.join(REPO, 'work_dirs', 'studies')
+DEFAULT_RESULTS_DIR = osp.join(REPO, 'docs', 'results')
 
 
 def positive_int(text):
@@ -79,11 +104,19 @@ def parse_args(argv=None):
         '--recollect', action='store_true',
         help='read the numbers of the finished runs again from their work dirs '
         '(after an upgrade of mmstiff/studies/collect.py), then go on as usual')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='print the runs and their commands, run nothing')
-    parser.add_argument('--work-dir', default=osp.join(REPO, 'work_dirs', 'studies'),
+    parser.add_argument(
+        '--rebuild', action='store_true',
+        help='rebuild state.json and runs.json from the run folders under --work-dir '
+        '(each run\'s stages from its reproduce.log, its numbers from its work dir), '
+        'keeping an unreadable file as <file>.corrupt-<time>; then write the page and '
+        'the index; runs nothing')
+    parser.add_argument(
+        '--dry-run', action='store_true',
+        help="check every run's config and options, print the runs and their commands, run "
+        'nothing')
+    parser.add_argument('--work-dir', default=DEFAULT_WORK_DIR,
                         help='root of the runs\' work dirs (default work_dirs/studies)')
-    parser.add_argument('--results-dir', default=osp.join(REPO, 'docs', 'results'),
+    parser.add_argument('--results-dir', default=DEFAULT_RESULTS_DIR,
                         help='where runs.json, the page and the index go (default docs/results)')
     parser.add_argument(
         '--configs', metavar='NAME',
@@ -251,11 +284,69 @@ def recollect(plans, state):
                          record=collect_run(plan.path(plan.work_dir), plan.variant.analysis))
 
 
+def check_config(path, options):
+    """``path`` loaded with the ``key=value`` ``options`` and checked as tools/train.py would
+    check it (ValueError)."""
+    from mmengine.config import DictAction
+
+    from mmstiff.apis import load_config
+    from mmstiff.apis.config_checks import check_options
+    parsed = argparse.Namespace(options=None)
+    DictAction(option_strings=[], dest='options')(None, parsed, list(options))
+    check_options(load_config(path), parsed.options or {})
+
+
+def rebuild_command(args):
+    """The command that rebuilds this study's files from its run folders."""
+    words = ['python', 'tools/reproduce.py', args.study, '--rebuild']
+    words += ['--configs', args.configs] if args.configs else []
+    for item in args.set:
+        words += ['--set', item]
+    for flag, value, default in (('--work-dir', args.work_dir, DEFAULT_WORK_DIR),
+                                 ('--results-dir', args.results_dir, DEFAULT_RESULTS_DIR)):
+        if osp.abspath(value) != osp.abspath(default):
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def rebuild(study, plans, args, results_dir, study_dir):
+    """``--rebuild``: state.json from the run folders where it is unreadable or lacks a run,
+    then runs.json, the page and the index from it; nothing runs."""
+    path = osp.join(study_dir, STATE_FILE)
+    try:
+        state = StudyState(path, study.name)
+    except UnreadableFile as err:
+        say(f'{err}; kept it as {repo_relative(keep_copy(path))}')
+        state = StudyState(path, study.name)
+    rebuilt = []
+    for plan in plans:
+        if state.run(plan.key).get('status') not in (None, PENDING):
+            continue
+        entry, why = entry_from_folder(plan)
+        if entry is None:
+            if osp.isdir(plan.path(plan.work_dir)):
+                say(f'{plan.key}: not rebuilt: {why}')
+            continue
+        state.update(plan.key, **entry)
+        rebuilt.append(plan.key)
+    published = osp.join(results_dir, study.name, 'runs.json')
+    adopted = []
+    try:
+        if osp.isfile(published):
+            adopted = adopt_published_runs(plans, state, read_runs_file(published))
+    except UnreadableFile as err:
+        say(f'{err}; it is written again from the state')
+    statuses = [state.run(p.key).get('status', PENDING) for p in plans]
+    say(f'study {study.name}: {len(rebuilt)} run(s) rebuilt from their folders, '
+        f'{len(adopted)} taken from {repo_relative(published)}; '
+        f'{statuses.count(DONE)} of {len(plans)} runs done; state: {repo_relative(state.path)}')
+    return publish(study, plans, state, results_dir, args)
+
+
 def run_study(study, plans, state, args, results_dir, work_root):
     published = osp.join(results_dir, study.name, 'runs.json')
     if osp.isfile(published):
-        with open(published) as f:
-            adopted = adopt_published_runs(plans, state, json.load(f))
+        adopted = adopt_published_runs(plans, state, read_runs_file(published))
         if adopted:
             say(f'{len(adopted)} finished run(s) taken from {repo_relative(published)}')
     check_against_state(plans, state)
@@ -293,7 +384,11 @@ def run_study(study, plans, state, args, results_dir, work_root):
             if entry.get('status') != DONE:
                 failed.append(plan.key)
             progress.finished(plan.key, entry)
-            publish(study, plans, state, results_dir, args)
+            try:
+                publish(study, plans, state, results_dir, args)
+            except Exception as err:  # the runs in flight go on; the last publish says it again
+                say(f'warning: the page was not written after {plan.key} ({type(err).__name__}: '
+                    f'{err}); the runs go on')
     except BaseException:
         stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -305,6 +400,7 @@ def run_study(study, plans, state, args, results_dir, work_root):
 def main(argv=None):
     args = parse_args(argv)
     results_dir = osp.abspath(args.results_dir)
+    warnings.showwarning = show_warning
     try:
         study = load_study(args.study, args.configs, args.set)
         launch = check_launch(Launch(args.launcher, args.gpus, args.partition, args.device))
@@ -313,14 +409,27 @@ def main(argv=None):
             say(f'wrote {repo_relative(page)} and {repo_relative(index)}')
             return 0
         plans = plan_runs(study, osp.abspath(args.work_dir), launch)
+        study_dir = osp.join(osp.abspath(args.work_dir), study.name)
+        if args.rebuild:
+            with RunnerLock(study_dir):
+                page, index = rebuild(study, plans, args, results_dir, study_dir)
+            say(f'wrote {repo_relative(osp.join(results_dir, study.name, "runs.json"))}, '
+                f'{repo_relative(page)} and {repo_relative(index)}')
+            return 0
+        check_run_configs(study, check_config)
         if args.dry_run:
             dry_run(plans)
             return 0
-        study_dir = osp.join(osp.abspath(args.work_dir), study.name)
         with RunnerLock(study_dir):
             state = StudyState(osp.join(study_dir, STATE_FILE), study.name)
             failed = run_study(study, plans, state, args, results_dir, osp.abspath(args.work_dir))
             page, index = publish(study, plans, state, results_dir, args)
+    except UnreadableFile as err:
+        restore = (f', or restore it (git checkout -- {repo_relative(err.path)})'
+                   if osp.basename(err.path) == 'runs.json' else '')
+        sys.exit(f'error: {err}. Nothing was run. Rebuild it from the run folders with: '
+                 f'{rebuild_command(args)} (the unreadable file is kept as '
+                 f'{osp.basename(err.path)}.corrupt-<time>){restore}')
     except (StudyError, RuntimeError) as err:
         sys.exit(f'error: {err}')
     except KeyboardInterrupt:

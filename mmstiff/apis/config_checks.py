@@ -7,7 +7,11 @@
   Runner will build; ``train_cfg.max_iters`` on an epoch-based config says that the loop is
   epoch-based and which key to use, where MMEngine would end in a ``TypeError``.
 
-Both raise ``ValueError`` with a message that names the field, the value and what to write
+* :func:`check_options`: every ``--cfg-options`` key names a field of the config, or adds one
+  that is not a near-miss of an existing one (the rule: :func:`option_key_problem`); then the
+  options are merged and the two checks above run on the result.
+
+All raise ``ValueError`` with a message that names the field, the value and what to write
 instead; ``mmstiff.apis.runtime`` turns it into the tools' ``error: ...`` line.
 """
 import difflib
@@ -45,10 +49,12 @@ def _scoped_types(node, field=''):
             yield from _scoped_types(child, f'{field}.{i}')
 
 
-def closest_names(name, names, n=3):
+def closest_names(name, names, n=3, cutoff=0.6):
     """Up to ``n`` of ``names`` closest to ``name`` (``difflib``, case-insensitive)."""
     lowered = {candidate.lower(): candidate for candidate in names}
-    return [lowered[m] for m in difflib.get_close_matches(name.lower(), lowered, n=n, cutoff=0.6)]
+    return [
+        lowered[m] for m in difflib.get_close_matches(name.lower(), lowered, n=n, cutoff=cutoff)
+    ]
 
 
 def check_mmstiff_types(cfg):
@@ -107,3 +113,85 @@ def check_train_loop(cfg):
                    if close else f'{loop} takes {", ".join(taken)}')
         raise ValueError(f'train_cfg.{key}={train_cfg[key]!r} is not an argument of the '
                          f'{kind}-based training loop; {how}')
+
+
+#: difflib ratio from which a missing key is taken for a misspelling of an existing one
+MISSPELLED = 0.8
+
+
+def _keys_below(node, prefix):
+    """``(dotted path, key)`` of every dict key below ``node`` (list items by index)."""
+    items = node.items() if isinstance(
+        node, dict) else enumerate(node) if isinstance(node, (list, tuple)) else ()
+    for key, child in items:
+        path = f'{prefix}.{key}' if prefix else str(key)
+        if isinstance(node, dict):
+            yield path, str(key)
+        yield from _keys_below(child, path)
+
+
+def _dotted(*parts):
+    return '.'.join(p for p in parts if p)
+
+
+def option_key_problem(cfg, key):
+    """What is wrong with the option key ``key`` (``a.b.c``) on the config dict ``cfg``, or None.
+
+    Walking the key from the root: a part under a list must be an index of it; a part under a
+    value that is neither a dict nor a list cannot be set. The first part missing from its dict
+    is a misspelling when it is close (difflib ratio >= 0.8) to a key of that dict, or, for a
+    part that would create a new dict below the top level, close or equal to a key deeper down
+    (``model.adaptr.type`` with ``model.backbone.adaptor``); otherwise it adds a new field, as
+    MMEngine allows (``model.backbone.drop_path_rate``, ``optim_wrapper.paramwise_cfg.x``).
+    """
+    parts = key.split('.')
+    node = cfg
+    for i, part in enumerate(parts):
+        here, rest = _dotted(*parts[:i]), _dotted(*parts[i + 1:])
+        if isinstance(node, (list, tuple)):
+            if not part.isdigit() or int(part) >= len(node):
+                return f'{here} is a list of {len(node)} item(s); {part!r} is not an index of it'
+            node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            return (f'{here}={node!r} in the config is not a dict, so nothing can be set below '
+                    f'it (set {here} itself)')
+        if part in node:
+            node = node[part]
+            continue
+        close = closest_names(part, [str(k) for k in node], n=1, cutoff=MISSPELLED)
+        if close:
+            guess = _dotted(here, close[0], rest)
+        elif rest and here:
+            deeper = [
+                path for path, name in _keys_below(node, here)
+                if name == part or closest_names(part, [name], cutoff=MISSPELLED)
+            ]
+            if not deeper:
+                return None
+            guess = _dotted(deeper[0], rest)
+        else:
+            return None
+        where = f'{here} has no key {part!r}' if here else f'the config has no key {part!r}'
+        return f'{where}; did you mean {guess}?'
+    return None
+
+
+def check_options(cfg, options, mode='train'):
+    """Check the options ``{key: value}`` (``--cfg-options`` as MMEngine's ``DictAction`` parses
+    them) against the loaded config ``cfg``, merge them into it, and run the whole-config checks
+    of ``mode`` on the result; else ``ValueError`` naming the option, what is wrong and the
+    closest existing key."""
+    plain = cfg.to_dict()
+    for key, value in options.items():
+        problem = option_key_problem(plain, key)
+        if problem:
+            raise ValueError(f'option {key}={value!r}: {problem}')
+    try:
+        cfg.merge_from_dict(options)
+    except (TypeError, KeyError, ValueError) as err:
+        raise ValueError(f'the options do not merge into the config: {err}') from None
+    check_mmstiff_types(cfg)
+    if mode == 'train':
+        check_train_loop(cfg)
+    return cfg

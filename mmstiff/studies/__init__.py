@@ -2,7 +2,8 @@
 
 The library half of ``tools/reproduce.py`` (which starts the processes): the study file
 (:mod:`.spec`, :mod:`.outcome`), the runs and their commands (:mod:`.plan`), their state on
-disk (:mod:`.state`), one run carried out (:mod:`.execute`), the numbers of a finished run
+disk (:mod:`.state`, read through :mod:`.files`, rebuilt from the run folders by
+:mod:`.rebuild`), one run carried out (:mod:`.execute`), the numbers of a finished run
 (:mod:`.collect`), the inference over seeds (:mod:`.statistics`, :mod:`.numbers`) and the
 page (:mod:`.report`, :mod:`.index`). Fields and rules: docs/studies.md.
 """

@@ -1,14 +1,15 @@
 """``docs/results/README.md``: one row per study folder, with its verdict category."""
 import glob
-import json
 import os
 import os.path as osp
+import warnings
 
-from .errors import StudyError
+from .errors import StudyError, StudyWarning
+from .files import UnreadableFile, read_runs_file
 from .format import code, fmt, fmt_interval, fmt_signed, table
 from .numbers import StudyNumbers
 from .report import PAGE, RUNS_FILE
-from .spec import load_study
+from .spec import load_study, repo_relative
 from .state import DONE
 
 
@@ -25,26 +26,46 @@ def _primary(numbers):
             fmt(j.mde, scale))
 
 
+def _row(path):
+    """The index row of the study whose runs.json is ``path``."""
+    runs_data = read_runs_file(path)
+    info = runs_data['study']
+    try:
+        study = load_study(info['file'], info.get('config_set'), info.get('overrides', ()))
+        source = study.claim.source
+        category, effect, mde = _primary(StudyNumbers(runs_data, study.outcome))
+    except StudyError as err:
+        source, category, effect, mde = info['claim'].get(
+            'source', '–'), (f'(study file {info["file"]} unreadable: {err})'), '–', '–'
+    done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
+    folder = osp.basename(osp.dirname(path))
+    return [
+        f'[{info["name"]}]({folder}/{PAGE})', source, category, effect, mde,
+        f'{done}/{len(runs_data["runs"])}'
+    ]
+
+
 def write_index(results_dir):
-    """Write ``<results_dir>/README.md`` from every ``<results_dir>/*/runs.json``."""
+    """Write ``<results_dir>/README.md`` from every ``<results_dir>/*/runs.json``.
+
+    A study whose runs.json is unreadable (truncated, not JSON, not a runs.json) gets a row
+    saying so and a :class:`StudyWarning` naming the file; the other rows are written as usual.
+    """
     rows = []
     for path in sorted(glob.glob(osp.join(results_dir, '*', RUNS_FILE))):
-        with open(path) as f:
-            runs_data = json.load(f)
-        info = runs_data['study']
         try:
-            study = load_study(info['file'], info.get('config_set'), info.get('overrides', ()))
-            source = study.claim.source
-            category, effect, mde = _primary(StudyNumbers(runs_data, study.outcome))
-        except StudyError as err:
-            source, category, effect, mde = info['claim']['source'], (
-                f'(study file {info["file"]} unreadable: {err})'), '–', '–'
-        done = sum(1 for r in runs_data['runs'] if r['status'] == DONE)
-        folder = osp.basename(osp.dirname(path))
-        rows.append([
-            f'[{info["name"]}]({folder}/{PAGE})', source, category, effect, mde,
-            f'{done}/{len(runs_data["runs"])}'
-        ])
+            rows.append(_row(path))
+        except (UnreadableFile, KeyError, TypeError, ValueError) as err:
+            # another study's file: it never stops the study whose page is being written
+            folder = osp.basename(osp.dirname(path))
+            problem = (
+                err.problem if isinstance(err, UnreadableFile) else
+                f'has numbers the page cannot use ({type(err).__name__}: {err})')
+            warnings.warn(
+                f'{repo_relative(path)} {problem}; the index lists study {folder!r} '
+                'as unreadable', StudyWarning)
+            rows.append(
+                [folder, '–', f'(unreadable: {folder}/{RUNS_FILE} {problem})', '–', '–', '–'])
     lines = [
         '# Reproduction studies', '',
         'Each folder holds one study run by `tools/reproduce.py`: its page (`README.md`), '

@@ -14,12 +14,13 @@ repository root, as a user would type them (``python`` is the runner's interpret
 :class:`Launch` changes how train and test start (``tools/dist_*.sh`` for ``pytorch``,
 ``tools/slurm_*.sh`` for ``slurm``) and which GPU a run sees (docs/studies.md).
 """
-import json
 import os.path as osp
 import shutil
+import warnings
 from typing import NamedTuple, Optional
 
-from .errors import StudyError
+from .errors import StudyError, StudyWarning
+from .files import UnreadableFile, read_state_file
 from .spec import ANALYSIS_TOOLS, REPO, SEED_KEY, repo_relative
 from .state import DONE, PENDING, STATE_FILE
 
@@ -193,6 +194,21 @@ def check_against_state(plans, state):
                          'runs\' work dirs to run them again')
 
 
+def check_run_configs(study, check):
+    """Check every variant's config with its options before any run starts (a run differs
+    from its variant only by the seed, which the runner sets): ``check(config path, options)``
+    raises ``ValueError`` (the tool passes :func:`mmstiff.apis.config_checks.check_options`
+    on the loaded config); it becomes a :class:`StudyError` naming the study file and the run.
+    """
+    for variant in study.variants:
+        config = variant.config if osp.isabs(variant.config) else osp.join(REPO, variant.config)
+        try:
+            check(config, list(variant.cfg_options))
+        except ValueError as err:
+            raise StudyError(f'study file {repo_relative(study.file)}, run {variant.label!r} '
+                             f'(config {variant.config}): {err}') from None
+
+
 def _spec_in_runs_json(runs_data, entry):
     """The spec (config, cfg_options, seed) a runs.json entry was run with."""
     info = runs_data['study']
@@ -263,8 +279,14 @@ def adopt_reused_runs(plans, state, work_root, reuse):
         path = osp.join(work_root, other, STATE_FILE)
         if not osp.isfile(path):
             continue
-        with open(path) as f:
-            runs = json.load(f).get('runs', {})
+        try:
+            runs = read_state_file(path)['runs']
+        except UnreadableFile as err:
+            warnings.warn(
+                f'{err}; no run of study {other!r} is reused (this study trains them itself); '
+                f'restore that file, or rebuild it with tools/reproduce.py STUDY --rebuild '
+                f'(STUDY: the study file of {other!r})', StudyWarning)
+            continue
         finished += [(other, key, entry) for key, entry in runs.items()
                      if entry.get('status') == DONE and entry.get('spec')]
     adopted = []

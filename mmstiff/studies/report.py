@@ -10,12 +10,13 @@ claim, the declared outcome, the verdict category the runner computed, the effec
 interval and the minimum detectable effect (docs/studies.md).
 """
 import glob
-import json
 import os
 import os.path as osp
+import warnings
 
 from . import tables
-from .errors import StudyError
+from .errors import StudyError, StudyWarning
+from .files import UnreadableFile, keep_copy, read_runs_file
 from .format import code, fmt, fmt_interval, fmt_signed, p_text
 from .numbers import ALPHA, POWER, StudyNumbers, verdict_text
 from .outcome import INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
@@ -157,11 +158,12 @@ def render_page(runs_data, study, figures, strict=True):
 
 
 def read_runs(results_dir, name):
+    """The checked data of ``<results_dir>/<name>/runs.json``; :class:`StudyError` when it is
+    missing, :class:`~.files.UnreadableFile` when it is truncated or not a runs.json."""
     path = osp.join(results_dir, name, RUNS_FILE)
     if not osp.isfile(path):
         raise StudyError(f'{path} does not exist; run the study first (without --report-only)')
-    with open(path) as f:
-        return json.load(f)
+    return read_runs_file(path)
 
 
 def write_page(results_dir, study, strict=True, draw=None):
@@ -189,5 +191,14 @@ def write_page(results_dir, study, strict=True, draw=None):
 
 
 def write_runs(results_dir, runs_data):
-    """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes)."""
-    return dump_json(runs_data, osp.join(results_dir, runs_data['study']['name'], RUNS_FILE))
+    """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes); an
+    unreadable file there is first kept as ``runs.json.corrupt-<time>`` (a
+    :class:`StudyWarning` says where)."""
+    path = osp.join(results_dir, runs_data['study']['name'], RUNS_FILE)
+    if osp.exists(path):
+        try:
+            read_runs_file(path)
+        except UnreadableFile as err:
+            warnings.warn(f'{err}; kept it as {keep_copy(path)} before writing a new one',
+                          StudyWarning)
+    return dump_json(runs_data, path)

@@ -39,6 +39,7 @@ of V's mean over its seeds), ``{diff[V][M]}``, ``{ci[V][M]}``,
 difference is to ``V``'s first baseline), or ``{diff[V][B][M]}``, ``{ci[V][B][M]}``,
 ``{p[V][B][M]}`` against baseline ``B``.
 """
+import difflib
 import os.path as osp
 import re
 import runpy
@@ -171,8 +172,14 @@ def read_study_fields(path):
 def _check_fields(fields, allowed, where):
     unknown = sorted(set(fields) - set(allowed))
     if unknown:
-        raise StudyError(f'{where} has unknown field(s) {unknown}; expected some of '
-                         f'{sorted(allowed)}')
+        close = {
+            name: difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
+            for name in unknown
+        }
+        hint = ', '.join(f'{close[name][0]!r} for {name!r}' for name in unknown if close[name])
+        raise StudyError(f'{where} has unknown field(s) {unknown}' +
+                         (f' (did you mean {hint}?)' if hint else '') +
+                         f'; expected some of {sorted(allowed)}')
     missing = [k for k, required in allowed.items() if required and fields.get(k) is None]
     if missing:
         raise StudyError(f'{where} misses the required field(s) {missing}')

@@ -16,6 +16,8 @@ import os
 import os.path as osp
 import threading
 
+from .files import read_state_file
+
 PENDING, RUNNING, DONE, FAILED = 'pending', 'running', 'done', 'failed'
 STATE_FILE = 'state.json'
 LOCK_FILE = 'runner.lock'
@@ -77,14 +79,16 @@ class StudyState:
     Args:
         path (str): the state file.
         study (str): the study name (a state file of another study is refused).
+
+    Raises:
+        UnreadableFile: ``path`` exists but is truncated, not JSON or not a state file.
     """
 
     def __init__(self, path, study):
         self.path = path
         self._lock = threading.Lock()
         if osp.isfile(path):
-            with open(path) as f:
-                self.data = json.load(f)
+            self.data = read_state_file(path)
             if self.data.get('study') != study:
                 raise RuntimeError(f'{path} belongs to study {self.data.get("study")!r}, not '
                                    f'{study!r}')

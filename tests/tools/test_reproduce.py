@@ -63,6 +63,11 @@ def reproduce(*args, env=None, timeout=900):
      "['freq_noise', 'hessian', 'spectrum', 'tns']"),
     (("baseline=True", "baseline='se'"), "runs[0].baseline='se' names 'se', which is not a label"),
     (("seeds = [0, 1]", "seeds = [0, 1]\nseed = 3"), "unknown field(s) ['seed']"),
+    (("seeds = [0, 1]", "seeds = [0, 1]\nanalysis_arg = {}"),
+     "has unknown field(s) ['analysis_arg'] (did you mean 'analysis_args' for 'analysis_arg'?); "
+     'expected some of'),
+    (("label='stepnet'", "label='stepnet', seed=[2]"),
+     "runs[1] has unknown field(s) ['seed'] (did you mean 'seeds' for 'seed'?)"),
     (("seeds = [0, 1]", "seeds = [0, 1]\ncfg_options = ['randomness.seed=3']"),
      "cfg_options[0]='randomness.seed=3' sets the seed"),
     (("seeds = [0, 1]", "seeds = [0, 1]\nverdict = 'up by {delta[stepnet]}'"),
