@@ -1,7 +1,6 @@
 """tools/analysis/{tns,spectrum,freq_noise}.py: ``--to-visualizer`` and ``--device``."""
 import json
 import os.path as osp
-import sys
 
 import cv2
 import pytest
@@ -11,7 +10,6 @@ from analysis_runs import CNN, analysis_tool, train_tiny
 from mmstiff.apis.devices import check_device
 from mmstiff.apis.runtime import ConfigError
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOOLS = ('tns.py', 'spectrum.py', 'freq_noise.py')
 
 
@@ -87,16 +85,12 @@ def test_cuda_without_cuda_is_an_error_before_any_work(tool, run_tool, tmp_path)
 
 
 @pytest.mark.slow
-def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, tmp_path):
-    import subprocess
+def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, run_tool, tmp_path):
     config, checkpoint = cnn_checkpoint
     out = tmp_path / 'out'
-    proc = subprocess.run([
-        sys.executable,
-        osp.join(REPO, 'tools', 'analysis', 'tns.py'), config, checkpoint, '--out-dir',
-        str(out), '--num-batches', '1', '--to-visualizer', '--cfg-options',
-        'visualizer.vis_backends=[]'
-    ], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = run_tool('tools/analysis/tns.py', config, checkpoint, '--out-dir', str(out),
+                    '--num-batches', '1', '--to-visualizer', '--cfg-options',
+                    'visualizer.vis_backends=[]', check=False)
     assert proc.returncode != 0
     assert 'no visualizer.vis_backends' in proc.stderr, proc.stderr[-2000:]
     assert not out.exists()  # nothing computed, nothing written
