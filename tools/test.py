@@ -24,7 +24,7 @@ from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runne
 from mmstiff.dependencies import missing_dependency
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
@@ -41,7 +41,11 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):
