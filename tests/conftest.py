@@ -50,7 +50,10 @@ def _run_tool(*args, env=None, check=True, timeout=900):
         cmd = [sys.executable, osp.join(REPO, cmd[0])] + cmd[1:]
     else:
         cmd = [osp.join(REPO, cmd[0])] + cmd[1:]
-    full_env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1')
+    # the checkout's mmstiff first, also where another copy is installed
+    path = [REPO] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
+    full_env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1',
+                    PYTHONPATH=os.pathsep.join(path))
     full_env.update(env or {})
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)

@@ -18,12 +18,13 @@ import sys
 
 from mmengine.config import DictAction
 
+from mmstiff.apis.cli import add_checkpoint_args
 from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, ConfigError, build_runner, cfg_option,
                                   shutdown_distributed)
 from mmstiff.dependencies import missing_dependency
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description='Test (and eval) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
@@ -36,27 +37,15 @@ def parse_args(argv=None):
         '--cfg-options', nargs='+', action=DictAction, type=cfg_option,
         help='override settings in the config, key=value pairs such as '
         'test_dataloader.batch_size=32')
-    parser.add_argument(
-        '--trust-checkpoint', action='store_true',
-        help='unpickle CHECKPOINT in full; only for files from a source you trust (a pickle '
-        'can run code). By default it loads weights-only')
-    parser.add_argument(
-        '--allow-partial-load', action='store_true',
-        help='evaluate even when CHECKPOINT does not match the model (missing, unexpected or '
-        'differently shaped parameters keep their initial values); by default an error')
+    add_checkpoint_args(parser, 'evaluate')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    add_non_finite_arg(parser)
-    return parser.parse_args(argv)
+    return parser
 
 
-def add_non_finite_arg(parser):
-    """``--allow-non-finite``: evaluate a checkpoint with NaN or inf values anyway."""
-    parser.add_argument(
-        '--allow-non-finite', action='store_true',
-        help='evaluate even when CHECKPOINT holds NaN or inf weights or statistics (a '
-        'diverged run); by default an error naming them, before any evaluation')
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

@@ -1,4 +1,6 @@
-"""What the command-line tools do with a config: check it, prepare it, build the Runner.
+"""What the command-line tools do with a config: check it, prepare it, build the Runner; and
+what the tools share beyond that (their arguments, the analysis tools' trained model, batches
+and outputs, the benchmarks' train-step timing), in modules of their own.
 
 Above :mod:`mmstiff.engine` in the layers (docs/design.md); imported by ``tools/`` only.
 """

@@ -4,20 +4,21 @@ it)."""
 import json
 
 import pytest
-from test_analysis_tools import CNN, _tool, _train  # tests/tools (pytest.ini's pythonpath)
+from analysis_runs import CNN, analysis_tool, train_tiny  # tests/ (beside its conftest.py)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 
 @pytest.fixture(scope='module')
 def checkpoint(tmp_path_factory, tiny_data):
-    config, ckpt, _, _ = _train(str(tmp_path_factory.mktemp('cnn_cuda')), tiny_data('mnist'), CNN)
+    config, ckpt, _, _ = train_tiny(
+        str(tmp_path_factory.mktemp('cnn_cuda')), tiny_data('mnist'), CNN)
     return config, ckpt
 
 
 def _run(tool, result, config, ckpt, out, device, *extra):
-    _tool(tool, config, ckpt, '--out-dir', str(out / device), '--num-batches', '1', '--device',
-          device, *extra)
+    analysis_tool(tool, config, ckpt, '--out-dir', str(out / device), '--num-batches', '1',
+                  '--device', device, *extra)
     return json.load(open(out / device / result))
 
 

@@ -1,40 +1,19 @@
 """The diagnostics hooks under DDP: two CPU processes (gloo), values averaged and written once."""
 import glob
 import json
-import os
 import os.path as osp
-import socket
-import subprocess
-import sys
 
 import pytest
 from diagnostics_toy import read_json_lines
+from distributed_launch import run_ranks  # tests/
 
 WORKER = osp.join(osp.dirname(osp.abspath(__file__)), 'ddp_worker.py')
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
 def test_two_ranks_log_the_mean_once(tmp_path):
-    port, world = _free_port(), 2
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER,
-             str(r), str(world),
-             str(port), str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True) for r in range(world)
-    ]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-5000:]
+    world = 2
+    run_ranks(WORKER, tmp_path, world=world, timeout=600)
 
     local = []
     for r in range(world):

@@ -6,15 +6,12 @@ The first tests port the norm checks of mmpretrain's ``test_resnet`` and mmdet's
 """
 import json
 import logging
-import os
 import os.path as osp
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn as nn
+from distributed_launch import run_ranks  # tests/
 from mmengine.logging import MMLogger
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -22,7 +19,6 @@ from mmstiff.models.backbones import PreActStepResNet, StepResNet
 from mmstiff.models.layers import IEBN, CPUSyncBatchNorm, SyncIEBN
 from mmstiff.models.steps import StepAdaptor, StepNetAdaptor, grouped_pointwise
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 WORKER = osp.join(osp.dirname(osp.abspath(__file__)), 'sync_bn_worker.py')
 ADAPTORS = {
     'stepnet': dict(type='mmstiff.StepNetAdaptor'),
@@ -244,27 +240,8 @@ def test_converting_an_iebn_adaptor_is_refused_at_train(converter):
         model.train()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def run_sync_workers(tmp_path, device='cpu', world=2):
-    port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER,
-             str(r), str(world),
-             str(port),
-             str(tmp_path), device], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True) for r in range(world)
-    ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-5000:]
+    run_ranks(WORKER, tmp_path, device, world=world)
     return [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(world)]
 
 

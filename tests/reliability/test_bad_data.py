@@ -264,8 +264,8 @@ def load_tool(name, path):
 @pytest.mark.parametrize('tool', ['train', 'test', 'analysis'])
 def test_cfg_option_without_equals_is_a_usage_error(tool, capsys):
     if tool == 'analysis':
-        import common  # tools/analysis, on pytest's pythonpath
-        parser = common.base_parser('x')
+        from mmstiff.apis.cli import analysis_parser
+        parser = analysis_parser('x')
         parse, argv = parser.parse_args, ['cfg.py', 'c.pth']
     else:
         parse = load_tool(f'{tool}_tool', osp.join(REPO, 'tools', f'{tool}.py')).parse_args

@@ -1,88 +1,25 @@
 """tools/analysis/*.py on tiny checkpoints trained here: JSON numbers and PNG figures."""
 import json
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
+from analysis_runs import CNN, VIT, analysis_tool, train_tiny
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
-
-COMMON = '''
-_base_ = ['mmpretrain::_base_/default_runtime.py']
-data_root = {data_root!r}
-model = dict(
-    type='ImageClassifier',
-    backbone={backbone},
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(type='LinearClsHead', num_classes=10, in_channels={channels},
-              loss=dict(type='CrossEntropyLoss')))
-data_preprocessor = dict(num_classes=10, mean=[33.3], std=[78.6], to_rgb=False)
-pipeline = [dict(type='PackInputs')]
-train_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
-                        dataset=dict(type='MNIST', data_root=data_root, split='train',
-                                     pipeline=pipeline),
-                        sampler=dict(type='DefaultSampler', shuffle=False))
-test_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
-                       dataset=dict(type='MNIST', data_root=data_root, split='test',
-                                    pipeline=pipeline),
-                       sampler=dict(type='DefaultSampler', shuffle=False))
-val_dataloader = None
-val_cfg = None
-val_evaluator = None
-test_evaluator = dict(type='Accuracy', topk=(1, ))
-test_cfg = dict()
-optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9))
-train_cfg = dict(by_epoch=False, max_iters=4)
-param_scheduler = []
-default_hooks = dict(logger=dict(type='LoggerHook', interval=1),
-                     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=4))
-custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=2),
-                dict(type='mmstiff.FrequencyHook', interval=2)]
-'''
-CNN = ("dict(type='mmstiff.StepResNet_CIFAR', depth=18, in_channels=1, stem_channels=8, "
-       "base_channels=8, adaptor=dict(type='mmstiff.StepNetAdaptor'))", 64)
-VIT = ("dict(type='VisionTransformer', arch=dict(embed_dims=16, num_layers=2, num_heads=2, "
-       "feedforward_channels=32), img_size=28, patch_size=7, in_channels=1, "
-       "out_type='featmap')", 16)
-
-
-def _train(root, data_root, backbone):
-    from mmengine.config import Config
-    from mmengine.runner import Runner
-    config = osp.join(root, 'config.py')
-    with open(config, 'w') as f:
-        f.write(COMMON.format(data_root=data_root, backbone=backbone[0], channels=backbone[1]))
-    cfg = Config.fromfile(config)
-    cfg.work_dir = osp.join(root, 'work_dir')
-    runner = Runner.from_cfg(cfg)
-    runner.train()
-    return config, osp.join(cfg.work_dir, 'iter_4.pth'), cfg.work_dir, runner
 
 
 @pytest.fixture(scope='module')
 def cnn_run(tmp_path_factory, tiny_data):
     root = str(tmp_path_factory.mktemp('cnn'))
-    return _train(root, tiny_data('mnist'), CNN)
+    return train_tiny(root, tiny_data('mnist'), CNN)
 
 
 @pytest.fixture(scope='module')
 def vit_run(tmp_path_factory, tiny_data):
     root = str(tmp_path_factory.mktemp('vit'))
-    return _train(root, tiny_data('mnist'), VIT)
-
-
-def _tool(name, *args):
-    """Run a tool as a user would, in a fresh process."""
-    env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools', 'analysis', name), *args], cwd=REPO, env=env,
-        capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc.stdout
+    return train_tiny(root, tiny_data('mnist'), VIT)
 
 
 def _check_pngs(out_dir, names):
@@ -117,7 +54,7 @@ def _first_test_batch(config, checkpoint):
 def test_tns_tool(cnn_run, tmp_path):
     config, checkpoint, _, _ = cnn_run
     out = str(tmp_path / 'tns')
-    stdout = _tool('tns.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
+    stdout = analysis_tool('tns.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
     assert 'TNS (network)' in stdout
     result = json.load(open(osp.join(out, 'tns.json')))
     names = [f'layer{i}.{j}' for i in range(1, 5) for j in range(2)]
@@ -154,7 +91,7 @@ def test_tns_tool(cnn_run, tmp_path):
 def test_spectrum_tool_on_a_vit(vit_run, tmp_path):
     config, checkpoint, _, _ = vit_run
     out = str(tmp_path / 'spectrum')
-    _tool('spectrum.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
+    analysis_tool('spectrum.py', config, checkpoint, '--out-dir', out, '--num-batches', '1')
     result = json.load(open(osp.join(out, 'spectrum.json')))
     assert list(result['states']) == [
         'input', 'layers.0.msa', 'layers.0.mlp', 'layers.1.msa', 'layers.1.mlp'
@@ -179,8 +116,8 @@ def test_spectrum_tool_on_a_vit(vit_run, tmp_path):
 def test_freq_noise_tool(cnn_run, tmp_path):
     config, checkpoint, _, _ = cnn_run
     out = str(tmp_path / 'noise')
-    _tool('freq_noise.py', config, checkpoint, '--out-dir', out, '--num-batches', '2', '--freqs',
-          '0', '0.5', '1.0', '--eps', '0.5')
+    analysis_tool('freq_noise.py', config, checkpoint, '--out-dir', out, '--num-batches', '2',
+                  '--freqs', '0', '0.5', '1.0', '--eps', '0.5')
     result = json.load(open(osp.join(out, 'freq_noise.json')))
     assert result['num_samples'] == 16 and [b['freq'] for b in result['bands']] == [0, 0.5, 1.0]
     for band in result['bands']:
@@ -188,8 +125,8 @@ def test_freq_noise_tool(cnn_run, tmp_path):
         assert band['num_bins'] > 0
     # clean accuracy of the first batch equals the Runner-built model's (normalised inputs)
     one = str(tmp_path / 'one')
-    _tool('freq_noise.py', config, checkpoint, '--out-dir', one, '--num-batches', '1', '--freqs',
-          '0')
+    analysis_tool('freq_noise.py', config, checkpoint, '--out-dir', one, '--num-batches', '1',
+                  '--freqs', '0')
     model, data = _first_test_batch(config, checkpoint)
     with torch.no_grad():
         preds = model(data['inputs'], data['data_samples'], mode='predict')
@@ -206,7 +143,7 @@ def test_freq_noise_tool(cnn_run, tmp_path):
 def test_plot_logs_tool(cnn_run, tmp_path):
     _, _, work_dir, runner = cnn_run
     out = str(tmp_path / 'plots')
-    _tool('plot_logs.py', work_dir, '--out-dir', out)
+    analysis_tool('plot_logs.py', work_dir, '--out-dir', out)
     result = json.load(open(osp.join(out, 'curves.json')))
     nsi = result['series']['stiffness/nsi']['layer1.0']
     assert nsi['steps'] == [2, 4]

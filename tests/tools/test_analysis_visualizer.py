@@ -1,20 +1,21 @@
 """tools/analysis/{tns,spectrum,freq_noise}.py: ``--to-visualizer`` and ``--device``."""
 import json
 import os.path as osp
-import sys
 
 import cv2
 import pytest
 import torch
-from test_analysis_tools import CNN, _tool, _train
+from analysis_runs import CNN, analysis_tool, train_tiny
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmstiff.apis.devices import check_device
+from mmstiff.apis.runtime import ConfigError
+
 TOOLS = ('tns.py', 'spectrum.py', 'freq_noise.py')
 
 
 @pytest.fixture(scope='module')
 def cnn_checkpoint(tmp_path_factory, tiny_data):
-    config, checkpoint, _, _ = _train(
+    config, checkpoint, _, _ = train_tiny(
         str(tmp_path_factory.mktemp('cnn_vis')), tiny_data('mnist'), CNN)
     return config, checkpoint
 
@@ -26,8 +27,8 @@ def test_figures_reach_the_local_backend(cnn_checkpoint, tool, extra, tmp_path):
     """The config's visualizer (mmpretrain's, with a LocalVisBackend) gets every figure."""
     config, checkpoint = cnn_checkpoint
     out = str(tmp_path / 'out')
-    stdout = _tool(tool, config, checkpoint, '--out-dir', out, '--num-batches', '1',
-                   '--to-visualizer', *extra)
+    stdout = analysis_tool(tool, config, checkpoint, '--out-dir', out, '--num-batches', '1',
+                           '--to-visualizer', *extra)
     assert 'LocalVisBackend' in stdout
     (result, ) = [
         osp.join(out, f) for f in ('tns.json', 'spectrum.json', 'freq_noise.json')
@@ -47,13 +48,9 @@ def test_figures_reach_the_local_backend(cnn_checkpoint, tool, extra, tmp_path):
 def test_without_the_flag_nothing_goes_to_the_visualizer(cnn_checkpoint, tmp_path):
     config, checkpoint = cnn_checkpoint
     out = tmp_path / 'out'
-    stdout = _tool('tns.py', config, checkpoint, '--out-dir', str(out), '--num-batches', '1')
+    stdout = analysis_tool('tns.py', config, checkpoint, '--out-dir', str(out), '--num-batches',
+                           '1')
     assert 'visualizer' not in stdout and not (out / 'vis_data').exists()
-
-
-def _common():
-    import common  # tools/analysis/common.py (pytest.ini's pythonpath)
-    return common
 
 
 @pytest.mark.parametrize('device, message', [
@@ -61,18 +58,17 @@ def _common():
     ('gpu0', "--device 'gpu0' is not a device"),
 ])
 def test_device_names_the_bad_value(device, message):
-    with pytest.raises(SystemExit) as err:
-        _common().check_device(device)
+    with pytest.raises(ConfigError) as err:
+        check_device(device)
     assert message in str(err.value) and "expected 'cpu', 'cuda' or 'cuda:N'" in str(err.value)
 
 
 def test_device_cpu_and_available_cuda():
-    common = _common()
-    assert common.check_device('cpu') == torch.device('cpu')
+    assert check_device('cpu') == torch.device('cpu')
     if torch.cuda.is_available():
-        assert common.check_device('cuda').type == 'cuda'
-        with pytest.raises(SystemExit, match='CUDA device'):
-            common.check_device(f'cuda:{torch.cuda.device_count()}')
+        assert check_device('cuda').type == 'cuda'
+        with pytest.raises(ConfigError, match='CUDA device'):
+            check_device(f'cuda:{torch.cuda.device_count()}')
 
 
 @pytest.mark.slow
@@ -89,16 +85,12 @@ def test_cuda_without_cuda_is_an_error_before_any_work(tool, run_tool, tmp_path)
 
 
 @pytest.mark.slow
-def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, tmp_path):
-    import subprocess
+def test_to_visualizer_without_backends_fails_before_any_work(cnn_checkpoint, run_tool, tmp_path):
     config, checkpoint = cnn_checkpoint
     out = tmp_path / 'out'
-    proc = subprocess.run([
-        sys.executable,
-        osp.join(REPO, 'tools', 'analysis', 'tns.py'), config, checkpoint, '--out-dir',
-        str(out), '--num-batches', '1', '--to-visualizer', '--cfg-options',
-        'visualizer.vis_backends=[]'
-    ], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = run_tool('tools/analysis/tns.py', config, checkpoint, '--out-dir', str(out),
+                    '--num-batches', '1', '--to-visualizer', '--cfg-options',
+                    'visualizer.vis_backends=[]', check=False)
     assert proc.returncode != 0
     assert 'no visualizer.vis_backends' in proc.stderr, proc.stderr[-2000:]
     assert not out.exists()  # nothing computed, nothing written

@@ -20,14 +20,18 @@ positions per channel averaged over channels (class tokens left out). Writes
 """
 import functools
 import os.path as osp
+import sys
 
-import common
-import instrument_setup as setup_lib
+from mmstiff.apis.analysis_output import dump_json, finite
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.batches import preprocessed_batches
+from mmstiff.apis.cli import add_instrument_args, analysis_parser
+from mmstiff.apis.trained_model import backbone_of
 
 
 def parse_args(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0])
-    setup_lib.add_device_args(parser)
+    parser = analysis_parser(__doc__.strip().splitlines()[0])
+    add_instrument_args(parser)
     parser.add_argument(
         '--level', choices=('branch', 'block'), default='branch',
         help='transformer layers as their MSA and MLP steps (branch, default) '
@@ -68,8 +72,8 @@ def analyse(backbone, batches, level):
         v = state.variance
         stage = 'input' if state.kind == 'input' else (stage_of(state.step) or 'network')
         states[name] = dict(kind=state.kind, step=state.step, stage=stage,
-                            msa=is_msa_step(backbone, state), variance=common.finite(v.mean()),
-                            variance_std=common.finite(v.std()) if v.numel() > 1 else None)
+                            msa=is_msa_step(backbone, state), variance=finite(v.mean()),
+                            variance_std=finite(v.std()) if v.numel() > 1 else None)
         stages.setdefault(stage, []).append(name)
     per_stage = {
         stage: dict(states=names, end_variance=states[names[-1]]['variance'])
@@ -81,10 +85,10 @@ def analyse(backbone, batches, level):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg, model, loader, out_dir, device = setup_lib.setup(args, 'feature_variance')
-    backbone = common.backbone_of(model)
+    cfg, model, loader, out_dir, device = instrument_setup(args, 'feature_variance')
+    backbone = backbone_of(model)
     states, stages, num_samples, extra = analyse(
-        backbone, setup_lib.batches(model, loader, args.num_batches, False), args.level)
+        backbone, preprocessed_batches(model, loader, args.num_batches, False), args.level)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   device=str(device), level=args.level, num_samples=num_samples,
                   num_extra_tokens=extra, states=states, stages=stages)
@@ -102,7 +106,7 @@ def main(argv=None):
                          for n in names if states[n]['kind'] == 'shortcut'})
     ]
     result['figures'] = [osp.basename(f) for f in files]
-    path = common.dump_json(result, osp.join(out_dir, 'feature_variance.json'))
+    path = dump_json(result, osp.join(out_dir, 'feature_variance.json'))
     print('variance at the end of each stage: ' +
           '  '.join(f'{k}: {v["end_variance"]:.4g}'
                     for k, v in stages.items() if v['end_variance'] is not None))
@@ -111,4 +115,7 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

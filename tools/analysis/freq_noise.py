@@ -16,7 +16,10 @@ only; docs/methods.md §8).
 import os.path as osp
 import sys
 
-import common
+from mmstiff.apis.analysis_output import dump_json, send_figures
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.batches import iterate
+from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
 
 DEFAULT_FREQS = [round(0.1 * i, 1) for i in range(11)]
 
@@ -59,9 +62,9 @@ def analyse(model, batches, freqs, eps, width, seed, convention='exact'):
 
 
 def main(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0])
-    common.add_device_arg(parser)
-    common.add_visualizer_arg(parser)
+    parser = analysis_parser(__doc__.strip().splitlines()[0])
+    add_device_arg(parser)
+    add_visualizer_arg(parser)
     parser.add_argument('--freqs', type=float, nargs='+', default=DEFAULT_FREQS,
                         help='band centres in units of π, each in [0, 1]')
     parser.add_argument('--eps', type=float, default=0.1,
@@ -79,11 +82,11 @@ def main(argv=None):
             parser.error(f'--freqs holds {f}; expected values in [0, 1] (units of π)')
     if args.eps < 0 or args.width <= 0:
         parser.error(f'--eps {args.eps} / --width {args.width}: expected eps >= 0, width > 0')
-    cfg, model, loader, out_dir = common.setup(args, 'freq_noise')
+    cfg, model, loader, out_dir = setup(args, 'freq_noise')
     if cfg.default_scope != 'mmpretrain':
         sys.exit('error: freq_noise.py measures top-1 accuracy; it needs a classification '
                  f'(mmpretrain) config, got default_scope={cfg.default_scope!r}')
-    result = analyse(model, common.iterate(model, loader, args.num_batches), args.freqs, args.eps,
+    result = analyse(model, iterate(model, loader, args.num_batches), args.freqs, args.eps,
                      args.width, args.seed, args.convention)
     result.update(config=args.config, checkpoint=args.checkpoint, split=args.split, eps=args.eps,
                   width=args.width, seed=args.seed, convention=args.convention)
@@ -95,8 +98,8 @@ def main(argv=None):
         osp.join(out_dir, 'freq_noise.png'),
         title=f'Accuracy drop under frequency-band noise (clean {result["clean_accuracy"]:.1f}%)')
     result['figures'] = [osp.basename(figure)]
-    path = common.dump_json(result, osp.join(out_dir, 'freq_noise.json'))
-    common.send_figures(args, cfg, [figure], 'freq_noise')
+    path = dump_json(result, osp.join(out_dir, 'freq_noise.json'))
+    send_figures(args, cfg, [figure], 'freq_noise')
     print(f'clean top-1 {result["clean_accuracy"]:.2f}%; drop per band: ' +
           '  '.join(f'{b["freq"]:.1f}π: {b["drop"]:+.2f}' for b in result['bands']))
     print(f'wrote {path} and {figure}')
@@ -104,4 +107,7 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

@@ -32,9 +32,13 @@ that power iteration mixes; see docs/methods.md §12). Writes
 * ``hessian_spectrum.png``: the density of the max eigenvalues over the batches.
 """
 import os.path as osp
+import sys
 
-import common
-import instrument_setup as setup_lib
+from mmstiff.apis.analysis_output import dump_json, finite
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.batches import preprocessed_batches
+from mmstiff.apis.cli import add_instrument_args, add_loss_args, analysis_parser, positive_int
+from mmstiff.apis.training_loss import decay_summary, training_loss, weight_decays
 
 BATCH_SIZE = 16  # the paper's
 BINS = 40
@@ -43,12 +47,12 @@ MAX_DENSITY_POINTS = 200_000
 
 
 def parse_args(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0], num_batches=10)
+    parser = analysis_parser(__doc__.strip().splitlines()[0], num_batches=10)
     parser.set_defaults(batch_size=BATCH_SIZE)
-    setup_lib.add_device_args(parser)
-    setup_lib.add_loss_args(parser)
+    add_instrument_args(parser)
+    add_loss_args(parser)
     parser.add_argument(
-        '--top-k', type=common.positive_int, default=5,
+        '--top-k', type=positive_int, default=5,
         help='eigenvalues of largest magnitude per batch (default 5, the '
         "paper's)")
     parser.add_argument(
@@ -60,7 +64,7 @@ def parse_args(argv=None):
         help="power iteration with deflation (default, the paper's) or the "
         'Ritz values of a Lanczos run')
     parser.add_argument(
-        '--max-iter', type=common.positive_int, default=100,
+        '--max-iter', type=positive_int, default=100,
         help='power: Hessian-vector products per eigenvalue at most (default '
         '100)')
     parser.add_argument(
@@ -68,7 +72,7 @@ def parse_args(argv=None):
         help='power: relative change at which an eigenvalue has converged '
         '(default 1e-3)')
     parser.add_argument(
-        '--lanczos-steps', type=common.positive_int, default=50,
+        '--lanczos-steps', type=positive_int, default=50,
         help='lanczos: steps (products) per batch; keeps that many vectors of '
         'the size of the model in memory (default 50)')
     parser.add_argument(
@@ -79,7 +83,7 @@ def parse_args(argv=None):
         '--density-runs', type=int, default=0,
         help='stochastic Lanczos quadrature runs per batch for the density of '
         'the whole spectrum (default 0: none)')
-    parser.add_argument('--density-steps', type=common.positive_int, default=100,
+    parser.add_argument('--density-steps', type=positive_int, default=100,
                         help='Lanczos steps per quadrature run (default 100, PyHessian\'s)')
     args = parser.parse_args(argv)
     for flag in ('trace_samples', 'density_runs'):
@@ -105,14 +109,13 @@ def analyse(args, model, batches, decays):
     results = []
     for data in batches:
         with preserved_buffers(model), double_backward_kernels():
-            loss = setup_lib.training_loss(model, data) + l2_penalty(params, decays)
+            loss = training_loss(model, data) + l2_penalty(params, decays)
             found = hessian_eigenvalues(loss, params, args.top_k, args.most_negative, args.max_iter,
                                         args.tol, generator, args.method, args.lanczos_steps)
-        entry = dict(eigenvalues=[common.finite(v) for v in found.values],
-                     loss=common.finite(loss.detach()), products=found.iterations,
-                     converged=found.converged)
+        entry = dict(eigenvalues=[finite(v) for v in found.values], loss=finite(loss.detach()),
+                     products=found.iterations, converged=found.converged)
         if args.most_negative:
-            entry['most_negative'] = common.finite(found.most_negative)
+            entry['most_negative'] = finite(found.most_negative)
         if args.trace_samples or args.density_runs:
             with preserved_buffers(model), double_backward_kernels():
                 entry.update(whole_spectrum(args, model, data, params, decays, generator))
@@ -126,14 +129,13 @@ def whole_spectrum(args, model, data, params, decays, generator):
     from mmstiff.analysis.hessian import loss_hessian
     from mmstiff.analysis.hessian_density import hutchinson_trace, slq_density
     from mmstiff.analysis.landscape import l2_penalty
-    loss = setup_lib.training_loss(model, data) + l2_penalty(params, decays)
+    loss = training_loss(model, data) + l2_penalty(params, decays)
     matvec, dim = loss_hessian(loss.reshape(()), params)
     dtype, device = params[0].dtype, params[0].device
     entry = {}
     if args.trace_samples:
         trace = hutchinson_trace(matvec, dim, args.trace_samples, generator, dtype, device)
-        entry.update(
-            trace=common.finite(trace.trace), trace_std_error=common.finite(trace.std_error))
+        entry.update(trace=finite(trace.trace), trace_std_error=finite(trace.std_error))
     if args.density_runs:
         density = slq_density(matvec, dim, args.density_runs, args.density_steps, generator, dtype,
                               device)
@@ -174,8 +176,8 @@ def spectrum_summary(results, bins=BINS):
 
     from mmstiff.analysis.hessian import average_positive_eigenvalue, negative_eigenvalue_proportion
     values = [v for r in results for v in r['eigenvalues'] if v is not None]
-    summary = dict(values=values, nep=common.finite(negative_eigenvalue_proportion(values)),
-                   ape=common.finite(average_positive_eigenvalue(values)))
+    summary = dict(values=values, nep=finite(negative_eigenvalue_proportion(values)),
+                   ape=finite(average_positive_eigenvalue(values)))
     if values:
         t = torch.tensor(values, dtype=torch.float64)
         summary.update(max=float(t.max()), min=float(t.min()), mean=float(t.mean()))
@@ -202,11 +204,11 @@ def spectrum_summary(results, bins=BINS):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg, model, loader, out_dir, device = setup_lib.setup(args, 'hessian')
+    cfg, model, loader, out_dir, device = instrument_setup(args, 'hessian')
     params = [p for p in model.parameters() if p.requires_grad]
-    decays = setup_lib.weight_decays(cfg, model, params, args.weight_decay)
+    decays = weight_decays(cfg, model, params, args.weight_decay)
     training = args.split == 'train'
-    results = analyse(args, model, setup_lib.batches(model, loader, args.num_batches, training),
+    results = analyse(args, model, preprocessed_batches(model, loader, args.num_batches, training),
                       decays)
     summary = spectrum_summary(results)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
@@ -214,8 +216,8 @@ def main(argv=None):
                   device=str(device), top_k=args.top_k, method=args.method, max_iter=args.max_iter,
                   tol=args.tol, lanczos_steps=args.lanczos_steps, trace_samples=args.trace_samples,
                   density_runs=args.density_runs, density_steps=args.density_steps,
-                  num_params=sum(p.numel() for p in params),
-                  weight_decays=setup_lib.decay_summary(decays), batches=results, spectrum=summary)
+                  num_params=sum(p.numel() for p in params), weight_decays=decay_summary(decays),
+                  batches=results, spectrum=summary)
     from mmstiff.visualization import instruments
     label = f'NEP {summary["nep"]:.3g}, APE {summary["ape"] or float("nan"):.4g}' \
         if summary['nep'] is not None else 'eigenvalues'
@@ -226,7 +228,7 @@ def main(argv=None):
                                         f'{len(results)} batches of {loader.batch_size})')
     ]
     result['figures'] = [osp.basename(f) for f in files]
-    path = common.dump_json(result, osp.join(out_dir, 'hessian.json'))
+    path = dump_json(result, osp.join(out_dir, 'hessian.json'))
     print(f'max eigenvalue {summary.get("max")}, NEP {summary["nep"]}, APE {summary["ape"]}')
     unconverged = sum(not r['converged'] for r in results)
     if unconverged:
@@ -237,4 +239,7 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

@@ -25,9 +25,13 @@ filter (Li et al., the default). Writes
   (``--dim 2``).
 """
 import os.path as osp
+import sys
 
-import common
-import instrument_setup as setup_lib
+from mmstiff.apis.analysis_output import dump_json, finite
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.batches import preprocessed_batches
+from mmstiff.apis.cli import add_instrument_args, add_loss_args, analysis_parser
+from mmstiff.apis.training_loss import decay_summary, training_loss, weight_decays
 
 #: parameters whose direction is 0 by default, as in the How-do-ViTs authors' landscapes:
 #: position embeddings and relative position bias tables.
@@ -35,9 +39,9 @@ DEFAULT_EXCLUDE = ['*pos_embed*', '*relative_position*']
 
 
 def parse_args(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0], num_batches=4)
-    setup_lib.add_device_args(parser)
-    setup_lib.add_loss_args(parser)
+    parser = analysis_parser(__doc__.strip().splitlines()[0], num_batches=4)
+    add_instrument_args(parser)
+    add_loss_args(parser)
     parser.add_argument('--dim', type=int, choices=(1, 2), default=2,
                         help='number of random directions (default 2)')
     parser.add_argument('--range', type=float, default=1.0, dest='span',
@@ -76,7 +80,7 @@ def build_loss(model, cached, params, decays, mode):
     def loss_fn():
         model.train(mode == 'train')
         with torch.no_grad(), preserved_buffers(model):
-            nll = sum(float(setup_lib.training_loss(model, data)) for data in cached)
+            nll = sum(float(training_loss(model, data)) for data in cached)
             nll /= len(cached)
             l2 = float(l2_penalty(params, decays))
         model.eval()
@@ -93,13 +97,13 @@ def main(argv=None):
 
     from mmstiff.analysis.landscape import (filter_normalised_direction, grid_coordinates,
                                             loss_landscape)
-    cfg, model, loader, out_dir, device = setup_lib.setup(args, 'loss_landscape')
+    cfg, model, loader, out_dir, device = instrument_setup(args, 'loss_landscape')
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
-    decays = setup_lib.weight_decays(cfg, model, params, args.weight_decay)
+    decays = weight_decays(cfg, model, params, args.weight_decay)
     training = args.split == 'train'
     print('drawing the batches')
-    cached = list(setup_lib.batches(model, loader, args.num_batches, training))
+    cached = list(preprocessed_batches(model, loader, args.num_batches, training))
     generator = torch.Generator().manual_seed(args.seed)
     directions = [
         filter_normalised_direction(named, generator, args.bias_bn, args.exclude, args.convention)
@@ -118,8 +122,8 @@ def main(argv=None):
     l2 = torch.tensor([p[1] for p in parts], dtype=torch.float64).view(shape)
 
     def grid(t):
-        return [[common.finite(v) for v in row] for row in t.tolist()] if t.dim() == 2 else \
-            [common.finite(v) for v in t.tolist()]
+        return [[finite(v) for v in row] for row in t.tolist()] if t.dim() == 2 else \
+            [finite(v) for v in t.tolist()]
 
     zeroed = sorted(n for n, d in directions[0].items() if not bool(d.abs().sum() > 0))
     norms = [
@@ -132,16 +136,16 @@ def main(argv=None):
             seed=args.seed, bias_bn=args.bias_bn, exclude=args.exclude, convention=args.convention,
             norms=norms, zero_params=zeroed,
             weight_norm=float(torch.sqrt(sum(p.detach().double().pow(2).sum() for p in params)))),
-        weight_decays=setup_lib.decay_summary(decays), centre=dict(
-            loss=common.finite(centre), nll=common.finite(centre_nll),
-            l2=common.finite(centre_l2)), coords=[c.tolist() for c in landscape.coords],
+        weight_decays=decay_summary(decays),
+        centre=dict(loss=finite(centre), nll=finite(centre_nll),
+                    l2=finite(centre_l2)), coords=[c.tolist() for c in landscape.coords],
         loss=grid(landscape.losses), nll=grid(nll), l2=grid(l2))
     if args.dim == 2:
         cos = sum(
             float((a.double() * b.double()).sum())
             for a, b in zip(directions[0].values(), directions[1].values())) / (
                 norms[0] * norms[1])
-        result['directions']['cosine'] = common.finite(cos)
+        result['directions']['cosine'] = finite(cos)
 
     from mmstiff.visualization import instruments
     if args.dim == 1:
@@ -159,13 +163,16 @@ def main(argv=None):
                                           osp.join(out_dir, 'landscape_surface.png'))
         ]
     result['figures'] = [osp.basename(f) for f in files]
-    path = common.dump_json(result, osp.join(out_dir, 'landscape.json'))
-    finite = [v for v in landscape.losses.flatten().tolist() if v == v]
-    print(f'loss at the weights {centre:.4g}; over the grid {min(finite):.4g} .. '
-          f'{max(finite):.4g}')
+    path = dump_json(result, osp.join(out_dir, 'landscape.json'))
+    numbers = [v for v in landscape.losses.flatten().tolist() if v == v]
+    print(f'loss at the weights {centre:.4g}; over the grid {min(numbers):.4g} .. '
+          f'{max(numbers):.4g}')
     print(f'wrote {path} and {len(files)} figure{"s" if len(files) > 1 else ""} to {out_dir}')
     return result
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

@@ -27,7 +27,7 @@ import os
 import os.path as osp
 import sys
 
-import common
+from mmstiff.apis.analysis_output import dump_json
 
 #: metric group -> (y-axis label, title)
 GROUPS = {
@@ -244,7 +244,7 @@ def main(argv=None):
             }
             for group, curves in groups.items()
         })
-    path = common.dump_json(summary, osp.join(out_dir, 'curves.json'))
+    path = dump_json(summary, osp.join(out_dir, 'curves.json'))
     print(f'read {log}; wrote {path} and {len(files)} figures to {out_dir}')
     return summary
 

@@ -21,8 +21,13 @@ steps of transformer layers separately) writes
 """
 import math
 import os.path as osp
+import sys
 
-import common
+from mmstiff.apis.analysis_output import dump_json, finite, send_figures
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.batches import iterate
+from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
+from mmstiff.apis.trained_model import backbone_of
 
 INPUT = 'input'
 
@@ -58,9 +63,9 @@ class StateStats:
 
     def result(self):
         from mmstiff.analysis.frequency import diagonal_frequencies, diagonal_indices
-        out = dict(hf_ratio=common.finite(self.hf / self.count))
+        out = dict(hf_ratio=finite(self.hf / self.count))
         if self.cos_count:
-            out['token_cos'] = common.finite(self.cos / self.cos_count)
+            out['token_cos'] = finite(self.cos / self.cos_count)
         if self.spectrum is not None:
             spectrum = self.spectrum / self.spectrum_count
             size = spectrum.shape[-1]
@@ -83,7 +88,7 @@ def analyse(model, batches, convention='exact'):
 
     from mmstiff.analysis import (AttentionRecorder, TrajectoryRecorder,
                                   attention_column_cosine_similarity, attention_spectral_response)
-    backbone = common.backbone_of(model)
+    backbone = backbone_of(model)
     extra = getattr(backbone, 'num_extra_tokens', 0)
     extra = extra if isinstance(extra, int) else 0
     grid = _grid(backbone)
@@ -125,7 +130,7 @@ def analyse(model, batches, convention='exact'):
     layers = {
         name:
         dict(
-            attn_cos=common.finite(e['cos'] / e['count']),
+            attn_cos=finite(e['cos'] / e['count']),
             spectral_response=[float(v) for v in e['response'] / e['count']])
         for name, e in attention.items()
     }
@@ -178,24 +183,23 @@ def plot(out_dir, states, layers):
 
 
 def main(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0])
-    common.add_device_arg(parser)
-    common.add_visualizer_arg(parser)
+    parser = analysis_parser(__doc__.strip().splitlines()[0])
+    add_device_arg(parser)
+    add_visualizer_arg(parser)
     parser.add_argument(
         '--convention', choices=('exact', 'paper'), default='exact',
         help="diagonal of the log-amplitude profile: 'exact' ends at the "
         "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
         'points and labels (docs/methods.md §8)')
     args = parser.parse_args(argv)
-    cfg, model, loader, out_dir = common.setup(args, 'spectrum')
-    states, layers = analyse(model, common.iterate(model, loader, args.num_batches),
-                             args.convention)
+    cfg, model, loader, out_dir = setup(args, 'spectrum')
+    states, layers = analyse(model, iterate(model, loader, args.num_batches), args.convention)
     files = plot(out_dir, states, layers)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   convention=args.convention, states=states, attention=layers,
                   figures=[osp.basename(f) for f in files])
-    path = common.dump_json(result, osp.join(out_dir, 'spectrum.json'))
-    common.send_figures(args, cfg, files, 'spectrum')
+    path = dump_json(result, osp.join(out_dir, 'spectrum.json'))
+    send_figures(args, cfg, files, 'spectrum')
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
     if dla:
         print('Δ log amplitude at 1.0π: ' + '  '.join(f'{n}: {v:.3f}' for n, v in dla))
@@ -204,4 +208,7 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

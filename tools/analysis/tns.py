@@ -16,8 +16,13 @@ Records every residual step of the backbone on the first N batches and writes
   adaptor (Appendix D), when the network has step-size adaptors.
 """
 import os.path as osp
+import sys
 
-import common
+from mmstiff.apis.analysis_output import dump_json, finite, send_figures
+from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.batches import iterate
+from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
+from mmstiff.apis.trained_model import backbone_of
 
 HEATMAP_SAMPLES = 64
 
@@ -34,7 +39,7 @@ def analyse(model, batches):
         step = None if record.step is None else mean_step_size(record.step, nsi.shape[0])
         return nsi, step
 
-    backbone = common.backbone_of(model)
+    backbone = backbone_of(model)
     recorder = TrajectoryRecorder(backbone, reduce=reduce, level='branch')
     with torch.no_grad(), recorder:
         for inputs, _ in batches:
@@ -50,11 +55,11 @@ def analyse(model, batches):
     blocks = {}
     for j, name in enumerate(names):
         entry = dict(
-            nsi_mean=common.finite(nsi[:, j].double().mean()),
-            nsi_std=common.finite(nsi[:, j].double().std()) if len(nsi) > 1 else None)
+            nsi_mean=finite(nsi[:, j].double().mean()),
+            nsi_std=finite(nsi[:, j].double().std()) if len(nsi) > 1 else None)
         if name in steps:
-            entry['step_mean'] = common.finite(steps[name].double().mean())
-            entry['nsi_step_corr'] = common.finite(nsi_step_correlation(nsi[:, j], steps[name]))
+            entry['step_mean'] = finite(steps[name].double().mean())
+            entry['nsi_step_corr'] = finite(nsi_step_correlation(nsi[:, j], steps[name]))
         blocks[name] = entry
 
     groups = {}
@@ -65,10 +70,9 @@ def analyse(model, batches):
     for stage, cols in groups.items():
         zeta = nsi[:, cols].double()
         trajectories[stage] = dict(
-            num_steps=len(cols), mu=common.finite(trajectory_mean(zeta).mean()),
-            ratio=common.finite(stiffness_ratio(zeta).mean()),
-            tns=common.finite(tns_per_trajectory(zeta).mean()),
-            tns_std=common.finite(tns_per_trajectory(zeta).std()) if len(zeta) > 1 else None)
+            num_steps=len(cols), mu=finite(trajectory_mean(zeta).mean()),
+            ratio=finite(stiffness_ratio(zeta).mean()), tns=finite(tns_per_trajectory(zeta).mean()),
+            tns_std=finite(tns_per_trajectory(zeta).std()) if len(zeta) > 1 else None)
     return names, nsi, steps, blocks, trajectories
 
 
@@ -99,20 +103,20 @@ def plot(out_dir, names, nsi, steps, blocks, trajectories):
 
 
 def main(argv=None):
-    parser = common.base_parser(__doc__.strip().splitlines()[0])
-    common.add_device_arg(parser)
-    common.add_visualizer_arg(parser)
+    parser = analysis_parser(__doc__.strip().splitlines()[0])
+    add_device_arg(parser)
+    add_visualizer_arg(parser)
     args = parser.parse_args(argv)
-    cfg, model, loader, out_dir = common.setup(args, 'tns')
-    names, nsi, steps, blocks, trajectories = analyse(
-        model, common.iterate(model, loader, args.num_batches))
+    cfg, model, loader, out_dir = setup(args, 'tns')
+    names, nsi, steps, blocks, trajectories = analyse(model, iterate(model, loader,
+                                                                     args.num_batches))
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   num_samples=int(nsi.shape[0]), blocks=blocks, trajectories=trajectories,
                   network_tns=trajectories['network']['tns'])
     files = plot(out_dir, names, nsi, steps, blocks, trajectories)
     result['figures'] = [osp.basename(f) for f in files]
-    path = common.dump_json(result, osp.join(out_dir, 'tns.json'))
-    common.send_figures(args, cfg, files, 'tns')
+    path = dump_json(result, osp.join(out_dir, 'tns.json'))
+    send_figures(args, cfg, files, 'tns')
     print(f'TNS (network) = {result["network_tns"]}; ' +
           '  '.join(f'{k}: {v["tns"]:.4g}'
                     for k, v in trajectories.items() if v['tns'] is not None))
@@ -121,4 +125,7 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except TOOL_ERRORS as err:
+        sys.exit(f'error: {err}')

@@ -19,9 +19,10 @@ import argparse
 
 import torch
 import torch.nn as nn
-from bench_step_resnet import add_compile_argument, check_compile_warmup, compare_models
 from mmpretrain.models.backbones import ResNet, ResNet_CIFAR
 
+from mmstiff.apis.benchmark import compare_models
+from mmstiff.apis.cli import add_compile_argument, check_compile_warmup
 from mmstiff.models.backbones import AlterNet
 
 BASELINE = 'ResNet-50'

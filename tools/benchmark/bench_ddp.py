@@ -35,8 +35,6 @@ import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-
 BASELINE = 'no hook'
 SETTINGS = (BASELINE, 'both @1', 'both @defaults')
 
@@ -185,14 +183,12 @@ def _free_port():
 
 def launch(args, world, out):
     """Run this script's worker in ``world`` processes with torchrun."""
-    here = osp.dirname(osp.abspath(__file__))
     cmd = [
         sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={world}',
         f'--master_port={_free_port()}',
         osp.abspath(__file__), '--worker', out, *sys.argv[1:]
     ]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
-               PYTHONPATH=here + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f'torchrun with {world} processes failed ({proc.returncode}):\n'

@@ -69,7 +69,6 @@ Usage (the defaults take about 13 minutes on 2 idle CPU cores):
 """
 import argparse
 import copy
-import os.path as osp
 import statistics
 import sys
 import tempfile
@@ -79,9 +78,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-
-from mmstiff.engine.hooks import FrequencyHook, StiffnessHook  # noqa: E402
+from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 
 BASELINE = 'no hook'
 

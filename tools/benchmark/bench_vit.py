@@ -33,7 +33,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from bench_step_resnet import add_compile_argument
+
+from mmstiff.apis.cli import add_compile_argument
 
 BASELINE = 'mmpretrain DeiT-S'
 VARIANTS = {

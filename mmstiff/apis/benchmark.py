@@ -1,0 +1,143 @@
+"""Train-step timing for the benchmarks (docs/benchmarks.md): one SGD train step (forward,
+cross-entropy, backward, update; optionally under autocast), its time and its peak memory, and
+:func:`compare_models`, which times several models A/B interleaved and prints the medians and
+their ratios to a baseline.
+
+Peak memory of one train step, above what was allocated before the step:
+  * cuda: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``;
+  * cpu: the running sum, in time order, of the bytes each op allocates (net of its own frees)
+    and of the frees outside ops, as ``torch.profiler`` records them with
+    ``profile_memory=True``: live tensor bytes, not the process RSS.
+"""
+import contextlib
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+#: ``--amp``: the autocast dtype
+AMP_DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16}
+
+
+class Precision:
+    """How a train step runs its forward pass: autocast to ``dtype`` (None: float32), with a
+    gradient scaler for float16."""
+
+    def __init__(self, dtype, device):
+        self.dtype, self.device = dtype, device
+        self.scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+
+def train_step(model, optimizer, images, labels, precision=None):
+    optimizer.zero_grad(set_to_none=True)
+    if precision is None:
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        return
+    with precision.autocast():
+        loss = F.cross_entropy(model(images), labels)
+    if precision.scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        precision.scaler.scale(loss).backward()
+        precision.scaler.step(optimizer)
+        precision.scaler.update()
+
+
+def synchronize(device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def time_steps(model, optimizer, batch, iters, device, precision=None):
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        train_step(model, optimizer, *batch, precision)
+    synchronize(device)
+    return (time.perf_counter() - start) / iters
+
+
+def peak_step_memory(model, optimizer, batch, device, precision=None):
+    """Peak bytes allocated during one train step, above the allocation at its start."""
+    if device.type == 'cuda':
+        synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        train_step(model, optimizer, *batch, precision)
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        train_step(model, optimizer, *batch, precision)
+    # every op event carries the bytes it allocated net of what it freed itself; '[memory]'
+    # events carry the frees that happen outside any op. In time order, their running sum is
+    # the live tensor bytes allocated since the step began.
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def compare_models(models, baseline, batch, args, device, settings, name_width):
+    """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
+    A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
+    and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
+    first line. ``args``: ``warmup``, ``repeats``, ``iters``, ``compile`` and, where present,
+    ``amp`` and ``channels_last``."""
+    amp = getattr(args, 'amp', None)
+    precision = Precision(AMP_DTYPES[amp], device) if amp else None
+    memory_format = torch.channels_last if getattr(args, 'channels_last', False) else None
+    if memory_format is not None:
+        batch = (batch[0].contiguous(memory_format=memory_format), ) + tuple(batch[1:])
+    runs = {}
+    for name, build in models.items():
+        model = build().to(device).train()
+        if memory_format is not None:
+            model = model.to(memory_format=memory_format)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+        if args.compile:
+            model = torch.compile(model)
+        for _ in range(args.warmup):
+            train_step(model, optimizer, *batch, precision)
+        runs[name] = (model, optimizer)
+
+    names = list(runs)
+    times = {name: [] for name in names}
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names):] + names[:repeat % len(names)]
+        for name in order:
+            times[name].append(time_steps(*runs[name], batch, args.iters, device, precision))
+    compiled = args.compile
+    # the profiler's op events miss the activations of a compiled graph (a compiled ResNet-50
+    # step shows only its gradients' bytes, at any batch size): no peak for compiled CPU runs
+    measured = device.type == 'cuda' or not compiled
+    memory = {
+        name: peak_step_memory(*runs[name], batch, device, precision) if measured else None
+        for name in names
+    }
+
+    what = ('cuda max_memory_allocated' if device.type == 'cuda' else
+            'profiler live bytes' if measured else 'not measured for compiled CPU models')
+    print(f'device={device} threads={torch.get_num_threads()}{" compiled" if compiled else ""} '
+          f'{settings} '
+          f'repeats={args.repeats} iters/timing={args.iters} peak memory: {what}')
+    header = (f'{"model":<{name_width}}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'
+              f'{"peak (MiB)":>12}{"mem ratio":>11}')
+    print(header)
+    print('-' * len(header))
+    for name in names:
+        ratios = [t / b for t, b in zip(times[name], times[baseline])]
+        params = sum(p.numel() for p in runs[name][0].parameters()) / 1e6
+        peak, peak_ratio = ('n/a', 'n/a') if memory[name] is None else (
+            f'{memory[name] / 2**20:.1f}', f'{memory[name] / memory[baseline]:.3f}')
+        print(f'{name:<{name_width}}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
+              f'{statistics.median(ratios):>12.3f}{peak:>12}{peak_ratio:>11}')

@@ -1,0 +1,120 @@
+"""The command-line arguments the tools share (docs/diagnostics.md, docs/benchmarks.md).
+
+Argument groups only: the tools build their parsers from these, parse, run and exit; nothing
+here exits or runs anything. A value that parses but cannot run is checked where it is used and
+raises :class:`~mmstiff.apis.runtime.ConfigError`.
+"""
+import argparse
+
+from mmengine.config import DictAction
+
+from .runtime import cfg_option
+
+#: ``--split`` of the analysis tools: the config's dataloader they read
+SPLITS = ('test', 'val', 'train')
+#: ``--mode`` of the tools that evaluate the training loss
+MODES = ('eval', 'train')
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
+    return value
+
+
+def add_checkpoint_args(parser, verb):
+    """``--trust-checkpoint``, ``--allow-partial-load`` and ``--allow-non-finite`` of a tool
+    that loads ``CHECKPOINT`` into the config's model; ``verb``: what the tool does with it
+    (``'evaluate'``, ``'analyse'``)."""
+    parser.add_argument(
+        '--trust-checkpoint', action='store_true',
+        help='unpickle CHECKPOINT in full; only for files from a source you trust (a pickle '
+        'can run code). By default it loads weights-only')
+    parser.add_argument(
+        '--allow-partial-load', action='store_true',
+        help=f'{verb} even when CHECKPOINT does not match the model (missing, unexpected or '
+        'differently shaped parameters keep their initial values); by default an error')
+    parser.add_argument(
+        '--allow-non-finite', action='store_true',
+        help=f'{verb} even when CHECKPOINT holds NaN or inf weights or statistics (a '
+        'diverged run); by default an error naming them, before any work')
+
+
+def analysis_parser(description, num_batches=10):
+    """``CONFIG CHECKPOINT [--out-dir] [--num-batches] [--split] [--batch-size]
+    [--cfg-options]`` and the checkpoint flags: what every analysis tool takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('config', help='config file the checkpoint was trained with')
+    parser.add_argument('checkpoint', help='checkpoint file (loaded weights-only and strictly)')
+    parser.add_argument(
+        '--out-dir', default=None, help='where to write the JSON and PNG files (default: '
+        '<checkpoint dir>/analysis/<tool>)')
+    parser.add_argument('--num-batches', type=positive_int, default=num_batches,
+                        help=f'batches of the split to analyse (default {num_batches})')
+    parser.add_argument('--split', choices=SPLITS, default='test',
+                        help='dataloader of the config to read (default test)')
+    parser.add_argument('--batch-size', type=positive_int, default=None,
+                        help='override the dataloader batch size')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
+                        type=cfg_option, help='override config settings, key=value')
+    add_checkpoint_args(parser, 'analyse')
+    return parser
+
+
+def add_device_arg(parser):
+    """``--device`` of tns.py, spectrum.py and freq_noise.py (the CPU by default)."""
+    parser.add_argument(
+        '--device', default='cpu',
+        help="where the model runs: 'cpu' (default), 'cuda' or 'cuda:N'; "
+        'an error when that device is not available')
+
+
+def add_visualizer_arg(parser):
+    """``--to-visualizer``: the figures also go to the config's visualizer backends."""
+    parser.add_argument(
+        '--to-visualizer', action='store_true',
+        help="also send each figure to the backends of the config's "
+        "'visualizer' (Visualizer.add_image at step 0; LocalVisBackend "
+        'writes OUT_DIR/vis_data/vis_image/<figure>_0.png, '
+        'TensorboardVisBackend an image summary under OUT_DIR/vis_data)')
+
+
+def add_instrument_args(parser):
+    """``--device`` (CUDA where present by default) and ``--seed`` of hessian.py,
+    loss_landscape.py and feature_variance.py."""
+    parser.add_argument('--device', default=None,
+                        help='where to run: cpu, cuda, cuda:1 (default: cuda where present)')
+    parser.add_argument(
+        '--seed', type=int, default=0,
+        help='seed of the data order, the augmentations and the random vectors '
+        '(default 0)')
+
+
+def add_loss_args(parser):
+    """Options of the tools that evaluate the training loss (hessian.py, loss_landscape.py)."""
+    parser.add_argument(
+        '--mode', choices=MODES, default='eval',
+        help='model mode while the loss is evaluated: eval (BN running '
+        'statistics, no dropout / drop path; default) or train (batch '
+        'statistics, one random draw per batch; buffers restored)')
+    parser.add_argument(
+        '--weight-decay', type=float, default=None,
+        help="coefficient λ of the l2 term Σ λ/2 ||w||² for every parameter "
+        "(default: each parameter's decay from the config's optim_wrapper)")
+    parser.set_defaults(split='train')
+
+
+def add_compile_argument(parser):
+    """``--compile`` of the benchmarks that time train steps with
+    :func:`mmstiff.apis.benchmark.compare_models`."""
+    parser.add_argument('--compile', action='store_true',
+                        help='time torch.compile-d models (compiled during the warm-up)')
+
+
+def check_compile_warmup(parser, args):
+    """``args``, or a usage error where ``--compile`` has no warm-up step to compile in."""
+    if args.compile and args.warmup < 1:
+        parser.error(f'--warmup {args.warmup} is not supported with --compile; expected at least '
+                     '1 untimed step, in which each model is compiled')
+    return args
