@@ -7,7 +7,6 @@ mim and MMEngine locate its ``.mim`` folder from its dist-info, as after ``pip i
 the ``.mim`` folder from the dist-info location, which a PEP 660 editable install puts in
 site-packages, so they cannot be tested there: docs/install.md.)
 """
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -18,20 +17,12 @@ import zipfile
 
 import pytest
 import yaml
+from script_modules import load_script  # tests/
 from test_packaging import copy_checkout
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
-
-def _load_script(name, path):
-    """The script at ``path`` as a module (tools/misc is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-model_index = _load_script('model_index', osp.join(REPO, 'tools', 'misc', 'model_index.py'))
+model_index = load_script('tools/misc/model_index.py')
 
 SKIPPED_FOLDERS = ('_base_', 'studies')
 

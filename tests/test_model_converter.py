@@ -1,5 +1,4 @@
 """tools/model_converters/torchvision_to_mmpretrain_resnet.py on random torchvision ResNets."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,7 @@ import torchvision
 from mmpretrain.models import ImageClassifier
 from mmpretrain.models.backbones import ResNet
 from reference_weights import randomise_bn
+from script_modules import load_script  # tests/
 
 from mmstiff.models.backbones import StepResNet
 
@@ -17,10 +17,7 @@ SCRIPT = (
 
 
 def _load_converter():
-    spec = importlib.util.spec_from_file_location('torchvision_to_mmpretrain_resnet', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(str(SCRIPT))
 
 
 converter = _load_converter()

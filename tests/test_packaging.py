@@ -22,6 +22,7 @@ import textwrap
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from script_modules import load_script  # tests/
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 #: what a user's environment owns: a plain `pip install mmstiff` must never ask for these
@@ -30,10 +31,7 @@ DET_ERROR = 'mmstiff.DetStepResNet needs mmdet, which is not installed: pip inst
 
 
 def load_setup():
-    spec = importlib.util.spec_from_file_location('mmstiff_setup', osp.join(REPO, 'setup.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # setup() itself only runs under __main__
-    return module
+    return load_script('setup.py', 'mmstiff_setup')  # setup() itself only runs under __main__
 
 
 def requirements(name):

@@ -5,7 +5,6 @@
 (two centred squares of sides ``2 int((f ± s) h / 2π)``). Both are rebuilt here step by step
 from their description, and checked on maps whose spectra are known in closed form.
 """
-import importlib
 import math
 import os.path as osp
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from script_modules import load_script  # tests/
 
 from mmstiff.analysis.frequency import (delta_log_amplitude, diagonal_frequencies, diagonal_indices,
                                         log_amplitude_profile)
@@ -189,8 +189,8 @@ def test_paper_band_needs_square_even_images(height, width):
 
 
 def tool(name):
-    """The analysis tool ``tools/analysis/<name>.py`` (pytest.ini's pythonpath)."""
-    return importlib.import_module(name)
+    """The analysis tool ``tools/analysis/<name>.py`` as a module."""
+    return load_script(f'tools/analysis/{name}.py', f'{name}_tool')
 
 
 def test_spectrum_tool_threads_the_convention():

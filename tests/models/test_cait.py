@@ -1,11 +1,11 @@
 """CaiT: equal to timm's Cait with the same weights, AttnScale / FeatScale checked against their
 formulas written out independently from the weights (talking heads included)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from script_modules import load_script  # tests/
 
 from mmstiff.models.backbones import CaiT
 from mmstiff.models.layers import record_attention_maps
@@ -250,10 +250,7 @@ def test_bad_configuration_names_the_field(kwargs, message):
 
 
 def _converter():
-    spec = importlib.util.spec_from_file_location('timm_to_mmstiff_cait', CONVERTER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(str(CONVERTER))
 
 
 def test_converted_official_layout_reproduces_timm_logits(tmp_path):

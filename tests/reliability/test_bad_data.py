@@ -5,7 +5,6 @@ empty files, an ``--out`` that cannot be written, a config with a syntax error, 
 ``--cfg-options`` item without ``=`` and a diagnostics ``module`` that does not exist.
 """
 import argparse
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import torch.nn as nn
 from mmengine.config import Config
+from script_modules import load_script  # tests/
 
 from mmstiff.apis.runtime import ConfigError, load_config, prepare_runner_cfg
 from mmstiff.datasets import CIFAR10, STL10, FashionMNIST
@@ -255,10 +255,7 @@ def test_config_syntax_error_names_the_file_and_line(tmp_path):
 
 
 def load_tool(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path, name)
 
 
 @pytest.mark.parametrize('tool', ['train', 'test', 'analysis'])

@@ -3,6 +3,7 @@
 import socket
 
 import pytest
+from script_modules import load_script  # tests/
 
 
 @pytest.fixture
@@ -25,12 +26,7 @@ def test_port_in_use_is_named_with_the_way_out(run_tool, busy_port, script, args
 
 
 def test_a_free_port_passes(repo_root):
-    import importlib.util
-    import os.path as osp
-    spec = importlib.util.spec_from_file_location(
-        'check_port', osp.join(repo_root, 'tools', 'misc', 'check_port.py'))
-    check_port = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check_port)
+    check_port = load_script('tools/misc/check_port.py')
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         port = sock.getsockname()[1]

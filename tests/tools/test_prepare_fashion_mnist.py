@@ -4,7 +4,6 @@ The logic is tested on generated gz files; the real Debian package is used only 
 installed (and apt is never called: commands go to a recording fake).
 """
 import gzip
-import importlib.util
 import os
 import os.path as osp
 import shutil
@@ -12,6 +11,7 @@ import struct
 
 import numpy as np
 import pytest
+from script_modules import load_script  # tests/
 
 from mmstiff.datasets import fashion_mnist as idx
 from mmstiff.testing import write_mnist
@@ -20,11 +20,7 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location(
-        'prepare_fashion_mnist', osp.join(REPO, 'tools', 'prepare_fashion_mnist.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script('tools/prepare_fashion_mnist.py')
 
 
 fm = _load_tool()

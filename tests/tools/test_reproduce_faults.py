@@ -3,7 +3,6 @@ naming the file and ``--rebuild``, which rebuilds both from the run folders), an
 broken files (skipped with a warning while this study's runs go on), and a study option that
 names no field of its config (refused before any run, also with ``--dry-run``)."""
 import glob
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -13,6 +12,7 @@ import sys
 import warnings
 
 import pytest
+from script_modules import load_script  # tests/
 
 from mmstiff.studies import StudyError, load_study
 from mmstiff.studies.plan import check_run_configs
@@ -40,11 +40,7 @@ def reproduce(*args, timeout=600):
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location('reproduce_tool',
-                                                  osp.join(REPO, 'tools', 'reproduce.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return load_script('tools/reproduce.py', 'reproduce_tool')
 
 
 def fake_call(command, log_path):

@@ -1,12 +1,12 @@
 """The arguments and checks the tools share (mmstiff.apis): one set of checkpoint flags for
 tools/test.py and the analysis tools, and bad input that raises ConfigError naming the value
 before anything is loaded."""
-import importlib.util
 import os.path as osp
 
 import pytest
 import torch
 from mmengine.config import Config
+from script_modules import load_script  # tests/
 
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import build_loader
@@ -21,10 +21,7 @@ FLAGS = ['--trust-checkpoint', '--allow-partial-load', '--allow-non-finite']
 
 
 def _test_tool():
-    spec = importlib.util.spec_from_file_location('test_tool', osp.join(REPO, 'tools', 'test.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script('tools/test.py', 'test_tool')
 
 
 def _flag_help(parser):
