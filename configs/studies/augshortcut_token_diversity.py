@@ -38,4 +38,15 @@ runs = [
     dict(label='augmented', config=_vit, cfg_options=['model.backbone.aug_shortcut.num_paths=2'],
          baseline='vit'),
 ]
-verdict = None
+_c = '[spectrum/token_cos/last]'
+_t = '[test/accuracy/top1]'
+verdict = (
+    'The declared comparison did not hold, and its sign is the opposite of the claim\'s: with '
+    'augmented shortcuts the tokens of the last state are more alike, not less (mean pairwise '
+    'cosine {mean[augmented]' + _c + '} against {mean[vit]' + _c + '}, a difference of '
+    '{diff[augmented][vit]' + _c + '}, 95% CI {ci[augmented][vit]' + _c + '}; the training log '
+    'reads the same). The top-1 difference is undecided at 3 seeds '
+    '({diff[augmented][vit]' + _t + '}, '
+    '{ci[augmented][vit]' + _t + '}). These networks are far from trained (top-1 '
+    '{mean[vit]' + _t + '} % after 3 epochs on 6 000 images), so this is a reading of early '
+    'training at this scale, not of the converged ViTs the paper measures.')
