@@ -23,6 +23,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PYTHON=${PYTHON:-python}
+# this checkout's mmstiff first, installed or not (as tools/dist_run.sh does)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 device=
 out=
