@@ -13,21 +13,14 @@ import warnings
 
 import pytest
 from script_modules import load_script  # tests/
+from tiny_study import DEMO, TINY_STUDY  # tests/
 
 from mmstiff.studies import StudyError, load_study
 from mmstiff.studies.plan import check_run_configs
 from mmstiff.studies.spec import read_study_fields
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
-STUDY = f'''
-name = 'tiny'
-claim = dict(quote='q', source='s')
-seeds = [0, 1]
-runs = [dict(label='plain', config={DEMO!r}, cfg_options=['model.backbone.adaptor=None'],
-             baseline=True),
-        dict(label='stepnet', config={DEMO!r})]
-'''
+STUDY = TINY_STUDY
 
 
 def reproduce(*args, timeout=600):

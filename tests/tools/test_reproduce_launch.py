@@ -7,21 +7,14 @@ import subprocess
 import sys
 
 import pytest
+from tiny_study import DEMO, TINY_STUDY  # tests/
 
 from mmstiff.studies import Launch, StudyError, check_launch, load_study
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
 OTHER = 'configs/stepnet/preact-resnet164-stepnet_1xb128-164e_cifar100.py'
-STUDY = f'''
-name = 'tiny'
-claim = dict(quote='q', source='s')
-seeds = [0, 1]
-runs = [dict(label='plain', config={DEMO!r}, cfg_options=['model.backbone.adaptor=None'],
-             baseline=True),
-        dict(label='stepnet', config={DEMO!r})]
-configs = dict(cifar=dict(config=dict(stepnet={OTHER!r}), cfg_options=['train_cfg.max_epochs=9'],
-                          seeds=[5]))
+STUDY = TINY_STUDY + f'''configs = dict(cifar=dict(config=dict(stepnet={OTHER!r}),
+                          cfg_options=['train_cfg.max_epochs=9'], seeds=[5]))
 '''
 
 
