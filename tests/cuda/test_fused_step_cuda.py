@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn as nn
+from hook_scalars import hook_scalars  # tests/
 
 from mmstiff.models.backbones import StepResNet, StepViT
 from mmstiff.models.steps import StepNetAdaptor, residual_update, step_kernels
@@ -130,22 +131,13 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
 
 
 def test_stiffness_hook_values_equal_with_fused_on_and_off():
-    from mmstiff.engine.hooks import StiffnessHook
     torch.manual_seed(0)
     images = torch.randn(8, 3, 64, 64, device='cuda')
     scalars = []
     for fused in (False, 'auto'):
         torch.manual_seed(0)
         net = StepResNet(18, adaptor=STEPNET, fused=fused).cuda().train()
-        hook = StiffnessHook(interval=1)
-        recorders = hook.build_recorders(net)
-        with torch.no_grad():
-            for recorder in recorders.values():
-                recorder.start()
-            net(images)
-            for recorder in recorders.values():
-                recorder.stop()
-        scalars.append(hook.summarise({role: r.outputs for role, r in recorders.items()}))
+        scalars.append(hook_scalars(net, images))
     assert list(scalars[1]) == list(scalars[0])
     for key, value in scalars[0].items():
         tol = dict(abs=1e-4) if key.startswith('nsi_step_corr/') else dict(rel=1e-4)

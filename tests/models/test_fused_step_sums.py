@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+from hook_scalars import hook_scalars  # tests/
 
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
-from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import PreActStepResNet, StepResNet, StepResNet_CIFAR, StepViT
 from mmstiff.models.steps import StepNetAdaptor, residual_update, set_fused
 from mmstiff.models.steps.step_kernels import TorchStepKernels
@@ -51,18 +51,6 @@ def _pair(name):
     return set_fused(reference, False).train(), set_fused(fused, True).train(), size
 
 
-def _hook_scalars(net, images, **kwargs):
-    hook = StiffnessHook(interval=1, **kwargs)
-    recorders = hook.build_recorders(net)
-    with torch.no_grad():
-        for recorder in recorders.values():
-            recorder.start()
-        net(images)
-        for recorder in recorders.values():
-            recorder.stop()
-    return hook.summarise({role: r.outputs for role, r in recorders.items()})
-
-
 def _both_norms(record):
     """The NSI norms of a record from its states and (None without them) from its sums."""
     from_states = stiffness_norms(record.x_t, record.x_next, record.step)
@@ -83,8 +71,8 @@ def test_stiffness_hook_values_are_the_same_with_fused_on_and_off(name):
     torch.manual_seed(1)
     images = torch.randn(4, 3, size, size)
     for kwargs in (dict(), dict(num_samples=2)):
-        expected = _hook_scalars(reference, images, **kwargs)
-        got = _hook_scalars(fused, images, **kwargs)
+        expected = hook_scalars(reference, images, **kwargs)
+        got = hook_scalars(fused, images, **kwargs)
         assert list(got) == list(expected) and any(k.startswith('nsi/') for k in expected)
         for key, value in expected.items():
             # a correlation in [-1, 1] near 0 is compared absolutely
