@@ -364,7 +364,17 @@ def run_study(study, plans, state, args, results_dir, work_root):
     progress = Progress(plans, state, args.jobs)
     failed = []
 
+    started = {}  # key -> future, in plan order: a run's `after` runs were submitted first
+
     def work(plan):
+        for key in (f'{label}/seed{plan.seed}' for label in plan.variant.after):
+            if key in started:
+                concurrent.futures.wait([started[key]])
+            if state.run(key).get('status') != DONE:
+                why = f'not started: it comes after {key}, which did not finish'
+                say(f'{plan.key} {why}')
+                state.update(plan.key, error=why)
+                return state.run(plan.key)
         # a run of a reused study may have finished since this invocation started
         if adopt_reused_runs([plan], state, work_root, study.reuse):
             say(f'{plan.key}: reusing {state.run(plan.key)["reused_from"]}')
@@ -377,7 +387,10 @@ def run_study(study, plans, state, args, results_dir, work_root):
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
     try:
-        futures = {pool.submit(work, plan): plan for plan in todo}
+        futures = {}
+        for plan in todo:
+            started[plan.key] = pool.submit(work, plan)
+            futures[started[plan.key]] = plan
         for future in concurrent.futures.as_completed(futures):
             plan = futures[future]
             entry = future.result()

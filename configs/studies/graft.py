@@ -6,12 +6,12 @@
 #   OMP_NUM_THREADS=1 python tools/reproduce.py configs/studies/graft.py
 #   python tools/reproduce.py graft --report-only                   # after filling `verdict`
 #
-# 1. `plain-3e`: the demo pre-activation ResNet-20 without adaptors, trained 3 epochs (seed 0);
-#    its last checkpoint is the plain checkpoint every other run starts from (the classifier's
-#    init_cfg Pretrained, not load_from, which tools/test.py would load again over the checkpoint
-#    it tests). The runs
+# 1. `plain-3e`: the demo pre-activation ResNet-20 without adaptors, trained 3 epochs, one per
+#    seed; its last checkpoint is the plain checkpoint the other runs of the same seed start
+#    from (`after='plain-3e'`, `{seed}` in the path; the classifier's init_cfg Pretrained, not
+#    load_from, which tools/test.py would load again over the checkpoint it tests). The runs
 #    read it from the runner's default work dir (work_dirs/studies); with --work-dir D, change
-#    _plain_checkpoint below to D/graft/plain-3e/seed0/epoch_3.pth.
+#    _plain_checkpoint below to D/graft/plain-3e/seed{seed}/epoch_3.pth.
 # 2. `step0.*`: the network at step 0 of fine-tuning (plain, or with SE / StepNet adaptors in
 #    every block, `start` 'paper' or 'identity'): built, initialised and loaded like the `ft.*`
 #    run of the same seed, then one iteration at learning rate 0 with every BN frozen
@@ -23,7 +23,7 @@
 # Every run skips the in-training validation (the runner tests the final checkpoint) and the
 # diagnostic hooks. Results: docs/results/graft/.
 _config = 'configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py'
-_plain_checkpoint = 'work_dirs/studies/graft/plain-3e/seed0/epoch_3.pth'
+_plain_checkpoint = 'work_dirs/studies/graft/plain-3e/seed{seed}/epoch_3.pth'
 _adaptors = {
     'plain': ['model.backbone.adaptor=None'],
     'se-paper':
@@ -53,7 +53,8 @@ claim = dict(
             'Self-attention Mechanism via Dynamical System Perspective", ICCV 2023 '
             '(https://arxiv.org/abs/2308.09939), which trains them from scratch or from an '
             'adapted ImageNet checkpoint'),
-    tested=('grafted onto a plain checkpoint of the demo ResNet-20 (Fashion-MNIST, 3 epochs), '
+    tested=('grafted onto plain checkpoints of the demo ResNet-20 (Fashion-MNIST, 3 epochs, '
+            'one per seed), '
             "adaptors with the paper's start (StepNet: Δ ≡ sigmoid(-1); SE: random Δ near 0.5) "
             'lose the pretrained accuracy at step 0 and end one epoch of fine-tuning below the '
             'plain network fine-tuned alike, while the identity start (Δ ≡ 1) starts at the '
@@ -61,17 +62,17 @@ claim = dict(
 seeds = [0, 1, 2]
 cfg_options = ['train_cfg.val_begin=1000', 'custom_hooks=[]']
 runs = [
-    dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], seeds=[0],
-         baseline=False)
+    dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], baseline=False)
 ]
 runs += [
     dict(label=f'step0.{label}', config=_config, cfg_options=_step0 + options,
-         baseline=True if label == 'plain' else 'step0.plain')
+         baseline=True if label == 'plain' else 'step0.plain', after='plain-3e')
     for label, options in _adaptors.items()
 ]
 runs += [
     dict(label=f'ft.{label}', config=_config, cfg_options=_fine_tune + options,
-         baseline=True if label == 'plain' else 'ft.plain') for label, options in _adaptors.items()
+         baseline=True if label == 'plain' else 'ft.plain', after='plain-3e')
+    for label, options in _adaptors.items()
 ]
 # Filled in after looking at the results page, with its numbers as placeholders.
 _top1 = '[test/accuracy/top1]'

@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional
 
 from .errors import StudyError, StudyWarning
 from .files import UnreadableFile, read_state_file
-from .spec import ANALYSIS_TOOLS, REPO, SEED_KEY, repo_relative
+from .spec import ANALYSIS_TOOLS, REPO, SEED_KEY, SEED_PLACEHOLDER, repo_relative
 from .state import DONE, PENDING, STATE_FILE
 
 LOG_FILE = 'reproduce.log'
@@ -95,7 +95,7 @@ class RunPlan(NamedTuple):
 
     @property
     def cfg_options(self):
-        return list(self.variant.cfg_options) + [f'{SEED_KEY}={self.seed}']
+        return self.variant.options_for(self.seed) + [f'{SEED_KEY}={self.seed}']
 
     def spec(self):
         """What the run's results depend on; a finished run whose spec changed is refused."""
@@ -203,7 +203,7 @@ def check_run_configs(study, check):
     for variant in study.variants:
         config = variant.config if osp.isabs(variant.config) else osp.join(REPO, variant.config)
         try:
-            check(config, list(variant.cfg_options))
+            check(config, variant.options_for(variant.seeds[0]))
         except ValueError as err:
             raise StudyError(f'study file {repo_relative(study.file)}, run {variant.label!r} '
                              f'(config {variant.config}): {err}') from None
@@ -215,9 +215,10 @@ def _spec_in_runs_json(runs_data, entry):
     variant = next((v for v in info['variants'] if v['label'] == entry['variant']), None)
     if variant is None:
         return None
-    return dict(
-        config=variant['config'], seed=entry['seed'], cfg_options=list(info['cfg_options']) +
-        list(variant['cfg_options']) + [f'{SEED_KEY}={entry["seed"]}'])
+    options = list(info['cfg_options']) + list(variant['cfg_options'])
+    return dict(config=variant['config'], seed=entry['seed'],
+                cfg_options=[o.replace(SEED_PLACEHOLDER, str(entry['seed'])) for o in options] +
+                [f'{SEED_KEY}={entry["seed"]}'])
 
 
 def adopt_published_runs(plans, state, runs_data):

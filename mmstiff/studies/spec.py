@@ -80,13 +80,17 @@ RUN_FIELDS = {
     'cfg_options': False,
     'baseline': False,
     'seeds': False,
-    'analysis': False
+    'analysis': False,
+    'after': False
 }
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
 VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
 NAME_PATTERN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 #: set by the runner from the seeds; a study may not set it through cfg_options
 SEED_KEY = 'randomness.seed'
+#: in a ``cfg_options`` value, replaced by the run's seed (e.g. the checkpoint of the same seed
+#: of another variant)
+SEED_PLACEHOLDER = '{seed}'
 
 
 class Claim(NamedTuple):
@@ -107,6 +111,8 @@ class Variant(NamedTuple):
         compare_to (tuple[str]): labels of the variants it is compared with.
         seeds (tuple[int]): seeds, in order.
         analysis (tuple[str]): analysis tools to run on its final checkpoints.
+        after (tuple[str]): earlier variants whose run of the same seed must finish before
+            this variant's starts (it reads their work dir, e.g. a checkpoint).
     """
     label: str
     config: str
@@ -115,6 +121,11 @@ class Variant(NamedTuple):
     compare_to: tuple
     seeds: tuple
     analysis: tuple
+    after: tuple = ()
+
+    def options_for(self, seed):
+        """The variant's ``cfg_options`` with ``{seed}`` replaced by ``seed``."""
+        return [option.replace(SEED_PLACEHOLDER, str(seed)) for option in self.cfg_options]
 
 
 class Study(NamedTuple):
@@ -295,6 +306,24 @@ def _baselines(runs, labels):
     return resolved
 
 
+def _after(value, field, label, earlier):
+    """The labels a variant comes after: earlier variants, each training its seeds."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not names or not all(
+            isinstance(n, str) for n in names):
+        raise StudyError(f'{field}={value!r}; expected a label or a list of labels')
+    for name in names:
+        if name not in earlier:
+            raise StudyError(f'{field}={value!r} names {name!r}, which is not a variant listed '
+                             f'before {label!r}; expected one of {earlier} (a run waits for the '
+                             'runs it comes after, so they come first in `runs`)')
+    if len(set(names)) != len(names):
+        raise StudyError(f'{field}={value!r} lists a label twice')
+    return tuple(names)
+
+
 def _config_sets(value):
     """The names of the study's ``configs`` entries, each checked for its fields."""
     if value is None:
@@ -367,13 +396,20 @@ def parse_study(fields, path):
                              f'runs[{i}].seeds')
         run_analysis = analysis if run.get('analysis') is None else _analysis(
             run['analysis'], f'runs[{i}].analysis')
+        after = _after(run.get('after'), f'runs[{i}].after', label, labels[:i])
+        for other in (v for v in variants if v.label in after):
+            missing = sorted(set(run_seeds) - set(other.seeds))
+            if missing:
+                raise StudyError(f'runs[{i}] ({label!r}) comes after {other.label!r}, which '
+                                 f'does not train the seed(s) {missing}; a run waits for the '
+                                 'run of the same seed of each variant in `after`')
         variants.append(
             Variant(
                 label=label, config=_config(run['config'],
                                             f'runs[{i}].config'), cfg_options=common +
                 _cfg_options(run.get('cfg_options') or [], f'runs[{i}].cfg_options'),
                 is_baseline=is_baseline, compare_to=compare_to, seeds=run_seeds,
-                analysis=run_analysis))
+                analysis=run_analysis, after=after))
     reuse = _string_list(fields.get('reuse') or [], 'reuse')
     for i, other in enumerate(reuse):
         if not NAME_PATTERN.match(other) or other == name:
