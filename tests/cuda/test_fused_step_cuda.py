@@ -6,7 +6,7 @@ import torch.nn as nn
 from hook_scalars import hook_scalars  # tests/
 
 from mmstiff.models.backbones import StepResNet, StepViT
-from mmstiff.models.steps import StepNetAdaptor, residual_update, step_kernels
+from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, residual_update, step_kernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
 
 pytestmark = pytest.mark.cuda
@@ -128,6 +128,32 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('batch, channels', [(32, 64), (64, 2048), (3, 256)])
+def test_se_phi_kernels_equal_the_adaptor_modules(batch, channels):
+    import copy
+
+    from mmstiff.models.steps.stepnet_phi import phi_kernels_in
+    torch.manual_seed(0)
+    reference = SEAdaptor(channels).cuda().train()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    fused = copy.deepcopy(reference)
+    p = torch.randn(batch, channels, device='cuda')
+    results = []
+    # the reference's 1x1 convolutions must not take TF32 either
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        for adaptor, kernels in ((reference, None), (fused, TritonStepKernels().phi)):
+            pp = p.clone().requires_grad_()
+            with phi_kernels_in(kernels):
+                step = adaptor.step_from_pooled(None, pp)
+            weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
+            grads = torch.autograd.grad((step * weights).sum(), [pp, *adaptor.parameters()])
+            results.append([step, *grads])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))
 
 
 def test_stiffness_hook_values_equal_with_fused_on_and_off():

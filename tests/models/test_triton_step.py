@@ -17,11 +17,14 @@ import torch.nn as nn
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, residual_update, set_fused
+from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, forced_step_kernels, residual_update,
+                                  set_fused)
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
+from mmstiff.models.steps.se_phi import TorchSEPhiKernels
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import phi_kernels_in
 from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
+from mmstiff.models.steps.triton_se import TritonSEPhiKernels
 from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
@@ -237,3 +240,56 @@ def test_triton_step_runs_a_backbone():
     torch.testing.assert_close(fused_out, out, rtol=1e-4, atol=1e-5)
     # float32 sums in another order, through eight train-mode BN layers of two samples
     torch.testing.assert_close(fused_grad, grad, rtol=1e-3, atol=1e-3 * grad.abs().max().item())
+
+
+@interpreted
+@pytest.mark.parametrize(
+    'batch, channels, squeeze, dtype',
+    [
+        (5, 32, 8, torch.float32),
+        (3, 16, 4, torch.float32),  # blocks padded to tl.dot's 16
+        (70, 70, 8, torch.float32),  # two sample blocks forward, two channel shares backward
+        (20, 600, 40, torch.float32),  # three channel shares backward
+        (5, 32, 8, torch.float16),
+        (5, 32, 8, torch.bfloat16),
+    ])
+def test_triton_se_passes_equal_torch_passes(batch, channels, squeeze, dtype):
+    torch.manual_seed(0)
+    p = torch.randn(batch, channels).to(dtype)
+    w1, b1 = 0.3 * torch.randn(squeeze, channels), torch.randn(squeeze)
+    w2, b2 = 0.3 * torch.randn(channels, squeeze), torch.randn(channels)
+    grad = torch.randn(batch, channels)
+    kernels = TritonSEPhiKernels()
+    step, hidden = kernels.se_forward(p, w1, b1, w2, b2, 2.0)
+    ref_step, ref_hidden = TorchSEPhiKernels.se_forward(p.float(), w1, b1, w2, b2, 2.0)
+    assert step.dtype == torch.float32  # float32 weights: Δ in float32, as the modules give
+    torch.testing.assert_close(step, ref_step, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hidden, ref_hidden, rtol=1e-5, atol=1e-5)
+    got = kernels.se_backward(grad, p, hidden, step, w1, w2, 2.0)
+    expected = TorchSEPhiKernels.se_backward(grad, p.float(), ref_hidden, ref_step, w1, w2, 2.0)
+    assert got[0].dtype == dtype and [g.dtype for g in got[1:]] == [torch.float32] * 4
+    tol = TOLERANCES[dtype] if dtype != torch.float32 else 1e-4
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b.float(), a.to(b.dtype).float(), rtol=tol,
+                                   atol=tol * max(1.0, a.abs().max().item()))
+
+
+@interpreted
+@pytest.mark.parametrize('start, layout', [('paper', 'nchw'), ('identity', 'nlc')])
+def test_triton_se_step_of_an_adaptor_equals_the_reference(start, layout):
+    adaptor = SEAdaptor(32, start=start, layout=layout).train()
+    torch.manual_seed(0)
+    with torch.no_grad():  # off the start: the identity start's W2 = 0 hides W1's gradient
+        for p in adaptor.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    shape = (3, 32, 4, 4) if layout == 'nchw' else (3, 7, 32)
+    x, f = torch.randn(shape), torch.randn(shape)
+    results = []
+    for fused in (False, True):
+        xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
+        with forced_step_kernels(TritonStepKernels()):
+            out = residual_update(xx, ff, adaptor, layout, fused, act=nn.ReLU())
+        grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
+        results.append([out, *grads])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)

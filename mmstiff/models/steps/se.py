@@ -21,6 +21,8 @@ from mmpretrain.models.utils import make_divisible
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
+from .se_phi import SEPhi, se_phi_mode
+from .stepnet_phi import active_phi_kernels
 
 
 @MODELS.register_module()
@@ -74,12 +76,23 @@ class SEAdaptor(StepAdaptor):
     from_pooled = True
 
     def step_from_pooled(self, state, residual):
-        """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read."""
-        pooled = residual[:, :, None, None]
-        step = self.conv2(self.conv1(pooled))  # (B, C, 1, 1)
+        """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read.
+
+        Inside a fused step whose kernels have SE's (B, C) passes, one computation each way
+        where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md §0).
+        """
+        kernels = active_phi_kernels()
+        if se_phi_mode(self, residual.shape[0], kernels):
+            conv1, conv2 = self.conv1.conv, self.conv2.conv
+            step = SEPhi.apply(residual, conv1.weight.view(conv1.weight.shape[:2]), conv1.bias,
+                               conv2.weight.view(conv2.weight.shape[:2]), conv2.bias,
+                               self.step_scale, kernels).view(-1, self.channels, 1, 1)
+        else:
+            step = self.conv2(self.conv1(residual[:, :, None, None]))  # (B, C, 1, 1)
+            step = step * self.step_scale if self.step_scale != 1.0 else step
         if self.layout == 'nlc':
-            step = step.view(step.shape[0], 1, self.channels)
-        return step * self.step_scale if self.step_scale != 1.0 else step
+            return step.view(step.shape[0], 1, self.channels)
+        return step
 
     def extra_repr(self):
         return (f'channels={self.channels}, squeeze_channels={self.squeeze_channels}, '

@@ -34,7 +34,7 @@ def active_phi_kernels():
     return _ACTIVE[-1] if _ACTIVE else None
 
 
-def _hooked(*modules):
+def hooked(*modules):
     """Whether any of ``modules`` (or every module, globally) has a forward or backward hook."""
     if _module._global_forward_hooks or _module._global_forward_pre_hooks or \
             _module._global_backward_hooks or _module._global_backward_pre_hooks:
@@ -52,7 +52,7 @@ def phi_mode(adaptor, batch, kernels):
     norm = adaptor.norm
     if (adaptor.norm_type != 'bn_ie' or adaptor.groups != adaptor.channels
             or type(norm) is not nn.BatchNorm2d or not norm.affine or not norm.track_running_stats
-            or batch > kernels.MAX_BATCH or _hooked(adaptor.conv, norm)):
+            or batch > kernels.MAX_BATCH or hooked(adaptor.conv, norm)):
         return None
     if not norm.training:
         return False, None

@@ -7,13 +7,7 @@ float32; (B, C) tensors contiguous.
 """
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
-    triton = None
-
-HAS_TRITON = triton is not None
+from .triton_import import HAS_TRITON, tl, triton
 
 if HAS_TRITON:
 

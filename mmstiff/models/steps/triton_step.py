@@ -15,15 +15,16 @@ tensors (the tests).
 import torch
 
 from .triton_adaptor import TritonPhiKernels
+from .triton_import import HAS_TRITON, tl, triton
+from .triton_se import TritonSEPhiKernels
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
-    triton = None
 
-#: whether Triton is importable (the fused kernels can run on CUDA)
-HAS_TRITON = triton is not None
+class TritonAdaptorKernels(TritonPhiKernels, TritonSEPhiKernels):
+    """The adaptors' (B, C) passes: StepNet's (``phi_*``) and SE's (``se_*``)."""
+
+    def __init__(self):
+        TritonPhiKernels.__init__(self)
+        TritonSEPhiKernels.__init__(self)
 
 if HAS_TRITON:
 
@@ -185,8 +186,8 @@ class TritonStepKernels:
             raise RuntimeError('TritonStepKernels needs triton, which is not installed')
         self._pool, self._step, self._backward = _pool_kernel, _step_kernel, _step_backward_kernel
         self._measured = _measured_step_kernel
-        #: StepNet's (B, C) arithmetic
-        self.phi = TritonPhiKernels()
+        #: the adaptors' (B, C) arithmetic (StepNet's and SE's)
+        self.phi = TritonAdaptorKernels()
 
     def pool(self, state, residual, layout):
         f, (batch, n, c), sf = as_bnc(residual, layout)

@@ -1,0 +1,153 @@
+"""SE's (B, C) arithmetic in one computation each way (docs/methods.md §0, "The fused step").
+
+The PyTorch passes (the reference of the Triton kernels, tests/models/test_triton_step.py) give
+the adaptor's Δ and every gradient of its own modules, the hand-written backward passes
+``gradcheck``, and where :func:`se_phi_mode` refuses, the modules run.
+"""
+import contextlib
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import SEAdaptor, forced_step_kernels, set_fused
+from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, se_phi_mode
+from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.stepnet_phi import TorchPhiKernels, phi_kernels_in
+
+
+def _adaptor(channels=32, start='paper', **kwargs):
+    torch.manual_seed(0)
+    adaptor = SEAdaptor(channels, start=start, **kwargs)
+    with torch.no_grad():  # off the start: the identity start's W2 = 0 hides W1's gradient
+        for p in adaptor.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return adaptor
+
+
+def _run(adaptor, kernels, p):
+    """Δ and the gradients of (p, parameters) under a weighted sum of Δ."""
+    p = p.clone().requires_grad_()
+    with phi_kernels_in(kernels):
+        step = adaptor.step_from_pooled(None, p)
+    weights = torch.linspace(-1, 1, step.numel()).view_as(step)
+    return [step, *torch.autograd.grad((step * weights).sum(), [p, *adaptor.parameters()])]
+
+
+@pytest.mark.parametrize('start, layout, batch', [('paper', 'nchw', 5), ('identity', 'nchw', 5),
+                                                  ('paper', 'nlc', 3), ('paper', 'nchw', 1)])
+def test_torch_se_phi_equals_the_adaptor_modules(start, layout, batch):
+    reference = _adaptor(start=start, layout=layout)
+    fused = copy.deepcopy(reference)
+    assert se_phi_mode(fused, batch, TorchSEPhiKernels)
+    torch.manual_seed(1)
+    p = torch.randn(batch, 32)
+    expected, got = _run(reference, None, p), _run(fused, TorchSEPhiKernels, p)
+    assert got[0].shape == expected[0].shape == (
+        (batch, 32, 1, 1) if layout == 'nchw' else (batch, 1, 32))
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_se_backward_pass_gradchecks():
+    torch.manual_seed(0)
+    shapes = [(4, 6), (3, 6), (3, ), (6, 3), (6, )]  # p, W1, b1, W2, b2
+    args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+
+    def phi(*tensors):
+        return SEPhi.apply(*tensors, 2.0, TorchSEPhiKernels)
+
+    assert torch.autograd.gradcheck(phi, args)
+
+
+def test_the_hand_written_passes_equal_autograd_of_the_formula():
+    """``Δ = scale σ(W2 relu(W1 p + b1) + b2)`` written out, differentiated by autograd."""
+    torch.manual_seed(0)
+    p, w1, b1, w2, b2 = (torch.randn(*s, dtype=torch.float64, requires_grad=True)
+                         for s in [(7, 5), (3, 5), (3, ), (5, 3), (5, )])
+    grad = torch.randn(7, 5, dtype=torch.float64)
+    formula = 2.0 * torch.sigmoid(torch.relu(p @ w1.T + b1) @ w2.T + b2)
+    expected = torch.autograd.grad(formula, [p, w1, b1, w2, b2], grad)
+    step, hidden = TorchSEPhiKernels.se_forward(p, w1, b1, w2, b2, 2.0)
+    torch.testing.assert_close(step, formula)
+    got = TorchSEPhiKernels.se_backward(grad, p, hidden, step, w1, w2, 2.0)
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a)
+
+
+def test_se_phi_mode_leaves_other_adaptors_to_their_modules():
+    kernels = TorchSEPhiKernels
+    assert se_phi_mode(_adaptor(), 4, kernels)
+    assert not se_phi_mode(_adaptor(), 4, None)
+    assert not se_phi_mode(_adaptor(), 4, TorchPhiKernels)  # StepNet's passes only
+    hooked = [_adaptor() for _ in range(3)]
+    hooked[0].conv1.register_forward_hook(lambda *args: None)
+    hooked[1].conv2.conv.register_forward_pre_hook(lambda *args: None)
+    hooked[2].conv1.activate.register_full_backward_hook(lambda *args: None)
+    other_unit = _adaptor()
+    other_unit.conv2.activate = nn.Hardsigmoid()
+    for adaptor in hooked + [other_unit]:
+        assert not se_phi_mode(adaptor, 4, kernels), adaptor
+
+    class Small(TorchSEPhiKernels):
+        SE_MAX_BATCH = 4
+
+    assert se_phi_mode(_adaptor(), 4, Small) and not se_phi_mode(_adaptor(), 5, Small)
+    handle = nn.modules.module.register_module_forward_hook(lambda *args: None)
+    try:
+        assert not se_phi_mode(_adaptor(), 4, kernels)
+    finally:
+        handle.remove()
+
+
+def test_refused_adaptor_computes_through_its_modules():
+    reference = _adaptor()
+    reference.conv2.activate = nn.Hardsigmoid()
+    fused = copy.deepcopy(reference)
+    p = torch.randn(4, 32)
+    for a, b in zip(_run(reference, None, p), _run(fused, TorchSEPhiKernels, p)):
+        torch.testing.assert_close(b, a)
+
+
+class _CountedSE(TorchSEPhiKernels):
+    """The PyTorch passes, counting the forward passes."""
+    calls = 0
+
+    @classmethod
+    def se_forward(cls, *args):
+        cls.calls += 1
+        return TorchSEPhiKernels.se_forward(*args)
+
+
+class _SEStepKernels(TorchStepKernels):
+    """The PyTorch kernel set with SE's (B, C) passes (the Triton set's structure)."""
+    phi = _CountedSE
+
+
+@pytest.mark.parametrize('kwargs, train', [(dict(), True), (dict(with_cp=True), True),
+                                           pytest.param(dict(), False, marks=pytest.mark.slow)])
+def test_backbone_with_the_se_passes_equals_its_modules(kwargs, train):
+    torch.manual_seed(0)
+    reference = StepResNet(18, base_channels=16, stem_channels=16,
+                           adaptor=dict(type='mmstiff.SEAdaptor'), **kwargs)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    fused = set_fused(copy.deepcopy(reference), True)
+    images = torch.randn(4, 3, 32, 32)
+    results = []
+    _CountedSE.calls = 0
+    for net, kernels in ((reference, None), (fused, _SEStepKernels)):
+        net.train(train)
+        x = images.detach().clone().requires_grad_()
+        with forced_step_kernels(kernels) if kernels else contextlib.nullcontext():
+            out = net(x)[-1]
+            (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads = [x.grad] + [p.grad for p in net.parameters() if p.grad is not None]
+        results.append([out, *grads, *[b.clone() for b in net.buffers()]])
+    assert _CountedSE.calls == 8 * (2 if kwargs.get('with_cp') else 1)  # every adaptor, once
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))
