@@ -52,6 +52,27 @@ if HAS_TRITON:
                      (tl.sum(acc_x, axis=0) * inv_n).to(xm_ptr.dtype.element_ty), mask=c_ok)
 
     @triton.jit
+    def _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP: tl.constexpr, BLOCK_C: tl.constexpr):
+        """Δ of sample b over the channels ``cs`` (1 without a step size), in float32."""
+        if HAS_STEP:
+            return tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        else:
+            return tl.full([BLOCK_C], 1.0, tl.float32)
+
+    @triton.jit
+    def _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
+                      RELU: tl.constexpr):
+        """x_t and ``act(x_t + Δ ⊙ f)`` of one (N, C) tile, in float32."""
+        x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
+                    other=0.0).to(tl.float32)
+        f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
+                    other=0.0).to(tl.float32)
+        y = x + s[None, :] * f
+        if RELU:
+            y = tl.maximum(y, 0.0)
+        return x, y
+
+    @triton.jit
     def _step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, sob, son, soc,
                      HAS_STEP: tl.constexpr, RELU: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_C: tl.constexpr):
@@ -60,17 +81,8 @@ if HAS_TRITON:
         ns = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ok = cs < C
         ok = (ns < N)[:, None] & c_ok[None, :]
-        x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
-                    other=0.0).to(tl.float32)
-        f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
-                    other=0.0).to(tl.float32)
-        if HAS_STEP:
-            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
-            y = x + s[None, :] * f
-        else:
-            y = x + f
-        if RELU:
-            y = tl.maximum(y, 0.0)
+        s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
+        _, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc, RELU)
         tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
                  y.to(o_ptr.dtype.element_ty), mask=ok)
 
@@ -83,23 +95,14 @@ if HAS_TRITON:
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = cs < C
-        if HAS_STEP:
-            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
         acc_m = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         acc_q = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
-            x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
-                        other=0.0).to(tl.float32)
-            f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
-                        other=0.0).to(tl.float32)
-            if HAS_STEP:
-                y = x + s[None, :] * f
-            else:
-                y = x + f
-            if RELU:
-                y = tl.maximum(y, 0.0)
+            x, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
+                                 RELU)
             y = y.to(o_ptr.dtype.element_ty)
             tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc, y, mask=ok)
             if STATE_RELU:
