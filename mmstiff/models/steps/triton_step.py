@@ -54,10 +54,10 @@ if HAS_TRITON:
     @triton.jit
     def _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP: tl.constexpr, BLOCK_C: tl.constexpr):
         """Δ of sample b over the channels ``cs`` (1 without a step size), in float32."""
+        s = tl.full([BLOCK_C], 1.0, tl.float32)
         if HAS_STEP:
-            return tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
-        else:
-            return tl.full([BLOCK_C], 1.0, tl.float32)
+            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        return s
 
     @triton.jit
     def _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
