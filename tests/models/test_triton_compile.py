@@ -1,0 +1,136 @@
+"""Every Triton kernel of the fused step compiles for the GPUs it is meant for, without one.
+
+The interpreter tests (test_triton_step.py) check what the kernels compute; they do not check
+that Triton's GPU compiler takes them (the interpreter runs constructs the compiler refuses,
+and the other way round). Here each launcher runs on CPU tensors with its kernels replaced by
+recorders of their launch arguments, for ResNet-50's and ViT's shapes at batch 64 and 2, and
+every recorded launch is compiled ahead of time to a cubin for sm_90 (H100, H200; float32 and
+bfloat16 inputs) and sm_80 (A100; float32) with the ptxas that ships with Triton (about 1 s a
+launch on 2 cores: a slow test). The shared memory each needs is checked against
+the card's 227 KiB (sm_90) and 163 KiB (sm_80) per block.
+"""
+import pytest
+import torch
+
+from mmstiff.models.steps.triton_import import HAS_TRITON
+from mmstiff.models.steps.triton_step import TritonStepKernels
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch on Linux)')
+]
+#: compute capability -> shared memory a block may use (bytes)
+TARGETS = {90: 227 * 1024, 80: 163 * 1024}
+DTYPES = {torch.float32: 'fp32', torch.float16: 'fp16', torch.bfloat16: 'bf16'}
+
+
+class Recorder:
+    """Stands for a ``@triton.jit`` kernel: ``kernel[grid](*args, **constexprs)`` records the
+    launch and computes nothing."""
+
+    def __init__(self, fn, launches):
+        self.fn, self.launches = fn, launches
+
+    def __getitem__(self, grid):
+
+        def launch(*args, **kwargs):
+            self.launches.append((self.fn, args, kwargs))
+
+        return launch
+
+
+def recording_kernels():
+    launches = []
+    kernels = TritonStepKernels()
+    for owner, name in [(kernels, '_pool'), (kernels, '_step'), (kernels, '_backward'),
+                        (kernels, '_measured'), (kernels.phi, '_forward'),
+                        (kernels.phi, '_backward'), (kernels.phi, '_se_forward'),
+                        (kernels.phi, '_se_excitation'), (kernels.phi, '_se_squeeze')]:
+        setattr(owner, name, Recorder(getattr(owner, name), launches))
+    return kernels, launches
+
+
+def _type(value):
+    if isinstance(value, torch.Tensor):
+        return '*' + DTYPES[value.dtype]
+    if isinstance(value, bool):
+        return 'i1'
+    if isinstance(value, int):
+        return 'i32' if -2**31 <= value < 2**31 else 'i64'
+    return 'fp32'
+
+
+def launches_of_the_fused_step(dtype):
+    """Every kernel launch of the fused step's passes on ResNet-50 and ViT shapes."""
+    kernels, launches = recording_kernels()
+    for batch in (64, 2):
+        for shape, layout in [((batch, 256, 56, 56), 'nchw'), ((batch, 2048, 7, 7), 'nchw'),
+                              ((batch, 197, 384), 'nlc')]:
+            x = torch.empty(shape, dtype=dtype)
+            channels = shape[1] if layout == 'nchw' else shape[2]
+            step = torch.empty(batch, channels, dtype=torch.float32)
+            kernels.pool(x, x, layout)
+            kernels.pool(None, x, layout)
+            for relu in (True, False):
+                kernels.step(x, step, x, relu, layout)
+                kernels.step(x, None, x, relu, layout)
+                kernels.measured_step(x, step, x, relu, layout, relu)
+                kernels.step_backward(x, x if relu else None, x, step, relu, layout, True)
+            u = torch.empty(batch, channels, dtype=dtype)
+            vector = torch.empty(channels)
+            for batch_stats, factor in ((True, 0.1), (False, None)):
+                kernels.phi.phi_forward(u, u, torch.empty(channels, 2), vector, vector, vector,
+                                        vector, vector.clone(), vector.clone(), batch_stats,
+                                        factor, 1e-5, 1.0)
+                kernels.phi.phi_backward(u, u, u, torch.empty(channels, 2), vector, vector,
+                                         vector, vector, vector, vector, batch_stats, 1.0)
+            squeeze = max(8, channels // 16)
+            w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
+            kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)
+            kernels.phi.se_backward(torch.empty(batch, channels), u, torch.empty(batch, squeeze),
+                                    torch.empty(batch, channels), w1, w2, 1.0)
+    return launches
+
+
+def compile_launch(fn, args, kwargs, capability):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    values = dict(zip(fn.arg_names, args), **kwargs)
+    signature, constexprs = {}, {}
+    for index, param in enumerate(fn.params):
+        value = values[param.name]
+        if param.is_constexpr or value is None:
+            signature[param.name] = 'constexpr'
+            constexprs[(index, )] = value
+        else:
+            signature[param.name] = _type(value)
+    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                          target=GPUTarget('cuda', capability, 32))
+
+
+def _distinct(launches):
+    """One launch per (kernel, argument types, constexprs): what the compiler sees."""
+    seen = {}
+    for fn, args, kwargs in launches:
+        key = (fn.__name__, tuple(_type(a) if a is not None else None for a in args),
+               tuple(sorted(kwargs.items())))
+        seen.setdefault(key, (fn, args, kwargs))
+    return list(seen.values())
+
+
+@pytest.mark.parametrize('dtype, capability', [(torch.float32, 90), (torch.bfloat16, 90),
+                                               (torch.float32, 80)])
+def test_every_launch_compiles_for_the_gpu(dtype, capability):
+    launches = _distinct(launches_of_the_fused_step(dtype))
+    names = {fn.__name__ for fn, _, _ in launches}
+    assert names == {
+        '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
+        '_phi_forward_kernel', '_phi_backward_kernel', '_se_forward_kernel',
+        '_se_excitation_backward_kernel', '_se_squeeze_backward_kernel'
+    }
+    for fn, args, kwargs in launches:
+        compiled = compile_launch(fn, args, kwargs, capability)
+        assert compiled.asm['cubin'], fn.__name__
+        assert compiled.metadata.shared <= TARGETS[capability], (fn.__name__, kwargs,
+                                                                 compiled.metadata.shared)
