@@ -61,9 +61,7 @@ claim = dict(
             'plain accuracy exactly and fine-tunes at least as well as the plain network.'))
 seeds = [0, 1, 2]
 cfg_options = ['train_cfg.val_begin=1000', 'custom_hooks=[]']
-runs = [
-    dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], baseline=False)
-]
+runs = [dict(label='plain-3e', config=_config, cfg_options=_adaptors['plain'], baseline=False)]
 runs += [
     dict(label=f'step0.{label}', config=_config, cfg_options=_step0 + options,
          baseline=True if label == 'plain' else 'step0.plain', after='plain-3e')

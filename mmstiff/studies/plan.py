@@ -216,9 +216,10 @@ def _spec_in_runs_json(runs_data, entry):
     if variant is None:
         return None
     options = list(info['cfg_options']) + list(variant['cfg_options'])
-    return dict(config=variant['config'], seed=entry['seed'],
-                cfg_options=[o.replace(SEED_PLACEHOLDER, str(entry['seed'])) for o in options] +
-                [f'{SEED_KEY}={entry["seed"]}'])
+    return dict(
+        config=variant['config'], seed=entry['seed'],
+        cfg_options=[o.replace(SEED_PLACEHOLDER, str(entry['seed']))
+                     for o in options] + [f'{SEED_KEY}={entry["seed"]}'])
 
 
 def adopt_published_runs(plans, state, runs_data):

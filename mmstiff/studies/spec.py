@@ -311,8 +311,8 @@ def _after(value, field, label, earlier):
     if value is None:
         return ()
     names = [value] if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple)) or not names or not all(
-            isinstance(n, str) for n in names):
+    if not isinstance(names,
+                      (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
         raise StudyError(f'{field}={value!r}; expected a label or a list of labels')
     for name in names:
         if name not in earlier:

@@ -45,8 +45,8 @@ def test_torch_se_phi_equals_the_adaptor_modules(start, layout, batch):
     torch.manual_seed(1)
     p = torch.randn(batch, 32)
     expected, got = _run(reference, None, p), _run(fused, TorchSEPhiKernels, p)
-    assert got[0].shape == expected[0].shape == (
-        (batch, 32, 1, 1) if layout == 'nchw' else (batch, 1, 32))
+    assert got[0].shape == expected[0].shape == ((batch, 32, 1, 1) if layout == 'nchw' else
+                                                 (batch, 1, 32))
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
@@ -65,8 +65,9 @@ def test_se_backward_pass_gradchecks():
 def test_the_hand_written_passes_equal_autograd_of_the_formula():
     """``Δ = scale σ(W2 relu(W1 p + b1) + b2)`` written out, differentiated by autograd."""
     torch.manual_seed(0)
-    p, w1, b1, w2, b2 = (torch.randn(*s, dtype=torch.float64, requires_grad=True)
-                         for s in [(7, 5), (3, 5), (3, ), (5, 3), (5, )])
+    p, w1, b1, w2, b2 = (
+        torch.randn(*s, dtype=torch.float64, requires_grad=True)
+        for s in [(7, 5), (3, 5), (3, ), (5, 3), (5, )])
     grad = torch.randn(7, 5, dtype=torch.float64)
     formula = 2.0 * torch.sigmoid(torch.relu(p @ w1.T + b1) @ w2.T + b2)
     expected = torch.autograd.grad(formula, [p, w1, b1, w2, b2], grad)

@@ -79,16 +79,17 @@ def launches_of_the_fused_step(dtype):
             u = torch.empty(batch, channels, dtype=dtype)
             vector = torch.empty(channels)
             for batch_stats, factor in ((True, 0.1), (False, None)):
-                kernels.phi.phi_forward(u, u, torch.empty(channels, 2), vector, vector, vector,
-                                        vector, vector.clone(), vector.clone(), batch_stats,
-                                        factor, 1e-5, 1.0)
-                kernels.phi.phi_backward(u, u, u, torch.empty(channels, 2), vector, vector,
-                                         vector, vector, vector, vector, batch_stats, 1.0)
+                kernels.phi.phi_forward(u, u, torch.empty(channels, 2),
+                                        vector, vector, vector, vector, vector.clone(),
+                                        vector.clone(), batch_stats, factor, 1e-5, 1.0)
+                kernels.phi.phi_backward(u, u, u, torch.empty(channels, 2), vector, vector, vector,
+                                         vector, vector, vector, batch_stats, 1.0)
             squeeze = max(8, channels // 16)
             w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
             kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)
-            kernels.phi.se_backward(torch.empty(batch, channels), u, torch.empty(batch, squeeze),
-                                    torch.empty(batch, channels), w1, w2, 1.0)
+            kernels.phi.se_backward(
+                torch.empty(batch, channels), u, torch.empty(batch, squeeze),
+                torch.empty(batch, channels), w1, w2, 1.0)
     return launches
 
 
@@ -105,16 +106,17 @@ def compile_launch(fn, args, kwargs, capability):
             constexprs[(index, )] = value
         else:
             signature[param.name] = _type(value)
-    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-                          target=GPUTarget('cuda', capability, 32))
+    return triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+        target=GPUTarget('cuda', capability, 32))
 
 
 def _distinct(launches):
     """One launch per (kernel, argument types, constexprs): what the compiler sees."""
     seen = {}
     for fn, args, kwargs in launches:
-        key = (fn.__name__, tuple(_type(a) if a is not None else None for a in args),
-               tuple(sorted(kwargs.items())))
+        key = (fn.__name__, tuple(_type(a) if a is not None else None
+                                  for a in args), tuple(sorted(kwargs.items())))
         seen.setdefault(key, (fn, args, kwargs))
     return list(seen.values())
 

@@ -270,8 +270,10 @@ def test_triton_se_passes_equal_torch_passes(batch, channels, squeeze, dtype):
     assert got[0].dtype == dtype and [g.dtype for g in got[1:]] == [torch.float32] * 4
     tol = TOLERANCES[dtype] if dtype != torch.float32 else 1e-4
     for a, b in zip(expected, got):
-        torch.testing.assert_close(b.float(), a.to(b.dtype).float(), rtol=tol,
-                                   atol=tol * max(1.0, a.abs().max().item()))
+        torch.testing.assert_close(b.float(),
+                                   a.to(b.dtype).float(), rtol=tol,
+                                   atol=tol * max(1.0,
+                                                  a.abs().max().item()))
 
 
 @interpreted

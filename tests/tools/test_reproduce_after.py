@@ -125,8 +125,9 @@ def test_a_failed_run_leaves_the_runs_after_it_unstarted(tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert code == 1, out
     assert 'ft/seed1 not started: it comes after base/seed1, which did not finish' in out
-    assert re.search(r'\[\d/4\] ft/seed1: FAILED \(not started: it comes after base/seed1, '
-                     r'which did not finish\)', out), out
+    assert re.search(
+        r'\[\d/4\] ft/seed1: FAILED \(not started: it comes after base/seed1, '
+        r'which did not finish\)', out), out
     assert '2 run(s) failed: base/seed1, ft/seed1' in out
     assert not any(e[0] == 'ft/seed1' for e in events)
     assert ('ft/seed0', 'start', True, True) in events

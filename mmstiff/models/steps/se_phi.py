@@ -61,7 +61,8 @@ def _plain_unit(unit, act):
     conv = getattr(unit, 'conv', None)
     return (type(unit) is ConvModule and type(conv) is nn.Conv2d and conv.bias is not None
             and conv.groups == 1 and conv.kernel_size == (1, 1) and unit.norm_name is None
-            and not unit.with_spectral_norm and unit.order == ('conv', 'norm', 'act') and type(unit.activate) is act)
+            and not unit.with_spectral_norm and unit.order == ('conv', 'norm', 'act')
+            and type(unit.activate) is act)
 
 
 def se_phi_mode(adaptor, batch, kernels):

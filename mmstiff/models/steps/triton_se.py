@@ -49,8 +49,8 @@ if HAS_TRITON:
                      mask=b_ok[:, None] & c_ok[None, :])
 
     @triton.jit
-    def _se_excitation_backward_kernel(g_ptr, d_ptr, h_ptr, w2_ptr, gw2_ptr, gb2_ptr, gh_ptr, B,
-                                       C, S, scale, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
+    def _se_excitation_backward_kernel(g_ptr, d_ptr, h_ptr, w2_ptr, gw2_ptr, gb2_ptr, gh_ptr, B, C,
+                                       S, scale, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
                                        BLOCK_C: tl.constexpr):
         block = tl.program_id(0)
         cs = block * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -69,8 +69,8 @@ if HAS_TRITON:
                  mask=b_ok[:, None] & s_ok[None, :])
 
     @triton.jit
-    def _se_squeeze_backward_kernel(gh_ptr, h_ptr, p_ptr, w1_ptr, gp_ptr, gw1_ptr, gb1_ptr, B, C,
-                                    S, SHARES, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
+    def _se_squeeze_backward_kernel(gh_ptr, h_ptr, p_ptr, w1_ptr, gp_ptr, gw1_ptr, gb1_ptr, B, C, S,
+                                    SHARES, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
                                     BLOCK_C: tl.constexpr):
         block = tl.program_id(0)
         cs = block * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -120,9 +120,10 @@ class TritonSEPhiKernels:
         block_s = _dot_block(squeeze)
         block_b = min(_dot_block(batch), 64)
         block_c = max(16, min(_dot_block(channels), 8192 // max(block_b, block_s)))
-        self._se_forward[(triton.cdiv(batch, block_b), )](
-            p, w1, b1, w2, b2, step, hidden, batch, channels, squeeze, float(scale),
-            BLOCK_B=block_b, BLOCK_S=block_s, BLOCK_C=block_c)
+        self._se_forward[(triton.cdiv(batch, block_b), )](p, w1, b1, w2, b2, step,
+                                                          hidden, batch, channels, squeeze,
+                                                          float(scale), BLOCK_B=block_b,
+                                                          BLOCK_S=block_s, BLOCK_C=block_c)
         return step, hidden
 
     def se_backward(self, grad, p, hidden, step, w1, w2, scale):
@@ -134,14 +135,15 @@ class TritonSEPhiKernels:
         f32 = dict(dtype=torch.float32, device=p.device)
         grad_w2, grad_b2 = torch.empty(channels, squeeze, **f32), torch.empty(channels, **f32)
         grad_hidden = torch.empty(shares, batch, squeeze, **f32)
-        self._se_excitation[(shares, )](
-            grad, step, hidden, w2, grad_w2, grad_b2, grad_hidden, batch, channels, squeeze,
-            float(scale), BLOCK_B=block_b, BLOCK_S=block_s, BLOCK_C=block_c)
+        self._se_excitation[(shares, )](grad, step, hidden, w2,
+                                        grad_w2, grad_b2, grad_hidden, batch, channels, squeeze,
+                                        float(scale), BLOCK_B=block_b, BLOCK_S=block_s,
+                                        BLOCK_C=block_c)
         grad_p = torch.empty_like(p)
         grad_w1, grad_b1 = torch.empty(squeeze, channels, **f32), torch.empty(squeeze, **f32)
-        self._se_squeeze[(shares, )](
-            grad_hidden, hidden, p, w1, grad_p, grad_w1, grad_b1, batch, channels, squeeze, shares,
-            BLOCK_B=block_b, BLOCK_S=block_s, BLOCK_C=block_c)
+        self._se_squeeze[(shares, )](grad_hidden, hidden, p, w1, grad_p, grad_w1, grad_b1, batch,
+                                     channels, squeeze, shares, BLOCK_B=block_b, BLOCK_S=block_s,
+                                     BLOCK_C=block_c)
         return (grad_p, *(g if g.dtype == like.dtype else g.to(like.dtype)
                           for g, like in ((grad_w1, w1), (grad_b1, w1), (grad_w2, w2),
                                           (grad_b2, w2))))

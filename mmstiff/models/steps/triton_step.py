@@ -26,6 +26,7 @@ class TritonAdaptorKernels(TritonPhiKernels, TritonSEPhiKernels):
         TritonPhiKernels.__init__(self)
         TritonSEPhiKernels.__init__(self)
 
+
 if HAS_TRITON:
 
     @triton.jit
@@ -101,8 +102,7 @@ if HAS_TRITON:
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
-            x, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
-                                 RELU)
+            x, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc, RELU)
             y = y.to(o_ptr.dtype.element_ty)
             tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc, y, mask=ok)
             if STATE_RELU:
