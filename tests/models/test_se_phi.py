@@ -4,15 +4,14 @@ The PyTorch passes (the reference of the Triton kernels, tests/models/test_trito
 the adaptor's Δ and every gradient of its own modules, the hand-written backward passes
 ``gradcheck``, and where :func:`se_phi_mode` refuses, the modules run.
 """
-import contextlib
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
+from fused_backbone_pair import backbone_pair  # tests/
 
-from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import SEAdaptor, forced_step_kernels, set_fused
+from mmstiff.models.steps import SEAdaptor
 from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, se_phi_mode
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import TorchPhiKernels, phi_kernels_in
@@ -130,25 +129,9 @@ class _SEStepKernels(TorchStepKernels):
 @pytest.mark.parametrize('kwargs, train', [(dict(), True), (dict(with_cp=True), True),
                                            pytest.param(dict(), False, marks=pytest.mark.slow)])
 def test_backbone_with_the_se_passes_equals_its_modules(kwargs, train):
-    torch.manual_seed(0)
-    reference = StepResNet(18, base_channels=16, stem_channels=16,
-                           adaptor=dict(type='mmstiff.SEAdaptor'), **kwargs)
-    with torch.no_grad():
-        for p in reference.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    fused = set_fused(copy.deepcopy(reference), True)
-    images = torch.randn(4, 3, 32, 32)
-    results = []
     _CountedSE.calls = 0
-    for net, kernels in ((reference, None), (fused, _SEStepKernels)):
-        net.train(train)
-        x = images.detach().clone().requires_grad_()
-        with forced_step_kernels(kernels) if kernels else contextlib.nullcontext():
-            out = net(x)[-1]
-            (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        grads = [x.grad] + [p.grad for p in net.parameters() if p.grad is not None]
-        results.append([out, *grads, *[b.clone() for b in net.buffers()]])
+    results = backbone_pair(
+        dict(type='mmstiff.SEAdaptor'), _SEStepKernels, train, base_channels=16, **kwargs)
     assert _CountedSE.calls == 8 * (2 if kwargs.get('with_cp') else 1)  # every adaptor, once
-    assert len(results[0]) == len(results[1])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))

@@ -4,15 +4,14 @@ The PyTorch passes (the reference of the Triton kernels, tests/models/test_trito
 the adaptor's Δ, every gradient and the BN buffers of the adaptor's own modules, and the
 hand-written backward passes ``gradcheck``; where :func:`phi_mode` refuses, the modules run.
 """
-import contextlib
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
+from fused_backbone_pair import backbone_pair  # tests/
 
-from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import StepNetAdaptor, forced_step_kernels, set_fused
+from mmstiff.models.steps import StepNetAdaptor
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import StepNetPhi, TorchPhiKernels, phi_kernels_in, phi_mode
 
@@ -147,27 +146,10 @@ class _PhiStepKernels(TorchStepKernels):
         pytest.param(dict(), True, 1, marks=pytest.mark.slow)
     ])
 def test_backbone_with_the_phi_passes_equals_its_modules(kwargs, train, batch):
-    torch.manual_seed(0)
-    reference = StepResNet(18, base_channels=8, stem_channels=8,
-                           adaptor=dict(type='mmstiff.StepNetAdaptor'), **kwargs)
-    with torch.no_grad():
-        for p in reference.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    fused = set_fused(copy.deepcopy(reference), True)
-    images = torch.randn(batch, 3, 32 if batch > 1 else 64, 32 if batch > 1 else 64)
-    results = []
     _CountedPhi.calls = 0
-    for net, kernels in ((reference, None), (fused, _PhiStepKernels)):
-        net.train(train)
-        x = images.detach().clone().requires_grad_()
-        # the backward inside the block too: with_cp recomputes the blocks there
-        with forced_step_kernels(kernels) if kernels else contextlib.nullcontext():
-            out = net(x)[-1]
-            (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        grads = [x.grad] + [p.grad for p in net.parameters() if p.grad is not None]
-        results.append([out, *grads, *[b.clone() for b in net.buffers()]])
+    results = backbone_pair(
+        dict(type='mmstiff.StepNetAdaptor'), _PhiStepKernels, train, batch, **kwargs)
     assert _CountedPhi.calls == 8 * (2 if kwargs.get('with_cp') else 1)  # every adaptor, once
-    assert len(results[0]) == len(results[1])
     # float32 rounding of the adaptors' BN, through the backbone's train-mode BNs of 4 samples
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))

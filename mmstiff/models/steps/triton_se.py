@@ -22,6 +22,15 @@ if HAS_TRITON:
                        mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
 
     @triton.jit
+    def _channel_block(block, B, C, S, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
+                       BLOCK_C: tl.constexpr):
+        """Every sample, the channels of ``block`` and every squeeze unit, with their masks."""
+        bs = tl.arange(0, BLOCK_B)
+        cs = block * BLOCK_C + tl.arange(0, BLOCK_C)
+        ss = tl.arange(0, BLOCK_S)
+        return bs, cs, ss, bs < B, cs < C, ss < S
+
+    @triton.jit
     def _se_forward_kernel(p_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, d_ptr, h_ptr, B, C, S, scale,
                            BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
         bs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -53,10 +62,7 @@ if HAS_TRITON:
                                        S, scale, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
                                        BLOCK_C: tl.constexpr):
         block = tl.program_id(0)
-        cs = block * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        ss = tl.arange(0, BLOCK_S)
-        b_ok, c_ok, s_ok = bs < B, cs < C, ss < S
+        bs, cs, ss, b_ok, c_ok, s_ok = _channel_block(block, B, C, S, BLOCK_B, BLOCK_S, BLOCK_C)
         step = _tile(d_ptr, bs, cs, b_ok, c_ok, C)
         g_z = _tile(g_ptr, bs, cs, b_ok, c_ok, C) * step * (1 - step / scale)  # (B, C) block
         hidden = _tile(h_ptr, bs, ss, b_ok, s_ok, S)
@@ -73,10 +79,7 @@ if HAS_TRITON:
                                     SHARES, BLOCK_B: tl.constexpr, BLOCK_S: tl.constexpr,
                                     BLOCK_C: tl.constexpr):
         block = tl.program_id(0)
-        cs = block * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        ss = tl.arange(0, BLOCK_S)
-        b_ok, c_ok, s_ok = bs < B, cs < C, ss < S
+        bs, cs, ss, b_ok, c_ok, s_ok = _channel_block(block, B, C, S, BLOCK_B, BLOCK_S, BLOCK_C)
         g_h = tl.zeros((BLOCK_B, BLOCK_S), dtype=tl.float32)
         for share in range(0, SHARES):
             g_h += _tile(gh_ptr + share * B * S, bs, ss, b_ok, s_ok, S)
