@@ -72,7 +72,8 @@ def primary_lines(numbers):
         f'- **Effect:** {fmt_signed(d.difference, scale)}, 95% CI '
         f'{fmt_interval(d.low, d.high, scale)} ({n}; {p_text(d.p_value)}); seeds with '
         f'{o.variant} above / below {against}: '
-        f'{primary["signs"][0]} / {primary["signs"][1]}.',
+        f'{primary["signs"][0]} / {primary["signs"][1]}' +
+        (f' ({primary["signs"][2]} equal).' if primary['signs'][2] else '.'),
         f'- **Minimum detectable effect:** {fmt(j.mde, scale)} ({POWER:.0%} power, '
         f'two-sided α = {ALPHA:.2f}, the observed seed SDs); seeds per variant to detect '
         f'{fmt(o.margin)}: {seeds if seeds else "more than 1000"}.'

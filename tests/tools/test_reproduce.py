@@ -509,3 +509,27 @@ def test_study_interrupted_resumed_and_reported(tiny_data, tmp_path):
         for k, v in before.items() if k != 'state.json'
     }
     assert (results / 'tiny_study/README.md').read_bytes() == committed['README.md']
+
+
+def test_ties_of_the_primary_outcome_are_counted(tmp_path):
+    """A seed where the variant equals its baseline is neither above nor below: said so."""
+    from mmstiff.studies import load_study
+    from mmstiff.studies.report import render_page
+    study = tmp_path / 'hand.py'
+    study.write_text(f"""
+name = 'hand'
+claim = dict(quote='B beats A.', source='a hand-made study')
+seeds = [0, 1, 2]
+runs = [dict(label='a', config={DEMO!r}, baseline=True),
+        dict(label='b', config={DEMO!r}, cfg_options=['x=1'])]
+outcome = dict(metric='test/accuracy/top1', comparison=['b', 'a'], direction='greater',
+               margin=1.0)
+""")
+    data = handwritten_runs(str(study))
+    tied = next(r for r in data['runs'] if r['key'] == 'b/seed0')
+    tied['record']['metrics']['test/accuracy/top1'] = 1.0  # a/seed0 is 1.0
+    page = render_page(data, load_study(str(study)), figures={}, strict=False)
+    assert 'seeds with b above / below a: 2 / 0 (1 equal).' in page
+    data['runs'][3]['record']['metrics']['test/accuracy/top1'] = 3.5  # no tie: no count of ties
+    assert 'above / below a: 3 / 0.' in render_page(data, load_study(str(study)), figures={},
+                                                    strict=False)
