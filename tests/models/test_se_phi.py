@@ -135,3 +135,15 @@ def test_backbone_with_the_se_passes_equals_its_modules(kwargs, train):
     assert _CountedSE.calls == 8 * (2 if kwargs.get('with_cp') else 1)  # every adaptor, once
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * max(1.0, a.abs().max().item()))
+
+
+def test_torch_passes_read_a_half_precision_input_in_the_weights_dtype():
+    torch.manual_seed(0)
+    p = torch.randn(4, 6).to(torch.bfloat16)
+    w1, b1, w2, b2 = torch.randn(3, 6), torch.randn(3), torch.randn(6, 3), torch.randn(6)
+    step, hidden = TorchSEPhiKernels.se_forward(p, w1, b1, w2, b2, 1.0)
+    expected, _ = TorchSEPhiKernels.se_forward(p.float(), w1, b1, w2, b2, 1.0)
+    assert step.dtype == torch.float32
+    torch.testing.assert_close(step, expected)
+    grads = TorchSEPhiKernels.se_backward(torch.ones(4, 6), p, hidden, step, w1, w2, 1.0)
+    assert grads[0].dtype == torch.bfloat16 and grads[1].dtype == torch.float32

@@ -24,8 +24,9 @@ class TorchSEPhiKernels:
 
     @staticmethod
     def se_forward(p, w1, b1, w2, b2, scale):
-        """``(Δ, h)``: ``h = relu(p W1ᵀ + b1)`` (B, S), ``Δ = scale σ(h W2ᵀ + b2)`` (B, C)."""
-        hidden = torch.addmm(b1, p, w1.t()).relu_()
+        """``(Δ, h)``: ``h = relu(p W1ᵀ + b1)`` (B, S), ``Δ = scale σ(h W2ᵀ + b2)`` (B, C), in
+        the weights' dtype (a half-precision ``p`` under AMP is read in it)."""
+        hidden = torch.addmm(b1, p.to(w1.dtype), w1.t()).relu_()
         return scale * torch.sigmoid(torch.addmm(b2, hidden, w2.t())), hidden
 
     @staticmethod
@@ -34,7 +35,8 @@ class TorchSEPhiKernels:
         and the ReLU's mask ``h > 0``."""
         g_z = grad * step * (1 - step / scale)
         g_h = (g_z @ w2).masked_fill_(hidden <= 0, 0.0)
-        return g_h @ w1, g_h.t() @ p, g_h.sum(dim=0), g_z.t() @ hidden, g_z.sum(dim=0)
+        return ((g_h @ w1).to(p.dtype), g_h.t() @ p.to(w1.dtype), g_h.sum(dim=0), g_z.t() @ hidden,
+                g_z.sum(dim=0))
 
 
 class SEPhi(torch.autograd.Function):
