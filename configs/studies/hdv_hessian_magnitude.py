@@ -3,7 +3,7 @@
 # conv block (a ResNet-18 of the same widths), all trained 3 epochs on 6 000 Fashion-MNIST
 # training images (the first tenth: the early phase of training in a small data regime), then
 # the top-5 Hessian eigenvalues of the l2-regularised training loss on 4 augmented batches of 16
-# (tools/analysis/hessian.py, docs/methods.md §12). 2 seeds.
+# (tools/analysis/hessian.py, docs/methods.md §12). 3 seeds.
 #
 #   python tools/reproduce.py configs/studies/hdv_hessian_magnitude.py
 _alternet = 'configs/alternet/alternet18-small_1xb128-3e_fashion-mnist.py'
@@ -25,11 +25,11 @@ claim = dict(
             'ViT is smaller than that of a ResNet-18 (ln APE lower by more than ln 2); '
             'secondary: AlterNet-18 against the same ResNet-18 early in training (Fig. 12 '
             'right), NEP, the largest eigenvalue. Scale for 2 CPU cores: 6 000 training '
-            'images, 3 epochs, 4 batches of 16 for the spectrum, 2 seeds; the paper trains '
+            'images, 3 epochs, 4 batches of 16 for the spectrum, 3 seeds; the paper trains '
             'on CIFAR-100 and ImageNet and measures 10 batches.'))
 outcome = dict(metric='hessian/log_ape', comparison=['vit', 'resnet'], direction='less',
                margin=0.69)  # ln 2: eigenvalues at least halved
-seeds = [0, 1]  # sized for a shared 2-core machine; more seeds extend the study
+seeds = [0, 1, 2]  # sized for a shared 2-core machine; more seeds extend the study
 cfg_options = [
     'train_dataloader.dataset.indices=6000', 'train_cfg.max_epochs=3', 'param_scheduler.1.T_max=3'
 ] + _serial
@@ -45,11 +45,16 @@ reuse = ['hdv_small_data_alternet']
 _a = '[hessian/log_ape]'
 _t = '[test/accuracy/top1]'
 verdict = (
-    'Inconclusive at 2 seeds per variant (the runs the deadline allowed): the 4-layer ViT\'s '
-    'ln APE differs from the ResNet-18\'s by {diff[vit][resnet]' + _a + '} (95% CI '
-    '{ci[vit][resnet]' + _a + '}), larger in both seeds, the opposite of the claimed '
-    'direction, and its NEP is {mean[vit][hessian/nep]} against {mean[resnet][hessian/nep]}. '
-    'The two are not at comparable points of training, though: after 3 epochs on 6 000 '
-    'images the ViT reaches {mean[vit]' + _t + '} % test top-1 and the ResNet '
-    '{mean[resnet]' + _t + '} %, so this small setting measures an early ViT against a '
-    'nearly trained CNN. AlterNet\'s runs were still going.')
+    'The declared comparison did not hold at this scale: after 3 epochs on 6 000 images the '
+    '4-layer ViT\'s ln APE is larger than the ResNet-18\'s by {diff[vit][resnet]' + _a + '} '
+    '(95% CI {ci[vit][resnet]' + _a + '}), in every seed, the opposite of the claimed '
+    'direction; the interval rules out the halving (ln 2) the study looked for. The ViT also '
+    'has the more negative smallest eigenvalue ({mean[vit][hessian/min]} against '
+    '{mean[resnet][hessian/min]}) and a NEP of {mean[vit][hessian/nep]} against '
+    '{mean[resnet][hessian/nep]}. The two are not at comparable points of training: the ViT '
+    'reaches {mean[vit]' + _t + '} % test top-1 and the ResNet {mean[resnet]' + _t + '} %, so '
+    'this compares an early ViT with a nearly trained CNN, where the paper compares trained '
+    'networks on CIFAR-100 and ImageNet. AlterNet-18 against the same ResNet (secondary, early '
+    'training as in Fig. 12 right): ln APE {diff[alternet][resnet]' + _a + '} (CI '
+    '{ci[alternet][resnet]' + _a + '}, q = {q[alternet][resnet]' + _a + '}), not the smaller '
+    'eigenvalues the paper shows.')
