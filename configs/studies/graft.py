@@ -83,11 +83,13 @@ verdict = (
     'fine-tuned one epoch ends {diff[ft.stepnet-identity]' + _top1 + '} points from the plain '
     'network fine-tuned alike (95% CI {ci[ft.stepnet-identity]' + _top1 + '}); SE with the '
     'identity start {diff[ft.se-identity]' + _top1 + '} (CI {ci[ft.se-identity]' + _top1 + '}). '
-    "At step 0 the identity start keeps the plain checkpoint's {mean[plain-3e]" + _top1 + '}% '
-    'exactly (difference {diff[step0.stepnet-identity]' + _top1 + '}), while the paper\'s start '
+    "At step 0 the identity start keeps each plain checkpoint's top-1 exactly (mean "
+    '{mean[plain-3e]' + _top1 + '}%, difference {diff[step0.stepnet-identity]' + _top1 + '} in '
+    'every seed), while the paper\'s start '
     'loses it: StepNet (Δ ≡ sigmoid(-1)) {mean[step0.stepnet-paper]' + _top1 + '}%, SE '
     '{mean[step0.se-paper]' + _top1 + '}%, and after fine-tuning StepNet with that start ends '
     '{diff[ft.stepnet-paper]' + _top1 + '} points from the plain network (CI '
-    '{ci[ft.stepnet-paper]' + _top1 + '}). Every seed fine-tunes the same plain checkpoint '
-    '(plain-3e, seed 0), so the intervals hold fine-tuning noise only, not the variation '
-    'between checkpoints.')
+    '{ci[ft.stepnet-paper]' + _top1 + '}; below it in every seed, but the interval does not '
+    'exclude 0). Each seed grafts onto and fine-tunes its own plain checkpoint (plain-3e of '
+    'the same seed), so the intervals hold the variation between checkpoints as well as the '
+    "fine-tuning's.")
