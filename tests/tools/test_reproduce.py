@@ -166,10 +166,8 @@ def handwritten_runs(study_file):
                    cfg_options=[], variants=variants, analysis_args={}))
 
 
-@pytest.mark.slow
-def test_report_only_from_runs_json_by_hand(tmp_path):
-    study = tmp_path / 'hand.py'
-    study.write_text(f"""
+#: the study of handwritten_runs: b against the baseline a, greater by 1 or more
+HAND_STUDY = f"""
 name = 'hand'
 claim = dict(quote='B beats A.', source='a hand-made study')
 seeds = [0, 1, 2]
@@ -177,10 +175,17 @@ runs = [dict(label='a', config={DEMO!r}, baseline=True),
         dict(label='b', config={DEMO!r}, cfg_options=['x=1'])]
 outcome = dict(metric='test/accuracy/top1', comparison=['b', 'a'], direction='greater',
                margin=1.0)
-verdict = ('Inconclusive: b - a = {{diff[b][test/accuracy/top1]}}, CI '
-           '{{ci[b][a][test/accuracy/top1]}}, p = {{p[b][test/accuracy/top1]}}, n = '
-           '{{n[b][test/accuracy/top1]}}, mean {{mean[a][test/accuracy/top1]}} ± '
-           '{{std[a][test/accuracy/top1]}}')
+"""
+
+
+@pytest.mark.slow
+def test_report_only_from_runs_json_by_hand(tmp_path):
+    study = tmp_path / 'hand.py'
+    study.write_text(HAND_STUDY + """
+verdict = ('Inconclusive: b - a = {diff[b][test/accuracy/top1]}, CI '
+           '{ci[b][a][test/accuracy/top1]}, p = {p[b][test/accuracy/top1]}, n = '
+           '{n[b][test/accuracy/top1]}, mean {mean[a][test/accuracy/top1]} ± '
+           '{std[a][test/accuracy/top1]}')
 """)
     results = tmp_path / 'results'
     (results / 'hand').mkdir(parents=True)
@@ -516,15 +521,7 @@ def test_ties_of_the_primary_outcome_are_counted(tmp_path):
     from mmstiff.studies import load_study
     from mmstiff.studies.report import render_page
     study = tmp_path / 'hand.py'
-    study.write_text(f"""
-name = 'hand'
-claim = dict(quote='B beats A.', source='a hand-made study')
-seeds = [0, 1, 2]
-runs = [dict(label='a', config={DEMO!r}, baseline=True),
-        dict(label='b', config={DEMO!r}, cfg_options=['x=1'])]
-outcome = dict(metric='test/accuracy/top1', comparison=['b', 'a'], direction='greater',
-               margin=1.0)
-""")
+    study.write_text(HAND_STUDY)
     data = handwritten_runs(str(study))
     tied = next(r for r in data['runs'] if r['key'] == 'b/seed0')
     tied['record']['metrics']['test/accuracy/top1'] = 1.0  # a/seed0 is 1.0
