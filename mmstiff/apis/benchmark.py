@@ -34,8 +34,19 @@ class Precision:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
 
+def compile_mode(args):
+    """``torch.compile``'s mode for ``args`` (``--compile-mode``; ``'default'`` where the
+    benchmark has none)."""
+    return getattr(args, 'compile_mode', 'default')
+
+
 def train_step(model, optimizer, images, labels, precision=None):
     optimizer.zero_grad(set_to_none=True)
+    # a new iteration for CUDA graphs (``mode='reduce-overhead'``): the last step's outputs
+    # may be overwritten; outside such graphs this only counts steps
+    mark_step_begin = getattr(torch.compiler, 'cudagraph_mark_step_begin', None)  # torch >= 2.1
+    if mark_step_begin is not None:
+        mark_step_begin()
     if precision is None:
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
@@ -105,7 +116,7 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
             model = model.to(memory_format=memory_format)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
         if args.compile:
-            model = torch.compile(model)
+            model = torch.compile(model, mode=compile_mode(args))
         for _ in range(args.warmup):
             train_step(model, optimizer, *batch, precision)
         runs[name] = (model, optimizer)
@@ -117,17 +128,22 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
         for name in order:
             times[name].append(time_steps(*runs[name], batch, args.iters, device, precision))
     compiled = args.compile
+    graphs = compiled and compile_mode(args) == 'reduce-overhead'
     # the profiler's op events miss the activations of a compiled graph (a compiled ResNet-50
-    # step shows only its gradients' bytes, at any batch size): no peak for compiled CPU runs
-    measured = device.type == 'cuda' or not compiled
+    # step shows only its gradients' bytes, at any batch size): no peak for compiled CPU runs.
+    # CUDA graphs keep their activations in a private pool allocated at capture: the peak
+    # above a step's start would not see them.
+    measured = (device.type == 'cuda' or not compiled) and not graphs
     memory = {
         name: peak_step_memory(*runs[name], batch, device, precision) if measured else None
         for name in names
     }
 
-    what = ('cuda max_memory_allocated' if device.type == 'cuda' else
+    what = ('not measured under CUDA graphs'
+            if graphs else 'cuda max_memory_allocated' if device.type == 'cuda' else
             'profiler live bytes' if measured else 'not measured for compiled CPU models')
-    print(f'device={device} threads={torch.get_num_threads()}{" compiled" if compiled else ""} '
+    mode = f' compiled ({compile_mode(args)})' if compiled else ''
+    print(f'device={device} threads={torch.get_num_threads()}{mode} '
           f'{settings} '
           f'repeats={args.repeats} iters/timing={args.iters} peak memory: {what}')
     header = (f'{"model":<{name_width}}{"params (M)":>12}{"step (ms)":>12}{"time ratio":>12}'

@@ -6,6 +6,7 @@ raises :class:`~mmstiff.apis.runtime.ConfigError`.
 """
 import argparse
 
+import torch
 from mmengine.config import DictAction
 
 from .runtime import cfg_option
@@ -105,16 +106,40 @@ def add_loss_args(parser):
     parser.set_defaults(split='train')
 
 
+#: ``--compile-mode``: ``torch.compile``'s modes the benchmarks take (``reduce-overhead``: the
+#: compiled graphs replayed as CUDA graphs)
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune-no-cudagraphs')
+
+
 def add_compile_argument(parser):
-    """``--compile`` of the benchmarks that time train steps with
+    """``--compile`` and ``--compile-mode`` of the benchmarks that time train steps with
     :func:`mmstiff.apis.benchmark.compare_models`."""
     parser.add_argument('--compile', action='store_true',
                         help='time torch.compile-d models (compiled during the warm-up)')
+    parser.add_argument(
+        '--compile-mode', choices=COMPILE_MODES, default='default',
+        help="torch.compile's mode with --compile (reduce-overhead: replay the compiled "
+        'graphs as CUDA graphs, CUDA only)')
 
 
 def check_compile_warmup(parser, args):
-    """``args``, or a usage error where ``--compile`` has no warm-up step to compile in."""
+    """``args``, or a usage error where ``--compile`` has no warm-up step to compile in, or
+    ``--compile-mode`` does not apply."""
     if args.compile and args.warmup < 1:
         parser.error(f'--warmup {args.warmup} is not supported with --compile; expected at least '
                      '1 untimed step, in which each model is compiled')
+    check_compile_mode(parser, args)
     return args
+
+
+def check_compile_mode(parser, args):
+    """A usage error where ``--compile-mode`` is not ``default`` without ``--compile``, or is
+    ``reduce-overhead`` (CUDA graphs) on a device other than CUDA."""
+    if args.compile_mode == 'default':
+        return
+    if not args.compile:
+        parser.error(f'--compile-mode {args.compile_mode} needs --compile')
+    device = torch.device(args.device)
+    if args.compile_mode == 'reduce-overhead' and device.type != 'cuda':
+        parser.error(f'--compile-mode reduce-overhead is not supported with --device '
+                     f'{args.device}; expected cuda (it replays CUDA graphs)')

@@ -105,3 +105,22 @@ def test_run_all_refuses_bad_arguments(run_tool):
     assert proc.returncode == 2 and 'unknown argument --frobnicate' in proc.stderr
     proc = run_tool('tools/benchmark/run_all.sh', '--device', 'tpu', check=False, timeout=120)
     assert proc.returncode == 2 and '--device tpu is not supported' in proc.stderr
+    # a step of the GPU run alone, asked of the CPU run: refused before anything runs
+    proc = run_tool('tools/benchmark/run_all.sh', '--device', 'cpu', '--only',
+                    'count_step_kernels,bench_step_resnet_cudagraphs', check=False, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ''
+    assert ('--only bench_step_resnet_cudagraphs is not a step of --device cpu here; expected one '
+            'of: bench_step_resnet count_step_kernels ') in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_all_runs_the_chosen_steps_in_the_order_given(run_tool, tmp_path):
+    proc = run_tool('tools/benchmark/run_all.sh', '--device', 'cpu', '--tiny', '--out',
+                    str(tmp_path), '--only', 'tests_cuda,count_step_kernels', timeout=600)
+    summary = (tmp_path / 'summary.txt').read_text().splitlines()
+    assert [line.split()[0] for line in summary] == ['tests_cuda', 'count_step_kernels']
+    assert all(' exit 0 ' in line for line in summary), summary
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'count_step_kernels.txt', 'summary.txt', 'tests_cuda.txt'
+    ]
+    assert proc.stdout.rstrip().endswith('\n'.join(summary))

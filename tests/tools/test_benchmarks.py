@@ -2,6 +2,7 @@
 import re
 
 import pytest
+from script_modules import load_script  # tests/
 
 
 def _rows(stdout, first_column):
@@ -83,7 +84,7 @@ def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
     ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'], 'device=cpu threads=',
      ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']),
     ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--variants', 'featscale'
-                      ], 'DeiT-S, compiled, cpu', ['mmpretrain DeiT-S', '+FeatScale']),
+                      ], 'DeiT-S, compiled (default), cpu', ['mmpretrain DeiT-S', '+FeatScale']),
 ])
 def test_model_benchmarks_time_compiled_models(run_tool, script, args, header, names):
     proc = run_tool(f'tools/benchmark/{script}', *args, '--compile', '--repeats', '1', '--iters',
@@ -135,3 +136,19 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
     # the ratios are each model's time and memory over ResNet-50's
     for values in rows.values():
         assert values[4] == pytest.approx(values[3] / rows['ResNet-50'][3], abs=0.002)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--compile-mode', 'reduce-overhead'], '--compile-mode reduce-overhead needs --compile'),
+    (['--compile', '--compile-mode', 'reduce-overhead'
+      ], '--compile-mode reduce-overhead is not supported with --device cpu; expected cuda'),
+    (['--compile', '--fused', 'both'], '--fused both is not supported with --compile'),
+])
+def test_compile_modes_are_checked_before_any_model_is_built(capsys, argv, message):
+    bench = load_script('tools/benchmark/bench_step_resnet.py')
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    # CUDA graphs are a mode of the compiled models on CUDA
+    args = bench.parse_args(['--device', 'cuda', '--compile', '--compile-mode', 'reduce-overhead'])
+    assert (args.compile, args.compile_mode) == (True, 'reduce-overhead')

@@ -32,9 +32,9 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from mmstiff.apis.cli import add_compile_argument
+from mmstiff.apis.benchmark import synchronize, train_step
+from mmstiff.apis.cli import add_compile_argument, check_compile_mode
 
 BASELINE = 'mmpretrain DeiT-S'
 VARIANTS = {
@@ -99,11 +99,6 @@ def build_models(img_size, device, names=None):
     return models
 
 
-def synchronize(device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
 
 
@@ -113,9 +108,7 @@ def time_train(model, images, labels, iters, device, clock=time.perf_counter):
     synchronize(device)
     start = clock()
     for _ in range(iters):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(images), labels).backward()
-        optimizer.step()
+        train_step(model, optimizer, images, labels)
     synchronize(device)
     return (clock() - start) / iters
 
@@ -163,6 +156,7 @@ def main():
     parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
                         help='models compared with the baseline (default: all)')
     args = parser.parse_args()
+    check_compile_mode(parser, args)
     for field in ('batch_size', 'img_size', 'repeats', 'iters'):
         if getattr(args, field) < 1:
             parser.error(f'--{field.replace("_", "-")}={getattr(args, field)} must be >= 1')
@@ -176,7 +170,10 @@ def main():
     names = None if args.variants is None else {VARIANT_KEYS[key] for key in args.variants}
     models = build_models(args.img_size, device, names)
     if args.compile:
-        models = {name: torch.compile(model) for name, model in models.items()}
+        models = {
+            name: torch.compile(model, mode=args.compile_mode)
+            for name, model in models.items()
+        }
     torch.manual_seed(1)
     images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     labels = torch.randint(0, 1000, (args.batch_size, ), device=device)
@@ -189,7 +186,8 @@ def main():
     infer = measure(models, lambda m: time_inference(m, images, args.iters, device, clock),
                     args.repeats)
 
-    print(f'DeiT-S{", compiled" if args.compile else ""}, {args.device}, '
+    compiled = f', compiled ({args.compile_mode})' if args.compile else ''
+    print(f'DeiT-S{compiled}, {args.device}, '
           f'{torch.get_num_threads()} threads, {args.clock} clock, '
           f'batch {args.batch_size}, {args.img_size}x{args.img_size}, '
           f'{args.repeats} repeats x {args.iters} iters, '

@@ -2,7 +2,7 @@
 # Every benchmark, and the tests marked `cuda`, in one call; each writes its output to a folder.
 #
 #   tools/benchmark/run_all.sh [--device cuda|cpu] [--out DIR] [--tiny] [--skip-tests]
-#                              [--skip-compiled]
+#                              [--skip-compiled] [--only STEP[,STEP...]]
 #
 # --device cuda (default when a GPU is present): GPU-sized settings (5 minutes on one H200
 #   without the compiled steps): ResNet-50 at 224x224 batch 64 (StepNet and SE against
@@ -10,12 +10,15 @@
 #   the operator and kernel counts of one block's step, DeiT-S batch 128 (AttnScale,
 #   FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
 #   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
-#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale) and the hooks at
-#   their defaults on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.
+#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale), the ResNet-50
+#   comparison compiled with CUDA graphs (mode reduce-overhead) and the hooks at their defaults
+#   on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
 #   with --tiny, toy sizes that only check that every step runs (a minute or two; the compiled
 #   steps add a few minutes of compilation).
 # --skip-compiled: leave out the torch.compile steps (their compilation takes a few minutes).
+# --only STEP,...: run only these steps, in this order (names as in summary.txt; a name that
+#   is not a step of the device is refused before anything runs).
 # --out DIR: where the outputs go (default work_dirs/benchmarks/<device>-<date>-<time>); one
 #   <step>.txt per step and summary.txt with each step's exit status and duration.
 # The steps run one after another; a failing step is reported and the others still run; the
@@ -31,6 +34,7 @@ out=
 tiny=0
 tests=1
 compiled=1
+only=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --device) device=${2:?--device needs a value}; shift 2 ;;
@@ -38,7 +42,8 @@ while [[ $# -gt 0 ]]; do
     --tiny) tiny=1; shift ;;
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --only) only=${2:?--only needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,25 +59,6 @@ if [[ $device == cuda && $gpus -eq 0 ]]; then
   echo "error: --device cuda was given but torch sees no GPU" >&2
   exit 2
 fi
-out=${out:-work_dirs/benchmarks/$device-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$out" || exit 1
-summary=$out/summary.txt
-: > "$summary"
-status=0
-
-# step NAME COMMAND...: run it, its output to $out/NAME.txt (and the console), timed
-step() {
-  local name=$1 start rc
-  shift
-  echo "== $name: $*" | tee "$out/$name.txt"
-  start=$(date +%s)
-  "$@" 2>&1 | tee -a "$out/$name.txt"
-  rc=${PIPESTATUS[0]}
-  printf '%-24s exit %-3s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$*" \
-    | tee -a "$summary"
-  if [[ $rc -ne 0 && $status -eq 0 ]]; then status=$rc; fi
-}
-
 bench=tools/benchmark
 if [[ $tiny -eq 1 ]]; then
   resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
@@ -107,40 +93,99 @@ else
   ddp=()
 fi
 
-step bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused both
+# add NAME COMMAND...: NAME is a step of this run, COMMAND its command; skip NAME REASON: a
+# step that this machine cannot run
+names=()
+declare -A commands=() skipped=()
+add() {
+  local name=$1
+  shift
+  names+=("$name")
+  commands[$name]=$(printf '%q ' "$@")
+}
+skip() {
+  names+=("$1")
+  skipped[$1]=$2
+}
+
+add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused both
 if [[ $device == cuda ]]; then
-  step bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+  add bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --fused both --amp bf16
-  step bench_step_resnet_fp16_cl "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+  add bench_step_resnet_fp16_cl "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --fused both --amp fp16 --channels-last
 fi
-step count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
-step bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
-step bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
-step hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \
+add count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
+add bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
+add bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
+add hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \
   "${at1[@]}"
-step hooks_resnet_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
+add hooks_resnet_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
   "${hooks_resnet[@]}" "${defaults[@]}"
-step hooks_vit_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
+add hooks_vit_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
   "${at1[@]}"
-step hooks_vit_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
+add hooks_vit_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_vit[@]}" \
   "${defaults[@]}"
 if [[ $compiled -eq 1 ]]; then
-  step bench_step_resnet_compiled "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+  add bench_step_resnet_compiled "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --compile
-  step bench_vit_compiled "$PYTHON" $bench/bench_vit.py "${vit[@]}" --compile \
+  if [[ $device == cuda ]]; then
+    add bench_step_resnet_cudagraphs "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
+      --compile --compile-mode reduce-overhead
+  fi
+  add bench_vit_compiled "$PYTHON" $bench/bench_vit.py "${vit[@]}" --compile \
     --variants attnscale featscale
-  step hooks_resnet_defaults_compiled "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
+  add hooks_resnet_defaults_compiled "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" \
     "${hooks_resnet[@]}" "${defaults[@]}" --compile
 fi
 if [[ $device == cpu || $gpus -ge 2 ]]; then
-  step bench_ddp "$PYTHON" $bench/bench_ddp.py "${ddp[@]}"
+  add bench_ddp "$PYTHON" $bench/bench_ddp.py "${ddp[@]}"
 else
-  echo "bench_ddp                skipped: needs 2 GPUs, $gpus found" | tee -a "$summary"
+  skip bench_ddp "needs 2 GPUs, $gpus found"
 fi
 if [[ $tests -eq 1 ]]; then
-  step tests_cuda "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
+  add tests_cuda "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
 fi
+
+if [[ -n $only ]]; then
+  IFS=, read -ra chosen <<< "$only"
+  for name in "${chosen[@]}"; do
+    if [[ ! " ${names[*]} " == *" $name "* ]]; then
+      echo "error: --only $name is not a step of --device $device here; expected one of:" \
+        "${names[*]}" >&2
+      exit 2
+    fi
+  done
+else
+  chosen=("${names[@]}")
+fi
+
+out=${out:-work_dirs/benchmarks/$device-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out" || exit 1
+summary=$out/summary.txt
+: > "$summary"
+status=0
+
+# step NAME COMMAND...: run it, its output to $out/NAME.txt (and the console), timed
+step() {
+  local name=$1 start rc
+  shift
+  echo "== $name: $*" | tee "$out/$name.txt"
+  start=$(date +%s)
+  "$@" 2>&1 | tee -a "$out/$name.txt"
+  rc=${PIPESTATUS[0]}
+  printf '%-24s exit %-3s %5ss  %s\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$*" \
+    | tee -a "$summary"
+  if [[ $rc -ne 0 && $status -eq 0 ]]; then status=$rc; fi
+}
+
+for name in "${chosen[@]}"; do
+  if [[ -n ${skipped[$name]:-} ]]; then
+    printf '%-24s skipped: %s\n' "$name" "${skipped[$name]}" | tee -a "$summary"
+  else
+    eval "step $name ${commands[$name]}"
+  fi
+done
 echo "outputs in $out"
 cat "$summary"
 exit $status
