@@ -188,3 +188,30 @@ def test_divergence_hook_sees_the_same_step_sizes():
     hook.before_train_iter(runner, 0)
     clean(torch.randn(2, 3, size, size))
     assert hook._non_finite_adaptors() == []
+
+
+@pytest.mark.parametrize('name', ['resnet18-stepnet', 'cifar-stepnet', 'preact-se'])
+@pytest.mark.parametrize('fused', [False, True])
+def test_autocast_keeps_the_residual_stream_in_half_precision(name, fused):
+    """Under autocast a step size computed in float32 (the adaptor's BN) does not promote
+    x_{t+1} to float32: the states keep the dtype of the plain network's states (which is
+    what a half-precision stream costs in memory), on both paths alike."""
+    reference, fused_net, size = _pair(name)
+    net = fused_net if fused else reference
+    build, _ = BACKBONES[name]
+    torch.manual_seed(0)
+    plain = build(fused=False).train()
+    for m in plain.modules():  # the same network without its adaptors: Δ ≡ 1
+        if hasattr(type(m), 'adaptor') or hasattr(m, 'adaptor'):
+            m.adaptor = None
+    images = torch.randn(2, 3, size, size)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        plain_dtypes = [o.dtype for o in plain(images)]
+        outs = net.train()(images)
+    assert plain_dtypes[-1] == torch.bfloat16
+    assert [o.dtype for o in outs] == plain_dtypes
+    if fused:  # and the two paths agree at that precision
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            expected = reference.train()(images)
+        for a, b in zip(expected, outs):
+            torch.testing.assert_close(b.float(), a.float(), rtol=5e-2, atol=5e-2)

@@ -12,6 +12,7 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
 from mmstiff.utils.layout import check_layout, pool_state
 from .starts import check_saved_start, mismatched_entries, record_start
+from .step_kernels import as_state_dtype
 
 #: keys of an adaptor config that the backbone fills in for each block.
 BUILD_KEYS = ('channels', 'layout')
@@ -217,10 +218,17 @@ class ConstantStep(StepAdaptor):
 
 
 def apply_step(x_t, step, f):
-    """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1."""
+    """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1.
+
+    The update keeps the states' precision: a tensor Δ is cast to the dtype of ``x_t + f``
+    (:func:`~.step_kernels.state_dtype`), so that a step size computed in float32 (a norm
+    layer's output under autocast) does not turn a half-precision residual stream into float32.
+    """
     if isinstance(step, float) and step == 1.0:
         return x_t + f
-    return torch.addcmul(x_t, step, f) if torch.is_tensor(step) else x_t + step * f
+    if torch.is_tensor(step):
+        return torch.addcmul(x_t, as_state_dtype(step, x_t, f), f)
+    return x_t + step * f
 
 
 def learns_statistics(adaptor, adaptor_norm):

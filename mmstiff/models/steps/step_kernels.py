@@ -25,6 +25,20 @@ import torch
 from mmstiff.utils.layout import POOLED_AXES, pool_state
 
 
+def state_dtype(shortcut, f):
+    """The dtype of ``x_{t+1}``: that of ``shortcut + f``, whatever Δ's dtype (a step size
+    computed in float32 under autocast does not promote a half-precision residual stream)."""
+    if shortcut.dtype == f.dtype:  # no operator call in the common case
+        return f.dtype
+    return torch.promote_types(shortcut.dtype, f.dtype)
+
+
+def as_state_dtype(step, shortcut, f):
+    """``step`` in :func:`state_dtype` (itself, without an operator call, where it is already)."""
+    dtype = state_dtype(shortcut, f)
+    return step if step.dtype == dtype else step.to(dtype)
+
+
 def broadcast_step(step, like, layout):
     """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
     if layout == 'nlc':
@@ -49,6 +63,7 @@ class TorchStepKernels:
         if step is None:
             out = shortcut + f
         else:
+            step = as_state_dtype(step, shortcut, f)
             out = torch.addcmul(shortcut, broadcast_step(step, f, layout), f)
         return out.relu_() if relu else out
 
@@ -71,7 +86,10 @@ class TorchStepKernels:
         ``out`` is read only for the ReLU's mask."""
         if relu:
             grad = torch.ops.aten.threshold_backward(grad, out, 0)
-        grad_f = grad if step is None else grad * broadcast_step(step, f, layout)
+        grad_f = grad
+        if step is not None:
+            scale = step if step.dtype == grad.dtype else step.to(grad.dtype)
+            grad_f = grad * broadcast_step(scale, f, layout)
         grad_step = None
         if need_step_grad:
             low = grad.dtype in (torch.float16, torch.bfloat16)

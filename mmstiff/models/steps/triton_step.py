@@ -14,6 +14,7 @@ tensors (the tests).
 """
 import torch
 
+from .step_kernels import state_dtype
 from .triton_adaptor import TritonPhiKernels
 from .triton_import import HAS_TRITON, tl, triton
 from .triton_se import TritonSEPhiKernels
@@ -204,8 +205,7 @@ class TritonStepKernels:
         return (None if state is None else xm), fm
 
     def step(self, shortcut, step, f, relu, layout):
-        dtype = f.dtype if step is None else torch.promote_types(f.dtype, step.dtype)
-        dtype = torch.promote_types(shortcut.dtype, dtype)
+        dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
         out = torch.empty_like(x, dtype=dtype)
@@ -218,8 +218,7 @@ class TritonStepKernels:
         return out
 
     def measured_step(self, shortcut, step, f, relu, layout, state_relu):
-        dtype = f.dtype if step is None else torch.promote_types(f.dtype, step.dtype)
-        dtype = torch.promote_types(shortcut.dtype, dtype)
+        dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
         out = torch.empty_like(x, dtype=dtype)
