@@ -26,9 +26,12 @@ def _mean_offdiagonal_abs_cosine(vectors, eps=1e-12):
     if n < 2:
         raise ValueError(f'{n} vector(s) given; the pairwise cosine similarity needs at least 2')
     # the n x n products in the input's precision (float32 at least: a float64 product costs
-    # several times more on the CPU); the sums over them in float64
+    # several times more on the CPU); the sums over them in float64. Outside autocast: a
+    # recorder reads the states inside the model's autocast region, where the product would
+    # run in half precision (float16 overflows on the squared norms: NaN)
     v = vectors if vectors.dtype == torch.float64 else vectors.float()
-    gram = v @ v.transpose(-1, -2)
+    with torch.autocast(v.device.type, enabled=False):
+        gram = v @ v.transpose(-1, -2)
     inv = gram.diagonal(dim1=-2, dim2=-1).sqrt().clamp_min(eps).reciprocal()
     # |G| scaled by r along both axes, in place on the product (a temporary of this function)
     cos = gram.abs_().mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2))

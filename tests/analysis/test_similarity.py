@@ -73,3 +73,17 @@ def test_spectral_response_matches_numpy_fft():
     lam = np.fft.ifft(np.fft.fft(a, axis=-2, norm='ortho'), axis=-1, norm='ortho')
     expected = torch.from_numpy(np.linalg.norm(lam, axis=-1))
     assert torch.allclose(attention_spectral_response(attn), expected, atol=1e-10)
+
+
+def test_token_cosine_similarity_ignores_an_enclosing_autocast():
+    """Recorders read the states inside the model's autocast region: the Gram product stays in
+    float32 there (a bfloat16 product is off by ~1e-2; a float16 one overflows to NaN on CUDA
+    for norms above 256)."""
+    torch.manual_seed(0)
+    x = 40 * torch.randn(2, 9, 64)
+    unit = torch.nn.functional.normalize(x.double(), dim=-1)
+    cos = (unit @ unit.transpose(-1, -2)).abs()
+    expected = (cos.sum(dim=(-1, -2)) - 9) / (9 * 8)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        got = token_cosine_similarity(x)
+    assert torch.allclose(got, expected, atol=1e-6, rtol=0)
