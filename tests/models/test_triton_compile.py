@@ -44,8 +44,9 @@ def recording_kernels():
     kernels = TritonStepKernels()
     for owner, name in [(kernels, '_pool'), (kernels, '_step'), (kernels, '_backward'),
                         (kernels, '_measured'), (kernels.phi, '_forward'),
-                        (kernels.phi, '_backward'), (kernels.phi, '_se_forward'),
-                        (kernels.phi, '_se_excitation'), (kernels.phi, '_se_squeeze')]:
+                        (kernels.phi, '_backward'), (kernels.phi, '_se_hidden'),
+                        (kernels.phi, '_se_gate'), (kernels.phi, '_se_excitation'),
+                        (kernels.phi, '_se_squeeze')]:
         setattr(owner, name, Recorder(getattr(owner, name), launches))
     return kernels, launches
 
@@ -128,7 +129,7 @@ def test_every_launch_compiles_for_the_gpu(dtype, capability):
     names = {fn.__name__ for fn, _, _ in launches}
     assert names == {
         '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
-        '_phi_forward_kernel', '_phi_backward_kernel', '_se_forward_kernel',
+        '_phi_forward_kernel', '_phi_backward_kernel', '_se_hidden_kernel', '_se_gate_kernel',
         '_se_excitation_backward_kernel', '_se_squeeze_backward_kernel'
     }
     for fn, args, kwargs in launches:

@@ -73,7 +73,8 @@ def counting_kernels():
     kernels._measured = LaunchRecorder('measured_step')
     kernels.phi._forward = LaunchRecorder('phi')
     kernels.phi._backward = LaunchRecorder('phi_backward')
-    kernels.phi._se_forward = LaunchRecorder('se')
+    kernels.phi._se_hidden = LaunchRecorder('se_hidden')
+    kernels.phi._se_gate = LaunchRecorder('se_gate')
     kernels.phi._se_excitation = LaunchRecorder('se_backward_excitation')
     kernels.phi._se_squeeze = LaunchRecorder('se_backward_squeeze')
     return kernels
