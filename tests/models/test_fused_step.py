@@ -1,4 +1,6 @@
 """The fused residual step against the reference step (docs/methods.md §0, "The fused step")."""
+import types
+
 import pytest
 import torch
 import torch.nn as nn
@@ -7,6 +9,7 @@ from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, check_fused, residu
                                   step_kernels)
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
 from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
 SHAPES = {'nchw': (3, 8, 5, 4), 'nlc': (3, 7, 8)}
 ADAPTORS = {
@@ -82,6 +85,13 @@ def test_step_kernels_choose_by_device_and_setting():
     assert step_kernels(x, False) is None
     assert step_kernels(x, 'auto') is None  # the CPU keeps the reference by default
     assert step_kernels(x, True) is TorchStepKernels
+    # a CUDA state (step_kernels reads only its device): True takes the Triton kernels, 'auto'
+    # the reference, measured faster on an H200 (docs/benchmarks.md)
+    cuda_state = types.SimpleNamespace(is_cuda=True)
+    assert step_kernels(cuda_state, 'auto') is None
+    assert step_kernels(cuda_state, False) is None
+    if HAS_TRITON:
+        assert isinstance(step_kernels(cuda_state, True), TritonStepKernels)
 
 
 @pytest.mark.parametrize('bad', ['on', 'AUTO', 1, 0, None, 'true'])

@@ -152,3 +152,26 @@ def test_compile_modes_are_checked_before_any_model_is_built(capsys, argv, messa
     # CUDA graphs are a mode of the compiled models on CUDA
     args = bench.parse_args(['--device', 'cuda', '--compile', '--compile-mode', 'reduce-overhead'])
     assert (args.compile, args.compile_mode) == (True, 'reduce-overhead')
+
+
+@pytest.mark.slow
+def test_profile_step_lists_the_time_each_adaptor_adds(run_tool):
+    proc = run_tool('tools/benchmark/profile_step.py', '--batch-size', '2', '--img-size', '32',
+                    '--repeats', '1', '--iters', '1', '--warmup', '1', '--fused', 'off', '--top',
+                    '3', timeout=600)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith('device=cpu batch=2 img=32 repeats=1 iters/timing=1')
+    rows = _rows(proc.stdout.replace('n/a', ''), ('ResNet-50', 'SE-ResNet-50', 'StepNet'))
+    assert list(rows) == ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']
+    # no device time on the CPU: step (ms) and the operator calls per step
+    assert all(len(row) == 2 and row[0] > 0 for row in rows.values())
+    # the adaptors make more operator calls than the plain network
+    assert rows['SE-ResNet-50'][1] > rows['ResNet-50'][1]
+    assert rows['StepNet-ResNet-50'][1] > rows['ResNet-50'][1]
+    # the plain network adds nothing to itself; each adaptor lists at most --top operators
+    assert not any(line.startswith('ResNet-50:') for line in lines)
+    for name in ('SE-ResNet-50', 'StepNet-ResNet-50'):
+        start = lines.index(f"{name}: the operators (their own CPU time) with the most time per "
+                            "step beyond ResNet-50's")
+        listed = [line for line in lines[start + 1:start + 4] if line.startswith('  ')]
+        assert 1 <= len(listed) <= 3 and all(' ms  aten::' in line for line in listed)

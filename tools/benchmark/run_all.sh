@@ -4,15 +4,17 @@
 #   tools/benchmark/run_all.sh [--device cuda|cpu] [--out DIR] [--tiny] [--skip-tests]
 #                              [--skip-compiled] [--only STEP[,STEP...]]
 #
-# --device cuda (default when a GPU is present): GPU-sized settings (5 minutes on one H200
-#   without the compiled steps): ResNet-50 at 224x224 batch 64 (StepNet and SE against
-#   plain; the reference and the fused step, in fp32, bf16 AMP and fp16 AMP channels-last),
-#   the operator and kernel counts of one block's step, DeiT-S batch 128 (AttnScale,
-#   FeatScale), AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128), the
-#   data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
+# --device cuda (default when a GPU is present): GPU-sized settings: ResNet-50 at 224x224
+#   batch 64 (StepNet and SE against plain; the reference and the fused step, in fp32, bf16 AMP
+#   and fp16 AMP channels-last), the operator and kernel counts of one block's step, where the
+#   step's time goes (device busy time against wall time, the kernels each adaptor adds; fp32
+#   and bf16), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at
+#   224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128),
+#   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
 #   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale), the ResNet-50
 #   comparison compiled with CUDA graphs (mode reduce-overhead) and the hooks at their defaults
-#   on a compiled ResNet-50, then `pytest -m cuda tests/cuda`.
+#   on a compiled ResNet-50, then `pytest -m cuda tests/cuda`. On one H200 the two fp32 and
+#   bf16 ResNet-50 comparisons take about 3 minutes, the CUDA tests more than 5.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
 #   with --tiny, toy sizes that only check that every step runs (a minute or two; the compiled
 #   steps add a few minutes of compilation).
@@ -43,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
     --only) only=${2:?--only needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +64,7 @@ fi
 bench=tools/benchmark
 if [[ $tiny -eq 1 ]]; then
   resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
+  profile=("${resnet[@]}")
   vit=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1)
   alternet=(--device "$device" --stem cifar --batch-size 2 --repeats 1 --iters 1 --warmup 1)
   hooks_common=(--device "$device" --batch-size 2 --repeats 1 --warmup 1 --log-interval 2)
@@ -72,6 +75,7 @@ if [[ $tiny -eq 1 ]]; then
   ddp=(--base-channels 4 --batch-size 2 --img-size 16 --iters 100 --repeats 1 --warmup 1)
 elif [[ $device == cuda ]]; then
   resnet=(--device cuda --batch-size 64 --img-size 224 --repeats 7 --iters 10)
+  profile=(--device cuda --batch-size 64 --img-size 224 --repeats 3 --iters 5)
   vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
   alternet=(--device cuda --batch-size 64 --img-size 224 --repeats 5 --iters 10 --warmup 2)
   hooks_common=(--device cuda --repeats 3)
@@ -83,6 +87,7 @@ elif [[ $device == cuda ]]; then
   ddp=(--device cuda --base-channels 64 --batch-size 128 --iters 100 --repeats 3)
 else
   resnet=(--device cpu)
+  profile=(--device cpu)
   vit=(--device cpu)
   alternet=(--device cpu)
   hooks_common=(--device cpu --repeats 3)
@@ -116,6 +121,10 @@ if [[ $device == cuda ]]; then
     --fused both --amp fp16 --channels-last
 fi
 add count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
+add profile_step "$PYTHON" $bench/profile_step.py "${profile[@]}"
+if [[ $device == cuda ]]; then
+  add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
+fi
 add bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}"
 add bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
 add hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \

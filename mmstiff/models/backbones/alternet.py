@@ -159,10 +159,9 @@ class AlterNet(ResNet):
         frozen_stages (int): the stem and stages ``1 .. frozen_stages`` stop training (with
             all 4, the final norm too); -1 freezes nothing. Default -1.
         norm_eval (bool): keep every BN in eval mode while training. Default False.
-        with_cp (bool): checkpoint each block (recompute it in the backward pass).
+        with_cp (bool): checkpoint each block (recompute it in the backward pass). Default False.
         fused (str | bool): ``'auto'`` (default), True or False: the fused step of the conv and
             MSA blocks or the reference; see :class:`~mmstiff.models.backbones.StepResNet`.
-            Default False.
         conv_cfg, norm_cfg (dict): layer configs as in mmcv.
         act_cfg (dict): activation of the conv blocks and of the final norm. Default ReLU.
         msa_act_cfg (dict): pre-activation of the MSA blocks. Default GELU.

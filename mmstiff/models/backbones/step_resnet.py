@@ -180,9 +180,10 @@ class StepResNet(StepPlacementMixin, ResNet):
         adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
             (StepNet), e.g. ``dict(type='SyncBN')``. None (default): the backbone's
             ``norm_cfg`` (docs/methods.md §3, "The adaptor's normalisation").
-        fused (str | bool): ``'auto'`` (default; the fused step where its Triton kernels run,
-            CUDA), True (fused: Triton's kernels on CUDA, PyTorch's elsewhere) or False (the
-            reference step); the same values either way (docs/methods.md §0, "The fused step").
+        fused (str | bool): ``'auto'`` (default; the path measured faster on the device: the
+            reference step on the CPU and on CUDA so far, docs/benchmarks.md), True (fused:
+            Triton's kernels on CUDA, PyTorch's elsewhere) or False (the reference step); the
+            same values either way (docs/methods.md §0, "The fused step").
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the

@@ -17,9 +17,10 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
    writes the per-(B, C) sums of squares of ``x_{t+1} - x_t`` and of x_t, the NSI's norms.
 
 The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
-``fused`` selects the path: True, False (the reference) or ``'auto'`` (fused where the Triton
-kernels run: CUDA with Triton). A compiled model (``torch.compile``) takes the reference,
-which the compiler fuses itself.
+``fused`` selects the path: True, False (the reference) or ``'auto'``, the path measured
+faster on the device: the reference on the CPU and on CUDA alike today (docs/benchmarks.md, "The
+fused residual step": on an H200 the Triton step is slower than the reference). A compiled
+model (``torch.compile``) takes the reference, which the compiler fuses itself.
 """
 from contextlib import contextmanager
 
@@ -44,22 +45,25 @@ def check_fused(fused):
     if fused is not True and fused is not False and not (isinstance(fused, str)
                                                          and fused == 'auto'):
         raise ValueError(f'fused={fused!r} is not supported; expected one of {FUSED} '
-                         "('auto': fused where the device supports it, CUDA with triton)")
+                         "('auto': the path measured faster on the device, True: the fused "
+                         'step, False: the reference)')
     return fused
 
 
 def step_kernels(x, fused):
     """The kernel set of the fused step for the state ``x``, or None for the reference step.
 
-    ``'auto'``: Triton's on CUDA (with Triton installed), None elsewhere; True: Triton's on
-    CUDA, PyTorch's elsewhere; False, or inside ``torch.compile``: None. Inside
-    :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
+    True: Triton's on CUDA (with Triton installed), PyTorch's elsewhere; ``'auto'``: the path
+    measured faster on ``x``'s device, which is the reference (None) on every device so far
+    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False, or
+    inside ``torch.compile``: None. Inside :func:`forced_step_kernels`, ``'auto'`` and True
+    take the kernels given there.
     """
     if fused is False or torch.compiler.is_compiling():
         return None
     if _FORCED:
         return _FORCED[-1]
-    if x.is_cuda and HAS_TRITON:
+    if fused != 'auto' and x.is_cuda and HAS_TRITON:
         if not _TRITON:
             _TRITON.append(TritonStepKernels())
         return _TRITON[0]
