@@ -143,8 +143,9 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
     (['--compile', '--compile-mode', 'reduce-overhead'
       ], '--compile-mode reduce-overhead is not supported with --device cpu; expected cuda'),
     (['--compile', '--fused', 'both'], '--fused both is not supported with --compile'),
+    (['--base-channels', '0'], '--base-channels 0 is not supported; expected a positive integer'),
 ])
-def test_compile_modes_are_checked_before_any_model_is_built(capsys, argv, message):
+def test_bad_settings_are_refused_before_any_model_is_built(capsys, argv, message):
     bench = load_script('tools/benchmark/bench_step_resnet.py')
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args(argv)
@@ -157,10 +158,10 @@ def test_compile_modes_are_checked_before_any_model_is_built(capsys, argv, messa
 @pytest.mark.slow
 def test_profile_step_lists_the_time_each_adaptor_adds(run_tool):
     proc = run_tool('tools/benchmark/profile_step.py', '--batch-size', '2', '--img-size', '32',
-                    '--repeats', '1', '--iters', '1', '--warmup', '1', '--fused', 'off', '--top',
-                    '3', timeout=600)
+                    '--base-channels', '8', '--repeats', '1', '--iters', '1', '--warmup', '1',
+                    '--fused', 'off', '--top', '3', timeout=600)
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith('device=cpu batch=2 img=32 repeats=1 iters/timing=1')
+    assert lines[0].startswith('device=cpu batch=2 img=32 base_channels=8 repeats=1 iters/timing=1')
     rows = _rows(proc.stdout.replace('n/a', ''), ('ResNet-50', 'SE-ResNet-50', 'StepNet'))
     assert list(rows) == ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50']
     # no device time on the CPU: step (ms) and the operator calls per step

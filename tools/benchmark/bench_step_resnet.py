@@ -30,6 +30,8 @@ Usage (CPU defaults finish in a couple of minutes on 2 cores; compiled, a few mo
     python tools/benchmark/bench_step_resnet.py --fused both
     python tools/benchmark/bench_step_resnet.py --device cuda --batch-size 64 --img-size 224 \
         --fused both --amp bf16 --channels-last
+    python tools/benchmark/bench_step_resnet.py --fused both --base-channels 2 --batch-size 2 \
+        --threads 1   # the host-side cost of a step: negligible arithmetic
 """
 import argparse
 
@@ -53,9 +55,10 @@ FUSED_CHOICES = {'off': (False, ), 'on': (True, ), 'both': (False, True)}
 class Classifier(nn.Module):
     """Backbone, global average pooling and a linear head: a full training graph."""
 
-    def __init__(self, adaptor, num_classes=1000, fused=False):
+    def __init__(self, adaptor, num_classes=1000, fused=False, base_channels=64):
         super().__init__()
-        self.backbone = StepResNet(50, adaptor=adaptor, fused=fused)
+        self.backbone = StepResNet(50, adaptor=adaptor, fused=fused, base_channels=base_channels,
+                                   stem_channels=base_channels)
         self.head = nn.Linear(self.backbone.feat_dim, num_classes)
 
     def forward(self, x):
@@ -71,6 +74,7 @@ def parse_args(argv=None):
     parser.add_argument('--iters', type=int, default=2, help='train steps per timing')
     parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    add_width_argument(parser)
     parser.add_argument(
         '--fused', choices=sorted(FUSED_CHOICES), default='off',
         help="the fused residual step ('on'), the reference ('off', default) or "
@@ -78,10 +82,22 @@ def parse_args(argv=None):
     add_precision_arguments(parser)
     add_compile_argument(parser)
     args = check_compile_warmup(parser, parser.parse_args(argv))
+    if args.base_channels < 1:
+        parser.error(f'--base-channels {args.base_channels} is not supported; expected a '
+                     'positive integer')
     if args.compile and args.fused != 'off':
         parser.error(f'--fused {args.fused} is not supported with --compile; expected off (a '
                      'compiled model takes the reference step, which the compiler fuses)')
     return args
+
+
+def add_width_argument(parser):
+    """``--base-channels``: ResNet-50's width (64; at 2 the arithmetic is negligible and a
+    step's time is its host-side cost: the Python and dispatcher work per operator)."""
+    parser.add_argument(
+        '--base-channels', type=int, default=64,
+        help="ResNet-50's base width (default 64; a few channels time the "
+        'host-side cost of a step)')
 
 
 def add_precision_arguments(parser):
@@ -106,9 +122,11 @@ def main(argv=None):
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
             label = f'{name} fused' if fused else name
-            models[label] = lambda adaptor=adaptor, fused=fused: Classifier(adaptor, fused=fused)
+            models[label] = lambda adaptor=adaptor, fused=fused: Classifier(
+                adaptor, fused=fused, base_channels=args.base_channels)
     baseline = BASELINE if args.fused != 'on' else f'{BASELINE} fused'
     settings = f'batch={args.batch_size} img={args.img_size}'
+    settings += f' base_channels={args.base_channels}' if args.base_channels != 64 else ''
     settings += f' amp={args.amp}' if args.amp else ''
     settings += ' channels_last' if args.channels_last else ''
     compare_models(models, baseline, batch, args, device, settings, name_width=26)

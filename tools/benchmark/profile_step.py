@@ -27,7 +27,8 @@ import collections
 import statistics
 
 import torch
-from bench_step_resnet import BASELINE, FUSED_CHOICES, VARIANTS, Classifier, add_precision_arguments
+from bench_step_resnet import (BASELINE, FUSED_CHOICES, VARIANTS, Classifier,
+                               add_precision_arguments, add_width_argument)
 
 from mmstiff.apis.benchmark import AMP_DTYPES, Precision, synchronize, time_steps, train_step
 
@@ -44,9 +45,10 @@ def parse_args(argv=None):
     parser.add_argument(
         '--fused', choices=sorted(FUSED_CHOICES), default='both',
         help="the fused residual step ('on'), the reference ('off') or both (default)")
+    add_width_argument(parser)
     add_precision_arguments(parser)
     args = parser.parse_args(argv)
-    for field in ('batch_size', 'img_size', 'repeats', 'iters', 'top'):
+    for field in ('batch_size', 'img_size', 'repeats', 'iters', 'top', 'base_channels'):
         if getattr(args, field) < 1:
             parser.error(f'--{field.replace("_", "-")} {getattr(args, field)} is not supported; '
                          'expected a positive integer')
@@ -102,7 +104,8 @@ def main(argv=None):
     runs = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
-            model = Classifier(adaptor, fused=fused).to(device).train()
+            model = Classifier(adaptor, fused=fused, base_channels=args.base_channels)
+            model = model.to(device).train()
             model = model.to(memory_format=memory_format)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             for _ in range(args.warmup):
@@ -120,6 +123,7 @@ def main(argv=None):
 
     cuda = device.type == 'cuda'
     settings = f'batch={args.batch_size} img={args.img_size}'
+    settings += f' base_channels={args.base_channels}' if args.base_channels != 64 else ''
     settings += f' amp={args.amp}' if args.amp else ''
     settings += ' channels_last' if args.channels_last else ''
     print(f'device={device} {settings} repeats={args.repeats} iters/timing={args.iters}; '
