@@ -125,11 +125,15 @@ def main(argv=None):
             models[label] = lambda adaptor=adaptor, fused=fused: Classifier(
                 adaptor, fused=fused, base_channels=args.base_channels)
     baseline = BASELINE if args.fused != 'on' else f'{BASELINE} fused'
+    compare_models(models, baseline, batch, args, device, settings_line(args), name_width=26)
+
+
+def settings_line(args):
+    """The settings of a run as its first output line names them."""
     settings = f'batch={args.batch_size} img={args.img_size}'
     settings += f' base_channels={args.base_channels}' if args.base_channels != 64 else ''
     settings += f' amp={args.amp}' if args.amp else ''
-    settings += ' channels_last' if args.channels_last else ''
-    compare_models(models, baseline, batch, args, device, settings, name_width=26)
+    return settings + (' channels_last' if args.channels_last else '')
 
 
 if __name__ == '__main__':

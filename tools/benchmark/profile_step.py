@@ -28,7 +28,7 @@ import statistics
 
 import torch
 from bench_step_resnet import (BASELINE, FUSED_CHOICES, VARIANTS, Classifier,
-                               add_precision_arguments, add_width_argument)
+                               add_precision_arguments, add_width_argument, settings_line)
 
 from mmstiff.apis.benchmark import AMP_DTYPES, Precision, synchronize, time_steps, train_step
 
@@ -122,12 +122,9 @@ def main(argv=None):
     }
 
     cuda = device.type == 'cuda'
-    settings = f'batch={args.batch_size} img={args.img_size}'
-    settings += f' base_channels={args.base_channels}' if args.base_channels != 64 else ''
-    settings += f' amp={args.amp}' if args.amp else ''
-    settings += ' channels_last' if args.channels_last else ''
-    print(f'device={device} {settings} repeats={args.repeats} iters/timing={args.iters}; '
-          f'{"kernels" if cuda else "top-level operator calls"} per step')
+    print(
+        f'device={device} {settings_line(args)} repeats={args.repeats} iters/timing={args.iters}; '
+        f'{"kernels" if cuda else "top-level operator calls"} per step')
     header = (f'{"model":<26}{"step (ms)":>11}{"busy (ms)":>11}{"busy/step":>11}'
               f'{"kernels":>9}')
     print(header)
