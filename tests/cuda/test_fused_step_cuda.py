@@ -98,10 +98,7 @@ def test_both_cuda_steps_equal_the_cpu_reference(adaptor, channels_last):
     torch.manual_seed(0)
     cpu = StepResNet(50, adaptor=adaptor, fused=False)
     images = torch.randn(4, 3, 64, 64)
-    net = copy.deepcopy(cpu).train()
-    if channels_last:
-        net = net.to(memory_format=torch.channels_last)
-    expected = _train_step_on(net, images)
+    expected = _train_step(copy.deepcopy(cpu), images, None, channels_last)
     for fused in (False, True):
         net = set_fused(copy.deepcopy(cpu).cuda(), fused)
         got = _train_step(net, images.cuda(), None, channels_last)
@@ -113,15 +110,6 @@ def test_both_cuda_steps_equal_the_cpu_reference(adaptor, channels_last):
                                        atol=1e-4 * max(1.0,
                                                        a.abs().max().item()),
                                        msg=f'{what}: gradient {index}')
-
-
-def _train_step_on(net, images):
-    """:func:`_train_step`'s output and gradients on the CPU, float32."""
-    if next(net.parameters()).is_contiguous(memory_format=torch.channels_last):
-        images = images.contiguous(memory_format=torch.channels_last)
-    out = net(images)[-1]
-    out.float().square().mean().backward()
-    return out.float(), [p.grad.float() for p in net.parameters() if p.grad is not None]
 
 
 @pytest.mark.parametrize('dtype', [None, torch.bfloat16])
