@@ -40,13 +40,27 @@ def compile_mode(args):
     return getattr(args, 'compile_mode', 'default')
 
 
+class StepMarked(torch.nn.Module):
+    """A model compiled with CUDA graphs (``mode='reduce-overhead'``) whose every call first
+    marks a new step: the graphs may then overwrite the last step's outputs."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.model(*args, **kwargs)
+
+
+def compile_model(model, mode='default'):
+    """``torch.compile(model, mode=mode)``; under CUDA graphs, as a :class:`StepMarked`."""
+    model = torch.compile(model, mode=mode)
+    return StepMarked(model) if mode == 'reduce-overhead' else model
+
+
 def train_step(model, optimizer, images, labels, precision=None):
     optimizer.zero_grad(set_to_none=True)
-    # a new iteration for CUDA graphs (``mode='reduce-overhead'``): the last step's outputs
-    # may be overwritten; outside such graphs this only counts steps
-    mark_step_begin = getattr(torch.compiler, 'cudagraph_mark_step_begin', None)  # torch >= 2.1
-    if mark_step_begin is not None:
-        mark_step_begin()
     if precision is None:
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
@@ -98,12 +112,12 @@ def peak_step_memory(model, optimizer, batch, device, precision=None):
     return peak
 
 
-def compare_models(models, baseline, batch, args, device, settings, name_width):
-    """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
-    A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
-    and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
-    first line. ``args``: ``warmup``, ``repeats``, ``iters``, ``compile`` and, where present,
-    ``amp`` and ``channels_last``."""
+def prepare_runs(models, batch, args, device):
+    """``(runs, batch, precision)``: each of ``models`` (``{name: () -> nn.Module}``) built in
+    train mode with its SGD optimizer, compiled where ``args.compile`` asks, and warmed up for
+    ``args.warmup`` steps; ``runs`` is ``{name: (model, optimizer)}``, ``batch`` the batch in the
+    models' memory format. ``args``: ``warmup`` and, where present, ``compile``,
+    ``compile_mode``, ``amp`` and ``channels_last``."""
     amp = getattr(args, 'amp', None)
     precision = Precision(AMP_DTYPES[amp], device) if amp else None
     memory_format = torch.channels_last if getattr(args, 'channels_last', False) else None
@@ -115,18 +129,35 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
         if memory_format is not None:
             model = model.to(memory_format=memory_format)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-        if args.compile:
-            model = torch.compile(model, mode=compile_mode(args))
+        if getattr(args, 'compile', False):
+            model = compile_model(model, compile_mode(args))
         for _ in range(args.warmup):
             train_step(model, optimizer, *batch, precision)
         runs[name] = (model, optimizer)
+    return runs, batch, precision
 
+
+def interleaved_times(runs, batch, args, device, precision=None):
+    """``{name: [seconds per step, one per repeat]}``: each of ``args.repeats`` repeats times
+    ``args.iters`` steps of every run, in an order rotated by one run per repeat (A/B
+    interleaved, so that drifts of the machine hit every run alike)."""
     names = list(runs)
     times = {name: [] for name in names}
     for repeat in range(args.repeats):
-        order = names[repeat % len(names):] + names[:repeat % len(names)]
-        for name in order:
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
             times[name].append(time_steps(*runs[name], batch, args.iters, device, precision))
+    return times
+
+
+def compare_models(models, baseline, batch, args, device, settings, name_width):
+    """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
+    A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
+    and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
+    first line. ``args``: ``warmup``, ``repeats``, ``iters``, ``compile`` and, where present,
+    ``amp`` and ``channels_last``."""
+    runs, batch, precision = prepare_runs(models, batch, args, device)
+    names = list(runs)
+    times = interleaved_times(runs, batch, args, device, precision)
     compiled = args.compile
     graphs = compiled and compile_mode(args) == 'reduce-overhead'
     # the profiler's op events miss the activations of a compiled graph (a compiled ResNet-50

@@ -2,7 +2,11 @@
 import re
 
 import pytest
+import torch
+import torch.nn as nn
 from script_modules import load_script  # tests/
+
+from mmstiff.apis.benchmark import StepMarked, compile_model
 
 
 def _rows(stdout, first_column):
@@ -176,3 +180,18 @@ def test_profile_step_lists_the_time_each_adaptor_adds(run_tool):
                             "step beyond ResNet-50's")
         listed = [line for line in lines[start + 1:start + 4] if line.startswith('  ')]
         assert 1 <= len(listed) <= 3 and all(' ms  aten::' in line for line in listed)
+
+
+def test_compile_model_marks_each_step_only_under_cuda_graphs(monkeypatch):
+    marks = []
+    monkeypatch.setattr(torch.compiler, 'cudagraph_mark_step_begin', lambda: marks.append(1))
+    net = nn.Linear(3, 2)
+    assert not isinstance(compile_model(net), StepMarked)
+    graphs = compile_model(net, 'reduce-overhead')
+    assert isinstance(graphs, StepMarked)
+    assert [id(p) for p in graphs.parameters()] == [id(p) for p in net.parameters()]
+    graphs.model = net  # the eager model behind the wrapper: no compilation in this test
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(graphs(x), net(x))
+    graphs(x)
+    assert marks == [1, 1]

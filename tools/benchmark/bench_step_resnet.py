@@ -118,14 +118,20 @@ def main(argv=None):
     torch.manual_seed(0)
     batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size,
                          device=device), torch.randint(0, 1000, (args.batch_size, ), device=device))
+    models = model_builders(args)
+    baseline = BASELINE if args.fused != 'on' else f'{BASELINE} fused'
+    compare_models(models, baseline, batch, args, device, settings_line(args), name_width=26)
+
+
+def model_builders(args):
+    """``{row name: () -> Classifier}`` of every variant for each ``--fused`` choice."""
     models = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
             label = f'{name} fused' if fused else name
             models[label] = lambda adaptor=adaptor, fused=fused: Classifier(
                 adaptor, fused=fused, base_channels=args.base_channels)
-    baseline = BASELINE if args.fused != 'on' else f'{BASELINE} fused'
-    compare_models(models, baseline, batch, args, device, settings_line(args), name_width=26)
+    return models
 
 
 def settings_line(args):

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mmstiff.apis.benchmark import synchronize, train_step
+from mmstiff.apis.benchmark import compile_model, synchronize, train_step
 from mmstiff.apis.cli import add_compile_argument, check_compile_mode
 
 BASELINE = 'mmpretrain DeiT-S'
@@ -170,10 +170,7 @@ def main():
     names = None if args.variants is None else {VARIANT_KEYS[key] for key in args.variants}
     models = build_models(args.img_size, device, names)
     if args.compile:
-        models = {
-            name: torch.compile(model, mode=args.compile_mode)
-            for name, model in models.items()
-        }
+        models = {name: compile_model(model, args.compile_mode) for name, model in models.items()}
     torch.manual_seed(1)
     images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     labels = torch.randint(0, 1000, (args.batch_size, ), device=device)

@@ -27,10 +27,10 @@ import collections
 import statistics
 
 import torch
-from bench_step_resnet import (BASELINE, FUSED_CHOICES, VARIANTS, Classifier,
-                               add_precision_arguments, add_width_argument, settings_line)
+from bench_step_resnet import (BASELINE, FUSED_CHOICES, add_precision_arguments, add_width_argument,
+                               model_builders, settings_line)
 
-from mmstiff.apis.benchmark import AMP_DTYPES, Precision, synchronize, time_steps, train_step
+from mmstiff.apis.benchmark import interleaved_times, prepare_runs, synchronize, train_step
 
 
 def parse_args(argv=None):
@@ -95,27 +95,12 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise SystemExit('--device cuda was given but CUDA is not available')
-    precision = Precision(AMP_DTYPES[args.amp], device) if args.amp else None
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     torch.manual_seed(0)
-    images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
-    batch = (images.contiguous(memory_format=memory_format),
-             torch.randint(0, 1000, (args.batch_size, ), device=device))
-    runs = {}
-    for name, adaptor in VARIANTS.items():
-        for fused in FUSED_CHOICES[args.fused]:
-            model = Classifier(adaptor, fused=fused, base_channels=args.base_channels)
-            model = model.to(device).train()
-            model = model.to(memory_format=memory_format)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            for _ in range(args.warmup):
-                train_step(model, optimizer, *batch, precision)
-            runs[f'{name} fused' if fused else name] = (model, optimizer)
+    batch = (torch.randn(args.batch_size, 3, args.img_size, args.img_size,
+                         device=device), torch.randint(0, 1000, (args.batch_size, ), device=device))
+    runs, batch, precision = prepare_runs(model_builders(args), batch, args, device)
     names = list(runs)
-    times = {name: [] for name in names}
-    for repeat in range(args.repeats):
-        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
-            times[name].append(time_steps(*runs[name], batch, args.iters, device, precision))
+    times = interleaved_times(runs, batch, args, device, precision)
     profiles = {
         name: profile_steps(*runs[name], batch, args.iters, device, precision)
         for name in names
