@@ -20,23 +20,31 @@ class DetStepBasicBlock(StepBlockMixin, BasicBlock):
     """mmdet ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
     # mmdet's and mmpretrain's BasicBlock name their layers alike: one branch serves both
-    residual_branch = StepBasicBlock.residual_branch
+    residual_body = StepBasicBlock.residual_body
 
 
 class DetStepBottleneck(StepBlockMixin, Bottleneck):
     """mmdet ``Bottleneck`` (``dcn`` and ``plugins`` included) whose residual update is
     ``x_t + Δ_t ⊙ f``; the adaptor comes after the ``after_conv3`` plugins."""
 
-    def residual_branch(self, x):
+    @property
+    def last_norm(self):
+        """``norm3``, or None where ``after_conv3`` plugins follow it (then part of the body)."""
+        return None if self._after_conv3_plugins() else self.norm3
+
+    def _after_conv3_plugins(self):
+        return self.with_plugins and bool(self.after_conv3_plugin_names)
+
+    def residual_body(self, x):
         out = self.relu(self.norm1(self.conv1(x)))
         if self.with_plugins:
             out = self.forward_plugin(out, self.after_conv1_plugin_names)
         out = self.relu(self.norm2(self.conv2(out)))
         if self.with_plugins:
             out = self.forward_plugin(out, self.after_conv2_plugin_names)
-        out = self.norm3(self.conv3(out))
-        if self.with_plugins:
-            out = self.forward_plugin(out, self.after_conv3_plugin_names)
+        out = self.conv3(out)
+        if self._after_conv3_plugins():
+            out = self.forward_plugin(self.norm3(out), self.after_conv3_plugin_names)
         return out
 
 

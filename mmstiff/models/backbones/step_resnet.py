@@ -44,25 +44,38 @@ class StepBlockMixin:
         last_conv = self.conv3 if hasattr(self, 'conv3') else self.conv2
         return last_conv.out_channels
 
-    def residual_step(self, x_t, f, act=None):
+    def residual_step(self, x_t, f, act=None, norm=None):
         """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); the fused
-        step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`)."""
+        step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`);
+        with ``norm``, f is its input (the fused step may fold it)."""
         return residual_update(x_t, f, self.step_adaptor, 'nchw', self.fused, act=act,
-                               drop_path=getattr(self, 'drop_path', None))
+                               drop_path=getattr(self, 'drop_path', None), norm=norm)
 
-    def residual_branch(self, x):  # pragma: no cover - abstract
-        """The residual branch ``f`` of the block input ``x``, up to its last norm."""
+    def residual_body(self, x):  # pragma: no cover - abstract
+        """The residual branch of the block input ``x`` up to the input of its last norm."""
         raise NotImplementedError
+
+    @property
+    def last_norm(self):
+        """The norm layer that ends the residual branch (None: :meth:`residual_body` is f)."""
+        return self.norm3 if hasattr(self, 'conv3') else self.norm2
+
+    def residual_branch(self, x):
+        """The residual branch ``f`` of the block input ``x``, up to its last norm."""
+        y = self.residual_body(x)
+        norm = self.last_norm
+        return y if norm is None else norm(y)
 
     def forward(self, x):
         """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling (the fused step
-        applies the activation itself)."""
+        applies the activation itself, and the branch's last norm where it folds it)."""
         fused_act = step_kernels(x, self.fused) is not None
 
         def _inner_forward(x):
-            f = self.residual_branch(x)
+            y = self.residual_body(x)
             identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, f, self.relu if fused_act else None)
+            return self.residual_step(identity, y, self.relu if fused_act else None,
+                                      norm=self.last_norm)
 
         if self.with_cp and x.requires_grad:
             out = cp.checkpoint(_inner_forward, x, use_reentrant=False)
@@ -84,17 +97,17 @@ def attach_adaptors(res_layer, adaptor, flags):
 class StepBasicBlock(StepBlockMixin, BasicBlock):
     """mmpretrain ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def residual_branch(self, x):
-        return self.norm2(self.conv2(self.relu(self.norm1(self.conv1(x)))))
+    def residual_body(self, x):
+        return self.conv2(self.relu(self.norm1(self.conv1(x))))
 
 
 class StepBottleneck(StepBlockMixin, Bottleneck):
     """mmpretrain ``Bottleneck`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def residual_branch(self, x):
+    def residual_body(self, x):
         out = self.relu(self.norm1(self.conv1(x)))
         out = self.relu(self.norm2(self.conv2(out)))
-        return self.norm3(self.conv3(out))
+        return self.conv3(out)
 
 
 def step_arch_settings(arch_settings, step_blocks):

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from mmstiff.utils.step_sums import StepSums, open_requests
 from .base import apply_step
+from .norm_fold import folded_grads, folded_norm, foldable_norm, moments_backward
 from .step_kernels import TorchStepKernels
 from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels
@@ -120,32 +121,78 @@ def _spread(grad, shape, layout):
     return small.view(shape[0], shape[1], 1, 1).expand(shape)
 
 
+class PoolMoments(torch.autograd.Function):
+    """``(mean x_t, mean y, var y)``, (B, C), in one pass (no ``mean x_t`` for x_t None): the
+    folded norm's pooling of the branch output y before its last BN (:mod:`.norm_fold`)."""
+
+    @staticmethod
+    def forward(ctx, state, y, layout, kernels):
+        pooled, mean, var = kernels.moments(state, y, layout)
+        ctx.set_materialize_grads(False)
+        ctx.layout, ctx.pools_state = layout, state is not None
+        ctx.state_shape = None if state is None else state.shape
+        ctx.save_for_backward(y, mean)
+        return (mean, var) if pooled is None else (pooled, mean, var)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        y, mean = ctx.saved_tensors
+        grad_state = None
+        if ctx.pools_state:
+            grad_pooled, *grads = grads
+            if grad_pooled is not None:
+                grad_state = _spread(grad_pooled, ctx.state_shape, ctx.layout)
+        grad_mean, grad_var = grads
+        grad_y = None
+        if grad_mean is not None or grad_var is not None:
+            grad_mean = torch.zeros_like(mean) if grad_mean is None else grad_mean
+            grad_y = moments_backward(grad_mean, grad_var, y, mean, ctx.layout)
+        return grad_state, grad_y, None, None
+
+
 class EulerUpdate(torch.autograd.Function):
     """``act(shortcut + Δ ⊙ f)`` with Δ (B, C) (None: Δ ≡ 1) and act ReLU or identity.
 
     With ``state_relu`` given (True or False) it returns ``(out, moved, state)``, the (B, C)
-    sums of squares of ``measured_step`` besides the output (not differentiable).
+    sums of squares of ``measured_step`` besides the output (not differentiable). With
+    ``scale`` and ``shift`` (C,) given, f is ``scale ⊙ y + shift`` of the y given as ``f`` (the
+    folded norm, :mod:`.norm_fold`), differentiable in both.
     """
 
     @staticmethod
-    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None):
+    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None, scale=None,
+                shift=None):
+        norm = None if scale is None else (scale, shift)
         if state_relu is None:
-            out = kernels.step(shortcut, step, f, relu, layout)
+            out = kernels.step(shortcut, step, f, relu, layout, norm=norm)
         else:
-            out, moved, state = kernels.measured_step(shortcut, step, f, relu, layout, state_relu)
+            out, moved, state = kernels.measured_step(shortcut, step, f, relu, layout, state_relu,
+                                                      norm=norm)
             ctx.mark_non_differentiable(moved, state)
         ctx.relu, ctx.layout, ctx.kernels = relu, layout, kernels
-        ctx.has_step = step is not None
-        ctx.save_for_backward(out if relu else None, f if ctx.has_step else None, step)
+        ctx.has_step, ctx.folded = step is not None, norm is not None
+        kept_f = f if ctx.has_step or ctx.folded else None
+        ctx.save_for_backward(out if relu else None, kept_f, step, scale, shift)
         return out if state_relu is None else (out, moved, state)
 
     @staticmethod
     def backward(ctx, grad, *unused):
-        out, f, step = ctx.saved_tensors
+        out, f, step, scale, shift = ctx.saved_tensors
+        if ctx.folded:
+            need_sums = any(ctx.needs_input_grad[i] for i in (1, 7, 8))
+            grad_x, grad_f, sums = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
+                                                             ctx.layout, need_sums,
+                                                             norm=(scale, shift))
+            grad_step = grad_scale = grad_shift = None
+            if need_sums:
+                grad_step, grad_scale, grad_shift = folded_grads(step, scale, shift, sums)
+                if grad_step is not None:
+                    grad_step = grad_step.to(step.dtype)
+            return grad_x, grad_step, grad_f, None, None, None, None, grad_scale, grad_shift
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
         grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
                                                               ctx.layout, need_step_grad)
-        return grad_x, grad_step, grad_f, None, None, None, None
+        return grad_x, grad_step, grad_f, None, None, None, None, None, None
 
 
 def adaptive_step(adaptor, x_t, f, layout, kernels):
@@ -160,8 +207,29 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
     return step.reshape(f.shape[0], -1)
 
 
+def folded_step(adaptor, x_t, y, norm, layout, kernels):
+    """``(Δ_t, a, b)`` of a pooled-state adaptor on the branch output ``y`` before its last BN
+    ``norm``, folded (:mod:`.norm_fold`): one pass pools x_t (where the adaptor reads it) and
+    gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from those,
+    and the adaptor's module call reads the pooled f without f being written."""
+    state = x_t if adaptor.pools_state else None
+    moments = PoolMoments.apply(state, y, layout, kernels)
+    pooled, (mean, var) = (moments[0], moments[1:]) if state is not None else (None, moments)
+    scale, shift = folded_norm(norm, mean, var, y.numel() // mean.shape[1])
+    pooled_f = torch.addcmul(shift, mean, scale).to(y.dtype)
+    with phi_kernels_in(getattr(kernels, 'phi', None)):
+        step = adaptor(x_t, None, pooled=(pooled, pooled_f))
+    return step.reshape(y.shape[0], -1), scale, shift
+
+
+def _inactive(drop_path):
+    """Whether ``drop_path`` (None, ``nn.Identity`` or mmcv's ``DropPath``) leaves f as it is."""
+    return drop_path is None or isinstance(drop_path, nn.Identity) or not drop_path.training \
+        or getattr(drop_path, 'drop_prob', None) == 0
+
+
 def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, shortcut=None,
-                    measurable=True):
+                    measurable=True, norm=None):
     """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
 
     The fused step where :func:`step_kernels` gives kernels and the adaptor computes Δ_t from
@@ -181,11 +249,18 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
         shortcut (Tensor, optional): the term f is added to, where it is not x_t.
         measurable (bool): whether the returned tensor is the state after the step (False where
             the caller transforms it further, e.g. rescales it). Default True.
+        norm (nn.Module, optional): the branch's last norm layer, ``f`` then being its input:
+            the fused step with an adaptor folds an ``nn.BatchNorm2d`` into its passes
+            (:mod:`.norm_fold`: f is neither written nor kept); otherwise f is ``norm(f)``.
     """
     requests = open_requests()
     shortcut = x_t if shortcut is None else shortcut
     kernels = step_kernels(f, fused)
     poolable = adaptor is None or getattr(adaptor, 'from_pooled', False)
+    folds = norm is not None and kernels is not None and adaptor is not None and poolable \
+        and _inactive(drop_path) and foldable_norm(norm, f)
+    if norm is not None and not folds:
+        f, norm = norm(f), None
     if kernels is None or not poolable:
         _give(requests, None)
         step = 1.0 if adaptor is None else adaptor(x_t, f)
@@ -193,8 +268,12 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
             f = drop_path(f)
         out = apply_step(shortcut, step, f)
         return out if act is None else act(out)
-    step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
-    if drop_path is not None:
+    scale = shift = None
+    if folds:
+        step, scale, shift = folded_step(adaptor, x_t, f, norm, layout, kernels)
+    else:
+        step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
+    if drop_path is not None and not folds:
         f = drop_path(f)
     relu = type(act) is nn.ReLU
     state_relu = None
@@ -204,9 +283,10 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
             state_relu = None  # x_t is the block's activation of the shortcut: not ours
     if state_relu is None:
         _give(requests, None)
-        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels)
+        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, None, scale, shift)
     else:
-        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu)
+        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu,
+                                              scale, shift)
         sums = StepSums(moved.detach(), state.detach(), layout)
         for request in requests:
             request.sums.append(sums if request.state_act == state_relu else None)

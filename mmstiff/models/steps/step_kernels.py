@@ -5,13 +5,16 @@ A residual step ``x_{t+1} = act(shortcut + Δ ⊙ f)`` whose Δ (B, C) comes fro
 reads and writes the full-size tensors in three places only:
 
 * ``pool``: the means of x_t and f over the pooled axes (one read of each);
-* ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write);
+* ``moments``: ``pool`` of x_t and the branch's output y before its last norm, with y's
+  variances too (the folded norm, :mod:`.norm_fold`);
+* ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write); with ``norm=(a, b)``
+  (C,) float32, f is ``a ⊙ y + b`` of the y given (the folded norm, f never written);
 * ``measured_step``: ``step`` that also writes per (B, C) the sums of squares over the pooled
   axes of ``x_{t+1} - x_t`` and of ``x_t`` (``x_t`` the shortcut, or its ReLU), which a
   trajectory recorder reads instead of its own passes over the states;
 * ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
-  under a ReLU.
+  under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y) and the sums ``(Σ g' ⊙ y, Σ g')``.
 
 Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
 kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
@@ -39,11 +42,31 @@ def as_state_dtype(step, shortcut, f):
     return step if step.dtype == dtype else step.to(dtype)
 
 
+def wide(t):
+    """``t`` in float32 where it is in half precision (float16, bfloat16); itself otherwise."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def broadcast_step(step, like, layout):
     """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
     if layout == 'nlc':
         return step.view(step.shape[0], 1, step.shape[1])
     return step.view(step.shape[0], step.shape[1], *([1] * (like.dim() - 2)))
+
+
+def broadcast_channels(values, like, layout):
+    """A (C,) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
+    if layout == 'nlc':
+        return values.view(1, 1, -1)
+    return values.view(1, -1, *([1] * (like.dim() - 2)))
+
+
+def _step_affine(step, norm, like, layout):
+    """``Δ ⊙ a`` and ``Δ ⊙ b`` of ``norm=(a, b)``, float32, broadcastable against ``like``."""
+    if step is None:
+        return tuple(broadcast_channels(v, like, layout) for v in norm)
+    step = wide(step)
+    return tuple(broadcast_step(step * v, like, layout) for v in norm)
 
 
 class TorchStepKernels:
@@ -58,8 +81,22 @@ class TorchStepKernels:
         return pooled, pool_state(residual, layout, keepdim=False)
 
     @staticmethod
-    def step(shortcut, step, f, relu, layout):
-        """``act(shortcut + Δ ⊙ f)``; ``step`` (B, C) or None (Δ ≡ 1), act ReLU or identity."""
+    def moments(state, y, layout):
+        """``(mean x_t or None, mean y, var y)``: the (B, C) mean of ``state`` (None: not pooled)
+        and the float32 mean and population variance of ``y`` over the pooled axes."""
+        pooled = None if state is None else pool_state(state, layout, keepdim=False)
+        var, mean = torch.var_mean(wide(y), dim=POOLED_AXES[layout], correction=0)
+        return pooled, mean, var
+
+    @staticmethod
+    def step(shortcut, step, f, relu, layout, norm=None):
+        """``act(shortcut + Δ ⊙ f)``; ``step`` (B, C) or None (Δ ≡ 1), act ReLU or identity;
+        ``norm=(a, b)``: f is ``a ⊙ y + b`` of the ``f`` given."""
+        if norm is not None:
+            dtype = state_dtype(shortcut, f)
+            scale, shift = _step_affine(step, norm, f, layout)
+            out = torch.addcmul(shift, wide(f), scale).add_(shortcut).to(dtype)
+            return out.relu_() if relu else out
         if step is None:
             out = shortcut + f
         else:
@@ -68,11 +105,11 @@ class TorchStepKernels:
         return out.relu_() if relu else out
 
     @classmethod
-    def measured_step(cls, shortcut, step, f, relu, layout, state_relu):
+    def measured_step(cls, shortcut, step, f, relu, layout, state_relu, norm=None):
         """``(out, moved, state)``: :meth:`step`'s output and the (B, C) float32 sums over the
         pooled axes of ``(out - x_t)²`` and ``x_t²``, ``x_t = relu(shortcut)`` if
         ``state_relu``, else the shortcut."""
-        out = cls.step(shortcut, step, f, relu, layout)
+        out = cls.step(shortcut, step, f, relu, layout, norm)
         state = shortcut.float()
         if state_relu:
             state = state.relu()
@@ -81,11 +118,21 @@ class TorchStepKernels:
         return out, moved.square_().sum(dim=axes), state.square().sum(dim=axes)
 
     @staticmethod
-    def step_backward(grad, out, f, step, relu, layout, need_step_grad):
+    def step_backward(grad, out, f, step, relu, layout, need_step_grad, norm=None):
         """``(grad of shortcut, grad of f, grad of step or None)`` from the output's ``grad``;
-        ``out`` is read only for the ReLU's mask."""
+        ``out`` is read only for the ReLU's mask. With ``norm=(a, b)``: the gradient of y (the
+        ``f`` given) and, for ``need_step_grad``, the (B, C) float32 sums ``(Σ g' ⊙ y, Σ g')``
+        in place of the step's gradient (:func:`~.norm_fold.folded_grads`)."""
         if relu:
             grad = torch.ops.aten.threshold_backward(grad, out, 0)
+        if norm is not None:
+            factor, _ = _step_affine(step, norm, f, layout)
+            grad_y = (wide(grad) * factor).to(f.dtype)
+            sums = None
+            if need_step_grad:
+                axes, g32 = POOLED_AXES[layout], wide(grad)
+                sums = (g32 * wide(f)).sum(dim=axes), g32.sum(dim=axes)
+            return grad, grad_y, sums
         grad_f = grad
         if step is not None:
             scale = step if step.dtype == grad.dtype else step.to(grad.dtype)
