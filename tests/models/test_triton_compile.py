@@ -70,13 +70,20 @@ def launches_of_the_fused_step(dtype):
             x = torch.empty(shape, dtype=dtype)
             channels = shape[1] if layout == 'nchw' else shape[2]
             step = torch.empty(batch, channels, dtype=torch.float32)
+            norm = torch.empty(channels), torch.empty(channels)  # the folded BN's (a, b)
             kernels.pool(x, x, layout)
             kernels.pool(None, x, layout)
+            kernels.moments(x, x, layout)
+            kernels.moments(None, x, layout)
             for relu in (True, False):
                 kernels.step(x, step, x, relu, layout)
                 kernels.step(x, None, x, relu, layout)
+                kernels.step(x, step, x, relu, layout, norm=norm)
                 kernels.measured_step(x, step, x, relu, layout, relu)
+                kernels.measured_step(x, step, x, relu, layout, relu, norm=norm)
                 kernels.step_backward(x, x if relu else None, x, step, relu, layout, True)
+                kernels.step_backward(x, x if relu else None, x, step, relu, layout, True,
+                                      norm=norm)
             u = torch.empty(batch, channels, dtype=dtype)
             vector = torch.empty(channels)
             for batch_stats, factor in ((True, 0.1), (False, None)):

@@ -295,3 +295,92 @@ def test_triton_se_step_of_an_adaptor_equals_the_reference(start, layout):
         results.append([out, *grads])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize('layout, shape, memory_format', CASES)
+@pytest.mark.parametrize('dtype', list(TOLERANCES))
+@pytest.mark.parametrize('offset', [0.0, 100.0])
+def test_triton_moments_equal_torch_moments(layout, shape, memory_format, dtype, offset):
+    # offset 100: a mean large against the spread, where unshifted sums of squares cancel
+    x, y, _ = _inputs(shape, memory_format, dtype)
+    y = (y.float() + offset).to(dtype)
+    pooled, mean, var = TritonStepKernels().moments(x, y, layout)
+    ref_pooled, ref_mean, ref_var = TorchStepKernels.moments(x.double(), y.double(), layout)
+    assert pooled.dtype == dtype and mean.dtype == var.dtype == torch.float32
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(pooled.double(), ref_pooled, rtol=tol, atol=tol)
+    torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-5)
+    assert TritonStepKernels().moments(None, y, layout)[0] is None
+
+
+def _folded(kernels, x, y, grad, layout, relu, with_step):
+    """Output and gradients of the folded step ``act(x + Δ ⊙ (a ⊙ y + b))`` on ``kernels``."""
+    channels = y.shape[1] if layout == 'nchw' else y.shape[2]
+    x, y = x.clone().requires_grad_(), y.clone().requires_grad_()
+    scale = torch.linspace(-1.5, 2, channels, dtype=torch.float64).to(x.device)
+    shift = torch.linspace(1, -1, channels, dtype=torch.float64)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scale, shift = (t.to(dtype).requires_grad_() for t in (scale, shift))
+    step = None
+    leaves = [x, y, scale, shift]
+    if with_step:
+        step = torch.rand(y.shape[0], channels, generator=torch.Generator().manual_seed(1))
+        step = step.to(dtype).requires_grad_()
+        leaves.append(step)
+    out = EulerUpdate.apply(x, step, y, relu, layout, kernels, None, scale, shift)
+    return [out, *torch.autograd.grad(out, leaves, grad)]
+
+
+@interpreted
+@pytest.mark.parametrize('layout, shape, memory_format', CASES)
+@pytest.mark.parametrize('dtype', list(TOLERANCES))
+@pytest.mark.parametrize('relu, with_step', [(True, True), (False, True), (True, False)])
+def test_triton_folded_step_equals_torch_kernels(layout, shape, memory_format, dtype, relu,
+                                                 with_step):
+    x, y, grad = _inputs(shape, memory_format, dtype)
+    ref = _folded(TorchStepKernels, x.double(), y.double(), grad.double(), layout, relu, with_step)
+    got = _folded(TritonStepKernels(), x, y, grad, layout, relu, with_step)
+    tol = TOLERANCES[dtype]
+    for a, b in zip(ref, got):
+        # the (C,) and (B, C) gradients are float32 sums, the full-size ones in the input dtype
+        torch.testing.assert_close(b.double(), a, rtol=tol, atol=tol * max(1.0, a.abs().max().item()))
+    assert [t.dtype for t in got[:3]] == [dtype] * 3
+    if memory_format is not None:
+        assert all(t.is_contiguous(memory_format=memory_format) for t in got[:3])
+    channels = y.shape[1] if layout == 'nchw' else y.shape[2]
+    norm = torch.rand(channels), torch.randn(channels)
+    step = torch.rand(y.shape[0], channels) if with_step else None
+    measured = TritonStepKernels().measured_step(x, step, y, relu, layout, relu, norm=norm)
+    expected = TorchStepKernels.measured_step(x, step, y, relu, layout, relu, norm=norm)
+    torch.testing.assert_close(measured[0].double(), expected[0].double(), rtol=tol, atol=tol)
+    if dtype != torch.bfloat16:  # the sums of the stored output (see the measured step test)
+        for a, b in zip(expected[1:], measured[1:]):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+@interpreted
+@pytest.mark.parametrize('adaptor_cls', [StepNetAdaptor, lambda c: SEAdaptor(c, squeeze_channels=4)],
+                         ids=['stepnet', 'se'])
+@pytest.mark.parametrize('train', [True, False])
+def test_triton_folded_norm_equals_the_bn_module(adaptor_cls, train):
+    torch.manual_seed(0)
+    adaptor, norm = adaptor_cls(6), nn.BatchNorm2d(6)
+    with torch.no_grad():
+        for p in [*adaptor.parameters(), *norm.parameters()]:
+            p.add_(0.3 * torch.randn_like(p))
+        norm.running_mean.normal_()
+        norm.running_var.uniform_(0.5, 2.0)
+    x, y = torch.randn(3, 6, 4, 4), 2 * torch.randn(3, 6, 4, 4) + 1
+    results = []
+    for fused in (False, True):
+        a, n = copy.deepcopy(adaptor).train(train), copy.deepcopy(norm).train(train)
+        xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
+        with forced_step_kernels(TritonStepKernels()):
+            out = residual_update(xx, yy, a, 'nchw', fused, act=nn.ReLU(), norm=n)
+        params = [*a.parameters(), *n.parameters()]
+        grads = torch.autograd.grad(out.square().sum(), [xx, yy, *params])
+        results.append([out, *grads, *[b.clone() for b in n.buffers()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)

@@ -16,6 +16,11 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
    Where a trajectory recorder asks (:mod:`mmstiff.utils.step_sums`), the same pass also
    writes the per-(B, C) sums of squares of ``x_{t+1} - x_t`` and of x_t, the NSI's norms.
 
+Where the block passes its branch's last norm (``norm=``) and it is a plain BN, the step folds
+it (:mod:`.norm_fold`): :class:`PoolMoments` pools x_t and gives the branch output y's
+per-sample moments in pass 1, the BN's statistics and ``f = a ⊙ y + b`` come from those, and
+:class:`EulerUpdate` applies the affine as it loads y, so f is neither written nor kept.
+
 The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
 ``fused`` selects the path: True, False (the reference) or ``'auto'``, the path measured
 faster on the device: the reference on the CPU and on CUDA alike today (docs/benchmarks.md, "The

@@ -31,24 +31,39 @@ class TritonAdaptorKernels(TritonPhiKernels, TritonSEPhiKernels):
 if HAS_TRITON:
 
     @triton.jit
-    def _pool_kernel(x_ptr, f_ptr, xm_ptr, fm_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, inv_n,
-                     POOL_X: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    def _pool_kernel(x_ptr, f_ptr, xm_ptr, fm_ptr, fv_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc,
+                     inv_n, POOL_X: tl.constexpr, MOMENTS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
+        # MOMENTS: f's float32 mean and population variance, summed about f's first value of
+        # each (b, c) (shifted sums: no cancellation where the mean is large against the spread)
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = cs < C
+        shift = tl.zeros([BLOCK_C], dtype=tl.float32)
+        if MOMENTS:
+            shift = tl.load(f_ptr + b * sfb + cs * sfc, mask=c_ok, other=0.0).to(tl.float32)
         acc_f = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        acc_q = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         acc_x = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
             f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok, other=0.0)
-            acc_f += f.to(tl.float32)
+            if MOMENTS:
+                d = tl.where(ok, f.to(tl.float32) - shift[None, :], 0.0)
+                acc_f += d
+                acc_q += d * d
+            else:
+                acc_f += f.to(tl.float32)
             if POOL_X:
                 x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
                             other=0.0)
                 acc_x += x.to(tl.float32)
-        tl.store(fm_ptr + b * C + cs, (tl.sum(acc_f, axis=0) * inv_n).to(fm_ptr.dtype.element_ty),
-                 mask=c_ok)
+        mean_d = tl.sum(acc_f, axis=0) * inv_n
+        tl.store(fm_ptr + b * C + cs, (shift + mean_d).to(fm_ptr.dtype.element_ty), mask=c_ok)
+        if MOMENTS:
+            var = tl.maximum(tl.sum(acc_q, axis=0) * inv_n - mean_d * mean_d, 0.0)
+            tl.store(fv_ptr + b * C + cs, var, mask=c_ok)
         if POOL_X:
             tl.store(xm_ptr + b * C + cs,
                      (tl.sum(acc_x, axis=0) * inv_n).to(xm_ptr.dtype.element_ty), mask=c_ok)
@@ -62,48 +77,66 @@ if HAS_TRITON:
         return s
 
     @triton.jit
-    def _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
-                      RELU: tl.constexpr):
-        """x_t and ``act(x_t + Δ ⊙ f)`` of one (N, C) tile, in float32."""
+    def _norm_row(a_ptr, d_ptr, cs, c_ok, HAS_NORM: tl.constexpr, BLOCK_C: tl.constexpr):
+        """The folded norm's ``(a, b)`` over the channels ``cs`` (1 and 0 without one)."""
+        a = tl.full([BLOCK_C], 1.0, tl.float32)
+        d = tl.zeros([BLOCK_C], dtype=tl.float32)
+        if HAS_NORM:
+            a = tl.load(a_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+            d = tl.load(d_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        return a, d
+
+    @triton.jit
+    def _stepped_tile(x_ptr, f_ptr, s, a, d, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
+                      RELU: tl.constexpr, HAS_NORM: tl.constexpr):
+        """x_t and ``act(x_t + Δ ⊙ f)`` of one (N, C) tile, in float32 (``HAS_NORM``: f is
+        ``a ⊙ y + d`` of the loaded y)."""
         x = tl.load(x_ptr + b * sxb + ns[:, None] * sxn + cs[None, :] * sxc, mask=ok,
                     other=0.0).to(tl.float32)
         f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
                     other=0.0).to(tl.float32)
+        if HAS_NORM:  # zero outside the tile's mask, as a loaded f is (the sums read y)
+            f = tl.where(ok, f * a[None, :] + d[None, :], 0.0)
         y = x + s[None, :] * f
         if RELU:
             y = tl.maximum(y, 0.0)
         return x, y
 
     @triton.jit
-    def _step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc, sob, son, soc,
-                     HAS_STEP: tl.constexpr, RELU: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+    def _step_kernel(x_ptr, s_ptr, f_ptr, a_ptr, d_ptr, o_ptr, N, C, sxb, sxn, sxc, sfb, sfn, sfc,
+                     sob, son, soc, HAS_STEP: tl.constexpr, RELU: tl.constexpr,
+                     HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         ns = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ok = cs < C
         ok = (ns < N)[:, None] & c_ok[None, :]
         s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
-        _, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc, RELU)
+        a, d = _norm_row(a_ptr, d_ptr, cs, c_ok, HAS_NORM, BLOCK_C)
+        _, y = _stepped_tile(x_ptr, f_ptr, s, a, d, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
+                             RELU, HAS_NORM)
         tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
                  y.to(o_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _measured_step_kernel(x_ptr, s_ptr, f_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb, sxn, sxc, sfb,
-                              sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr, RELU: tl.constexpr,
-                              STATE_RELU: tl.constexpr, BLOCK_N: tl.constexpr,
+    def _measured_step_kernel(x_ptr, s_ptr, f_ptr, a_ptr, d_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb,
+                              sxn, sxc, sfb, sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr,
+                              RELU: tl.constexpr, STATE_RELU: tl.constexpr,
+                              HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_C: tl.constexpr):
         # _step_kernel over all N of one (b, channel block), also summing (out - x_t)² and x_t²
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = cs < C
         s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
+        a, d = _norm_row(a_ptr, d_ptr, cs, c_ok, HAS_NORM, BLOCK_C)
         acc_m = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         acc_q = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
-            x, y = _stepped_tile(x_ptr, f_ptr, s, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc, RELU)
+            x, y = _stepped_tile(x_ptr, f_ptr, s, a, d, b, ns, cs, ok, sxb, sxn, sxc, sfb, sfn, sfc,
+                                 RELU, HAS_NORM)
             y = y.to(o_ptr.dtype.element_ty)
             tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc, y, mask=ok)
             if STATE_RELU:
@@ -115,17 +148,21 @@ if HAS_TRITON:
         tl.store(q_ptr + b * C + cs, tl.sum(acc_q, axis=0), mask=c_ok)
 
     @triton.jit
-    def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, gx_ptr, gf_ptr, gs_ptr, N, C, sgb, sgn,
-                              sgc, sob, son, soc, sfb, sfn, sfc, HAS_STEP: tl.constexpr,
-                              RELU: tl.constexpr, STEP_GRAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_C: tl.constexpr):
-        # gx and gf are written with the strides of o (the output, or f without a ReLU)
+    def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, a_ptr, gx_ptr, gf_ptr, gs_ptr, gs0_ptr, N,
+                              C, sgb, sgn, sgc, sob, son, soc, sfb, sfn, sfc,
+                              HAS_STEP: tl.constexpr, RELU: tl.constexpr,
+                              STEP_GRAD: tl.constexpr, HAS_NORM: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        # gx and gf are written with the strides of o (the output, or f without a ReLU);
+        # HAS_NORM: gf is the gradient of y (Δ ⊙ a ⊙ g'), gs and gs0 get Σ g' ⊙ y and Σ g'
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = cs < C
-        if HAS_STEP:
-            s = tl.load(s_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
+        if HAS_NORM:
+            s = s * tl.load(a_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
         acc = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
+        acc0 = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             ok = (ns < N)[:, None] & c_ok[None, :]
@@ -136,15 +173,19 @@ if HAS_TRITON:
                 o = tl.load(o_ptr + at, mask=ok, other=0.0)
                 g = tl.where(o > 0, g, 0.0)
                 tl.store(gx_ptr + at, g.to(gx_ptr.dtype.element_ty), mask=ok)
-            if HAS_STEP:
+            if HAS_STEP or HAS_NORM:
                 tl.store(gf_ptr + at, (g * s[None, :]).to(gf_ptr.dtype.element_ty), mask=ok)
             if STEP_GRAD:
                 f = tl.load(f_ptr + b * sfb + ns[:, None] * sfn + cs[None, :] * sfc, mask=ok,
                             other=0.0)
                 acc += g * f.to(tl.float32)
+                if HAS_NORM:
+                    acc0 += g
         if STEP_GRAD:
             tl.store(gs_ptr + b * C + cs,
                      tl.sum(acc, axis=0).to(gs_ptr.dtype.element_ty), mask=c_ok)
+            if HAS_NORM:
+                tl.store(gs0_ptr + b * C + cs, tl.sum(acc0, axis=0), mask=c_ok)
 
 
 def _next_power_of_2(n):
@@ -194,17 +235,25 @@ class TritonStepKernels:
         self.phi = TritonAdaptorKernels()
 
     def pool(self, state, residual, layout):
+        return self._pooled(state, residual, layout, moments=False)[:2]
+
+    def moments(self, state, y, layout):
+        return self._pooled(state, y, layout, moments=True)
+
+    def _pooled(self, state, residual, layout, moments):
         f, (batch, n, c), sf = as_bnc(residual, layout)
         x, _, sx = (f, None, sf) if state is None else as_bnc(state, layout)
-        fm = torch.empty((batch, c), dtype=f.dtype, device=f.device)
+        fm = torch.empty((batch, c), dtype=torch.float32 if moments else f.dtype, device=f.device)
+        fv = torch.empty_like(fm) if moments else None
         xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
         block_n, block_c = _blocks(n, c, sf[1], sf[2])
-        self._pool[(batch, triton.cdiv(c, block_c))](x, f, xm, fm, n, c, *sx, *sf, 1.0 / n,
-                                                     POOL_X=state is not None, BLOCK_N=block_n,
+        self._pool[(batch, triton.cdiv(c, block_c))](x, f, xm, fm, fm if fv is None else fv, n, c,
+                                                     *sx, *sf, 1.0 / n, POOL_X=state is not None,
+                                                     MOMENTS=moments, BLOCK_N=block_n,
                                                      BLOCK_C=block_c)
-        return (None if state is None else xm), fm
+        return (None if state is None else xm), fm, fv
 
-    def step(self, shortcut, step, f, relu, layout):
+    def step(self, shortcut, step, f, relu, layout, norm=None):
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -212,12 +261,13 @@ class TritonStepKernels:
         _, _, so = as_bnc(out, layout)
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
+        a, d = (s, s) if norm is None else norm
         grid = (batch, triton.cdiv(c, block_c), triton.cdiv(n, block_n))
-        self._step[grid](x, s, f, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None, RELU=relu,
-                         BLOCK_N=block_n, BLOCK_C=block_c)
+        self._step[grid](x, s, f, a, d, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None,
+                         RELU=relu, HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c)
         return out
 
-    def measured_step(self, shortcut, step, f, relu, layout, state_relu):
+    def measured_step(self, shortcut, step, f, relu, layout, state_relu, norm=None):
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -227,34 +277,42 @@ class TritonStepKernels:
         state = torch.empty_like(moved)
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
-        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, out, moved, state, n, c, *sx, *sf,
-                                                         *so, HAS_STEP=step is not None, RELU=relu,
-                                                         STATE_RELU=state_relu, BLOCK_N=block_n,
-                                                         BLOCK_C=block_c)
+        a, d = (s, s) if norm is None else norm
+        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c,
+                                                         *sx, *sf, *so, HAS_STEP=step is not None,
+                                                         RELU=relu, STATE_RELU=state_relu,
+                                                         HAS_NORM=norm is not None,
+                                                         BLOCK_N=block_n, BLOCK_C=block_c)
         return out, moved, state
 
-    def step_backward(self, grad, out, f, step, relu, layout, need_step_grad):
-        if not (relu or step is not None or need_step_grad):
+    def step_backward(self, grad, out, f, step, relu, layout, need_step_grad, norm=None):
+        if not (relu or step is not None or need_step_grad or norm is not None):
             return grad, grad, None
         g, (batch, n, c), sg = as_bnc(grad, layout)
         # the written gradients take the memory format of the output (ReLU) or of f
         like = out if relu else f  # without a ReLU, a step was given: f is there
         like, _, so = as_bnc(like.contiguous(memory_format=_memory_format(like, layout)), layout)
         grad_x = torch.empty_like(like, dtype=grad.dtype) if relu else grad
-        grad_f = grad_x if step is None else torch.empty_like(like, dtype=f.dtype)
+        scaled = step is not None or norm is not None
+        grad_f = torch.empty_like(like, dtype=f.dtype) if scaled else grad_x
         f, _, sf = (g, None, sg) if f is None else as_bnc(f, layout)
         s = g if step is None else step.contiguous()
-        grad_step = None
+        a = s if norm is None else norm[0]
+        sums = grad_step = None
         if need_step_grad:
-            grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
+            f32 = dict(dtype=torch.float32, device=grad.device)
+            if norm is None:
+                grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
+            else:
+                sums = torch.empty((batch, c), **f32), torch.empty((batch, c), **f32)
+                grad_step = sums[0]
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
-        self._backward[(batch, triton.cdiv(c,
-                                           block_c))](g, like, f, s, grad_x, grad_f,
-                                                      s if grad_step is None else grad_step, n, c,
-                                                      *sg, *so, *sf, HAS_STEP=step is not None,
-                                                      RELU=relu, STEP_GRAD=need_step_grad,
-                                                      BLOCK_N=block_n, BLOCK_C=block_c)
-        return grad_x, grad_f, grad_step
+        written = s if grad_step is None else grad_step
+        self._backward[(batch, triton.cdiv(c, block_c))](
+            g, like, f, s, a, grad_x, grad_f, written, written if sums is None else sums[1], n, c,
+            *sg, *so, *sf, HAS_STEP=step is not None, RELU=relu, STEP_GRAD=need_step_grad,
+            HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+        return grad_x, grad_f, (grad_step if norm is None else sums)
 
 
 def _memory_format(x, layout):
