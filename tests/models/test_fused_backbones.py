@@ -38,7 +38,6 @@ BACKBONES = {
                                          mlp_adaptor=SE, **kw), 16),
 }
 
-
 #: the comparisons run in float64: the fused step sums in another order than the reference
 #: (the folded BN's statistics and backward, mmstiff.models.steps.norm_fold), and in float32
 #: both are as far from the float64 values as from each other (a conv weight's gradient, a sum
@@ -137,7 +136,8 @@ def test_fused_identity_start_is_the_plain_network(adaptor):
 
 def test_fused_one_sample_batch():
     reference, fused, _ = _pair('resnet18-stepnet')
-    images = torch.randn(1, 3, 96, 96, dtype=DTYPE)  # one sample: the adaptors' BN uses running statistics
+    # one sample: the adaptors' BN uses running statistics
+    images = torch.randn(1, 3, 96, 96, dtype=DTYPE)
     _assert_same(reference, fused, images, train=True)
 
 

@@ -119,8 +119,11 @@ def _run_step(adaptor, norm, x, y, fused, calls=2):
     return [out, *grads, *[b.clone() for b in norm.buffers()]]
 
 
-@pytest.mark.parametrize('adaptor_cls', [StepNetAdaptor, lambda c: SEAdaptor(c, squeeze_channels=3)],
-                         ids=['stepnet', 'se'])
+def _se(channels):
+    return SEAdaptor(channels, squeeze_channels=3)
+
+
+@pytest.mark.parametrize('adaptor_cls', [StepNetAdaptor, _se], ids=['stepnet', 'se'])
 @pytest.mark.parametrize('name', list(NORMS))
 def test_folded_step_equals_the_bn_module(adaptor_cls, name, monkeypatch):
     norm_kwargs, train = NORMS[name]
@@ -190,8 +193,9 @@ def test_folded_step_keeps_what_the_plain_network_keeps():
     images = torch.randn(2, 3, 128, 128)  # maps large against the (B, C) tensors
     outputs = []  # every block's output: the size of the f a block would keep
     blocks = [m for name, m in plain.named_modules() if name.count('.') == 1]
-    handles = [b.register_forward_hook(lambda m, a, out: outputs.append(out.nbytes))
-               for b in blocks]
+    handles = [
+        b.register_forward_hook(lambda m, a, out: outputs.append(out.nbytes)) for b in blocks
+    ]
     kept_plain = _saved_bytes(plain, images)
     for handle in handles:
         handle.remove()

@@ -345,7 +345,8 @@ def test_triton_folded_step_equals_torch_kernels(layout, shape, memory_format, d
     tol = TOLERANCES[dtype]
     for a, b in zip(ref, got):
         # the (C,) and (B, C) gradients are float32 sums, the full-size ones in the input dtype
-        torch.testing.assert_close(b.double(), a, rtol=tol, atol=tol * max(1.0, a.abs().max().item()))
+        scale = max(1.0, a.abs().max().item())
+        torch.testing.assert_close(b.double(), a, rtol=tol, atol=tol * scale)
     assert [t.dtype for t in got[:3]] == [dtype] * 3
     if memory_format is not None:
         assert all(t.is_contiguous(memory_format=memory_format) for t in got[:3])
@@ -361,7 +362,8 @@ def test_triton_folded_step_equals_torch_kernels(layout, shape, memory_format, d
 
 
 @interpreted
-@pytest.mark.parametrize('adaptor_cls', [StepNetAdaptor, lambda c: SEAdaptor(c, squeeze_channels=4)],
+@pytest.mark.parametrize('adaptor_cls',
+                         [StepNetAdaptor, lambda c: SEAdaptor(c, squeeze_channels=4)],
                          ids=['stepnet', 'se'])
 @pytest.mark.parametrize('train', [True, False])
 def test_triton_folded_norm_equals_the_bn_module(adaptor_cls, train):

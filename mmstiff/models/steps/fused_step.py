@@ -34,7 +34,7 @@ import torch.nn as nn
 
 from mmstiff.utils.step_sums import StepSums, open_requests
 from .base import apply_step
-from .norm_fold import folded_grads, folded_norm, foldable_norm, moments_backward
+from .norm_fold import foldable_norm, folded_grads, folded_norm, moments_backward
 from .step_kernels import TorchStepKernels
 from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels

@@ -121,9 +121,8 @@ if HAS_TRITON:
     @triton.jit
     def _measured_step_kernel(x_ptr, s_ptr, f_ptr, a_ptr, d_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb,
                               sxn, sxc, sfb, sfn, sfc, sob, son, soc, HAS_STEP: tl.constexpr,
-                              RELU: tl.constexpr, STATE_RELU: tl.constexpr,
-                              HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_C: tl.constexpr):
+                              RELU: tl.constexpr, STATE_RELU: tl.constexpr, HAS_NORM: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
         # _step_kernel over all N of one (b, channel block), also summing (out - x_t)² and x_t²
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -150,9 +149,8 @@ if HAS_TRITON:
     @triton.jit
     def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, a_ptr, gx_ptr, gf_ptr, gs_ptr, gs0_ptr, N,
                               C, sgb, sgn, sgc, sob, son, soc, sfb, sfn, sfc,
-                              HAS_STEP: tl.constexpr, RELU: tl.constexpr,
-                              STEP_GRAD: tl.constexpr, HAS_NORM: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                              HAS_STEP: tl.constexpr, RELU: tl.constexpr, STEP_GRAD: tl.constexpr,
+                              HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
         # gx and gf are written with the strides of o (the output, or f without a ReLU);
         # HAS_NORM: gf is the gradient of y (Δ ⊙ a ⊙ g'), gs and gs0 get Σ g' ⊙ y and Σ g'
         b = tl.program_id(0).to(tl.int64)
@@ -247,10 +245,10 @@ class TritonStepKernels:
         fv = torch.empty_like(fm) if moments else None
         xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
         block_n, block_c = _blocks(n, c, sf[1], sf[2])
-        self._pool[(batch, triton.cdiv(c, block_c))](x, f, xm, fm, fm if fv is None else fv, n, c,
-                                                     *sx, *sf, 1.0 / n, POOL_X=state is not None,
-                                                     MOMENTS=moments, BLOCK_N=block_n,
-                                                     BLOCK_C=block_c)
+        self._pool[(batch, triton.cdiv(c,
+                                       block_c))](x, f, xm, fm, fm if fv is None else fv, n, c, *sx,
+                                                  *sf, 1.0 / n, POOL_X=state is not None,
+                                                  MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
         return (None if state is None else xm), fm, fv
 
     def step(self, shortcut, step, f, relu, layout, norm=None):
@@ -281,8 +279,8 @@ class TritonStepKernels:
         self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c,
                                                          *sx, *sf, *so, HAS_STEP=step is not None,
                                                          RELU=relu, STATE_RELU=state_relu,
-                                                         HAS_NORM=norm is not None,
-                                                         BLOCK_N=block_n, BLOCK_C=block_c)
+                                                         HAS_NORM=norm is not None, BLOCK_N=block_n,
+                                                         BLOCK_C=block_c)
         return out, moved, state
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad, norm=None):
@@ -308,10 +306,12 @@ class TritonStepKernels:
                 grad_step = sums[0]
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
         written = s if grad_step is None else grad_step
-        self._backward[(batch, triton.cdiv(c, block_c))](
-            g, like, f, s, a, grad_x, grad_f, written, written if sums is None else sums[1], n, c,
-            *sg, *so, *sf, HAS_STEP=step is not None, RELU=relu, STEP_GRAD=need_step_grad,
-            HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+        self._backward[(batch,
+                        triton.cdiv(c, block_c))](g, like, f, s, a, grad_x, grad_f, written,
+                                                  written if sums is None else sums[1], n, c, *sg,
+                                                  *so, *sf, HAS_STEP=step is not None, RELU=relu,
+                                                  STEP_GRAD=need_step_grad, HAS_NORM=norm
+                                                  is not None, BLOCK_N=block_n, BLOCK_C=block_c)
         return grad_x, grad_f, (grad_step if norm is None else sums)
 
 
