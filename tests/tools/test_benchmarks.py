@@ -195,3 +195,25 @@ def test_compile_model_marks_each_step_only_under_cuda_graphs(monkeypatch):
     torch.testing.assert_close(graphs(x), net(x))
     graphs(x)
     assert marks == [1, 1]
+
+
+def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypatch):
+    from mmstiff.models.steps import fused_step
+    bench = load_script('tools/benchmark/bench_step_resnet.py')
+    args = bench.parse_args(['--fused', 'all', '--base-channels', '2'])
+    builders = bench.model_builders(args)
+    assert list(builders)[:3] == ['ResNet-50', 'ResNet-50 fused', 'ResNet-50 fused, BN unfolded'
+                                  ] and len(builders) == 9
+    unfolded = builders['StepNet-ResNet-50 fused, BN unfolded']().train()
+    folded = builders['StepNet-ResNet-50 fused']().train()
+    blocks = [m for m in unfolded.modules() if hasattr(type(m), 'fold_norm')]
+    assert blocks and not any(b.fold_norm for b in blocks) and blocks[0].fused is True
+    folded.load_state_dict(unfolded.state_dict())
+    folds = []  # the folded step pools y's moments; the unfolded one never does
+    apply = fused_step.PoolMoments.apply
+    monkeypatch.setattr(fused_step.PoolMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
+    images = torch.randn(2, 3, 32, 32)
+    expected = unfolded(images)
+    assert folds == []
+    torch.testing.assert_close(folded(images), expected, rtol=1e-4, atol=1e-4)
+    assert len(folds) == 16  # every bottleneck of ResNet-50

@@ -13,9 +13,11 @@ activations inside a compiled graph):
     and of the frees outside ops, as ``torch.profiler`` records them with
     ``profile_memory=True``: live tensor bytes, not the process RSS.
 
-``--fused on|off|both`` times the backbones with the fused residual step (``fused=True``: its
-Triton kernels on CUDA, its PyTorch expression on the CPU), the reference step (``fused=False``,
-the default) or both, as rows ``NAME`` and ``NAME fused``; the ratios are to the reference
+``--fused on|off|both|all`` times the backbones with the fused residual step (``fused=True``:
+its Triton kernels on CUDA, its PyTorch expression on the CPU), the reference step
+(``fused=False``, the default) or both, as rows ``NAME`` and ``NAME fused``; ``all`` adds the
+fused step with the blocks' last BN run as a module instead of folded into the step
+(``NAME fused, BN unfolded``: the step then keeps f); the ratios are to the reference
 ResNet-50. ``--amp fp16|bf16`` runs the forward pass under autocast (fp16 with a gradient
 scaler); ``--channels-last`` puts the models and the batch in the channels-last memory format.
 
@@ -48,8 +50,16 @@ VARIANTS = {
     'StepNet-ResNet-50': dict(type='mmstiff.StepNetAdaptor'),
 }
 BASELINE = 'ResNet-50'
-#: ``--fused``: the backbones' ``fused`` values timed
-FUSED_CHOICES = {'off': (False, ), 'on': (True, ), 'both': (False, True)}
+#: ``--fused``: the backbones' ``fused`` values timed ('unfolded': True with the blocks' last
+#: BN run as a module, not folded into the step)
+FUSED_CHOICES = {
+    'off': (False, ),
+    'on': (True, ),
+    'both': (False, True),
+    'all': (False, True, 'unfolded')
+}
+#: the row name's suffix of each ``fused`` value
+ROW_SUFFIXES = {False: '', True: ' fused', 'unfolded': ' fused, BN unfolded'}
 
 
 class Classifier(nn.Module):
@@ -57,8 +67,12 @@ class Classifier(nn.Module):
 
     def __init__(self, adaptor, num_classes=1000, fused=False, base_channels=64):
         super().__init__()
-        self.backbone = StepResNet(50, adaptor=adaptor, fused=fused, base_channels=base_channels,
-                                   stem_channels=base_channels)
+        unfolded = fused == 'unfolded'
+        self.backbone = StepResNet(50, adaptor=adaptor, fused=True if unfolded else fused,
+                                   base_channels=base_channels, stem_channels=base_channels)
+        for block in self.backbone.modules():
+            if unfolded and hasattr(type(block), 'fold_norm'):
+                block.fold_norm = False
         self.head = nn.Linear(self.backbone.feat_dim, num_classes)
 
     def forward(self, x):
@@ -77,8 +91,9 @@ def parse_args(argv=None):
     add_width_argument(parser)
     parser.add_argument(
         '--fused', choices=sorted(FUSED_CHOICES), default='off',
-        help="the fused residual step ('on'), the reference ('off', default) or "
-        "both, as rows 'NAME' and 'NAME fused'")
+        help="the fused residual step ('on'), the reference ('off', default), "
+        "both, as rows 'NAME' and 'NAME fused', or all: both and the fused step with the "
+        "blocks' last BN not folded into it ('NAME fused, BN unfolded')")
     add_precision_arguments(parser)
     add_compile_argument(parser)
     args = check_compile_warmup(parser, parser.parse_args(argv))
@@ -128,7 +143,7 @@ def model_builders(args):
     models = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
-            label = f'{name} fused' if fused else name
+            label = name + ROW_SUFFIXES[fused]
             models[label] = lambda adaptor=adaptor, fused=fused: Classifier(
                 adaptor, fused=fused, base_channels=args.base_channels)
     return models

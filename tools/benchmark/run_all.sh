@@ -113,10 +113,10 @@ skip() {
   skipped[$1]=$2
 }
 
-add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused both
+add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused all
 if [[ $device == cuda ]]; then
   add bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
-    --fused both --amp bf16
+    --fused all --amp bf16
   add bench_step_resnet_fp16_cl "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --fused both --amp fp16 --channels-last
 fi

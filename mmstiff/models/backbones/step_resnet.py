@@ -33,6 +33,9 @@ class StepBlockMixin:
 
     #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
     fused = 'auto'
+    #: whether the fused step may fold the branch's last BN (False: the BN runs as a module
+    #: and the step keeps f; for measuring the fold against the unfolded fused step)
+    fold_norm = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -74,8 +77,10 @@ class StepBlockMixin:
         def _inner_forward(x):
             y = self.residual_body(x)
             identity = x if self.downsample is None else self.downsample(x)
-            return self.residual_step(identity, y, self.relu if fused_act else None,
-                                      norm=self.last_norm)
+            norm = self.last_norm
+            if norm is not None and not self.fold_norm:
+                y, norm = norm(y), None
+            return self.residual_step(identity, y, self.relu if fused_act else None, norm=norm)
 
         if self.with_cp and x.requires_grad:
             out = cp.checkpoint(_inner_forward, x, use_reentrant=False)

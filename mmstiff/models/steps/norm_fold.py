@@ -45,17 +45,17 @@ def norm_mode(norm):
 def batch_moments(mean, var):
     """The per-channel mean and (population) variance of a batch from the (B, C) per-sample
     means and variances of equally many values each (the law of total variance)."""
-    mu = mean.mean(dim=0)
-    return mu, var.mean(dim=0) + (mean - mu).square().mean(dim=0)
+    spread, mu = torch.var_mean(mean, dim=0, correction=0)
+    return mu, var.mean(dim=0) + spread
 
 
 def update_running(norm, mu, var, count, factor):
     """Blend the batch's ``mu`` and ``var`` (of ``count`` values per channel) into ``norm``'s
     running statistics with ``factor``, the variance unbiased, as ``F.batch_norm`` does."""
     with torch.no_grad():
-        norm.running_mean.mul_(1 - factor).add_(mu.detach(), alpha=factor)
-        unbiased = var.detach() * (count / (count - 1))
-        norm.running_var.mul_(1 - factor).add_(unbiased, alpha=factor)
+        norm.running_mean.lerp_(mu.to(norm.running_mean.dtype), factor)
+        unbiased = var * (count / (count - 1))
+        norm.running_var.lerp_(unbiased.to(norm.running_var.dtype), factor)
 
 
 def norm_affine(weight, bias, mu, var, eps):
@@ -63,8 +63,9 @@ def norm_affine(weight, bias, mu, var, eps):
     scale = torch.rsqrt(var + eps)
     if weight is not None:
         scale = scale * weight
-    shift = -scale * mu
-    return scale, shift if bias is None else shift + bias
+    if bias is None:
+        return scale, -scale * mu
+    return scale, torch.addcmul(bias, scale, mu, value=-1)
 
 
 def folded_norm(norm, mean, var, count):
