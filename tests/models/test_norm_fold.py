@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, fused_step, residual_update
-from mmstiff.models.steps.norm_fold import (batch_moments, foldable_norm, folded_grads,
-                                            moments_backward, norm_affine)
+from mmstiff.models.steps.norm_fold import (FoldedNorm, TorchFoldKernels, batch_moments,
+                                            foldable_norm, folded_grads, moments_backward,
+                                            norm_affine)
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 
 F64 = dict(dtype=torch.float64)
@@ -33,10 +34,10 @@ def test_norm_affine_is_the_batch_norm():
     y = torch.randn(3, 5, 4, 4, **F64)
     weight, bias = torch.randn(5, **F64), torch.randn(5, **F64)
     mean, var = torch.randn(5, **F64), torch.rand(5, **F64) + 0.5
-    scale, shift = norm_affine(weight, bias, mean, var, 1e-3)
+    scale, shift = norm_affine(weight, bias, mean, torch.rsqrt(var + 1e-3))
     expected = F.batch_norm(y, mean, var, weight, bias, training=False, eps=1e-3)
     torch.testing.assert_close(scale.view(1, 5, 1, 1) * y + shift.view(1, 5, 1, 1), expected)
-    scale, shift = norm_affine(None, None, mean, var, 1e-3)  # affine=False
+    scale, shift = norm_affine(None, None, mean, torch.rsqrt(var + 1e-3))  # affine=False
     expected = F.batch_norm(y, mean, var, training=False, eps=1e-3)
     torch.testing.assert_close(scale.view(1, 5, 1, 1) * y + shift.view(1, 5, 1, 1), expected)
 
@@ -139,6 +140,24 @@ def test_folded_step_equals_the_bn_module(adaptor_cls, name, monkeypatch):
     assert len(got) == len(expected)
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize('batch_stats, affine', [(True, True), (False, True), (True, False)])
+def test_folded_norm_passes_gradcheck(batch_stats, affine):
+    torch.manual_seed(0)
+    mean = (torch.randn(3, 4, **F64) + 2).requires_grad_()
+    var = (torch.rand(3, 4, **F64) + 0.5).requires_grad_()
+    params = [torch.randn(4, **F64, requires_grad=True) for _ in range(2)] if affine \
+        else [None, None]
+    running = torch.randn(4, **F64), torch.rand(4, **F64) + 0.5
+
+    def fold(mean, var, *params):
+        params = params or (None, None)
+        return FoldedNorm.apply(mean, var, *params, *running, batch_stats, None, 1e-3, 12,
+                                torch.float64, TorchFoldKernels)
+
+    inputs = (mean, var, *[p for p in params if p is not None])
+    assert torch.autograd.gradcheck(fold, inputs)
 
 
 def test_folded_step_passes_gradcheck():

@@ -46,7 +46,8 @@ def recording_kernels():
                         (kernels, '_measured'), (kernels.phi, '_forward'),
                         (kernels.phi, '_backward'), (kernels.phi, '_se_hidden'),
                         (kernels.phi, '_se_gate'), (kernels.phi, '_se_excitation'),
-                        (kernels.phi, '_se_squeeze')]:
+                        (kernels.phi, '_se_squeeze'), (kernels.fold, '_forward'),
+                        (kernels.fold, '_backward')]:
         setattr(owner, name, Recorder(getattr(owner, name), launches))
     return kernels, launches
 
@@ -92,6 +93,14 @@ def launches_of_the_fused_step(dtype):
                                         vector.clone(), batch_stats, factor, 1e-5, 1.0)
                 kernels.phi.phi_backward(u, u, u, torch.empty(channels, 2), vector, vector, vector,
                                          vector, vector, vector, batch_stats, 1.0)
+            mean = torch.empty(batch, channels)
+            for batch_stats, factor, affine in ((True, 0.1, True), (False, None, True), (True, None,
+                                                                                         False)):
+                params = (vector, vector) if affine else (None, None)
+                kernels.fold.fold_forward(mean, mean, *params, vector.clone(), vector.clone(),
+                                          batch_stats, factor, 1e-5, 4 * batch, dtype)
+                kernels.fold.fold_backward(vector, vector, u, mean, params[0], vector, vector,
+                                           batch_stats)
             squeeze = max(8, channels // 16)
             w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
             kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)
@@ -137,7 +146,8 @@ def test_every_launch_compiles_for_the_gpu(dtype, capability):
     assert names == {
         '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
         '_phi_forward_kernel', '_phi_backward_kernel', '_se_hidden_kernel', '_se_gate_kernel',
-        '_se_excitation_backward_kernel', '_se_squeeze_backward_kernel'
+        '_se_excitation_backward_kernel', '_se_squeeze_backward_kernel', '_fold_forward_kernel',
+        '_fold_backward_kernel'
     }
     for fn, args, kwargs in launches:
         compiled = compile_launch(fn, args, kwargs, capability)

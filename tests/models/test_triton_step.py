@@ -20,10 +20,12 @@ from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, forced_step_kernels, residual_update,
                                   set_fused)
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
+from mmstiff.models.steps.norm_fold import TorchFoldKernels
 from mmstiff.models.steps.se_phi import TorchSEPhiKernels
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import phi_kernels_in
 from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
+from mmstiff.models.steps.triton_fold import TritonFoldKernels
 from mmstiff.models.steps.triton_se import TritonSEPhiKernels
 from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
@@ -386,3 +388,26 @@ def test_triton_folded_norm_equals_the_bn_module(adaptor_cls, train):
         results.append([out, *grads, *[b.clone() for b in n.buffers()]])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize('batch, channels', [(5, 6), (1, 6), (70, 70), (3, 600)])
+@pytest.mark.parametrize('batch_stats, factor, affine', [(True, 0.1, True), (True, None, True),
+                                                         (False, None, True), (True, 0.1, False)])
+def test_triton_fold_passes_equal_torch_passes(batch, channels, batch_stats, factor, affine):
+    torch.manual_seed(0)
+    mean = torch.randn(batch, channels) + 3
+    var = torch.rand(batch, channels) + 0.5
+    weight, bias = (torch.randn(channels), torch.randn(channels)) if affine else (None, None)
+    running = [torch.randn(channels), torch.rand(channels) + 0.5]
+    grads = torch.randn(channels), torch.randn(channels), torch.randn(batch, channels)
+    results = []
+    for kernels in (TorchFoldKernels, TritonFoldKernels()):
+        stats = [t.clone() for t in running]
+        out = kernels.fold_forward(mean, var, weight, bias, *stats, batch_stats, factor, 1e-5,
+                                   4 * batch, torch.float32)
+        back = kernels.fold_backward(*grads, mean, weight, out[3], out[4], batch_stats)
+        results.append([*out, *[g for g in back if g is not None], *stats])
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * max(1.0, a.abs().max().item()))

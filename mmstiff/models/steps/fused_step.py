@@ -220,8 +220,9 @@ def folded_step(adaptor, x_t, y, norm, layout, kernels):
     state = x_t if adaptor.pools_state else None
     moments = PoolMoments.apply(state, y, layout, kernels)
     pooled, (mean, var) = (moments[0], moments[1:]) if state is not None else (None, moments)
-    scale, shift = folded_norm(norm, mean, var, y.numel() // mean.shape[1])
-    pooled_f = torch.addcmul(shift, mean, scale).to(y.dtype)
+    scale, shift, pooled_f = folded_norm(norm, mean, var,
+                                         y.numel() // mean.shape[1], y.dtype,
+                                         getattr(kernels, 'fold', None))
     with phi_kernels_in(getattr(kernels, 'phi', None)):
         step = adaptor(x_t, None, pooled=(pooled, pooled_f))
     return step.reshape(y.shape[0], -1), scale, shift

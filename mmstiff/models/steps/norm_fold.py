@@ -49,18 +49,10 @@ def batch_moments(mean, var):
     return mu, var.mean(dim=0) + spread
 
 
-def update_running(norm, mu, var, count, factor):
-    """Blend the batch's ``mu`` and ``var`` (of ``count`` values per channel) into ``norm``'s
-    running statistics with ``factor``, the variance unbiased, as ``F.batch_norm`` does."""
-    with torch.no_grad():
-        norm.running_mean.lerp_(mu.to(norm.running_mean.dtype), factor)
-        unbiased = var * (count / (count - 1))
-        norm.running_var.lerp_(unbiased.to(norm.running_var.dtype), factor)
-
-
-def norm_affine(weight, bias, mu, var, eps):
-    """``(a, b)`` (C,) with ``BN(y) = a ⊙ y + b`` for the statistics ``mu``, ``var``."""
-    scale = torch.rsqrt(var + eps)
+def norm_affine(weight, bias, mu, rstd):
+    """``(a, b)`` (C,) with ``BN(y) = a ⊙ y + b`` for the mean ``mu`` and
+    ``rstd = (σ² + ε)^-½``."""
+    scale = rstd
     if weight is not None:
         scale = scale * weight
     if bias is None:
@@ -68,19 +60,92 @@ def norm_affine(weight, bias, mu, var, eps):
     return scale, torch.addcmul(bias, scale, mu, value=-1)
 
 
-def folded_norm(norm, mean, var, count):
-    """``(a, b)`` of ``norm`` on a batch whose (B, C) float32 per-sample moments are ``mean``,
-    ``var`` (``count`` values per channel over the batch): the batch's statistics in training,
-    blended into the running ones, or the running statistics; differentiable in ``mean``,
-    ``var`` and the affine parameters."""
+class TorchFoldKernels:
+    """The fold's (B, C) passes (:class:`FoldedNorm`) as PyTorch operations."""
+
+    #: the largest batch the passes take (any)
+    MAX_BATCH = float('inf')
+
+    @staticmethod
+    def fold_forward(mean, var, weight, bias, running_mean, running_var, batch_stats, factor, eps,
+                     count, dtype):
+        """``(a, b, p, μ, r)``: the affine map of the norm, the pooled f ``p = a ⊙ mean + b``
+        (B, C) in ``dtype``, and the statistics used, ``r = (σ² + ε)^-½``. With ``batch_stats``
+        the batch's (:func:`batch_moments`), blended into the running statistics in place when
+        ``factor`` is not None (the variance unbiased over ``count`` values per channel);
+        otherwise the running statistics."""
+        if batch_stats:
+            mu, sigma2 = batch_moments(mean, var)
+            if factor is not None:
+                with torch.no_grad():
+                    running_mean.lerp_(mu.to(running_mean.dtype), factor)
+                    unbiased = sigma2 * (count / (count - 1))
+                    running_var.lerp_(unbiased.to(running_var.dtype), factor)
+        else:
+            mu, sigma2 = wide(running_mean), wide(running_var)
+        rstd = torch.rsqrt(sigma2 + eps)
+        scale, shift = norm_affine(weight, bias, mu, rstd)
+        return scale, shift, torch.addcmul(shift, mean, scale).to(dtype), mu, rstd
+
+    @staticmethod
+    def fold_backward(grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd, batch_stats):
+        """The gradients of ``(mean, var, weight, bias)`` (var: None without ``batch_stats``;
+        weight and bias: None for a norm without them) from those of ``(a, b, p)``."""
+        grad_pooled = wide(grad_pooled)
+        centred = mean - mu
+        gamma = rstd.new_ones(()) if weight is None else wide(weight)
+        sum_p = grad_pooled.sum(dim=0)
+        # ∂L/∂(γ r): a = γ r, b = β − γ r μ, p = γ r (m − μ) + β
+        inner = grad_scale - grad_shift * mu + (grad_pooled * centred).sum(dim=0)
+        scale = gamma * rstd
+        grad_mean = grad_pooled * scale
+        grad_var = None
+        if batch_stats:
+            batch = mean.shape[0]
+            grad_mu = -scale * (grad_shift + sum_p)
+            grad_sigma2 = gamma * inner * (-0.5 * rstd.pow(3))
+            grad_mean = grad_mean + (grad_mu + 2 * grad_sigma2 * centred) / batch
+            grad_var = (grad_sigma2 / batch).expand_as(mean)
+        if weight is None:
+            return grad_mean, grad_var, None, None
+        return grad_mean, grad_var, rstd * inner, grad_shift + sum_p
+
+
+class FoldedNorm(torch.autograd.Function):
+    """``(a, b, p)`` of a BN from y's (B, C) per-sample moments, through ``kernels``
+    (:class:`TorchFoldKernels` or the Triton set): one pass each way over (B, C) vectors, the
+    running-statistics update included."""
+
+    @staticmethod
+    def forward(ctx, mean, var, weight, bias, running_mean, running_var, batch_stats, factor, eps,
+                count, dtype, kernels):
+        scale, shift, pooled, mu, rstd = kernels.fold_forward(mean, var, weight, bias, running_mean,
+                                                              running_var, batch_stats, factor, eps,
+                                                              count, dtype)
+        ctx.batch_stats, ctx.kernels = batch_stats, kernels
+        ctx.save_for_backward(mean, weight, mu, rstd)
+        return scale, shift, pooled
+
+    @staticmethod
+    def backward(ctx, grad_scale, grad_shift, grad_pooled):
+        mean, weight, mu, rstd = ctx.saved_tensors
+        grads = ctx.kernels.fold_backward(grad_scale, grad_shift, grad_pooled.contiguous(), mean,
+                                          weight, mu, rstd, ctx.batch_stats)
+        return (*grads, None, None, None, None, None, None, None, None)
+
+
+def folded_norm(norm, mean, var, count, dtype, kernels=None):
+    """``(a, b, p)`` of ``norm`` on a batch whose (B, C) float32 per-sample moments are
+    ``mean``, ``var`` (``count`` values per channel over the batch): the batch's statistics in
+    training, blended into the running ones, or the running statistics, and the pooled f
+    ``p = a ⊙ mean + b`` in ``dtype``; differentiable in ``mean``, ``var`` and the affine
+    parameters. ``kernels``: a kernel set's fold passes (None, or a batch they do not hold: the
+    PyTorch ones)."""
+    if kernels is None or mean.shape[0] > kernels.MAX_BATCH:
+        kernels = TorchFoldKernels
     batch_stats, factor = norm_mode(norm)
-    if batch_stats:
-        mu, sigma2 = batch_moments(mean, var)
-        if factor is not None:
-            update_running(norm, mu, sigma2, count, factor)
-    else:
-        mu, sigma2 = wide(norm.running_mean), wide(norm.running_var)
-    return norm_affine(norm.weight, norm.bias, mu, sigma2, norm.eps)
+    return FoldedNorm.apply(mean, var, norm.weight, norm.bias, norm.running_mean, norm.running_var,
+                            batch_stats, factor, norm.eps, count, dtype, kernels)
 
 
 def folded_grads(step, scale, shift, sums):

@@ -16,6 +16,7 @@ import torch
 
 from .step_kernels import state_dtype
 from .triton_adaptor import TritonPhiKernels
+from .triton_fold import TritonFoldKernels
 from .triton_import import HAS_TRITON, tl, triton
 from .triton_se import TritonSEPhiKernels
 
@@ -231,6 +232,8 @@ class TritonStepKernels:
         self._measured = _measured_step_kernel
         #: the adaptors' (B, C) arithmetic (StepNet's and SE's)
         self.phi = TritonAdaptorKernels()
+        #: the folded BN's (B, C) statistics
+        self.fold = TritonFoldKernels()
 
     def pool(self, state, residual, layout):
         return self._pooled(state, residual, layout, moments=False)[:2]

@@ -1,0 +1,150 @@
+"""Triton kernels of the folded BN's (B, C) passes (docs/methods.md §0, "The branch's last BN
+folded into the step").
+
+:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s two passes, one kernel each, a
+program per block of channels over the whole batch: forward, the batch's statistics from the
+per-sample moments (or the running ones), the running-statistics update, ``a``, ``b`` and the
+pooled f; backward, the gradients of the moments and of the affine parameters. Everything in
+float32 whatever the input dtype.
+"""
+import torch
+
+from .triton_import import HAS_TRITON, tl, triton
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _fold_forward_kernel(m_ptr, v_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, a_ptr, d_ptr, p_ptr,
+                             mu_ptr, r_ptr, B, C, factor, unbias, eps, BATCH_STATS: tl.constexpr,
+                             UPDATE: tl.constexpr, AFFINE: tl.constexpr, BLOCK_B: tl.constexpr,
+                             BLOCK_C: tl.constexpr):
+        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        bs = tl.arange(0, BLOCK_B)
+        c_ok = cs < C
+        ok = (bs < B)[:, None] & c_ok[None, :]
+        at = bs[:, None] * C + cs[None, :]
+        m = tl.load(m_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        if BATCH_STATS:
+            v = tl.load(v_ptr + at, mask=ok, other=0.0).to(tl.float32)
+            mu = tl.sum(m, axis=0) / B
+            centred = tl.where(ok, m - mu[None, :], 0.0)
+            var = (tl.sum(v, axis=0) + tl.sum(centred * centred, axis=0)) / B
+            if UPDATE:
+                rm = tl.load(rm_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+                rv = tl.load(rv_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+                tl.store(rm_ptr + cs, (rm + factor * (mu - rm)).to(rm_ptr.dtype.element_ty),
+                         mask=c_ok)
+                tl.store(rv_ptr + cs,
+                         (rv + factor * (var * unbias - rv)).to(rv_ptr.dtype.element_ty), mask=c_ok)
+        else:
+            mu = tl.load(rm_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+            var = tl.load(rv_ptr + cs, mask=c_ok, other=1.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(var + eps)
+        scale = rstd
+        shift = -rstd * mu
+        if AFFINE:
+            scale = rstd * tl.load(w_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+            shift = tl.load(b_ptr + cs, mask=c_ok, other=0.0).to(tl.float32) - scale * mu
+        tl.store(a_ptr + cs, scale, mask=c_ok)
+        tl.store(d_ptr + cs, shift, mask=c_ok)
+        tl.store(mu_ptr + cs, mu, mask=c_ok)
+        tl.store(r_ptr + cs, rstd, mask=c_ok)
+        pooled = m * scale[None, :] + shift[None, :]
+        tl.store(p_ptr + at, pooled.to(p_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _fold_backward_kernel(ga_ptr, gd_ptr, gp_ptr, m_ptr, w_ptr, mu_ptr, r_ptr, gm_ptr, gv_ptr,
+                              gw_ptr, gb_ptr, B, C, BATCH_STATS: tl.constexpr, AFFINE: tl.constexpr,
+                              BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
+        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        bs = tl.arange(0, BLOCK_B)
+        c_ok = cs < C
+        ok = (bs < B)[:, None] & c_ok[None, :]
+        at = bs[:, None] * C + cs[None, :]
+        g_p = tl.load(gp_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        g_a = tl.load(ga_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        g_d = tl.load(gd_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        mu = tl.load(mu_ptr + cs, mask=c_ok, other=0.0)
+        rstd = tl.load(r_ptr + cs, mask=c_ok, other=0.0)
+        gamma = tl.full([BLOCK_C], 1.0, tl.float32)
+        if AFFINE:
+            gamma = tl.load(w_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        centred = tl.where(ok, tl.load(m_ptr + at, mask=ok, other=0.0) - mu[None, :], 0.0)
+        sum_p = tl.sum(g_p, axis=0)
+        inner = g_a - g_d * mu + tl.sum(g_p * centred, axis=0)  # ∂L/∂(γ r)
+        scale = gamma * rstd
+        g_m = g_p * scale[None, :]
+        if BATCH_STATS:
+            g_mu = -scale * (g_d + sum_p)
+            g_var = gamma * inner * (-0.5 * rstd * rstd * rstd)
+            g_m += (g_mu[None, :] + 2.0 * g_var[None, :] * centred) / B
+            tl.store(gv_ptr + at,
+                     tl.zeros([BLOCK_B, BLOCK_C], tl.float32) + g_var[None, :] / B, mask=ok)
+        tl.store(gm_ptr + at, g_m, mask=ok)
+        if AFFINE:
+            tl.store(gw_ptr + cs, rstd * inner, mask=c_ok)
+            tl.store(gb_ptr + cs, g_d + sum_p, mask=c_ok)
+
+
+def _next_power_of_2(n):
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _blocks(batch, channels):
+    block_b = _next_power_of_2(batch)
+    return block_b, max(1, min(_next_power_of_2(channels), 4096 // block_b))
+
+
+class TritonFoldKernels:
+    """:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s passes as Triton kernels
+    (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
+
+    #: the largest batch one program holds (larger batches take the PyTorch passes)
+    MAX_BATCH = 4096
+
+    def __init__(self):
+        if not HAS_TRITON:
+            raise RuntimeError('TritonFoldKernels needs triton, which is not installed')
+        self._forward, self._backward = _fold_forward_kernel, _fold_backward_kernel
+
+    def fold_forward(self, mean, var, weight, bias, running_mean, running_var, batch_stats, factor,
+                     eps, count, dtype):
+        batch, channels = mean.shape
+        mean, var = mean.contiguous(), var.contiguous()
+        f32 = dict(dtype=torch.float32, device=mean.device)
+        scale, shift, mu, rstd = (torch.empty(channels, **f32) for _ in range(4))
+        pooled = torch.empty(batch, channels, dtype=dtype, device=mean.device)
+        affine = weight is not None
+        update = batch_stats and factor is not None
+        block_b, block_c = _blocks(batch, channels)
+        self._forward[(triton.cdiv(channels, block_c), )](
+            mean, var, weight if affine else mean, bias if affine else mean,
+            running_mean if running_mean is not None else mean,
+            running_var if running_var is not None else mean, scale, shift, pooled, mu, rstd, batch,
+            channels, float(factor) if update else 0.0, count / (count - 1) if count > 1 else 1.0,
+            float(eps), BATCH_STATS=batch_stats, UPDATE=update, AFFINE=affine, BLOCK_B=block_b,
+            BLOCK_C=block_c)
+        return scale, shift, pooled, mu, rstd
+
+    def fold_backward(self, grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd,
+                      batch_stats):
+        batch, channels = mean.shape
+        f32 = dict(dtype=torch.float32, device=mean.device)
+        grad_mean = torch.empty(batch, channels, **f32)
+        grad_var = torch.empty(batch, channels, **f32) if batch_stats else None
+        affine = weight is not None
+        grad_weight = torch.empty(channels, **f32) if affine else None
+        grad_bias = torch.empty(channels, **f32) if affine else None
+        block_b, block_c = _blocks(batch, channels)
+        self._backward[(triton.cdiv(
+            channels, block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
+                                   grad_pooled.contiguous(), mean, weight if affine else mu, mu,
+                                   rstd, grad_mean, grad_mean if grad_var is None else grad_var,
+                                   grad_weight if affine else mu, grad_bias if affine else mu,
+                                   batch, channels, BATCH_STATS=batch_stats, AFFINE=affine,
+                                   BLOCK_B=block_b, BLOCK_C=block_c)
+        if affine:
+            grad_weight, grad_bias = (
+                g if g.dtype == weight.dtype else g.to(weight.dtype)
+                for g in (grad_weight, grad_bias))
+        return grad_mean, grad_var, grad_weight, grad_bias
