@@ -86,7 +86,8 @@ class StepAdaptor(BaseModule):
 
     def forward(self, x_t, f, pooled=None):
         """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
-        ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself."""
+        ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself (f
+        is then None where the fused step folded the branch's last BN and never formed f)."""
         if not self.from_pooled:  # pragma: no cover - abstract
             raise NotImplementedError
         if pooled is None:

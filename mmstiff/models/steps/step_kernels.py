@@ -85,8 +85,15 @@ class TorchStepKernels:
         """``(mean x_t or None, mean y, var y)``: the (B, C) mean of ``state`` (None: not pooled)
         and the float32 mean and population variance of ``y`` over the pooled axes."""
         pooled = None if state is None else pool_state(state, layout, keepdim=False)
-        var, mean = torch.var_mean(wide(y), dim=POOLED_AXES[layout], correction=0)
-        return pooled, mean, var
+        axes = POOLED_AXES[layout]
+        y = wide(y)
+        # sums about each (b, c)'s first value, as the Triton kernel (no cancellation where the
+        # mean is large against the spread); a tenth of var_mean's time on the CPU
+        shift = y[:, :1] if layout == 'nlc' else y[:, :, :1, :1]
+        moved = y - shift
+        mean = moved.mean(dim=axes)
+        var = (moved.square_().mean(dim=axes) - mean.square()).clamp_(min=0)
+        return pooled, mean + shift.flatten(1), var
 
     @staticmethod
     def step(shortcut, step, f, relu, layout, norm=None):
