@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, fused_step, residual_update
-from mmstiff.models.steps.norm_fold import (FoldedNorm, TorchFoldKernels, batch_moments,
-                                            foldable_norm, folded_grads, moments_backward,
+from mmstiff.models.steps.fused_step import NormMoments
+from mmstiff.models.steps.norm_fold import (TorchFoldKernels, batch_moments, foldable_norm,
                                             norm_affine)
-from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.step_kernels import TorchStepKernels, folded_grads
 
 F64 = dict(dtype=torch.float64)
 
@@ -53,25 +53,16 @@ def test_folded_grads_are_those_of_autograd(with_step):
     moved = f if step is None else step.view(3, 4, 1, 1) * f
     leaves = [t for t in (step, scale, shift) if t is not None]
     expected = torch.autograd.grad((moved * grad).sum(), leaves)
-    sums = (grad * y).sum(dim=(2, 3)), grad.sum(dim=(2, 3))
-    got = [g for g in folded_grads(step, scale, shift, sums) if g is not None]
-    for a, b in zip(expected, got):
+    grad_step, scale_parts, shift_parts = folded_grads(step, scale, shift,
+                                                       (grad * y).sum(dim=(2, 3)),
+                                                       grad.sum(dim=(2, 3)))
+    got = [scale_parts.sum(dim=0), shift_parts.sum(dim=0)]
+    if with_step:
+        got.insert(0, grad_step)
+    else:
+        assert grad_step is None
+    for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(b, a)
-
-
-@pytest.mark.parametrize('layout, shape', [('nchw', (3, 4, 5, 2)), ('nlc', (3, 7, 4))])
-@pytest.mark.parametrize('with_var', [True, False])
-def test_moments_backward_is_that_of_autograd(layout, shape, with_var):
-    torch.manual_seed(0)
-    y = (torch.randn(shape, **F64) + 2).requires_grad_()
-    axes = (2, 3) if layout == 'nchw' else (1, )
-    var, mean = torch.var_mean(y, dim=axes, correction=0)
-    grad_mean, grad_var = torch.randn_like(mean), torch.randn_like(var)
-    loss = (mean * grad_mean).sum() + ((var * grad_var).sum() if with_var else 0)
-    expected, = torch.autograd.grad(loss, [y])
-    got = moments_backward(grad_mean, grad_var if with_var else None, y.detach(), mean.detach(),
-                           layout)
-    torch.testing.assert_close(got, expected)
 
 
 def test_torch_moments_pass():
@@ -133,8 +124,8 @@ def test_folded_step_equals_the_bn_module(adaptor_cls, name, monkeypatch):
     x, y = torch.randn(4, 6, 5, 3, **F64), 2 * torch.randn(4, 6, 5, 3, **F64) + 1
     expected = _run_step(copy.deepcopy(adaptor), copy.deepcopy(norm), x, y, False)
     folds = []
-    apply = fused_step.PoolMoments.apply
-    monkeypatch.setattr(fused_step.PoolMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
+    apply = fused_step.NormMoments.apply
+    monkeypatch.setattr(fused_step.NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
     got = _run_step(adaptor, norm, x, y, True)
     assert len(folds) == 2  # the fused step took the norm over, both times
     assert len(got) == len(expected)
@@ -142,22 +133,25 @@ def test_folded_step_equals_the_bn_module(adaptor_cls, name, monkeypatch):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.parametrize('batch_stats, affine', [(True, True), (False, True), (True, False)])
-def test_folded_norm_passes_gradcheck(batch_stats, affine):
+@pytest.mark.parametrize('batch_stats, affine, layout',
+                         [(True, True, 'nchw'), (False, True, 'nchw'), (True, False, 'nchw'),
+                          (True, True, 'nlc')])
+def test_norm_moments_pass_gradcheck(batch_stats, affine, layout):
+    """The moments' pass and the (B, C) pass of the fold, as one Function: its gradients of x_t,
+    y and the BN's weight and bias (the backward's closed form) against finite differences."""
     torch.manual_seed(0)
-    mean = (torch.randn(3, 4, **F64) + 2).requires_grad_()
-    var = (torch.rand(3, 4, **F64) + 0.5).requires_grad_()
-    params = [torch.randn(4, **F64, requires_grad=True) for _ in range(2)] if affine \
-        else [None, None]
+    shape = (3, 4, 3, 2) if layout == 'nchw' else (3, 5, 4)
+    state = torch.randn(shape, **F64, requires_grad=True)
+    y = (torch.randn(shape, **F64) + 2).requires_grad_()
+    params = [torch.randn(4, **F64, requires_grad=True) for _ in range(2)] if affine else []
     running = torch.randn(4, **F64), torch.rand(4, **F64) + 0.5
 
-    def fold(mean, var, *params):
+    def fold(state, y, *params):
         params = params or (None, None)
-        return FoldedNorm.apply(mean, var, *params, *running, batch_stats, None, 1e-3, 12,
-                                torch.float64, TorchFoldKernels)
+        return NormMoments.apply(state, y, *params, *running, batch_stats, None, 1e-3, layout,
+                                 TorchStepKernels, TorchFoldKernels)
 
-    inputs = (mean, var, *[p for p in params if p is not None])
-    assert torch.autograd.gradcheck(fold, inputs)
+    assert torch.autograd.gradcheck(fold, (state, y, *params))
 
 
 def test_folded_step_passes_gradcheck():

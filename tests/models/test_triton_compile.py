@@ -100,7 +100,7 @@ def launches_of_the_fused_step(dtype):
                 kernels.fold.fold_forward(mean, mean, *params, vector.clone(), vector.clone(),
                                           batch_stats, factor, 1e-5, 4 * batch, dtype)
                 kernels.fold.fold_backward(vector, vector, u, mean, params[0], vector, vector,
-                                           batch_stats)
+                                           batch_stats, 0.25, dtype)
             squeeze = max(8, channels // 16)
             w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
             kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)

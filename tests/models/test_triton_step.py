@@ -406,7 +406,8 @@ def test_triton_fold_passes_equal_torch_passes(batch, channels, batch_stats, fac
         stats = [t.clone() for t in running]
         out = kernels.fold_forward(mean, var, weight, bias, *stats, batch_stats, factor, 1e-5,
                                    4 * batch, torch.float32)
-        back = kernels.fold_backward(*grads, mean, weight, out[3], out[4], batch_stats)
+        back = kernels.fold_backward(*grads, mean, weight, out[3], out[4], batch_stats, 0.25,
+                                     torch.float32)
         results.append([*out, *[g for g in back if g is not None], *stats])
     assert len(results[0]) == len(results[1])
     for a, b in zip(*results):

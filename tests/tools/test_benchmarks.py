@@ -210,8 +210,8 @@ def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypat
     assert blocks and not any(b.fold_norm for b in blocks) and blocks[0].fused is True
     folded.load_state_dict(unfolded.state_dict())
     folds = []  # the folded step pools y's moments; the unfolded one never does
-    apply = fused_step.PoolMoments.apply
-    monkeypatch.setattr(fused_step.PoolMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
+    apply = fused_step.NormMoments.apply
+    monkeypatch.setattr(fused_step.NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
     images = torch.randn(2, 3, 32, 32)
     expected = unfolded(images)
     assert folds == []

@@ -135,7 +135,8 @@ def main(argv=None):
                          device=device), torch.randint(0, 1000, (args.batch_size, ), device=device))
     models = model_builders(args)
     baseline = BASELINE if args.fused != 'on' else f'{BASELINE} fused'
-    compare_models(models, baseline, batch, args, device, settings_line(args), name_width=26)
+    compare_models(models, baseline, batch, args, device, settings_line(args),
+                   name_width=max(26, 2 + max(map(len, models))))
 
 
 def model_builders(args):

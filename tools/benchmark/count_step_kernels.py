@@ -77,6 +77,8 @@ def counting_kernels():
     kernels.phi._se_gate = LaunchRecorder('se_gate')
     kernels.phi._se_excitation = LaunchRecorder('se_backward_excitation')
     kernels.phi._se_squeeze = LaunchRecorder('se_backward_squeeze')
+    kernels.fold._forward = LaunchRecorder('fold')
+    kernels.fold._backward = LaunchRecorder('fold_backward')
     return kernels
 
 

@@ -44,7 +44,8 @@ def parse_args(argv=None):
     parser.add_argument('--top', type=int, default=6, help='extra kernels listed per model')
     parser.add_argument(
         '--fused', choices=sorted(FUSED_CHOICES), default='both',
-        help="the fused residual step ('on'), the reference ('off') or both (default)")
+        help="the fused residual step ('on'), the reference ('off'), both (default), or all: "
+        "both and the fused step with the blocks' last BN not folded into it")
     add_width_argument(parser)
     add_precision_arguments(parser)
     args = parser.parse_args(argv)
@@ -110,7 +111,8 @@ def main(argv=None):
     print(
         f'device={device} {settings_line(args)} repeats={args.repeats} iters/timing={args.iters}; '
         f'{"kernels" if cuda else "top-level operator calls"} per step')
-    header = (f'{"model":<26}{"step (ms)":>11}{"busy (ms)":>11}{"busy/step":>11}'
+    width = max(26, 2 + max(map(len, names)))
+    header = (f'{"model":<{width}}{"step (ms)":>11}{"busy (ms)":>11}{"busy/step":>11}'
               f'{"kernels":>9}')
     print(header)
     print('-' * len(header))
@@ -119,7 +121,7 @@ def main(argv=None):
         busy, launches, _ = profiles[name]
         busy_ms = 'n/a' if busy is None else f'{busy / 1e3:.1f}'
         ratio = 'n/a' if busy is None else f'{busy / 1e3 / step:.3f}'
-        print(f'{name:<26}{step:>11.1f}{busy_ms:>11}{ratio:>11}{launches:>9.0f}')
+        print(f'{name:<{width}}{step:>11.1f}{busy_ms:>11}{ratio:>11}{launches:>9.0f}')
     baseline = profiles[BASELINE if BASELINE in profiles else f'{BASELINE} fused'][2]
     what = 'kernels' if cuda else 'operators (their own CPU time)'
     for name in names:

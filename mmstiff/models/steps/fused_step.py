@@ -17,7 +17,7 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
    writes the per-(B, C) sums of squares of ``x_{t+1} - x_t`` and of x_t, the NSI's norms.
 
 Where the block passes its branch's last norm (``norm=``) and it is a plain BN, the step folds
-it (:mod:`.norm_fold`): :class:`PoolMoments` pools x_t and gives the branch output y's
+it (:mod:`.norm_fold`): :class:`NormMoments` pools x_t and gives the branch output y's
 per-sample moments in pass 1, the BN's statistics and ``f = a ⊙ y + b`` come from those, and
 :class:`EulerUpdate` applies the affine as it loads y, so f is neither written nor kept.
 
@@ -34,8 +34,8 @@ import torch.nn as nn
 
 from mmstiff.utils.step_sums import StepSums, open_requests
 from .base import apply_step
-from .norm_fold import foldable_norm, folded_grads, folded_norm, moments_backward
-from .step_kernels import TorchStepKernels
+from .norm_fold import fold_kernels, foldable_norm, norm_mode
+from .step_kernels import TorchStepKernels, broadcast_step
 from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels
 
@@ -126,33 +126,48 @@ def _spread(grad, shape, layout):
     return small.view(shape[0], shape[1], 1, 1).expand(shape)
 
 
-class PoolMoments(torch.autograd.Function):
-    """``(mean x_t, mean y, var y)``, (B, C), in one pass (no ``mean x_t`` for x_t None): the
-    folded norm's pooling of the branch output y before its last BN (:mod:`.norm_fold`)."""
+class NormMoments(torch.autograd.Function):
+    """``(mean x_t, a, b, p)`` from one pass over x_t and the branch output y before its last
+    BN (no ``mean x_t`` for x_t None), the folded norm (:mod:`.norm_fold`): the pass gives y's
+    (B, C) per-sample moments, one (B, C) pass the BN's ``f = a ⊙ y + b`` and pooled f ``p``
+    (and updates its running statistics). Backward: the (B, C) pass gives y's gradient through
+    the moments as ``c0 + c1 ⊙ y`` per (b, c), written in one pass (a broadcast view where the
+    variances were not used)."""
 
     @staticmethod
-    def forward(ctx, state, y, layout, kernels):
+    def forward(ctx, state, y, weight, bias, running_mean, running_var, batch_stats, factor, eps,
+                layout, kernels, fold):
         pooled, mean, var = kernels.moments(state, y, layout)
-        ctx.set_materialize_grads(False)
-        ctx.layout, ctx.pools_state = layout, state is not None
+        count = y.numel() // mean.shape[1]
+        scale, shift, pooled_f, mu, rstd = fold.fold_forward(mean, var, weight, bias, running_mean,
+                                                             running_var, batch_stats, factor, eps,
+                                                             count, y.dtype)
+        ctx.batch_stats, ctx.layout, ctx.fold = batch_stats, layout, fold
+        ctx.inv_n = mean.shape[0] / count
         ctx.state_shape = None if state is None else state.shape
-        ctx.save_for_backward(y, mean)
-        return (mean, var) if pooled is None else (pooled, mean, var)
+        ctx.save_for_backward(y, mean, weight, mu, rstd)
+        return (scale, shift, pooled_f) if pooled is None else (pooled, scale, shift, pooled_f)
 
     @staticmethod
     def backward(ctx, *grads):
-        y, mean = ctx.saved_tensors
+        y, mean, weight, mu, rstd = ctx.saved_tensors
         grad_state = None
-        if ctx.pools_state:
+        if ctx.state_shape is not None:
             grad_pooled, *grads = grads
-            if grad_pooled is not None:
-                grad_state = _spread(grad_pooled, ctx.state_shape, ctx.layout)
-        grad_mean, grad_var = grads
-        grad_y = None
-        if grad_mean is not None or grad_var is not None:
-            grad_mean = torch.zeros_like(mean) if grad_mean is None else grad_mean
-            grad_y = moments_backward(grad_mean, grad_var, y, mean, ctx.layout)
-        return grad_state, grad_y, None, None
+            grad_state = _spread(grad_pooled, ctx.state_shape, ctx.layout)
+        grad_scale, grad_shift, grad_pooled_f = grads
+        base, slope, grad_weight, grad_bias = ctx.fold.fold_backward(grad_scale, grad_shift,
+                                                                     grad_pooled_f.contiguous(),
+                                                                     mean, weight, mu, rstd,
+                                                                     ctx.batch_stats, ctx.inv_n,
+                                                                     y.dtype)
+        base = broadcast_step(base, y, ctx.layout)
+        if slope is None:
+            grad_y = base.expand(y.shape)
+        else:
+            grad_y = torch.addcmul(base, y, broadcast_step(slope, y, ctx.layout))
+        return (grad_state, grad_y, grad_weight, grad_bias, None, None, None, None, None, None,
+                None, None)
 
 
 class EulerUpdate(torch.autograd.Function):
@@ -185,14 +200,13 @@ class EulerUpdate(torch.autograd.Function):
         out, f, step, scale, shift = ctx.saved_tensors
         if ctx.folded:
             need_sums = any(ctx.needs_input_grad[i] for i in (1, 7, 8))
-            grad_x, grad_f, sums = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
-                                                             ctx.layout, need_sums,
-                                                             norm=(scale, shift))
+            grad_x, grad_f, parts = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
+                                                              ctx.layout, need_sums,
+                                                              norm=(scale, shift))
             grad_step = grad_scale = grad_shift = None
-            if need_sums:
-                grad_step, grad_scale, grad_shift = folded_grads(step, scale, shift, sums)
-                if grad_step is not None:
-                    grad_step = grad_step.to(step.dtype)
+            if need_sums:  # the per-sample parts of a's and b's gradients, summed
+                grad_step, scale_parts, shift_parts = parts
+                grad_scale, grad_shift = scale_parts.sum(dim=0), shift_parts.sum(dim=0)
             return grad_x, grad_step, grad_f, None, None, None, None, grad_scale, grad_shift
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
         grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
@@ -218,11 +232,11 @@ def folded_step(adaptor, x_t, y, norm, layout, kernels):
     gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from those,
     and the adaptor's module call reads the pooled f without f being written."""
     state = x_t if adaptor.pools_state else None
-    moments = PoolMoments.apply(state, y, layout, kernels)
-    pooled, (mean, var) = (moments[0], moments[1:]) if state is not None else (None, moments)
-    scale, shift, pooled_f = folded_norm(norm, mean, var,
-                                         y.numel() // mean.shape[1], y.dtype,
-                                         getattr(kernels, 'fold', None))
+    batch_stats, factor = norm_mode(norm)
+    folded = NormMoments.apply(state, y, norm.weight, norm.bias, norm.running_mean,
+                               norm.running_var, batch_stats, factor, norm.eps, layout, kernels,
+                               fold_kernels(kernels, y.shape[0]))
+    pooled, (scale, shift, pooled_f) = (None, folded) if state is None else (folded[0], folded[1:])
     with phi_kernels_in(getattr(kernels, 'phi', None)):
         step = adaptor(x_t, None, pooled=(pooled, pooled_f))
     return step.reshape(y.shape[0], -1), scale, shift

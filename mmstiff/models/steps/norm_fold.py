@@ -17,7 +17,6 @@ tensors are the kernel sets' ``moments`` and ``step`` (:mod:`.step_kernels`).
 import torch
 import torch.nn as nn
 
-from mmstiff.utils.layout import POOLED_AXES
 from .step_kernels import wide
 from .stepnet_phi import hooked, phi_factor
 
@@ -61,7 +60,7 @@ def norm_affine(weight, bias, mu, rstd):
 
 
 class TorchFoldKernels:
-    """The fold's (B, C) passes (:class:`FoldedNorm`) as PyTorch operations."""
+    """The fold's (B, C) passes (:class:`~.fused_step.NormMoments`) as PyTorch operations."""
 
     #: the largest batch the passes take (any)
     MAX_BATCH = float('inf')
@@ -88,9 +87,12 @@ class TorchFoldKernels:
         return scale, shift, torch.addcmul(shift, mean, scale).to(dtype), mu, rstd
 
     @staticmethod
-    def fold_backward(grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd, batch_stats):
-        """The gradients of ``(mean, var, weight, bias)`` (var: None without ``batch_stats``;
-        weight and bias: None for a norm without them) from those of ``(a, b, p)``."""
+    def fold_backward(grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd, batch_stats,
+                      inv_n, dtype):
+        """``(c0, c1, grad of weight, grad of bias)`` from the gradients of ``(a, b, p)``: y's
+        gradient through its moments is ``c0 + c1 ⊙ y`` per (b, c), both (B, C) in ``dtype``
+        (c1 None without ``batch_stats``: the variances are not used), ``inv_n`` one over the
+        values per (b, c); weight and bias: None for a norm without them."""
         grad_pooled = wide(grad_pooled)
         centred = mean - mu
         gamma = rstd.new_ones(()) if weight is None else wide(weight)
@@ -99,76 +101,25 @@ class TorchFoldKernels:
         inner = grad_scale - grad_shift * mu + (grad_pooled * centred).sum(dim=0)
         scale = gamma * rstd
         grad_mean = grad_pooled * scale
-        grad_var = None
+        slope = None
         if batch_stats:
             batch = mean.shape[0]
             grad_mu = -scale * (grad_shift + sum_p)
             grad_sigma2 = gamma * inner * (-0.5 * rstd.pow(3))
             grad_mean = grad_mean + (grad_mu + 2 * grad_sigma2 * centred) / batch
-            grad_var = (grad_sigma2 / batch).expand_as(mean)
+            # ∂L/∂v = ∂L/∂σ² / B, and ∂v/∂y = 2 (y − m) / N
+            slope = (grad_sigma2 * (2 * inv_n / batch)).expand_as(mean)
+            base = (grad_mean * inv_n - slope * mean).to(dtype)
+            slope = slope.to(dtype)
+        else:
+            base = (grad_mean * inv_n).to(dtype)
         if weight is None:
-            return grad_mean, grad_var, None, None
-        return grad_mean, grad_var, rstd * inner, grad_shift + sum_p
+            return base, slope, None, None
+        return base, slope, rstd * inner, grad_shift + sum_p
 
 
-class FoldedNorm(torch.autograd.Function):
-    """``(a, b, p)`` of a BN from y's (B, C) per-sample moments, through ``kernels``
-    (:class:`TorchFoldKernels` or the Triton set): one pass each way over (B, C) vectors, the
-    running-statistics update included."""
-
-    @staticmethod
-    def forward(ctx, mean, var, weight, bias, running_mean, running_var, batch_stats, factor, eps,
-                count, dtype, kernels):
-        scale, shift, pooled, mu, rstd = kernels.fold_forward(mean, var, weight, bias, running_mean,
-                                                              running_var, batch_stats, factor, eps,
-                                                              count, dtype)
-        ctx.batch_stats, ctx.kernels = batch_stats, kernels
-        ctx.save_for_backward(mean, weight, mu, rstd)
-        return scale, shift, pooled
-
-    @staticmethod
-    def backward(ctx, grad_scale, grad_shift, grad_pooled):
-        mean, weight, mu, rstd = ctx.saved_tensors
-        grads = ctx.kernels.fold_backward(grad_scale, grad_shift, grad_pooled.contiguous(), mean,
-                                          weight, mu, rstd, ctx.batch_stats)
-        return (*grads, None, None, None, None, None, None, None, None)
-
-
-def folded_norm(norm, mean, var, count, dtype, kernels=None):
-    """``(a, b, p)`` of ``norm`` on a batch whose (B, C) float32 per-sample moments are
-    ``mean``, ``var`` (``count`` values per channel over the batch): the batch's statistics in
-    training, blended into the running ones, or the running statistics, and the pooled f
-    ``p = a ⊙ mean + b`` in ``dtype``; differentiable in ``mean``, ``var`` and the affine
-    parameters. ``kernels``: a kernel set's fold passes (None, or a batch they do not hold: the
-    PyTorch ones)."""
-    if kernels is None or mean.shape[0] > kernels.MAX_BATCH:
-        kernels = TorchFoldKernels
-    batch_stats, factor = norm_mode(norm)
-    return FoldedNorm.apply(mean, var, norm.weight, norm.bias, norm.running_mean, norm.running_var,
-                            batch_stats, factor, norm.eps, count, dtype, kernels)
-
-
-def folded_grads(step, scale, shift, sums):
-    """The gradients of ``(Δ, a, b)`` of the step ``x_t + Δ ⊙ (a ⊙ y + b)`` from the (B, C)
-    sums ``(Σ g' ⊙ y, Σ g')`` over the pooled axes (``g'`` the gradient after the activation);
-    Δ None: Δ ≡ 1 (no gradient of it)."""
-    s_gy, s_g = sums
-    grad_step = None if step is None else scale * s_gy + shift * s_g
-    if step is not None:
-        s_gy, s_g = wide(step) * s_gy, wide(step) * s_g
-    return grad_step, s_gy.sum(dim=0), s_g.sum(dim=0)
-
-
-def moments_backward(grad_mean, grad_var, y, mean, layout):
-    """The gradient of y from those of its (B, C) per-sample means and population variances
-    over the pooled axes (``grad_var`` None: the means' only, a broadcast view)."""
-    count = 1
-    for dim in POOLED_AXES[layout]:
-        count *= y.shape[dim]
-    view = (y.shape[0], 1, y.shape[2]) if layout == 'nlc' else (*y.shape[:2], 1, 1)
-    base = grad_mean * (1.0 / count)
-    if grad_var is None:
-        return base.to(y.dtype).view(view).expand(y.shape)
-    slope = grad_var * (2.0 / count)
-    base = base - slope * mean
-    return torch.addcmul(base.to(y.dtype).view(view), y, slope.to(y.dtype).view(view))
+def fold_kernels(kernels, batch):
+    """The fold's (B, C) passes of a kernel set: its own (``kernels.fold``) where it has them
+    and they hold ``batch`` samples, the PyTorch ones otherwise."""
+    fold = getattr(kernels, 'fold', None)
+    return TorchFoldKernels if fold is None or batch > fold.MAX_BATCH else fold

@@ -47,6 +47,17 @@ def wide(t):
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+def folded_grads(step, scale, shift, s_gy, s_g):
+    """``(grad of Δ or None, Δ ⊙ Σ g' ⊙ y, Δ ⊙ Σ g')`` of the step ``x_t + Δ ⊙ (a ⊙ y + b)``
+    (the folded norm) from the (B, C) sums over the pooled axes ``s_gy = Σ g' ⊙ y`` and
+    ``s_g = Σ g'`` (``g'`` the gradient after the activation); the last two, summed over the
+    batch, are the gradients of a and b. Δ None: Δ ≡ 1, no gradient of it."""
+    if step is None:
+        return None, s_gy, s_g
+    grad_step = torch.addcmul(shift * s_g, scale, s_gy).to(step.dtype)
+    return grad_step, wide(step) * s_gy, wide(step) * s_g
+
+
 def broadcast_step(step, like, layout):
     """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
     if layout == 'nlc':
@@ -128,18 +139,19 @@ class TorchStepKernels:
     def step_backward(grad, out, f, step, relu, layout, need_step_grad, norm=None):
         """``(grad of shortcut, grad of f, grad of step or None)`` from the output's ``grad``;
         ``out`` is read only for the ReLU's mask. With ``norm=(a, b)``: the gradient of y (the
-        ``f`` given) and, for ``need_step_grad``, the (B, C) float32 sums ``(Σ g' ⊙ y, Σ g')``
-        in place of the step's gradient (:func:`~.norm_fold.folded_grads`)."""
+        ``f`` given) and, for ``need_step_grad``, ``(grad of step or None, Δ ⊙ Σ g' ⊙ y,
+        Δ ⊙ Σ g')`` in place of the step's gradient, the last two (B, C) float32: summed over
+        the batch, the gradients of a and b (:func:`folded_grads`)."""
         if relu:
             grad = torch.ops.aten.threshold_backward(grad, out, 0)
         if norm is not None:
             factor, _ = _step_affine(step, norm, f, layout)
             grad_y = (wide(grad) * factor).to(f.dtype)
-            sums = None
+            parts = None
             if need_step_grad:
                 axes, g32 = POOLED_AXES[layout], wide(grad)
-                sums = (g32 * wide(f)).sum(dim=axes), g32.sum(dim=axes)
-            return grad, grad_y, sums
+                parts = folded_grads(step, *norm, (g32 * wide(f)).sum(dim=axes), g32.sum(dim=axes))
+            return grad, grad_y, parts
         grad_f = grad
         if step is not None:
             scale = step if step.dtype == grad.dtype else step.to(grad.dtype)

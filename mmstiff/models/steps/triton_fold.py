@@ -4,8 +4,8 @@ folded into the step").
 :class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s two passes, one kernel each, a
 program per block of channels over the whole batch: forward, the batch's statistics from the
 per-sample moments (or the running ones), the running-statistics update, ``a``, ``b`` and the
-pooled f; backward, the gradients of the moments and of the affine parameters. Everything in
-float32 whatever the input dtype.
+pooled f; backward, y's gradient through its moments as two (B, C) coefficients and the
+gradients of the affine parameters. Sums in float32 whatever the input dtype.
 """
 import torch
 
@@ -53,9 +53,11 @@ if HAS_TRITON:
         tl.store(p_ptr + at, pooled.to(p_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _fold_backward_kernel(ga_ptr, gd_ptr, gp_ptr, m_ptr, w_ptr, mu_ptr, r_ptr, gm_ptr, gv_ptr,
-                              gw_ptr, gb_ptr, B, C, BATCH_STATS: tl.constexpr, AFFINE: tl.constexpr,
-                              BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
+    def _fold_backward_kernel(ga_ptr, gd_ptr, gp_ptr, m_ptr, w_ptr, mu_ptr, r_ptr, c0_ptr, c1_ptr,
+                              gw_ptr, gb_ptr, B, C, inv_n, BATCH_STATS: tl.constexpr,
+                              AFFINE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
+        # y's gradient through its (b, c) moments is c0 + c1 y: c1 = 2 ∂L/∂v / N,
+        # c0 = ∂L/∂m / N − c1 m (N the values per (b, c), inv_n = 1 / N)
         cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
         bs = tl.arange(0, BLOCK_B)
         c_ok = cs < C
@@ -69,18 +71,21 @@ if HAS_TRITON:
         gamma = tl.full([BLOCK_C], 1.0, tl.float32)
         if AFFINE:
             gamma = tl.load(w_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
-        centred = tl.where(ok, tl.load(m_ptr + at, mask=ok, other=0.0) - mu[None, :], 0.0)
+        m = tl.load(m_ptr + at, mask=ok, other=0.0)
+        centred = tl.where(ok, m - mu[None, :], 0.0)
         sum_p = tl.sum(g_p, axis=0)
         inner = g_a - g_d * mu + tl.sum(g_p * centred, axis=0)  # ∂L/∂(γ r)
         scale = gamma * rstd
-        g_m = g_p * scale[None, :]
+        c0 = g_p * (scale * inv_n)[None, :]
         if BATCH_STATS:
             g_mu = -scale * (g_d + sum_p)
             g_var = gamma * inner * (-0.5 * rstd * rstd * rstd)
-            g_m += (g_mu[None, :] + 2.0 * g_var[None, :] * centred) / B
-            tl.store(gv_ptr + at,
-                     tl.zeros([BLOCK_B, BLOCK_C], tl.float32) + g_var[None, :] / B, mask=ok)
-        tl.store(gm_ptr + at, g_m, mask=ok)
+            c0 += (g_mu[None, :] + 2.0 * g_var[None, :] * centred) * (inv_n / B)
+            c1 = g_var * (2.0 * inv_n / B)
+            c0 -= c1[None, :] * m
+            c1_tile = tl.zeros([BLOCK_B, BLOCK_C], tl.float32) + c1[None, :]
+            tl.store(c1_ptr + at, c1_tile.to(c1_ptr.dtype.element_ty), mask=ok)
+        tl.store(c0_ptr + at, c0.to(c0_ptr.dtype.element_ty), mask=ok)
         if AFFINE:
             tl.store(gw_ptr + cs, rstd * inner, mask=c_ok)
             tl.store(gb_ptr + cs, g_d + sum_p, mask=c_ok)
@@ -127,24 +132,26 @@ class TritonFoldKernels:
         return scale, shift, pooled, mu, rstd
 
     def fold_backward(self, grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd,
-                      batch_stats):
+                      batch_stats, inv_n, dtype):
         batch, channels = mean.shape
         f32 = dict(dtype=torch.float32, device=mean.device)
-        grad_mean = torch.empty(batch, channels, **f32)
-        grad_var = torch.empty(batch, channels, **f32) if batch_stats else None
+        base = torch.empty(batch, channels, dtype=dtype, device=mean.device)
+        slope = torch.empty_like(base) if batch_stats else None
         affine = weight is not None
         grad_weight = torch.empty(channels, **f32) if affine else None
         grad_bias = torch.empty(channels, **f32) if affine else None
         block_b, block_c = _blocks(batch, channels)
-        self._backward[(triton.cdiv(
-            channels, block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
-                                   grad_pooled.contiguous(), mean, weight if affine else mu, mu,
-                                   rstd, grad_mean, grad_mean if grad_var is None else grad_var,
-                                   grad_weight if affine else mu, grad_bias if affine else mu,
-                                   batch, channels, BATCH_STATS=batch_stats, AFFINE=affine,
-                                   BLOCK_B=block_b, BLOCK_C=block_c)
+        self._backward[(triton.cdiv(channels,
+                                    block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
+                                                 grad_pooled.contiguous(), mean,
+                                                 weight if affine else mu, mu, rstd, base,
+                                                 base if slope is None else slope,
+                                                 grad_weight if affine else mu,
+                                                 grad_bias if affine else mu, batch, channels,
+                                                 float(inv_n), BATCH_STATS=batch_stats,
+                                                 AFFINE=affine, BLOCK_B=block_b, BLOCK_C=block_c)
         if affine:
             grad_weight, grad_bias = (
                 g if g.dtype == weight.dtype else g.to(weight.dtype)
                 for g in (grad_weight, grad_bias))
-        return grad_mean, grad_var, grad_weight, grad_bias
+        return base, slope, grad_weight, grad_bias

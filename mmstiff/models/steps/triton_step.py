@@ -148,18 +148,19 @@ if HAS_TRITON:
         tl.store(q_ptr + b * C + cs, tl.sum(acc_q, axis=0), mask=c_ok)
 
     @triton.jit
-    def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, a_ptr, gx_ptr, gf_ptr, gs_ptr, gs0_ptr, N,
-                              C, sgb, sgn, sgc, sob, son, soc, sfb, sfn, sfc,
+    def _step_backward_kernel(g_ptr, o_ptr, f_ptr, s_ptr, a_ptr, d_ptr, gx_ptr, gf_ptr, gs_ptr,
+                              pa_ptr, pd_ptr, N, C, sgb, sgn, sgc, sob, son, soc, sfb, sfn, sfc,
                               HAS_STEP: tl.constexpr, RELU: tl.constexpr, STEP_GRAD: tl.constexpr,
                               HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
         # gx and gf are written with the strides of o (the output, or f without a ReLU);
-        # HAS_NORM: gf is the gradient of y (Δ ⊙ a ⊙ g'), gs and gs0 get Σ g' ⊙ y and Σ g'
+        # HAS_NORM: gf is the gradient of y (Δ ⊙ a ⊙ g'), gs Δ's (a Σ g' ⊙ y + b Σ g'), pa and
+        # pd the per-sample parts Δ Σ g' ⊙ y and Δ Σ g' of a's and b's
         b = tl.program_id(0).to(tl.int64)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = cs < C
-        s = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
-        if HAS_NORM:
-            s = s * tl.load(a_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        step = _step_row(s_ptr, b, cs, c_ok, C, HAS_STEP, BLOCK_C)
+        a, d = _norm_row(a_ptr, d_ptr, cs, c_ok, HAS_NORM, BLOCK_C)
+        s = step * a
         acc = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         acc0 = tl.zeros([BLOCK_N, BLOCK_C], dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
@@ -181,10 +182,14 @@ if HAS_TRITON:
                 if HAS_NORM:
                     acc0 += g
         if STEP_GRAD:
-            tl.store(gs_ptr + b * C + cs,
-                     tl.sum(acc, axis=0).to(gs_ptr.dtype.element_ty), mask=c_ok)
+            s_gy = tl.sum(acc, axis=0)
             if HAS_NORM:
-                tl.store(gs0_ptr + b * C + cs, tl.sum(acc0, axis=0), mask=c_ok)
+                s_g = tl.sum(acc0, axis=0)
+                tl.store(pa_ptr + b * C + cs, step * s_gy, mask=c_ok)
+                tl.store(pd_ptr + b * C + cs, step * s_g, mask=c_ok)
+                s_gy = a * s_gy + d * s_g
+            if HAS_STEP:
+                tl.store(gs_ptr + b * C + cs, s_gy.to(gs_ptr.dtype.element_ty), mask=c_ok)
 
 
 def _next_power_of_2(n):
@@ -298,24 +303,26 @@ class TritonStepKernels:
         grad_f = torch.empty_like(like, dtype=f.dtype) if scaled else grad_x
         f, _, sf = (g, None, sg) if f is None else as_bnc(f, layout)
         s = g if step is None else step.contiguous()
-        a = s if norm is None else norm[0]
-        sums = grad_step = None
+        a, d = (s, s) if norm is None else norm
+        parts = grad_step = None
         if need_step_grad:
-            f32 = dict(dtype=torch.float32, device=grad.device)
-            if norm is None:
+            if step is not None:
                 grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
-            else:
-                sums = torch.empty((batch, c), **f32), torch.empty((batch, c), **f32)
-                grad_step = sums[0]
+            if norm is not None:
+                f32 = dict(dtype=torch.float32, device=grad.device)
+                parts = torch.empty((batch, c), **f32), torch.empty((batch, c), **f32)
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
         written = s if grad_step is None else grad_step
-        self._backward[(batch,
-                        triton.cdiv(c, block_c))](g, like, f, s, a, grad_x, grad_f, written,
-                                                  written if sums is None else sums[1], n, c, *sg,
-                                                  *so, *sf, HAS_STEP=step is not None, RELU=relu,
-                                                  STEP_GRAD=need_step_grad, HAS_NORM=norm
-                                                  is not None, BLOCK_N=block_n, BLOCK_C=block_c)
-        return grad_x, grad_f, (grad_step if norm is None else sums)
+        pa, pd = (written, written) if parts is None else parts
+        self._backward[(batch, triton.cdiv(c,
+                                           block_c))](g, like, f, s, a, d, grad_x, grad_f, written,
+                                                      pa, pd, n, c, *sg, *so, *sf, HAS_STEP=step
+                                                      is not None, RELU=relu,
+                                                      STEP_GRAD=need_step_grad, HAS_NORM=norm
+                                                      is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+        if norm is None:
+            return grad_x, grad_f, grad_step
+        return grad_x, grad_f, None if parts is None else (grad_step, *parts)
 
 
 def _memory_format(x, layout):
