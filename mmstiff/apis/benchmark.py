@@ -188,3 +188,39 @@ def compare_models(models, baseline, batch, args, device, settings, name_width):
             f'{memory[name] / 2**20:.1f}', f'{memory[name] / memory[baseline]:.3f}')
         print(f'{name:<{name_width}}{params:>12.2f}{statistics.median(times[name]) * 1e3:>12.1f}'
               f'{statistics.median(ratios):>12.3f}{peak:>12}{peak_ratio:>11}')
+
+
+class LaunchRecorder:
+    """A stand-in for a Triton kernel: ``kernel[grid](*args)`` records one ``triton::NAME``
+    profiler event and computes nothing."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getitem__(self, grid):
+
+        def launch(*args, **kwargs):
+            with torch.profiler.record_function(f'triton::{self.name}'):
+                pass
+
+        return launch
+
+
+def counting_kernels(kernels):
+    """``kernels`` (a ``TritonStepKernels``) with its Triton kernels replaced by
+    :class:`LaunchRecorder` stand-ins: what a CUDA run launches, counted
+    (``count_step_kernels.py``) or timed for its host-side cost (``bench_step_resnet.py
+    --stand-in-kernels``) on the CPU."""
+    kernels._pool = LaunchRecorder('pool')
+    kernels._step = LaunchRecorder('step')
+    kernels._backward = LaunchRecorder('step_backward')
+    kernels._measured = LaunchRecorder('measured_step')
+    kernels.phi._forward = LaunchRecorder('phi')
+    kernels.phi._backward = LaunchRecorder('phi_backward')
+    kernels.phi._se_hidden = LaunchRecorder('se_hidden')
+    kernels.phi._se_gate = LaunchRecorder('se_gate')
+    kernels.phi._se_excitation = LaunchRecorder('se_backward_excitation')
+    kernels.phi._se_squeeze = LaunchRecorder('se_backward_squeeze')
+    kernels.fold._forward = LaunchRecorder('fold')
+    kernels.fold._backward = LaunchRecorder('fold_backward')
+    return kernels

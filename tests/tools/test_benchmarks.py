@@ -1,4 +1,5 @@
 """The benchmark scripts run end to end at toy sizes and print their side-by-side tables."""
+import collections
 import re
 
 import pytest
@@ -148,6 +149,9 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
       ], '--compile-mode reduce-overhead is not supported with --device cpu; expected cuda'),
     (['--compile', '--fused', 'both'], '--fused both is not supported with --compile'),
     (['--base-channels', '0'], '--base-channels 0 is not supported; expected a positive integer'),
+    (['--stand-in-kernels'], '--stand-in-kernels is supported with --device cpu, eager, and '
+     '--fused on, both or all; got --device cpu --fused off'),
+    (['--stand-in-kernels', '--fused', 'on', '--device', 'cuda'], 'got --device cuda --fused on'),
 ])
 def test_bad_settings_are_refused_before_any_model_is_built(capsys, argv, message):
     bench = load_script('tools/benchmark/bench_step_resnet.py')
@@ -217,3 +221,21 @@ def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypat
     assert folds == []
     torch.testing.assert_close(folded(images), expected, rtol=1e-4, atol=1e-4)
     assert len(folds) == 16  # every bottleneck of ResNet-50
+
+
+def test_stand_in_kernels_run_the_triton_set_without_computing():
+    bench = load_script('tools/benchmark/bench_step_resnet.py')
+    args = bench.parse_args(['--fused', 'both', '--base-channels', '2', '--stand-in-kernels'])
+    assert 'fused-kernels=stand-ins' in bench.settings_line(args)
+    builders = bench.model_builders(args)
+    assert not isinstance(builders['StepNet-ResNet-50'](), bench.StandInKernels)
+    model = builders['StepNet-ResNet-50 fused']().train()
+    assert isinstance(model, bench.StandInKernels)
+    images = torch.randn(2, 3, 32, 32)
+    with torch.profiler.profile() as prof:  # no Triton driver on the CPU: nothing launches
+        model(images).sum().backward()
+    launched = collections.Counter(e.name for e in prof.events() if e.name.startswith('triton::'))
+    # each of ResNet-50's 16 blocks: the moments, the fold, StepNet's pass, the step; backward
+    # the step's, StepNet's and the fold's kernels
+    for name in ('pool', 'fold', 'phi', 'step', 'step_backward', 'phi_backward', 'fold_backward'):
+        assert launched[f'triton::{name}'] == 16, (name, launched)

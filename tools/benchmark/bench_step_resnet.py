@@ -21,6 +21,13 @@ fused step with the blocks' last BN run as a module instead of folded into the s
 ResNet-50. ``--amp fp16|bf16`` runs the forward pass under autocast (fp16 with a gradient
 scaler); ``--channels-last`` puts the models and the batch in the channels-last memory format.
 
+``--stand-in-kernels`` (CPU) runs the fused rows on the Triton kernel set with stand-ins that
+launch nothing (those of ``count_step_kernels.py``): at a small width their time is the
+host-side cost of the fused step as a GPU runs it (its autograd Functions, the adaptor's module
+call, the launches' arguments; Triton's own launcher excepted), where the PyTorch kernel set the
+CPU otherwise runs makes several operator calls per pass. The stand-ins compute nothing: only
+the time of such a run means anything.
+
 ``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to
 a model) and compares the compiled models; the first warm-up step of each compiles it, untimed.
 Compiled, an adaptor's pooling, gating and residual sum can be fused into few kernels, where
@@ -40,9 +47,11 @@ import argparse
 import torch
 import torch.nn as nn
 
-from mmstiff.apis.benchmark import AMP_DTYPES, compare_models
+from mmstiff.apis.benchmark import AMP_DTYPES, compare_models, counting_kernels
 from mmstiff.apis.cli import add_compile_argument, check_compile_warmup
 from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import forced_step_kernels
+from mmstiff.models.steps.triton_step import TritonStepKernels
 
 VARIANTS = {
     'ResNet-50': None,
@@ -79,6 +88,19 @@ class Classifier(nn.Module):
         return self.head(self.backbone(x)[-1].mean((2, 3)))
 
 
+class StandInKernels(nn.Module):
+    """``model`` whose fused steps run on ``kernels`` (forward, and through the autograd
+    Functions that keep them, backward)."""
+
+    def __init__(self, model, kernels):
+        super().__init__()
+        self.model, self.kernels = model, kernels
+
+    def forward(self, x):
+        with forced_step_kernels(self.kernels):
+            return self.model(x)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
@@ -94,9 +116,17 @@ def parse_args(argv=None):
         help="the fused residual step ('on'), the reference ('off', default), "
         "both, as rows 'NAME' and 'NAME fused', or all: both and the fused step with the "
         "blocks' last BN not folded into it ('NAME fused, BN unfolded')")
+    parser.add_argument(
+        '--stand-in-kernels', action='store_true',
+        help='CPU: run the fused rows on the Triton kernel set with stand-ins that launch '
+        "nothing (the host-side cost of the GPU's fused step; the models compute nothing)")
     add_precision_arguments(parser)
     add_compile_argument(parser)
     args = check_compile_warmup(parser, parser.parse_args(argv))
+    if args.stand_in_kernels and (args.device != 'cpu' or args.fused == 'off' or args.compile):
+        parser.error('--stand-in-kernels is supported with --device cpu, eager, and --fused '
+                     f'on, both or all; got --device {args.device} --fused {args.fused}' +
+                     (' --compile' if args.compile else ''))
     if args.base_channels < 1:
         parser.error(f'--base-channels {args.base_channels} is not supported; expected a '
                      'positive integer')
@@ -140,14 +170,21 @@ def main(argv=None):
 
 
 def model_builders(args):
-    """``{row name: () -> Classifier}`` of every variant for each ``--fused`` choice."""
+    """``{row name: () -> Classifier}`` of every variant for each ``--fused`` choice (the fused
+    ones in a :class:`StandInKernels` with ``--stand-in-kernels``)."""
     models = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
             label = name + ROW_SUFFIXES[fused]
-            models[label] = lambda adaptor=adaptor, fused=fused: Classifier(
-                adaptor, fused=fused, base_channels=args.base_channels)
+            models[label] = lambda adaptor=adaptor, fused=fused: _build(adaptor, fused, args)
     return models
+
+
+def _build(adaptor, fused, args):
+    model = Classifier(adaptor, fused=fused, base_channels=args.base_channels)
+    if fused is False or not getattr(args, 'stand_in_kernels', False):
+        return model
+    return StandInKernels(model, counting_kernels(TritonStepKernels()))
 
 
 def settings_line(args):
@@ -155,6 +192,7 @@ def settings_line(args):
     settings = f'batch={args.batch_size} img={args.img_size}'
     settings += f' base_channels={args.base_channels}' if args.base_channels != 64 else ''
     settings += f' amp={args.amp}' if args.amp else ''
+    settings += ' fused-kernels=stand-ins' if getattr(args, 'stand_in_kernels', False) else ''
     return settings + (' channels_last' if args.channels_last else '')
 
 

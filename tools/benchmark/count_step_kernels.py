@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from mmstiff.apis.benchmark import counting_kernels
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
@@ -46,40 +47,6 @@ NO_KERNEL = frozenset(f'aten::{name}'
                                    'select', 'slice', 'transpose', 'permute', 't', 'detach',
                                    'alias', 'promote_types', 'result_type', 'lift_fresh',
                                    'resolve_conj', 'resolve_neg'))
-
-
-class LaunchRecorder:
-    """A stand-in for a Triton kernel: ``kernel[grid](*args)`` records one ``triton::NAME``
-    profiler event and computes nothing."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __getitem__(self, grid):
-
-        def launch(*args, **kwargs):
-            with torch.profiler.record_function(f'triton::{self.name}'):
-                pass
-
-        return launch
-
-
-def counting_kernels():
-    """The Triton kernel set with :class:`LaunchRecorder` stand-ins (for CPU counts)."""
-    kernels = TritonStepKernels()
-    kernels._pool = LaunchRecorder('pool')
-    kernels._step = LaunchRecorder('step')
-    kernels._backward = LaunchRecorder('step_backward')
-    kernels._measured = LaunchRecorder('measured_step')
-    kernels.phi._forward = LaunchRecorder('phi')
-    kernels.phi._backward = LaunchRecorder('phi_backward')
-    kernels.phi._se_hidden = LaunchRecorder('se_hidden')
-    kernels.phi._se_gate = LaunchRecorder('se_gate')
-    kernels.phi._se_excitation = LaunchRecorder('se_backward_excitation')
-    kernels.phi._se_squeeze = LaunchRecorder('se_backward_squeeze')
-    kernels.fold._forward = LaunchRecorder('fold')
-    kernels.fold._backward = LaunchRecorder('fold_backward')
-    return kernels
 
 
 def _is_top_level_aten(event):
@@ -177,7 +144,7 @@ def main(argv=None):
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
-                with forced_step_kernels(counting_kernels()):
+                with forced_step_kernels(counting_kernels(TritonStepKernels())):
                     fwd, bwd, net, rec = measure(adaptor, True, args, device)
             else:
                 fwd, bwd, net, rec = measure(adaptor, fused, args, device)
