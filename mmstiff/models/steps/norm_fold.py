@@ -1,5 +1,5 @@
-"""The residual branch's last BN folded into the fused step (docs/methods.md §0, "The folded
-norm").
+"""The residual branch's last BN folded into the fused step (docs/methods.md §0, "The branch's
+last BN folded into the step").
 
 A post-activation block ends its branch in a BN: ``f = γ (y − μ) / sqrt(σ² + ε) + β`` of the
 last convolution's output y. Per channel that is an affine map ``f = a ⊙ y + b``, with
@@ -12,7 +12,9 @@ last convolution's output y. Per channel that is an affine map ``f = a ⊙ y + b
 
 f is then neither written nor kept for the backward: the step keeps y, which BN keeps in the
 reference too. Everything here works on (B, C) and (C,) tensors; the passes over full-size
-tensors are the kernel sets' ``moments`` and ``step`` (:mod:`.step_kernels`).
+tensors are the kernel sets' ``moments`` and ``step`` (:mod:`.step_kernels`), and
+:class:`~.fused_step.NormMoments` joins the moments' pass with the (B, C) pass of
+:class:`TorchFoldKernels` (or its Triton twin, :mod:`.triton_fold`).
 """
 import torch
 import torch.nn as nn

@@ -5,6 +5,8 @@ each: ``pool`` reads x_t and f once and writes both (B, C) means; ``step`` write
 ``act(shortcut + Δ ⊙ f)`` (``measured_step``: and the (B, C) sums of squares of the move and of
 x_t, in the same pass); ``step_backward`` reads g (and the output for the ReLU's mask, f for
 Δ's gradient) once and writes the gradients of the shortcut and f and Δ's per-(B, C) sums.
+For the folded BN (:mod:`.norm_fold`) ``moments`` is ``pool`` that also sums y's squares about
+each (b, c)'s first value, and the step kernels apply ``a ⊙ y + b`` as they load y.
 
 Every tensor is addressed as (B, N, C) with its own strides: ``'nchw'`` maps (H, W) to N (both
 the contiguous and the channels-last memory format), ``'nlc'`` is (B, N, C) already. Sums
