@@ -7,7 +7,7 @@ float32; (B, C) tensors contiguous.
 """
 import torch
 
-from .triton_import import HAS_TRITON, tl, triton
+from .triton_import import HAS_TRITON, cdiv, column_blocks, tl, triton
 
 if HAS_TRITON:
 
@@ -97,15 +97,6 @@ if HAS_TRITON:
         tl.store(gib_ptr + cs, tl.sum(g2, axis=0), mask=c_ok)
 
 
-def _next_power_of_2(n):
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def _blocks(batch, channels):
-    block_b = _next_power_of_2(batch)
-    return block_b, max(1, min(_next_power_of_2(channels), 4096 // block_b))
-
-
 class TritonPhiKernels:
     """:class:`~mmstiff.models.steps.stepnet_phi.TorchPhiKernels`'s passes as Triton kernels
     (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
@@ -125,13 +116,15 @@ class TritonPhiKernels:
         step = torch.empty_like(u, dtype=torch.promote_types(u.dtype, weight.dtype))
         mean = torch.empty(channels, dtype=torch.float32, device=u.device)
         rstd = torch.empty_like(mean)
-        block_b, block_c = _blocks(batch, channels)
+        block_b, block_c = column_blocks(batch, channels)
         unbias = batch / (batch - 1) if batch > 1 else 1.0
-        self._forward[(triton.cdiv(channels, block_c), )](
-            u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var, step, mean,
-            rstd, batch, channels, 0.0 if factor is None else float(factor), unbias, float(eps),
-            float(scale), BATCH_STATS=batch_stats, UPDATE=batch_stats and factor is not None,
-            BLOCK_B=block_b, BLOCK_C=block_c)
+        self._forward[(cdiv(channels,
+                            block_c), )](u, p, weight, gamma, beta, ie_weight, ie_bias,
+                                         running_mean, running_var, step, mean, rstd, batch,
+                                         channels, 0.0 if factor is None else float(factor), unbias,
+                                         float(eps), float(scale), BATCH_STATS=batch_stats,
+                                         UPDATE=batch_stats and factor is not None, BLOCK_B=block_b,
+                                         BLOCK_C=block_c)
         return step, mean, rstd
 
     def phi_backward(self, grad, u, p, weight, gamma, beta, ie_weight, ie_bias, mean, rstd,
@@ -141,8 +134,8 @@ class TritonPhiKernels:
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=u.device)
         grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias = (
             torch.empty(channels, dtype=torch.float32, device=u.device) for _ in range(4))
-        block_b, block_c = _blocks(batch, channels)
-        grid = (triton.cdiv(channels, block_c), )
+        block_b, block_c = column_blocks(batch, channels)
+        grid = (cdiv(channels, block_c), )
         grads = grad_u, grad_p, grad_weight, grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias
         self._backward[grid](grad, u, p, weight, gamma,
                              beta, ie_weight, ie_bias, mean, rstd, *grads, batch, channels,

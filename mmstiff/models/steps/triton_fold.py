@@ -9,7 +9,7 @@ gradients of the affine parameters. Sums in float32 whatever the input dtype.
 """
 import torch
 
-from .triton_import import HAS_TRITON, tl, triton
+from .triton_import import HAS_TRITON, cdiv, column_blocks, tl, triton
 
 if HAS_TRITON:
 
@@ -91,15 +91,6 @@ if HAS_TRITON:
             tl.store(gb_ptr + cs, g_d + sum_p, mask=c_ok)
 
 
-def _next_power_of_2(n):
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def _blocks(batch, channels):
-    block_b = _next_power_of_2(batch)
-    return block_b, max(1, min(_next_power_of_2(channels), 4096 // block_b))
-
-
 class TritonFoldKernels:
     """:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s passes as Triton kernels
     (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
@@ -121,8 +112,8 @@ class TritonFoldKernels:
         pooled = torch.empty(batch, channels, dtype=dtype, device=mean.device)
         affine = weight is not None
         update = batch_stats and factor is not None
-        block_b, block_c = _blocks(batch, channels)
-        self._forward[(triton.cdiv(channels, block_c), )](
+        block_b, block_c = column_blocks(batch, channels)
+        self._forward[(cdiv(channels, block_c), )](
             mean, var, weight if affine else mean, bias if affine else mean,
             running_mean if running_mean is not None else mean,
             running_var if running_var is not None else mean, scale, shift, pooled, mu, rstd, batch,
@@ -140,16 +131,15 @@ class TritonFoldKernels:
         affine = weight is not None
         grad_weight = torch.empty(channels, **f32) if affine else None
         grad_bias = torch.empty(channels, **f32) if affine else None
-        block_b, block_c = _blocks(batch, channels)
-        self._backward[(triton.cdiv(channels,
-                                    block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
-                                                 grad_pooled.contiguous(), mean,
-                                                 weight if affine else mu, mu, rstd, base,
-                                                 base if slope is None else slope,
-                                                 grad_weight if affine else mu,
-                                                 grad_bias if affine else mu, batch, channels,
-                                                 float(inv_n), BATCH_STATS=batch_stats,
-                                                 AFFINE=affine, BLOCK_B=block_b, BLOCK_C=block_c)
+        block_b, block_c = column_blocks(batch, channels)
+        self._backward[(cdiv(channels,
+                             block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
+                                          grad_pooled.contiguous(), mean, weight if affine else mu,
+                                          mu, rstd, base, base if slope is None else slope,
+                                          grad_weight if affine else mu,
+                                          grad_bias if affine else mu, batch, channels,
+                                          float(inv_n), BATCH_STATS=batch_stats, AFFINE=affine,
+                                          BLOCK_B=block_b, BLOCK_C=block_c)
         if affine:
             grad_weight, grad_bias = (
                 g if g.dtype == weight.dtype else g.to(weight.dtype)

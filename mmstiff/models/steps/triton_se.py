@@ -12,7 +12,7 @@ Products in float32 (``input_precision='ieee'``: no TF32); (B, C) tensors contig
 """
 import torch
 
-from .triton_import import HAS_TRITON, tl, triton
+from .triton_import import HAS_TRITON, cdiv, tl, triton
 
 if HAS_TRITON:
 
@@ -134,18 +134,17 @@ class TritonSEPhiKernels:
         p = p if p.is_contiguous() else p.contiguous()
         step = torch.empty_like(p, dtype=torch.promote_types(p.dtype, w2.dtype))
         hidden = torch.empty(batch, squeeze, dtype=torch.float32, device=p.device)
-        rows = triton.cdiv(batch, FORWARD_BLOCK_B)
-        self._se_hidden[(rows, triton.cdiv(squeeze,
-                                           FORWARD_BLOCK_S))](p, w1, b1, hidden, batch, channels,
-                                                              squeeze, BLOCK_B=FORWARD_BLOCK_B,
-                                                              BLOCK_S=FORWARD_BLOCK_S,
-                                                              BLOCK_C=FORWARD_BLOCK_C)
+        rows = cdiv(batch, FORWARD_BLOCK_B)
+        self._se_hidden[(rows, cdiv(squeeze, FORWARD_BLOCK_S))](p, w1, b1, hidden, batch, channels,
+                                                                squeeze, BLOCK_B=FORWARD_BLOCK_B,
+                                                                BLOCK_S=FORWARD_BLOCK_S,
+                                                                BLOCK_C=FORWARD_BLOCK_C)
         block_s = _dot_block(squeeze)
         block_c = max(16, min(FORWARD_BLOCK_C, 8192 // block_s))
-        self._se_gate[(rows, triton.cdiv(channels,
-                                         block_c))](hidden, w2, b2, step, batch, channels, squeeze,
-                                                    float(scale), BLOCK_B=FORWARD_BLOCK_B,
-                                                    BLOCK_S=block_s, BLOCK_C=block_c)
+        self._se_gate[(rows, cdiv(channels,
+                                  block_c))](hidden, w2, b2, step, batch, channels, squeeze,
+                                             float(scale), BLOCK_B=FORWARD_BLOCK_B, BLOCK_S=block_s,
+                                             BLOCK_C=block_c)
         return step, hidden
 
     def se_backward(self, grad, p, hidden, step, w1, w2, scale):
@@ -153,7 +152,7 @@ class TritonSEPhiKernels:
         squeeze = w1.shape[0]
         block_b, block_s = _dot_block(batch), _dot_block(squeeze)
         block_c = max(16, min(_dot_block(channels), 8192 // max(block_b, block_s)))
-        shares = triton.cdiv(channels, block_c)
+        shares = cdiv(channels, block_c)
         f32 = dict(dtype=torch.float32, device=p.device)
         grad_w2, grad_b2 = torch.empty(channels, squeeze, **f32), torch.empty(channels, **f32)
         grad_hidden = torch.empty(shares, batch, squeeze, **f32)

@@ -19,7 +19,7 @@ import torch
 from .step_kernels import state_dtype
 from .triton_adaptor import TritonPhiKernels
 from .triton_fold import TritonFoldKernels
-from .triton_import import HAS_TRITON, tl, triton
+from .triton_import import HAS_TRITON, cdiv, next_power_of_2, tl, triton
 from .triton_se import TritonSEPhiKernels
 
 
@@ -194,10 +194,6 @@ if HAS_TRITON:
                 tl.store(gs_ptr + b * C + cs, s_gy.to(gs_ptr.dtype.element_ty), mask=c_ok)
 
 
-def _next_power_of_2(n):
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def as_bnc(x, layout):
     """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
 
@@ -220,10 +216,10 @@ def as_bnc(x, layout):
 def _blocks(n, c, stride_n, stride_c):
     """Tile sizes (BLOCK_N, BLOCK_C): long along the axis that is contiguous in memory."""
     if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
-        block_c = min(64, _next_power_of_2(c))
-        return min(_next_power_of_2(n), 4096 // block_c), block_c
-    block_n = min(1024, _next_power_of_2(n))
-    return block_n, max(1, min(_next_power_of_2(c), 2048 // block_n))
+        block_c = min(64, next_power_of_2(c))
+        return min(next_power_of_2(n), 4096 // block_c), block_c
+    block_n = min(1024, next_power_of_2(n))
+    return block_n, max(1, min(next_power_of_2(c), 2048 // block_n))
 
 
 class TritonStepKernels:
@@ -255,10 +251,9 @@ class TritonStepKernels:
         fv = torch.empty_like(fm) if moments else None
         xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
         block_n, block_c = _blocks(n, c, sf[1], sf[2])
-        self._pool[(batch, triton.cdiv(c,
-                                       block_c))](x, f, xm, fm, fm if fv is None else fv, n, c, *sx,
-                                                  *sf, 1.0 / n, POOL_X=state is not None,
-                                                  MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
+        self._pool[(batch, cdiv(c, block_c))](x, f, xm, fm, fm if fv is None else fv, n, c, *sx,
+                                              *sf, 1.0 / n, POOL_X=state is not None,
+                                              MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
         return (None if state is None else xm), fm, fv
 
     def step(self, shortcut, step, f, relu, layout, norm=None):
@@ -270,7 +265,7 @@ class TritonStepKernels:
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
         a, d = (s, s) if norm is None else norm
-        grid = (batch, triton.cdiv(c, block_c), triton.cdiv(n, block_n))
+        grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
         self._step[grid](x, s, f, a, d, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None,
                          RELU=relu, HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c)
         return out
@@ -286,11 +281,10 @@ class TritonStepKernels:
         block_n, block_c = _blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
         a, d = (s, s) if norm is None else norm
-        self._measured[(batch, triton.cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c,
-                                                         *sx, *sf, *so, HAS_STEP=step is not None,
-                                                         RELU=relu, STATE_RELU=state_relu,
-                                                         HAS_NORM=norm is not None, BLOCK_N=block_n,
-                                                         BLOCK_C=block_c)
+        self._measured[(batch, cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c, *sx, *sf,
+                                                  *so, HAS_STEP=step is not None, RELU=relu,
+                                                  STATE_RELU=state_relu, HAS_NORM=norm is not None,
+                                                  BLOCK_N=block_n, BLOCK_C=block_c)
         return out, moved, state
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad, norm=None):
@@ -316,12 +310,11 @@ class TritonStepKernels:
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
         written = s if grad_step is None else grad_step
         pa, pd = (written, written) if parts is None else parts
-        self._backward[(batch, triton.cdiv(c,
-                                           block_c))](g, like, f, s, a, d, grad_x, grad_f, written,
-                                                      pa, pd, n, c, *sg, *so, *sf, HAS_STEP=step
-                                                      is not None, RELU=relu,
-                                                      STEP_GRAD=need_step_grad, HAS_NORM=norm
-                                                      is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+        self._backward[(batch, cdiv(c,
+                                    block_c))](g, like, f, s, a, d, grad_x, grad_f, written, pa, pd,
+                                               n, c, *sg, *so, *sf, HAS_STEP=step is not None,
+                                               RELU=relu, STEP_GRAD=need_step_grad, HAS_NORM=norm
+                                               is not None, BLOCK_N=block_n, BLOCK_C=block_c)
         if norm is None:
             return grad_x, grad_f, grad_step
         return grad_x, grad_f, None if parts is None else (grad_step, *parts)
