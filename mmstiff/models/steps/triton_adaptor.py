@@ -7,7 +7,7 @@ float32; (B, C) tensors contiguous.
 """
 import torch
 
-from .triton_import import HAS_TRITON, cdiv, column_blocks, tl, triton
+from .triton_import import HAS_TRITON, ColumnKernels, cdiv, column_blocks, column_tile, tl, triton
 
 if HAS_TRITON:
 
@@ -24,10 +24,7 @@ if HAS_TRITON:
                             d_ptr, mean_ptr, rstd_ptr, B, C, factor, unbias, eps, scale,
                             BATCH_STATS: tl.constexpr, UPDATE: tl.constexpr, BLOCK_B: tl.constexpr,
                             BLOCK_C: tl.constexpr):
-        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        c_ok = cs < C
-        ok = (bs < B)[:, None] & c_ok[None, :]
+        cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
         u = _column(u_ptr, bs, cs, ok, C)
         p = _column(p_ptr, bs, cs, ok, C)
         w0 = tl.load(w_ptr + 2 * cs, mask=c_ok, other=0.0).to(tl.float32)
@@ -59,10 +56,7 @@ if HAS_TRITON:
                              rstd_ptr, gu_ptr, gp_ptr, gw_ptr, gg_ptr, gb_ptr, giw_ptr, gib_ptr, B,
                              C, scale, BATCH_STATS: tl.constexpr, BLOCK_B: tl.constexpr,
                              BLOCK_C: tl.constexpr):
-        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        c_ok = cs < C
-        ok = (bs < B)[:, None] & c_ok[None, :]
+        cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
         at = bs[:, None] * C + cs[None, :]
         grad = _column(gd_ptr, bs, cs, ok, C)
         u = _column(u_ptr, bs, cs, ok, C)
@@ -97,16 +91,13 @@ if HAS_TRITON:
         tl.store(gib_ptr + cs, tl.sum(g2, axis=0), mask=c_ok)
 
 
-class TritonPhiKernels:
+class TritonPhiKernels(ColumnKernels):
     """:class:`~mmstiff.models.steps.stepnet_phi.TorchPhiKernels`'s passes as Triton kernels
-    (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
-
-    #: the largest batch one program holds (larger batches take the adaptor's modules)
-    MAX_BATCH = 4096
+    (one launch each; a batch of up to :attr:`MAX_BATCH` samples; larger batches take the
+    adaptor's modules)."""
 
     def __init__(self):
-        if not HAS_TRITON:
-            raise RuntimeError('TritonPhiKernels needs triton, which is not installed')
+        super().__init__()
         self._forward, self._backward = _phi_forward_kernel, _phi_backward_kernel
 
     def phi_forward(self, u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var,

@@ -9,7 +9,7 @@ gradients of the affine parameters. Sums in float32 whatever the input dtype.
 """
 import torch
 
-from .triton_import import HAS_TRITON, cdiv, column_blocks, tl, triton
+from .triton_import import HAS_TRITON, ColumnKernels, cdiv, column_blocks, column_tile, tl, triton
 
 if HAS_TRITON:
 
@@ -18,10 +18,7 @@ if HAS_TRITON:
                              mu_ptr, r_ptr, B, C, factor, unbias, eps, BATCH_STATS: tl.constexpr,
                              UPDATE: tl.constexpr, AFFINE: tl.constexpr, BLOCK_B: tl.constexpr,
                              BLOCK_C: tl.constexpr):
-        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        c_ok = cs < C
-        ok = (bs < B)[:, None] & c_ok[None, :]
+        cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
         at = bs[:, None] * C + cs[None, :]
         m = tl.load(m_ptr + at, mask=ok, other=0.0).to(tl.float32)
         if BATCH_STATS:
@@ -58,10 +55,7 @@ if HAS_TRITON:
                               AFFINE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
         # y's gradient through its (b, c) moments is c0 + c1 y: c1 = 2 ∂L/∂v / N,
         # c0 = ∂L/∂m / N − c1 m (N the values per (b, c), inv_n = 1 / N)
-        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-        bs = tl.arange(0, BLOCK_B)
-        c_ok = cs < C
-        ok = (bs < B)[:, None] & c_ok[None, :]
+        cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
         at = bs[:, None] * C + cs[None, :]
         g_p = tl.load(gp_ptr + at, mask=ok, other=0.0).to(tl.float32)
         g_a = tl.load(ga_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
@@ -91,16 +85,12 @@ if HAS_TRITON:
             tl.store(gb_ptr + cs, g_d + sum_p, mask=c_ok)
 
 
-class TritonFoldKernels:
+class TritonFoldKernels(ColumnKernels):
     """:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s passes as Triton kernels
     (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
 
-    #: the largest batch one program holds (larger batches take the PyTorch passes)
-    MAX_BATCH = 4096
-
     def __init__(self):
-        if not HAS_TRITON:
-            raise RuntimeError('TritonFoldKernels needs triton, which is not installed')
+        super().__init__()
         self._forward, self._backward = _fold_forward_kernel, _fold_backward_kernel
 
     def fold_forward(self, mean, var, weight, bias, running_mean, running_var, batch_stats, factor,

@@ -10,6 +10,19 @@ except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
 #: whether Triton is importable (the fused kernels can run on CUDA)
 HAS_TRITON = triton is not None
 
+if HAS_TRITON:
+
+    @triton.jit
+    def column_tile(B, C, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
+        """``(cs, bs, c_ok, ok)``: this program's block of channels and the whole batch's rows
+        of a (B, C) tensor, the channels' mask and the tile's (:func:`column_blocks`)."""
+        cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        bs = tl.arange(0, BLOCK_B)
+        c_ok = cs < C
+        return cs, bs, c_ok, (bs < B)[:, None] & c_ok[None, :]
+else:  # pragma: no cover - triton ships with CUDA builds of torch
+    column_tile = None
+
 
 def cdiv(a, b):
     """``ceil(a / b)`` for the launch grids, in plain Python: ``triton.cdiv`` is a
@@ -27,3 +40,15 @@ def column_blocks(batch, channels):
     (about 4096 values): the (B, C) passes of the adaptors and of the folded BN."""
     block_b = next_power_of_2(batch)
     return block_b, max(1, min(next_power_of_2(channels), 4096 // block_b))
+
+
+class ColumnKernels:
+    """Base of the Triton kernel sets of (B, C) passes whose programs each hold a block of
+    channels over the whole batch (:func:`column_blocks`); refuses to build without Triton."""
+
+    #: the largest batch one program holds (larger batches take the PyTorch passes or modules)
+    MAX_BATCH = 4096
+
+    def __init__(self):
+        if not HAS_TRITON:
+            raise RuntimeError(f'{type(self).__name__} needs triton, which is not installed')
