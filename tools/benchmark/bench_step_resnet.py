@@ -79,9 +79,10 @@ class Classifier(nn.Module):
         unfolded = fused == 'unfolded'
         self.backbone = StepResNet(50, adaptor=adaptor, fused=True if unfolded else fused,
                                    base_channels=base_channels, stem_channels=base_channels)
-        for block in self.backbone.modules():
-            if unfolded and hasattr(type(block), 'fold_norm'):
-                block.fold_norm = False
+        if unfolded:
+            for block in self.backbone.modules():
+                if hasattr(type(block), 'fold_norm'):
+                    block.fold_norm = False
         self.head = nn.Linear(self.backbone.feat_dim, num_classes)
 
     def forward(self, x):

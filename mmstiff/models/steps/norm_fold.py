@@ -23,21 +23,26 @@ from .step_kernels import wide
 from .stepnet_phi import hooked, phi_factor
 
 
+def uses_batch_statistics(norm):
+    """Whether ``norm`` normalises with the batch's statistics (in training, or without running
+    statistics), as ``_BatchNorm.forward`` decides."""
+    return norm.training or (norm.running_mean is None and norm.running_var is None)
+
+
 def foldable_norm(norm, y):
     """Whether the fused step can take over ``norm`` on the branch output ``y``: an
     ``nn.BatchNorm2d`` (not a subclass such as SyncBN) without hooks, and not a batch with one
     value per channel in training (which BN refuses; the module then raises its own error)."""
     if type(norm) is not nn.BatchNorm2d or hooked(norm):
         return False
-    batch_stats = norm.training or (norm.running_mean is None and norm.running_var is None)
-    return not batch_stats or y.numel() > y.shape[1]
+    return not uses_batch_statistics(norm) or y.numel() > y.shape[1]
 
 
 def norm_mode(norm):
     """``(batch_stats, factor)``: whether ``norm`` normalises with the batch's statistics, and
     the blend factor of its running statistics for this call (None: not updated), counting the
     call in ``num_batches_tracked`` as ``_BatchNorm.forward`` does."""
-    batch_stats = norm.training or (norm.running_mean is None and norm.running_var is None)
+    batch_stats = uses_batch_statistics(norm)
     if not (norm.training and norm.track_running_stats):
         return batch_stats, None
     return batch_stats, phi_factor(norm)

@@ -14,7 +14,8 @@ reads and writes the full-size tensors in three places only:
   trajectory recorder reads instead of its own passes over the states;
 * ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
-  under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y) and the sums ``(Σ g' ⊙ y, Σ g')``.
+  under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y), Δ's gradient ``a Σ g' ⊙ y + b Σ g'``
+  and the per-sample parts ``Δ Σ g' ⊙ y``, ``Δ Σ g'`` of a's and b's (:func:`folded_grads`).
 
 Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
 kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
