@@ -227,3 +227,40 @@ def test_autocast_keeps_the_residual_stream_in_half_precision(name, fused):
             reference_error = (a.float() - exact).abs().max().item()
             fused_error = (b.float() - exact).abs().max().item()
             assert fused_error <= 1.25 * reference_error + 1e-3, (fused_error, reference_error)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['resnet18-stepnet', 'resnet50-se'])
+def test_compiled_fused_backbone_is_one_graph_equal_to_the_reference(name, monkeypatch):
+    """Inside ``torch.compile`` ``fused=True`` is the fused step on PyTorch's passes, the
+    branch's last BN folded: one graph (``fullgraph``), forward and backward traced through
+    the autograd Functions, equal to the eager reference."""
+    import torch._dynamo
+
+    from mmstiff.models.steps import fused_step
+    folded = []
+
+    def counted(*args, **kwargs):
+        folded.append(args[0])
+        return fused_step.folded_step.__wrapped__(*args, **kwargs)
+
+    counted.__wrapped__ = fused_step.folded_step
+    monkeypatch.setattr(fused_step, 'folded_step', counted)
+    reference, fused, size = _pair(name)
+    images = torch.randn(2, 3, size, size, dtype=DTYPE)
+    ref = _forward_backward(reference, images)
+    torch._dynamo.reset()
+    compiled = torch.compile(fused, backend='aot_eager', fullgraph=True)
+    got = _forward_backward(compiled, images)
+    torch._dynamo.reset()
+    blocks = [m for m in fused.modules() if hasattr(type(m), 'fold_norm')]
+    assert len(folded) == len(blocks)  # every block's step folded its BN while traced
+    for a, b in zip(ref[0], got[0]):
+        torch.testing.assert_close(b, a, rtol=1e-7, atol=1e-9)
+    assert set(got[1]) == {f'_orig_mod.{key}' for key in ref[1]}
+    for key, value in ref[1].items():
+        torch.testing.assert_close(got[1][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9,
+                                   msg=key)
+    for key, value in ref[2].items():  # the running statistics moved alike
+        torch.testing.assert_close(got[2][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9,
+                                   msg=key)

@@ -11,8 +11,9 @@
 #   and bf16), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at
 #   224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128),
 #   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
-#   comparisons with torch.compile-d models (DeiT-S: AttnScale and FeatScale), the ResNet-50
-#   comparison compiled with CUDA graphs (mode reduce-overhead) and the hooks at their defaults
+#   comparisons with torch.compile-d models (ResNet-50: the reference and the fused step, each
+#   compiled; DeiT-S: AttnScale and FeatScale), the ResNet-50 comparison compiled with CUDA
+#   graphs (mode reduce-overhead; the reference and the fused step) and the hooks at their defaults
 #   on a compiled ResNet-50, then `pytest -m cuda tests/cuda`. On one H200 the two fp32 and
 #   bf16 ResNet-50 comparisons take about 3 minutes, the CUDA tests more than 5.
 # --device cpu: the same on the CPU at the benchmarks' CPU defaults (long: hours on 2 cores);
@@ -137,10 +138,10 @@ add hooks_vit_defaults "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${h
   "${defaults[@]}"
 if [[ $compiled -eq 1 ]]; then
   add bench_step_resnet_compiled "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
-    --compile
+    --compile --fused both
   if [[ $device == cuda ]]; then
     add bench_step_resnet_cudagraphs "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
-      --compile --compile-mode reduce-overhead
+      --compile --compile-mode reduce-overhead --fused both
   fi
   add bench_vit_compiled "$PYTHON" $bench/bench_vit.py "${vit[@]}" --compile \
     --variants attnscale featscale

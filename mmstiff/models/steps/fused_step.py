@@ -24,9 +24,11 @@ per-sample moments in pass 1, the BN's statistics and ``f = a ⊙ y + b`` come f
 The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
 ``fused`` selects the path: True, False (the reference) or ``'auto'``, the path measured
 faster on the device: the reference on the CPU and on CUDA alike today (docs/benchmarks.md, "The
-fused residual step": on an H200 the Triton step is slower than the reference). A compiled
-model (``torch.compile``) takes the reference, which the compiler fuses itself.
+fused residual step": on an H200 the Triton step is slower than the reference). Inside
+``torch.compile`` the fused step is PyTorch's passes, compiled with the model into the
+compiler's own kernels (``'auto'``: the reference, which the compiler fuses too).
 """
+import math
 from contextlib import contextmanager
 
 import torch
@@ -61,12 +63,15 @@ def step_kernels(x, fused):
 
     True: Triton's on CUDA (with Triton installed), PyTorch's elsewhere; ``'auto'``: the path
     measured faster on ``x``'s device, which is the reference (None) on every device so far
-    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False, or
-    inside ``torch.compile``: None. Inside :func:`forced_step_kernels`, ``'auto'`` and True
-    take the kernels given there.
+    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False:
+    None. Inside :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
+    Inside ``torch.compile``, True takes PyTorch's passes, which the compiler turns into its own
+    kernels (the folded BN included), and ``'auto'`` the reference.
     """
-    if fused is False or torch.compiler.is_compiling():
+    if fused is False:
         return None
+    if torch.compiler.is_compiling():
+        return TorchStepKernels if fused is True else None
     if _FORCED:
         return _FORCED[-1]
     if fused != 'auto' and x.is_cuda and HAS_TRITON:
@@ -119,11 +124,8 @@ class PoolStates(torch.autograd.Function):
 
 def _spread(grad, shape, layout):
     """The gradient of a mean: ``grad / N`` broadcast over the pooled axes (a view)."""
-    count = shape[1] if layout == 'nlc' else shape[2] * shape[3]
-    small = grad * (1.0 / count)
-    if layout == 'nlc':
-        return small.view(shape[0], 1, shape[2]).expand(shape)
-    return small.view(shape[0], shape[1], 1, 1).expand(shape)
+    count = shape[1] if layout == 'nlc' else math.prod(shape[2:])
+    return broadcast_step(grad * (1.0 / count), shape, layout).expand(shape)
 
 
 class NormMoments(torch.autograd.Function):

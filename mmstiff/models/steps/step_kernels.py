@@ -60,10 +60,12 @@ def folded_grads(step, scale, shift, s_gy, s_g):
 
 
 def broadcast_step(step, like, layout):
-    """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
+    """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout`` (a
+    tensor or its shape)."""
     if layout == 'nlc':
         return step.view(step.shape[0], 1, step.shape[1])
-    return step.view(step.shape[0], step.shape[1], *([1] * (like.dim() - 2)))
+    rank = like.dim() if torch.is_tensor(like) else len(like)
+    return step.view(step.shape[0], step.shape[1], *([1] * (rank - 2)))
 
 
 def broadcast_channels(values, like, layout):
