@@ -20,22 +20,29 @@ class ScratchBuffer:
 
     def __init__(self):
         self._flat = None
+        self._last = None  # (shape, device, view) of the last request
 
     def take(self, shape, device):
-        """A float32 view of ``shape`` on ``device``; its values are undefined."""
+        """A float32 view of ``shape`` on ``device``; its values are undefined. A request like
+        the last one gets the same view (the blocks of a stage ask for one shape in turn)."""
+        last = self._last
+        if last is not None and last[0] == shape and last[1] == device:
+            return last[2]
         numel = 1
         for size in shape:
             numel *= size
         flat = self._flat
         if (flat is None or flat.device != device or flat.numel() < numel
                 or flat.numel() > 2 * numel):
-            self._flat = flat = None  # the old buffer is freed before the new one is made
+            self._flat = flat = self._last = None  # the old buffer freed before the new one
             self._flat = flat = torch.empty(numel, dtype=torch.float32, device=device)
-        return flat[:numel].view(shape)
+        view = flat[:numel].view(shape)
+        self._last = shape, device, view
+        return view
 
     def release(self):
         """Free the buffer (the next :meth:`take` makes a new one)."""
-        self._flat = None
+        self._flat = self._last = None
 
     @property
     def nbytes(self):

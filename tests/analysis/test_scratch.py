@@ -36,6 +36,24 @@ def test_buffer_grows_and_shrinks_with_the_states():
     assert scratch.nbytes == 0
 
 
+def test_a_request_like_the_last_gets_the_same_view():
+    scratch = ScratchBuffer()
+    cpu = torch.device('cpu')
+    first = scratch.take(torch.Size((2, 8, 4, 4)), cpu)
+    assert scratch.take((2, 8, 4, 4), cpu) is first  # a tuple equal to the Size
+    other = scratch.take((2, 4, 4, 4), cpu)  # another shape: a new view of the same buffer
+    assert other.shape == (2, 4, 4, 4) and other.data_ptr() == first.data_ptr()
+    again = scratch.take((2, 8, 4, 4), cpu)
+    assert again is not first and again.shape == (2, 8, 4, 4)
+    # another device: a buffer there, not the last view
+    meta = scratch.take((2, 8, 4, 4), torch.device('meta'))
+    assert meta.device.type == 'meta' and meta.shape == (2, 8, 4, 4)
+    assert scratch.take((2, 8, 4, 4), cpu).device == cpu
+    scratch.release()
+    assert scratch.nbytes == 0
+    assert scratch.take((2, 8, 4, 4), cpu) is not again  # released: made anew
+
+
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('step_kind',
                          ['none', 'scalar', 'per_sample', 'per_channel', 'per_element'])

@@ -78,6 +78,27 @@ def test_nsi_checks_shapes_and_step_type():
             torch.ones(2, 2, 1, 1), torch.ones(2, 2, 1, 1), torch.ones(1, 3, 1, 1))
 
 
+def test_step_shape_check_follows_torch_broadcasting():
+    """The step's shape check (plain Python) agrees with ``torch.broadcast_shapes``: a shape
+    passes exactly when broadcasting it against the states leaves their shape."""
+    from mmstiff.analysis.stiffness import _broadcasts_to
+
+    def torch_rule(shape, target):
+        try:
+            return torch.broadcast_shapes(shape, target) == target
+        except RuntimeError:
+            return False
+
+    target = (2, 3, 4, 5)
+    shapes = [(), (1, ), (5, ), (4, 5), (4, 1), (3, 1, 1), (2, 3, 1, 1), (1, 3, 1, 1), (2, 1, 1, 1),
+              (2, 3, 4, 5), (3, ), (2, 3, 4, 1), (2, 3, 1, 5), (1, 2, 3, 4, 5), (2, 2, 4, 5),
+              (2, 3, 4, 6), (6, ), (0, ), (2, 3, 4, 5, 1)]
+    verdicts = {shape: _broadcasts_to(shape, target) for shape in shapes}
+    assert verdicts == {shape: torch_rule(shape, target) for shape in shapes}
+    assert sum(verdicts.values()) == 12  # both outcomes exercised
+    assert _broadcasts_to(torch.Size((2, 1, 1, 1)), torch.Size(target))
+
+
 def test_mean_step_size():
     assert torch.equal(mean_step_size(0.25, 3), torch.full((3, ), 0.25))
     step = torch.tensor([[0.2, 0.4], [0.6, 1.0]]).reshape(2, 2, 1, 1)
