@@ -259,8 +259,6 @@ def test_compiled_fused_backbone_is_one_graph_equal_to_the_reference(name, monke
         torch.testing.assert_close(b, a, rtol=1e-7, atol=1e-9)
     assert set(got[1]) == {f'_orig_mod.{key}' for key in ref[1]}
     for key, value in ref[1].items():
-        torch.testing.assert_close(got[1][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9,
-                                   msg=key)
+        torch.testing.assert_close(got[1][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9, msg=key)
     for key, value in ref[2].items():  # the running statistics moved alike
-        torch.testing.assert_close(got[2][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9,
-                                   msg=key)
+        torch.testing.assert_close(got[2][f'_orig_mod.{key}'], value, rtol=1e-7, atol=1e-9, msg=key)
