@@ -277,7 +277,7 @@ class TrajectoryRecorder(RecorderBase):
             x = x.detach()
             return x if n is None else x[:n]
 
-        sums_steps, state_act = self._sums_request(kind, taps)
+        sums_steps, state_act = self._sums_request(block, kind, taps)
         if shortcut is None and norm is None and not taps.step_sources and not sums_steps:
             # a plain block: its forward hook sees the input too, no per-call scratch space
             # (and one module hook fewer for the forward pass to dispatch)
@@ -350,10 +350,12 @@ class TrajectoryRecorder(RecorderBase):
             add(source, False, on_step)
         return hooks
 
-    def _sums_request(self, kind, taps):
+    def _sums_request(self, block, kind, taps):
         """``(steps, state_act)``: how many fused steps of a block give the sums of its
-        records (0: none asked for) and whether its ``x_t`` is the ReLU of the shortcut."""
-        if not self.step_sums:
+        records (0: none asked for) and whether its ``x_t`` is the ReLU of the shortcut. Only
+        mmstiff's step blocks (a class with a ``fused`` switch) run a fused step: an upstream
+        block is recorded without a request, one module hook fewer where it has no shortcut."""
+        if not self.step_sums or not hasattr(type(block), 'fused'):
             return 0, False
         if kind == 'transformer':
             return (2 if self.level in ('branch', 'both') else 0), False

@@ -111,6 +111,42 @@ def test_recorder_without_step_sums_asks_for_none_and_block_level_layers_get_non
         assert recorder.outputs and all(c[0].sums is None for c in recorder.outputs.values())
 
 
+def test_upstream_blocks_are_recorded_without_a_sums_request():
+    """mmpretrain's blocks run no fused step: a recorder asking for sums records them as
+    without (one forward hook on a block without a projection), where mmstiff's blocks of the
+    same network get the request's pre-hook."""
+    from mmpretrain.models.backbones import ResNet
+    torch.manual_seed(0)
+    upstream = ResNet(depth=18, base_channels=8, stem_channels=8)
+    ours = StepResNet(18, base_channels=8, stem_channels=8)
+    ours.load_state_dict(upstream.state_dict())
+    images = torch.randn(2, 3, 32, 32)
+    outputs = {}
+    for label, net in (('upstream', upstream), ('ours', ours)):
+        net.train()
+        for step_sums in (False, True):
+            recorder = TrajectoryRecorder(net, step_sums=step_sums)
+            blocks = [m for m in net.modules() if type(m).__name__.endswith('BasicBlock')]
+            with torch.no_grad(), recorder:
+                pre_hooked = [bool(b._forward_pre_hooks) for b in blocks]
+                net(images)
+            assert len(blocks) == 8
+            if label == 'upstream' or not step_sums:  # only the projection blocks (3 of 8)
+                assert sum(pre_hooked) == 3
+            else:
+                assert all(pre_hooked)
+            outputs[label, step_sums] = recorder.outputs
+    # the same records every way (mmstiff's reference step gives no sums either)
+    reference = outputs['upstream', False]
+    for got in outputs.values():
+        assert list(got) == list(reference)
+        for name, calls in reference.items():
+            record, expected = got[name][0], calls[0]
+            assert record.sums is None and record.step is None and expected.step is None
+            torch.testing.assert_close(record.x_t, expected.x_t, msg=name)
+            torch.testing.assert_close(record.x_next, expected.x_next, msg=name)
+
+
 @pytest.mark.parametrize('layout, shape', [('nchw', (3, 4, 5, 2)), ('nlc', (3, 6, 4))])
 @pytest.mark.parametrize('relu, state_relu', [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
