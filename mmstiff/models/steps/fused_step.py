@@ -66,7 +66,7 @@ def step_kernels(x, fused):
     (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False:
     None. Inside :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
     Inside ``torch.compile``, True takes PyTorch's passes, which the compiler turns into its own
-    kernels (the folded BN included), and ``'auto'`` the reference.
+    kernels (the folded BN included), and ``'auto'`` the reference, forced kernels or not.
     """
     if fused is False:
         return None
