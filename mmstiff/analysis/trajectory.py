@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
-from mmstiff.utils.step_sums import StepSums, close_step_sums, open_step_sums
+from mmstiff.utils.step_sums import StepSums, close_step_sums, is_step_block, open_step_sums
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
 
 LEVELS = ('block', 'branch', 'both')
@@ -353,9 +353,9 @@ class TrajectoryRecorder(RecorderBase):
     def _sums_request(self, block, kind, taps):
         """``(steps, state_act)``: how many fused steps of a block give the sums of its
         records (0: none asked for) and whether its ``x_t`` is the ReLU of the shortcut. Only
-        mmstiff's step blocks (a class with a ``fused`` switch) run a fused step: an upstream
-        block is recorded without a request, one module hook fewer where it has no shortcut."""
-        if not self.step_sums or not hasattr(type(block), 'fused'):
+        mmstiff's step blocks run a fused step: an upstream block is recorded without a
+        request, one module hook fewer where it has no shortcut."""
+        if not self.step_sums or not is_step_block(block):
             return 0, False
         if kind == 'transformer':
             return (2 if self.level in ('branch', 'both') else 0), False

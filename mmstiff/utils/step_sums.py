@@ -13,6 +13,12 @@ from typing import NamedTuple
 import torch
 
 
+def is_step_block(module):
+    """Whether ``module`` is one of mmstiff's step blocks, which can run the fused step: its
+    class has a ``fused`` switch (an upstream block has none, and gives no sums)."""
+    return hasattr(type(module), 'fused')
+
+
 class StepSums(NamedTuple):
     """Per-(sample, channel) sums of squares over the pooled axes of one step.
 

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from mmstiff.utils.step_sums import StepSums, open_requests
+from mmstiff.utils.step_sums import StepSums, is_step_block, open_requests
 from .base import apply_step
 from .norm_fold import fold_kernels, foldable_norm, norm_mode
 from .step_kernels import TorchStepKernels, broadcast_step
@@ -94,11 +94,11 @@ def forced_step_kernels(kernels):
 
 
 def set_fused(module, fused):
-    """Give every step block of ``module`` (each module whose class has a ``fused`` attribute)
+    """Give every step block of ``module`` (:func:`~mmstiff.utils.step_sums.is_step_block`)
     the choice ``fused`` (checked by :func:`check_fused`)."""
     check_fused(fused)
     for m in module.modules():
-        if hasattr(type(m), 'fused'):
+        if is_step_block(m):
             m.fused = fused
     return module
 
