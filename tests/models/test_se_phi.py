@@ -2,7 +2,9 @@
 
 The PyTorch passes (the reference of the Triton kernels, tests/models/test_triton_step.py) give
 the adaptor's Δ and every gradient of its own modules, the hand-written backward passes
-``gradcheck``, and where :func:`se_phi_mode` refuses, the modules run.
+``gradcheck``, and where :func:`se_phi_mode` refuses, the modules run. Outside a fused step the
+two matrix products of :func:`se_excitation` give what the units give, and hooked or other
+units are called.
 """
 import copy
 
@@ -12,7 +14,7 @@ import torch.nn as nn
 from fused_backbone_pair import backbone_pair  # tests/
 
 from mmstiff.models.steps import SEAdaptor
-from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, se_phi_mode
+from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, plain_units, se_phi_mode
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import TorchPhiKernels, phi_kernels_in
 
@@ -27,10 +29,15 @@ def _adaptor(channels=32, start='paper', **kwargs):
 
 
 def _run(adaptor, kernels, p):
-    """Δ and the gradients of (p, parameters) under a weighted sum of Δ."""
+    """Δ and the gradients of (p, parameters) under a weighted sum of Δ; ``kernels`` 'units':
+    Δ from calling the adaptor's two units on ``p`` as a (B, C, 1, 1) map."""
     p = p.clone().requires_grad_()
-    with phi_kernels_in(kernels):
-        step = adaptor.step_from_pooled(None, p)
+    if kernels == 'units':
+        step = adaptor.conv2(adaptor.conv1(p[:, :, None, None])) * adaptor.step_scale
+        step = step.view(-1, 1, adaptor.channels) if adaptor.layout == 'nlc' else step
+    else:
+        with phi_kernels_in(kernels):
+            step = adaptor.step_from_pooled(None, p)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     return [step, *torch.autograd.grad((step * weights).sum(), [p, *adaptor.parameters()])]
 
@@ -43,11 +50,60 @@ def test_torch_se_phi_equals_the_adaptor_modules(start, layout, batch):
     assert se_phi_mode(fused, batch, TorchSEPhiKernels)
     torch.manual_seed(1)
     p = torch.randn(batch, 32)
-    expected, got = _run(reference, None, p), _run(fused, TorchSEPhiKernels, p)
+    expected, got = _run(reference, 'units', p), _run(fused, TorchSEPhiKernels, p)
     assert got[0].shape == expected[0].shape == ((batch, 32, 1, 1) if layout == 'nchw' else
                                                  (batch, 1, 32))
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('start, layout, batch', [('paper', 'nchw', 5), ('identity', 'nchw', 5),
+                                                  ('paper', 'nlc', 3), ('paper', 'nchw', 1)])
+def test_matrix_products_equal_the_units_outside_a_fused_step(start, layout, batch):
+    adaptor = _adaptor(start=start, layout=layout)
+    assert plain_units(adaptor)
+    torch.manual_seed(1)
+    p = torch.randn(batch, 32)
+    expected, got = _run(adaptor, 'units', p), _run(adaptor, None, p)
+    assert got[0].shape == expected[0].shape
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_hooked_or_other_units_are_called_outside_a_fused_step():
+    """A hook on a unit sees the unit's call; a unit that is not a plain 1×1 convolution with
+    its activation computes Δ itself."""
+    p = torch.randn(4, 32)
+    hooked = _adaptor()
+    seen = []
+    hooked.conv1.register_forward_hook(lambda module, args, output: seen.append(output.shape))
+    other = _adaptor()
+    other.conv2.activate = nn.Hardsigmoid()
+    for adaptor in (hooked, other):
+        assert not plain_units(adaptor)
+        for a, b in zip(_run(adaptor, 'units', p), _run(adaptor, None, p)):
+            torch.testing.assert_close(b, a)
+    assert seen == [(4, hooked.squeeze_channels, 1, 1)] * 2  # the explicit run, then the step's
+
+
+def test_plain_units_are_not_called_outside_a_fused_step():
+    adaptor = _adaptor()
+    calls = []
+    for unit in (adaptor.conv1, adaptor.conv2):
+        unit.forward = lambda x, inner=unit.forward: calls.append(x.shape) or inner(x)
+    assert plain_units(adaptor)
+    adaptor.step_from_pooled(None, torch.randn(4, 32))
+    assert calls == []
+
+
+def test_matrix_products_keep_the_units_dtype_under_autocast():
+    adaptor = _adaptor()
+    p = torch.randn(4, 32)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        expected = adaptor.conv2(adaptor.conv1(p[:, :, None, None]))
+        got = adaptor.step_from_pooled(None, p)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)
 
 
 def test_se_backward_pass_gradchecks():
@@ -107,7 +163,7 @@ def test_refused_adaptor_computes_through_its_modules():
     reference.conv2.activate = nn.Hardsigmoid()
     fused = copy.deepcopy(reference)
     p = torch.randn(4, 32)
-    for a, b in zip(_run(reference, None, p), _run(fused, TorchSEPhiKernels, p)):
+    for a, b in zip(_run(reference, 'units', p), _run(fused, TorchSEPhiKernels, p)):
         torch.testing.assert_close(b, a)
 
 

@@ -240,3 +240,22 @@ def test_stand_in_kernels_run_the_triton_set_without_computing():
     # the step's, StepNet's and the fold's kernels
     for name in ('pool', 'fold', 'phi', 'step', 'step_backward', 'phi_backward', 'fold_backward'):
         assert launched[f'triton::{name}'] == 16, (name, launched)
+
+
+def test_se_units_row_calls_the_units_the_plain_row_skips():
+    bench = load_script('tools/benchmark/bench_step_resnet.py')
+    builders = bench.model_builders(bench.parse_args(['--se-units', '--base-channels', '2']))
+    assert list(builders)[-1] == 'SE-ResNet-50, units called' and len(builders) == 4
+    torch.manual_seed(0)
+    plain = builders['SE-ResNet-50']().eval()  # train mode's batch statistics of two samples
+    called = builders['SE-ResNet-50, units called']().eval()  # amplify the last bits
+    called.load_state_dict(plain.state_dict())
+    calls = []  # counted by a wrapped forward, not a hook (a hooked unit is always called)
+    for net, name in ((plain, 'plain'), (called, 'called')):
+        for module in net.modules():
+            if type(module).__name__ == 'SEAdaptor':
+                conv = module.conv1.conv
+                conv.forward = lambda x, inner=conv.forward, n=name: calls.append(n) or inner(x)
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(called(images), plain(images), rtol=1e-5, atol=1e-5)
+    assert calls == ['called'] * 16

@@ -28,6 +28,11 @@ call, the launches' arguments; Triton's own launcher excepted), where the PyTorc
 CPU otherwise runs makes several operator calls per pass. The stand-ins compute nothing: only
 the time of such a run means anything.
 
+``--se-units`` adds the row ``SE-ResNet-50, units called``: the reference step with each SE
+adaptor calling its two 1×1 convolution units on the pooled (B, C, 1, 1) map, where the plain
+units otherwise compute the same Δ as two matrix products
+(:func:`~mmstiff.models.steps.se_phi.se_excitation`).
+
 ``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to
 a model) and compares the compiled models; the first warm-up step of each compiles it, untimed.
 Compiled, an adaptor's pooling, gating and residual sum can be fused into few kernels, where
@@ -52,7 +57,7 @@ import torch.nn as nn
 from mmstiff.apis.benchmark import AMP_DTYPES, compare_models, counting_kernels
 from mmstiff.apis.cli import add_compile_argument, check_compile_warmup
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import forced_step_kernels
+from mmstiff.models.steps import SEAdaptor, forced_step_kernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
 
 VARIANTS = {
@@ -91,6 +96,19 @@ class Classifier(nn.Module):
         return self.head(self.backbone(x)[-1].mean((2, 3)))
 
 
+class UnitSigmoid(nn.Sigmoid):
+    """``nn.Sigmoid`` under a type of its own: an SE adaptor whose excitation unit has it is
+    not plain (:func:`~mmstiff.models.steps.se_phi.plain_units`) and calls its units."""
+
+
+def with_units_called(model):
+    """``model`` whose SE adaptors compute Δ by calling their units (``--se-units``)."""
+    for module in model.modules():
+        if isinstance(module, SEAdaptor):
+            module.conv2.activate = UnitSigmoid()
+    return model
+
+
 class StandInKernels(nn.Module):
     """``model`` whose fused steps run on ``kernels`` (forward, and through the autograd
     Functions that keep them, backward)."""
@@ -123,6 +141,10 @@ def parse_args(argv=None):
         '--stand-in-kernels', action='store_true',
         help='CPU: run the fused rows on the Triton kernel set with stand-ins that launch '
         "nothing (the host-side cost of the GPU's fused step; the models compute nothing)")
+    parser.add_argument(
+        '--se-units', action='store_true',
+        help="add the row 'SE-ResNet-50, units called': the reference SE step calling its "
+        '1x1 convolution units instead of the equal matrix products')
     add_precision_arguments(parser)
     add_compile_argument(parser)
     args = check_compile_warmup(parser, parser.parse_args(argv))
@@ -177,6 +199,9 @@ def model_builders(args):
         for fused in FUSED_CHOICES[args.fused]:
             label = name + ROW_SUFFIXES[fused]
             models[label] = lambda adaptor=adaptor, fused=fused: _build(adaptor, fused, args)
+    if getattr(args, 'se_units', False):
+        se = VARIANTS['SE-ResNet-50']
+        models['SE-ResNet-50, units called'] = lambda: with_units_called(_build(se, False, args))
     return models
 
 

@@ -21,7 +21,7 @@ from mmpretrain.models.utils import make_divisible
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
-from .se_phi import SEPhi, se_phi_mode
+from .se_phi import SEPhi, plain_units, se_excitation, se_phi_mode, unit_weights
 from .stepnet_phi import active_phi_kernels
 
 
@@ -79,17 +79,19 @@ class SEAdaptor(StepAdaptor):
         """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read.
 
         Inside a fused step whose kernels have SE's (B, C) passes, one computation each way
-        where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md §0).
+        where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md §0);
+        elsewhere two matrix products where the units are plain and unhooked
+        (:func:`~mmstiff.models.steps.se_phi.se_excitation`), else the units themselves.
         """
         kernels = active_phi_kernels()
         if se_phi_mode(self, residual.shape[0], kernels):
-            conv1, conv2 = self.conv1.conv, self.conv2.conv
-            step = SEPhi.apply(residual, conv1.weight.view(conv1.weight.shape[:2]), conv1.bias,
-                               conv2.weight.view(conv2.weight.shape[:2]), conv2.bias,
-                               self.step_scale, kernels).view(-1, self.channels, 1, 1)
+            step = SEPhi.apply(residual, *unit_weights(self), self.step_scale, kernels)
+        elif plain_units(self):
+            step = se_excitation(residual, *unit_weights(self), self.step_scale)
         else:
             step = self.conv2(self.conv1(residual[:, :, None, None]))  # (B, C, 1, 1)
             step = step * self.step_scale if self.step_scale != 1.0 else step
+        step = step.view(-1, self.channels, 1, 1)
         if self.layout == 'nlc':
             return step.view(step.shape[0], 1, self.channels)
         return step

@@ -7,10 +7,13 @@ batch's rows. :class:`SEPhi` computes it where the fused step's kernels have the
 (``se_forward`` / ``se_backward``; :func:`se_phi_mode` says where the adaptor's modules run
 instead) and keeps for the backward only ``p``, the hidden ``h`` and Δ.
 :class:`TorchSEPhiKernels` is the PyTorch expression of both passes (the reference of the
-Triton kernels of :mod:`.triton_se`, checked by ``gradcheck``).
+Triton kernels of :mod:`.triton_se`, checked by ``gradcheck``). Outside a fused step, plain
+units compute the same perceptron as two matrix products (:func:`se_excitation`) rather than
+two 1×1 convolutions of a 1×1 map.
 """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import ConvModule
 
 from .stepnet_phi import hooked
@@ -67,14 +70,35 @@ def _plain_unit(unit, act):
             and type(unit.activate) is act)
 
 
-def se_phi_mode(adaptor, batch, kernels):
-    """Whether :class:`SEPhi` computes ``adaptor``'s Δ on ``kernels`` for a batch of ``batch``
-    samples: kernels with the SE passes, the adaptor's two units a biased 1×1 convolution with
-    ReLU then Sigmoid and nothing else, no hook on them (their hooks see what the modules
-    compute) and a batch the kernels hold."""
-    if kernels is None or not hasattr(kernels, 'se_forward') or batch > kernels.SE_MAX_BATCH:
-        return False
+def plain_units(adaptor):
+    """Whether ``adaptor``'s two units are a biased 1×1 convolution with ReLU, then Sigmoid,
+    and nothing else, with no hook on them (their hooks see what the modules compute): then
+    its Δ may be computed from their weights without calling them."""
     units = (adaptor.conv1, adaptor.conv2)
     if not (_plain_unit(adaptor.conv1, nn.ReLU) and _plain_unit(adaptor.conv2, nn.Sigmoid)):
         return False
     return not hooked(*units, *(m for unit in units for m in unit.children()))
+
+
+def unit_weights(adaptor):
+    """``(W1, b1, W2, b2)`` of ``adaptor``'s units, the weights as (S, C) and (C, S) views."""
+    conv1, conv2 = adaptor.conv1.conv, adaptor.conv2.conv
+    return (conv1.weight.view(conv1.weight.shape[:2]), conv1.bias,
+            conv2.weight.view(conv2.weight.shape[:2]), conv2.bias)
+
+
+def se_excitation(p, w1, b1, w2, b2, scale):
+    """``Δ = scale · σ(W2 · relu(W1 · p + b1) + b2)`` (B, C) of ``p = GAP(f)`` (B, C) as two
+    matrix products: what the units compute on ``p`` as a (B, C, 1, 1) map, with autograd's
+    backward, without a convolution's overhead on a 1×1 map (docs/benchmarks.md, "SE's
+    excitation as matrix products")."""
+    step = torch.sigmoid(F.linear(F.linear(p, w1, b1).relu_(), w2, b2))
+    return step * scale if scale != 1.0 else step
+
+
+def se_phi_mode(adaptor, batch, kernels):
+    """Whether :class:`SEPhi` computes ``adaptor``'s Δ on ``kernels`` for a batch of ``batch``
+    samples: kernels with the SE passes, :func:`plain_units` and a batch the kernels hold."""
+    if kernels is None or not hasattr(kernels, 'se_forward') or batch > kernels.SE_MAX_BATCH:
+        return False
+    return plain_units(adaptor)
