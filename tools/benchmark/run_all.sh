@@ -114,7 +114,7 @@ skip() {
   skipped[$1]=$2
 }
 
-add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused all
+add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused all --se-units
 if [[ $device == cuda ]]; then
   add bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --fused all --amp bf16
