@@ -364,6 +364,58 @@ def test_frequency_hook_on_a_cnn(tmp_path):
 
 
 @pytest.mark.slow
+def _frequency_rows(hook, iterations=3):
+    """``iterations`` recorded iterations of a tiny ResNet as ``hook`` keeps them."""
+    torch.manual_seed(0)
+    backbone = tiny_backbone(depth=18, channels=4)
+    backbone.train()
+    rows = []
+    for seed in range(iterations):
+        recorders = hook.build_recorders(backbone)
+        _record_once(backbone,
+                     torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),
+                     recorders.values())
+        rows.append(_outputs(recorders))
+    return rows
+
+
+def _end_bins(row):
+    return [
+        m.end_bins for calls in row[TRAJECTORY].values() for call in calls for m in call.values()
+    ]
+
+
+def test_frequency_hook_computes_waiting_amplitudes_once_over_its_bound(monkeypatch):
+    """The recorded iterations keep their spectrum ends for the write while they hold at most
+    PENDING_BINS_BYTES; the call that exceeds it computes the Δ log amplitudes of all of them.
+    Either way the rows written are the same."""
+    from mmstiff.engine.hooks import frequency_hook
+    kept = FrequencyHook(interval=1, num_samples=2)
+    rows = _frequency_rows(kept)
+    one_row_bytes = sum(b.nelement() * b.element_size() for b in _end_bins(rows[0])
+                        if b is not None)
+    assert one_row_bytes > 0
+    monkeypatch.setattr(frequency_hook, 'PENDING_BINS_BYTES', 2 * one_row_bytes)
+    for row in rows[:2]:
+        kept.compact(row)
+        assert any(b is not None for b in _end_bins(row))  # within the bound: kept
+    kept.compact(rows[2])  # over it: all three computed at once
+    for row in rows:
+        assert all(b is None for b in _end_bins(row))
+    assert kept._uncompacted == [] and kept._uncompacted_bytes == 0
+    compacted = kept.summarise_rows(rows)
+
+    waiting = FrequencyHook(interval=1, num_samples=2)
+    rows = _frequency_rows(waiting)
+    monkeypatch.setattr(frequency_hook, 'PENDING_BINS_BYTES', 1 << 40)
+    written = waiting.summarise_rows([waiting.compact(row) for row in rows])
+    assert waiting._uncompacted == []  # the write lets go of the waiting iterations
+    assert [list(r) for r in written] == [list(r) for r in compacted]
+    assert any(k.startswith('dlogamp/') for k in written[0])
+    for got, expected in zip(written, compacted):
+        assert list(got.values()) == pytest.approx(list(expected.values()), rel=1e-12, nan_ok=True)
+
+
 def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
     from mmpretrain.models.backbones import VisionTransformer
     torch.manual_seed(0)

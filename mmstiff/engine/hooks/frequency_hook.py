@@ -5,6 +5,9 @@ During the recorded forward pass each state is reduced to a few numbers per reco
 similarity), left on the model's device; when the recorded iterations are written, the Δ log
 amplitudes and the means over the samples of every state of every iteration are computed
 together, one stacked call per group of equal shapes, and brought to the host in one transfer.
+Iterations that wait for their write while holding more than :data:`PENDING_BINS_BYTES` of
+spectrum ends have their Δ log amplitudes computed then (all of them in one batched call), so
+that many iterations between two writes do not hold the ends of every channel.
 """
 import math
 from collections import OrderedDict
@@ -26,6 +29,9 @@ INPUT = 'input'
 ATTENTION = 'attention'
 #: the per-state metrics, in the order they are logged.
 STATE_METRICS = ('hf_ratio', 'dlogamp', 'token_cos')
+#: bytes of spectrum ends (:attr:`StateFrequency.end_bins`) the recorded iterations waiting
+#: for their write may hold on the device before their Δ log amplitudes are computed
+PENDING_BINS_BYTES = 64 * 2**20
 
 
 class StateFrequency(NamedTuple):
@@ -106,6 +112,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         self._first = None
         self._grids = {}  # number of patch tokens -> their grid, or None
         self._softmax_layers = set()  # layers whose attention maps are softmax outputs
+        self._uncompacted = []  # outputs of the waiting iterations that still hold end bins
+        self._uncompacted_bytes = 0
 
     def extra_recorders(self, target, trajectory):
         self._target = target
@@ -153,27 +161,45 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         return attention_column_cosine_similarity(attn)
 
     def compact(self, outputs):
-        """The Δ log amplitudes of every state of the recorded iteration, in one batched call
-        on the device: the iteration then waits for its write with a few numbers per state
-        instead of the end bins of every channel."""
+        """Keep the recorded iteration's spectrum ends for its write, unless the waiting
+        iterations' ends then exceed :data:`PENDING_BINS_BYTES`: the Δ log amplitudes of every
+        state of all of them are then computed, in one batched call on the device, and they
+        wait with a few numbers per state instead of the ends of every channel. Below that,
+        the write computes them with the other values: one stacked call per shape for all
+        the waiting iterations instead of one per iteration (docs/diagnostics.md)."""
+        self._uncompacted.append(outputs)
+        self._uncompacted_bytes += sum(metrics.end_bins.nelement() *
+                                       metrics.end_bins.element_size()
+                                       for calls in outputs[TRAJECTORY].values() for call in calls
+                                       for metrics in call.values() if metrics.end_bins is not None)
+        if self._uncompacted_bytes > PENDING_BINS_BYTES:
+            self._compact_waiting()
+        return outputs
+
+    def _compact_waiting(self):
+        """The Δ log amplitudes of every state of the waiting iterations, in one batched call
+        on the device, in place of their spectrum ends."""
         batch = BatchedReductions()
         found = []  # (the step call's dict, state, value index)
-        for calls in outputs[TRAJECTORY].values():
-            for call in calls:
-                for state, metrics in call.items():
-                    if metrics.end_bins is not None:
-                        found.append((call, state, batch.add(metrics.end_bins,
-                                                             delta_log_amplitudes)))
+        for outputs in self._uncompacted:
+            for calls in outputs[TRAJECTORY].values():
+                for call in calls:
+                    for state, metrics in call.items():
+                        if metrics.end_bins is not None:
+                            found.append(
+                                (call, state, batch.add(metrics.end_bins, delta_log_amplitudes)))
         values = batch.compute_on_device()
         for call, state, index in found:
             call[state] = call[state]._replace(end_bins=None, dlogamp=values[index])
-        return outputs
+        self._uncompacted, self._uncompacted_bytes = [], 0
 
     def summarise_rows(self, rows):
         """The scalars of several recorded iterations: each metric of each state, averaged
         over the recorded samples and then over the calls of its step, the input first; then
         M_attn of each transformer layer. Every value of every row is computed in one
-        :class:`BatchedReductions` (one stacked call per group of equal shapes, one transfer)."""
+        :class:`BatchedReductions` (one stacked call per group of equal shapes, one transfer;
+        the Δ log amplitudes of the iterations that kept their spectrum ends among them)."""
+        self._uncompacted, self._uncompacted_bytes = [], 0  # written now
         batch = BatchedReductions()
         layouts = [self._layout(outputs, batch) for outputs in rows]
         values = batch.compute()
