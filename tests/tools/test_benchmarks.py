@@ -149,7 +149,7 @@ def test_bench_alternet_prints_ratios_against_resnet50(run_tool):
       ], '--compile-mode reduce-overhead is not supported with --device cpu; expected cuda'),
     (['--base-channels', '0'], '--base-channels 0 is not supported; expected a positive integer'),
     (['--stand-in-kernels'], '--stand-in-kernels is supported with --device cpu, eager, and '
-     '--fused on, both or all; got --device cpu --fused off'),
+     '--fused on, both, all or every; got --device cpu --fused off'),
     (['--stand-in-kernels', '--fused', 'on', '--device', 'cuda'], 'got --device cuda --fused on'),
 ])
 def test_bad_settings_are_refused_before_any_model_is_built(capsys, argv, message):
@@ -224,14 +224,39 @@ def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypat
     assert len(folds) == 16  # every bottleneck of ResNet-50
 
 
+def test_fused_every_adds_the_fused_step_on_pytorch_passes(monkeypatch):
+    """The ``passes`` rows run the fused step on PyTorch's passes whatever kernels the device
+    would take (here inside a forced Triton stand-in set, which they override), with the
+    reference's values."""
+    from mmstiff.models.steps import forced_step_kernels
+    from mmstiff.models.steps.step_kernels import TorchStepKernels
+    bench = load_script('tools/benchmark/bench_step_resnet.py')
+    builders = bench.model_builders(bench.parse_args(['--fused', 'every', '--base-channels', '2']))
+    assert len(builders) == 12 and list(builders)[3] == 'ResNet-50 fused, PyTorch passes'
+    torch.manual_seed(0)
+    reference = builders['StepNet-ResNet-50']().eval()
+    passes = builders['StepNet-ResNet-50 fused, PyTorch passes']().eval()
+    assert isinstance(passes, bench.OnKernels) and passes.kernels is TorchStepKernels
+    passes.model.load_state_dict(reference.state_dict())
+    steps = []
+    step = TorchStepKernels.step
+    monkeypatch.setattr(TorchStepKernels, 'step',
+                        staticmethod(lambda *a, **k: steps.append(1) or step(*a, **k)))
+    images = torch.randn(2, 3, 32, 32)
+    with forced_step_kernels(bench.counting_kernels(bench.TritonStepKernels())):
+        got = passes(images)
+    assert len(steps) == 16  # every bottleneck on the PyTorch passes
+    torch.testing.assert_close(got, reference(images), rtol=1e-5, atol=1e-5)
+
+
 def test_stand_in_kernels_run_the_triton_set_without_computing():
     bench = load_script('tools/benchmark/bench_step_resnet.py')
     args = bench.parse_args(['--fused', 'both', '--base-channels', '2', '--stand-in-kernels'])
     assert 'fused-kernels=stand-ins' in bench.settings_line(args)
     builders = bench.model_builders(args)
-    assert not isinstance(builders['StepNet-ResNet-50'](), bench.StandInKernels)
+    assert not isinstance(builders['StepNet-ResNet-50'](), bench.OnKernels)
     model = builders['StepNet-ResNet-50 fused']().train()
-    assert isinstance(model, bench.StandInKernels)
+    assert isinstance(model, bench.OnKernels)
     images = torch.randn(2, 3, 32, 32)
     with torch.profiler.profile() as prof:  # no Triton driver on the CPU: nothing launches
         model(images).sum().backward()

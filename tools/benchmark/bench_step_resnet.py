@@ -17,7 +17,10 @@ activations inside a compiled graph):
 its Triton kernels on CUDA, its PyTorch expression on the CPU), the reference step
 (``fused=False``, the default) or both, as rows ``NAME`` and ``NAME fused``; ``all`` adds the
 fused step with the blocks' last BN run as a module instead of folded into the step
-(``NAME fused, BN unfolded``: the step then keeps f); the ratios are to the reference
+(``NAME fused, BN unfolded``: the step then keeps f), and ``every`` adds to those the fused
+step on its PyTorch passes in place of the Triton kernels (``NAME fused, PyTorch passes``: on
+CUDA the fold's memory without Triton's launches; on the CPU the fused rows are those passes
+already); the ratios are to the reference
 ResNet-50. ``--amp fp16|bf16`` runs the forward pass under autocast (fp16 with a gradient
 scaler); ``--channels-last`` puts the models and the batch in the channels-last memory format.
 
@@ -58,6 +61,7 @@ from mmstiff.apis.benchmark import AMP_DTYPES, compare_models, counting_kernels
 from mmstiff.apis.cli import add_compile_argument, check_compile_warmup
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import SEAdaptor, forced_step_kernels
+from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
 
 VARIANTS = {
@@ -72,10 +76,16 @@ FUSED_CHOICES = {
     'off': (False, ),
     'on': (True, ),
     'both': (False, True),
-    'all': (False, True, 'unfolded')
+    'all': (False, True, 'unfolded'),
+    'every': (False, True, 'unfolded', 'passes'),
 }
 #: the row name's suffix of each ``fused`` value
-ROW_SUFFIXES = {False: '', True: ' fused', 'unfolded': ' fused, BN unfolded'}
+ROW_SUFFIXES = {
+    False: '',
+    True: ' fused',
+    'unfolded': ' fused, BN unfolded',
+    'passes': ' fused, PyTorch passes'
+}
 
 
 class Classifier(nn.Module):
@@ -109,9 +119,10 @@ def with_units_called(model):
     return model
 
 
-class StandInKernels(nn.Module):
+class OnKernels(nn.Module):
     """``model`` whose fused steps run on ``kernels`` (forward, and through the autograd
-    Functions that keep them, backward)."""
+    Functions that keep them, backward): stand-ins (``--stand-in-kernels``) or PyTorch's
+    passes (the ``passes`` rows)."""
 
     def __init__(self, model, kernels):
         super().__init__()
@@ -135,8 +146,9 @@ def parse_args(argv=None):
     parser.add_argument(
         '--fused', choices=sorted(FUSED_CHOICES), default='off',
         help="the fused residual step ('on'), the reference ('off', default), "
-        "both, as rows 'NAME' and 'NAME fused', or all: both and the fused step with the "
-        "blocks' last BN not folded into it ('NAME fused, BN unfolded')")
+        "both, as rows 'NAME' and 'NAME fused', all: both and the fused step with the "
+        "blocks' last BN not folded into it ('NAME fused, BN unfolded'), or every: all and "
+        "the fused step on its PyTorch passes ('NAME fused, PyTorch passes')")
     parser.add_argument(
         '--stand-in-kernels', action='store_true',
         help='CPU: run the fused rows on the Triton kernel set with stand-ins that launch '
@@ -150,7 +162,7 @@ def parse_args(argv=None):
     args = check_compile_warmup(parser, parser.parse_args(argv))
     if args.stand_in_kernels and (args.device != 'cpu' or args.fused == 'off' or args.compile):
         parser.error('--stand-in-kernels is supported with --device cpu, eager, and --fused '
-                     f'on, both or all; got --device {args.device} --fused {args.fused}' +
+                     f'on, both, all or every; got --device {args.device} --fused {args.fused}' +
                      (' --compile' if args.compile else ''))
     if args.base_channels < 1:
         parser.error(f'--base-channels {args.base_channels} is not supported; expected a '
@@ -193,7 +205,7 @@ def main(argv=None):
 
 def model_builders(args):
     """``{row name: () -> Classifier}`` of every variant for each ``--fused`` choice (the fused
-    ones in a :class:`StandInKernels` with ``--stand-in-kernels``)."""
+    ones in an :class:`OnKernels` with ``--stand-in-kernels``, the ``passes`` ones always)."""
     models = {}
     for name, adaptor in VARIANTS.items():
         for fused in FUSED_CHOICES[args.fused]:
@@ -206,10 +218,13 @@ def model_builders(args):
 
 
 def _build(adaptor, fused, args):
+    if fused == 'passes':
+        return OnKernels(
+            Classifier(adaptor, fused=True, base_channels=args.base_channels), TorchStepKernels)
     model = Classifier(adaptor, fused=fused, base_channels=args.base_channels)
     if fused is False or not getattr(args, 'stand_in_kernels', False):
         return model
-    return StandInKernels(model, counting_kernels(TritonStepKernels()))
+    return OnKernels(model, counting_kernels(TritonStepKernels()))
 
 
 def settings_line(args):

@@ -114,7 +114,14 @@ skip() {
   skipped[$1]=$2
 }
 
-add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused all --se-units
+# on CUDA also the fused step on its PyTorch passes (the fold without Triton's launches); on
+# the CPU the fused rows are those passes already
+fused_rows=all
+if [[ $device == cuda ]]; then
+  fused_rows=every
+fi
+add bench_step_resnet "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" --fused $fused_rows \
+  --se-units
 if [[ $device == cuda ]]; then
   add bench_step_resnet_bf16 "$PYTHON" $bench/bench_step_resnet.py "${resnet[@]}" \
     --fused all --amp bf16
