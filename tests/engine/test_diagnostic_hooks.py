@@ -260,18 +260,24 @@ def test_recorded_iterations_are_written_in_batches_at_the_logger_interval(tmp_p
             float(columns['layer2.1'].mean()), rel=1e-4)
 
 
-def test_stiffness_rows_summarised_together_equal_one_at_a_time():
+def _recorded_rows(hook, iterations=3):
+    """``iterations`` recorded iterations of a tiny ResNet as ``hook`` keeps them."""
     torch.manual_seed(0)
     backbone = tiny_backbone(depth=18, channels=4)
     backbone.train()
-    hook = StiffnessHook(interval=1)
     rows = []
-    for seed in range(3):
+    for seed in range(iterations):
         recorders = hook.build_recorders(backbone)
         _record_once(backbone,
                      torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),
                      recorders.values())
         rows.append(_outputs(recorders))
+    return rows
+
+
+def test_stiffness_rows_summarised_together_equal_one_at_a_time():
+    hook = StiffnessHook(interval=1)
+    rows = _recorded_rows(hook)
     together = hook.summarise_rows(rows)
     assert len(together) == 3 and together[0] != together[1]
     for joint, outputs in zip(together, rows):
@@ -363,22 +369,6 @@ def test_frequency_hook_on_a_cnn(tmp_path):
     assert _hook_count(model) == 0
 
 
-@pytest.mark.slow
-def _frequency_rows(hook, iterations=3):
-    """``iterations`` recorded iterations of a tiny ResNet as ``hook`` keeps them."""
-    torch.manual_seed(0)
-    backbone = tiny_backbone(depth=18, channels=4)
-    backbone.train()
-    rows = []
-    for seed in range(iterations):
-        recorders = hook.build_recorders(backbone)
-        _record_once(backbone,
-                     torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(seed)),
-                     recorders.values())
-        rows.append(_outputs(recorders))
-    return rows
-
-
 def _end_bins(row):
     return [
         m.end_bins for calls in row[TRAJECTORY].values() for call in calls for m in call.values()
@@ -391,7 +381,7 @@ def test_frequency_hook_computes_waiting_amplitudes_once_over_its_bound(monkeypa
     Either way the rows written are the same."""
     from mmstiff.engine.hooks import frequency_hook
     kept = FrequencyHook(interval=1, num_samples=2)
-    rows = _frequency_rows(kept)
+    rows = _recorded_rows(kept)
     one_row_bytes = sum(b.nelement() * b.element_size() for b in _end_bins(rows[0])
                         if b is not None)
     assert one_row_bytes > 0
@@ -406,7 +396,7 @@ def test_frequency_hook_computes_waiting_amplitudes_once_over_its_bound(monkeypa
     compacted = kept.summarise_rows(rows)
 
     waiting = FrequencyHook(interval=1, num_samples=2)
-    rows = _frequency_rows(waiting)
+    rows = _recorded_rows(waiting)
     monkeypatch.setattr(frequency_hook, 'PENDING_BINS_BYTES', 1 << 40)
     written = waiting.summarise_rows([waiting.compact(row) for row in rows])
     assert waiting._uncompacted == []  # the write lets go of the waiting iterations
@@ -416,6 +406,7 @@ def test_frequency_hook_computes_waiting_amplitudes_once_over_its_bound(monkeypa
         assert list(got.values()) == pytest.approx(list(expected.values()), rel=1e-12, nan_ok=True)
 
 
+@pytest.mark.slow
 def test_frequency_hook_on_a_vit_logs_cosine_similarities(tmp_path):
     from mmpretrain.models.backbones import VisionTransformer
     torch.manual_seed(0)
