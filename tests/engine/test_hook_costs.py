@@ -9,36 +9,17 @@
 
 ``tests/cuda/`` checks the first point again with CUDA's synchronisation debug mode.
 """
-import contextlib
 import math
 from collections import Counter
 
 import pytest
 import torch
 from diagnostics_toy import tiny_backbone
+from host_reads import HostReadOps, no_host_reads
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.engine.hooks.scalar_rows import BatchedReductions
-
-READS = ('item', 'tolist', 'numpy', 'cpu', '__float__', '__int__')
-
-
-@contextlib.contextmanager
-def no_host_reads(monkeypatch):
-    """Every way of reading a tensor back to the host raises inside the block."""
-
-    def refuse(name):
-
-        def read(*args, **kwargs):
-            raise AssertionError(f'Tensor.{name}() read a value back to the host')
-
-        return read
-
-    with monkeypatch.context() as patch:
-        for name in READS:
-            patch.setattr(torch.Tensor, name, refuse(name))
-        yield
 
 
 class OpCounter(TorchDispatchMode):
@@ -95,8 +76,9 @@ def test_a_recorded_forward_pass_reads_nothing_back_to_the_host(build, monkeypat
     torch.manual_seed(0)
     backbone = build()
     hooks = [StiffnessHook(interval=1), FrequencyHook(interval=1, num_samples=2)]
-    with no_host_reads(monkeypatch):
+    with no_host_reads(monkeypatch), HostReadOps() as ops:
         rows = _recorded_rows(backbone, hooks, iterations=1)
+    assert ops.reads == []
     for hook in hooks:  # the values are there, and finite, once written
         (scalars, ) = hook.summarise_rows(rows[hook])
         assert scalars and all(

@@ -27,7 +27,7 @@ from mmstiff.models.steps.stepnet_phi import phi_kernels_in
 from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_fold import TritonFoldKernels
 from mmstiff.models.steps.triton_se import TritonSEPhiKernels
-from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
+from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels, as_bnc
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
 interpreted = pytest.mark.skipif(
@@ -412,3 +412,38 @@ def test_triton_fold_passes_equal_torch_passes(batch, channels, batch_stats, fac
     assert len(results[0]) == len(results[1])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * max(1.0, a.abs().max().item()))
+
+
+def _wide_map():
+    """A (2, 3, 4, 5) map whose H and W cannot be merged into one strided axis (a crop)."""
+    return torch.randn(2, 3, 4, 8)[:, :, :, 1:6]
+
+
+@pytest.mark.parametrize(
+    'make, layout', [
+        (lambda: torch.randn(2, 3, 4, 5), 'nchw'),
+        (lambda: torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last), 'nchw'),
+        (lambda: torch.randn(2, 3, 6, 1), 'nchw'),
+        (lambda: torch.randn(2, 3, 1, 6), 'nchw'),
+        (_wide_map, 'nchw'),
+        (lambda: torch.randn(2, 7, 3), 'nlc'),
+        (lambda: torch.randn(2, 3, 7).transpose(1, 2), 'nlc'),
+    ],
+    ids=['contiguous', 'channels-last', 'width-1', 'height-1', 'crop', 'tokens', 'tokens-strided'])
+def test_as_bnc_addresses_every_element_of_the_state(make, layout):
+    """The (B, N, C) shape and strides the kernels take reach each state element where the
+    explicit reshape puts it: ``[b, n, c]`` is ``x[b, c, n // W, n % W]`` (``'nchw'``)."""
+    x = make()
+    addressed, shape, strides = as_bnc(x, layout)
+    expected = x.flatten(2).transpose(1, 2) if layout == 'nchw' else x
+    got = torch.as_strided(addressed, shape, strides, addressed.storage_offset())
+    assert torch.equal(got, expected)
+    if x.dim() == 4 and x.shape[2] > 1 and x.shape[3] > 1 and x.stride(2) != 5 * x.stride(3):
+        assert addressed.is_contiguous()  # the crop: copied
+    else:
+        assert addressed.data_ptr() == x.data_ptr()  # the others: addressed in place
+
+
+def test_as_bnc_refuses_a_map_that_is_not_four_dimensional():
+    with pytest.raises(ValueError, match=r'x has shape \(2, 3, 4\); expected \(B, C, H, W\)'):
+        as_bnc(torch.randn(2, 3, 4), 'nchw')

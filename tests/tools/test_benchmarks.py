@@ -286,3 +286,70 @@ def test_se_units_row_calls_the_units_the_plain_row_skips():
     images = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(called(images), plain(images), rtol=1e-5, atol=1e-5)
     assert calls == ['called'] * 16
+
+
+def test_bench_launch_times_each_pass_on_each_kernel_set(capsys):
+    bench = load_script('tools/benchmark/bench_launch.py')
+    bench.main(['--calls', '2', '--repeats', '2', '--warmup', '1', '--channels', '8'])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith('device=cpu state=(2, 8, 8, 8) calls=2 repeats=2')
+    assert lines[1].split()[0] == 'pass' and lines[1].endswith('Triton stand-ins')
+    rows = {line[:32].strip(): line[32:].split() for line in lines[3:]}
+    passes = [
+        'pool (x_t and f)', 'moments (x_t and y)', 'step', 'step, folded BN', 'step backward',
+        'folded BN (B, C) forward', 'StepNet (B, C) forward', 'SE (B, C) forward'
+    ]
+    assert list(rows) == ['aten add (one kernel)', 'aten mean (one reduction)', *passes]
+    for name, cells in rows.items():
+        torch_time, triton, stand_ins = cells
+        assert float(torch_time) > 0 and triton == 'n/a'  # no Triton launch without CUDA
+        assert stand_ins == 'n/a' if name.startswith('aten') else float(stand_ins) > 0
+
+
+def test_bench_launch_interleaves_the_cells_and_calls_each_as_asked():
+    bench = load_script('tools/benchmark/bench_launch.py')
+    order, counts = [], collections.Counter()
+
+    def cell(name):
+
+        def call():
+            counts[name] += 1
+            order.append(name)
+
+        return call
+
+    cells = {name: cell(name) for name in 'abc'}
+    times = bench.time_cells(cells, calls=4, repeats=3, warmup=2, device=torch.device('cpu'))
+    assert counts == {'a': 14, 'b': 14, 'c': 14}  # 2 warm-up calls, then 4 per repeat
+    assert all(len(values) == 3 and min(values) > 0 for values in times.values())
+    timed = order[6:][::4]  # the first call of each timing, after the warm-up
+    assert timed == list('abc') + list('bca') + list('cab')  # each repeat starts one later
+
+
+def test_bench_launch_passes_run_on_the_pytorch_and_the_triton_launchers():
+    """Each row calls its pass with the arguments the kernel sets take: the PyTorch passes give
+    the reference step's values, the stand-in launchers outputs of the same shapes."""
+    bench = load_script('tools/benchmark/bench_launch.py')
+    device = torch.device('cpu')
+    state = bench.make_state(2, 8, 4, device)
+    passes = bench.passes(state)
+    sets = bench.kernel_sets(device)
+    out = passes['step'](sets['PyTorch passes'])
+    expected = torch.relu(state['x'] + state['step'][:, :, None, None] * state['f'])
+    torch.testing.assert_close(out, expected)
+    if 'Triton stand-ins' in sets:
+        for name, call in passes.items():
+            torch_out, stand_in_out = (
+                call(sets[c]) for c in ('PyTorch passes', 'Triton stand-ins'))
+            torch_out = torch_out if isinstance(torch_out, tuple) else (torch_out, )
+            stand_in_out = stand_in_out if isinstance(stand_in_out, tuple) else (stand_in_out, )
+            assert [None if t is None else t.shape for t in torch_out
+                    ] == [None if t is None else t.shape for t in stand_in_out], name
+
+
+def test_bench_launch_refuses_a_batch_without_statistics(capsys):
+    bench = load_script('tools/benchmark/bench_launch.py')
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(['--batch-size', '1'])
+    assert exit_info.value.code == 2
+    assert '--batch-size 1 is not supported; expected at least 2' in capsys.readouterr().err

@@ -8,7 +8,8 @@
 #   batch 64 (StepNet and SE against plain; the reference and the fused step, in fp32, bf16 AMP
 #   and fp16 AMP channels-last), the operator and kernel counts of one block's step, where the
 #   step's time goes (device busy time against wall time, the kernels each adaptor adds; fp32
-#   and bf16), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at
+#   and bf16), the host time of one launch of each pass of the fused step (PyTorch's passes,
+#   Triton's kernels and their launchers alone), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at
 #   224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128),
 #   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
 #   comparisons with torch.compile-d models (ResNet-50: the reference and the fused step, each
@@ -46,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
     --only) only=${2:?--only needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -66,6 +67,7 @@ bench=tools/benchmark
 if [[ $tiny -eq 1 ]]; then
   resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
   profile=("${resnet[@]}")
+  launch=(--device "$device" --calls 5 --repeats 1 --warmup 1)
   vit=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1)
   alternet=(--device "$device" --stem cifar --batch-size 2 --repeats 1 --iters 1 --warmup 1)
   hooks_common=(--device "$device" --batch-size 2 --repeats 1 --warmup 1 --log-interval 2)
@@ -77,6 +79,7 @@ if [[ $tiny -eq 1 ]]; then
 elif [[ $device == cuda ]]; then
   resnet=(--device cuda --batch-size 64 --img-size 224 --repeats 7 --iters 10)
   profile=(--device cuda --batch-size 64 --img-size 224 --repeats 3 --iters 5)
+  launch=(--device cuda)
   vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
   alternet=(--device cuda --batch-size 64 --img-size 224 --repeats 5 --iters 10 --warmup 2)
   hooks_common=(--device cuda --repeats 3)
@@ -89,6 +92,7 @@ elif [[ $device == cuda ]]; then
 else
   resnet=(--device cpu)
   profile=(--device cpu)
+  launch=(--device cpu)
   vit=(--device cpu)
   alternet=(--device cpu)
   hooks_common=(--device cpu --repeats 3)
@@ -130,6 +134,7 @@ if [[ $device == cuda ]]; then
 fi
 add count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
 add profile_step "$PYTHON" $bench/profile_step.py "${profile[@]}"
+add bench_launch "$PYTHON" $bench/bench_launch.py "${launch[@]}"
 if [[ $device == cuda ]]; then
   add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
 fi

@@ -1,6 +1,8 @@
 """Triton, where it is installed (it ships with CUDA builds of torch): ``triton``, ``tl`` (None
 without it) and :data:`HAS_TRITON`, for the kernel files of the fused step; and the host-side
 arithmetic of their launch grids."""
+import functools
+
 try:
     import triton
     import triton.language as tl
@@ -35,9 +37,10 @@ def next_power_of_2(n):
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+@functools.lru_cache(maxsize=1024)
 def column_blocks(batch, channels):
     """``(BLOCK_B, BLOCK_C)`` of a program that holds a block of channels over the whole batch
-    (about 4096 values): the (B, C) passes of the adaptors and of the folded BN."""
+    (about 4096 values): the (B, C) passes of the adaptors and of the folded BN (cached)."""
     block_b = next_power_of_2(batch)
     return block_b, max(1, min(next_power_of_2(channels), 4096 // block_b))
 

@@ -14,6 +14,8 @@ accumulate in float32 whatever the input dtype. :class:`TritonStepKernels` launc
 ``TRITON_INTERPRET=1`` set before Triton is imported, they run in Triton's interpreter on CPU
 tensors (the tests).
 """
+import functools
+
 import torch
 
 from .step_kernels import state_dtype
@@ -198,23 +200,28 @@ def as_bnc(x, layout):
     """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
 
     ``'nchw'`` tensors whose H and W cannot be merged into one strided axis are made contiguous.
+    (Called several times per launch: the shape and strides are read once each.)
     """
+    shape, strides = x.shape, x.stride()
     if layout == 'nlc':
-        return x, x.shape, x.stride()
-    if x.dim() == 4:
-        height, width = x.shape[2:]
+        return x, shape, strides
+    if len(shape) == 4:
+        batch, channels, height, width = shape
         if width == 1:
-            stride_n = x.stride(2)
+            stride_n = strides[2]
         else:
-            if height > 1 and x.stride(2) != width * x.stride(3):
+            if height > 1 and strides[2] != width * strides[3]:
                 x = x.contiguous()
-            stride_n = x.stride(3)
-        return x, (x.shape[0], height * width, x.shape[1]), (x.stride(0), stride_n, x.stride(1))
-    raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) for layout nchw')
+                strides = x.stride()
+            stride_n = strides[3]
+        return x, (batch, height * width, channels), (strides[0], stride_n, strides[1])
+    raise ValueError(f'x has shape {tuple(shape)}; expected (B, C, H, W) for layout nchw')
 
 
+@functools.lru_cache(maxsize=1024)
 def _blocks(n, c, stride_n, stride_c):
-    """Tile sizes (BLOCK_N, BLOCK_C): long along the axis that is contiguous in memory."""
+    """Tile sizes (BLOCK_N, BLOCK_C): long along the axis that is contiguous in memory
+    (cached: a network launches the same few shapes again and again)."""
     if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
         block_c = min(64, next_power_of_2(c))
         return min(next_power_of_2(n), 4096 // block_c), block_c
