@@ -221,3 +221,41 @@ def test_folded_step_keeps_what_the_plain_network_keeps():
     assert kept[False] - kept_plain > sum(outputs)
     assert kept[False] - kept[True] > 0.9 * sum(outputs)
     assert kept[True] - kept_plain < 0.1 * sum(outputs), (kept, kept_plain, sum(outputs))
+
+
+@pytest.mark.skipif(not fused_step.HAS_TRITON, reason='needs triton (it ships with torch)')
+def test_the_folded_affine_gradients_take_one_sum_over_the_batch_on_the_triton_set():
+    """On the Triton set the step's backward kernel writes both per-sample parts of a's and b's
+    gradients into one (2, B, C) buffer, and the backward sums it over the batch in one
+    reduction (a kernel launch on a GPU), not one per part."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mmstiff.apis.benchmark import counting_kernels
+    from mmstiff.models.steps.triton_step import TritonStepKernels
+
+    class Sums(TorchDispatchMode):
+
+        def __init__(self):
+            super().__init__()
+            self.shapes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket is torch.ops.aten.sum:
+                self.shapes.append((tuple(args[0].shape), tuple(out.shape)))
+            return out
+
+    kernels = counting_kernels(TritonStepKernels())  # launches nothing: the host side alone
+    leaves = [
+        torch.randn(2, 4, 3, 3),
+        torch.rand(2, 4),
+        torch.randn(2, 4, 3, 3),
+        torch.rand(4),
+        torch.randn(4)
+    ]
+    x, step, y, scale, shift = (t.requires_grad_() for t in leaves)
+    out = fused_step.EulerUpdate.apply(x, step, y, True, 'nchw', kernels, None, scale, shift)
+    with Sums() as sums:
+        out.backward(torch.ones_like(out))
+    assert sums.shapes == [((2, 2, 4), (2, 4))]  # the two parts, summed over the batch at once
+    assert scale.grad.shape == shift.grad.shape == (4, ) and step.grad.shape == (2, 4)

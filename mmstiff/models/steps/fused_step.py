@@ -206,9 +206,9 @@ class EulerUpdate(torch.autograd.Function):
                                                               ctx.layout, need_sums,
                                                               norm=(scale, shift))
             grad_step = grad_scale = grad_shift = None
-            if need_sums:  # the per-sample parts of a's and b's gradients, summed
-                grad_step, scale_parts, shift_parts = parts
-                grad_scale, grad_shift = scale_parts.sum(dim=0), shift_parts.sum(dim=0)
+            if need_sums:  # the per-sample parts of a's and b's gradients, summed at once
+                grad_step, per_sample = parts
+                grad_scale, grad_shift = per_sample.sum(dim=1).unbind(0)
             return grad_x, grad_step, grad_f, None, None, None, None, grad_scale, grad_shift
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
         grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,

@@ -15,7 +15,8 @@ reads and writes the full-size tensors in three places only:
 * ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
   under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y), Δ's gradient ``a Σ g' ⊙ y + b Σ g'``
-  and the per-sample parts ``Δ Σ g' ⊙ y``, ``Δ Σ g'`` of a's and b's (:func:`folded_grads`).
+  and the per-sample parts ``Δ Σ g' ⊙ y``, ``Δ Σ g'`` of a's and b's (:func:`folded_grads`),
+  stacked in one (2, B, C) tensor that one sum over the batch turns into both gradients.
 
 Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
 kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
@@ -142,9 +143,9 @@ class TorchStepKernels:
     def step_backward(grad, out, f, step, relu, layout, need_step_grad, norm=None):
         """``(grad of shortcut, grad of f, grad of step or None)`` from the output's ``grad``;
         ``out`` is read only for the ReLU's mask. With ``norm=(a, b)``: the gradient of y (the
-        ``f`` given) and, for ``need_step_grad``, ``(grad of step or None, Δ ⊙ Σ g' ⊙ y,
-        Δ ⊙ Σ g')`` in place of the step's gradient, the last two (B, C) float32: summed over
-        the batch, the gradients of a and b (:func:`folded_grads`)."""
+        ``f`` given) and, for ``need_step_grad``, ``(grad of step or None, parts)`` in place of
+        the step's gradient, ``parts`` the (2, B, C) float32 stack of ``Δ ⊙ Σ g' ⊙ y`` and
+        ``Δ ⊙ Σ g'``: summed over the batch, the gradients of a and b (:func:`folded_grads`)."""
         if relu:
             grad = torch.ops.aten.threshold_backward(grad, out, 0)
         if norm is not None:
@@ -153,7 +154,9 @@ class TorchStepKernels:
             parts = None
             if need_step_grad:
                 axes, g32 = POOLED_AXES[layout], wide(grad)
-                parts = folded_grads(step, *norm, (g32 * wide(f)).sum(dim=axes), g32.sum(dim=axes))
+                grad_step, *per_sample = folded_grads(step, *norm, (g32 * wide(f)).sum(dim=axes),
+                                                      g32.sum(dim=axes))
+                parts = grad_step, torch.stack(per_sample)
             return grad, grad_y, parts
         grad_f = grad
         if step is not None:

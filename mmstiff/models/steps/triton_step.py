@@ -311,12 +311,11 @@ class TritonStepKernels:
         if need_step_grad:
             if step is not None:
                 grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
-            if norm is not None:
-                f32 = dict(dtype=torch.float32, device=grad.device)
-                parts = torch.empty((batch, c), **f32), torch.empty((batch, c), **f32)
+            if norm is not None:  # both per-sample parts in one buffer: one sum over the batch
+                parts = torch.empty((2, batch, c), dtype=torch.float32, device=grad.device)
         block_n, block_c = _blocks(n, c, sg[1], sg[2])
         written = s if grad_step is None else grad_step
-        pa, pd = (written, written) if parts is None else parts
+        pa, pd = (written, written) if parts is None else parts.unbind(0)
         self._backward[(batch, cdiv(c,
                                     block_c))](g, like, f, s, a, d, grad_x, grad_f, written, pa, pd,
                                                n, c, *sg, *so, *sf, HAS_STEP=step is not None,
@@ -324,7 +323,7 @@ class TritonStepKernels:
                                                is not None, BLOCK_N=block_n, BLOCK_C=block_c)
         if norm is None:
             return grad_x, grad_f, grad_step
-        return grad_x, grad_f, None if parts is None else (grad_step, *parts)
+        return grad_x, grad_f, None if parts is None else (grad_step, parts)
 
 
 def _memory_format(x, layout):
