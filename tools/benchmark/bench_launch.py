@@ -33,6 +33,7 @@ import time
 import torch
 
 from mmstiff.apis.benchmark import counting_kernels, synchronize
+from mmstiff.apis.cli import positive_int
 from mmstiff.models.steps.norm_fold import TorchFoldKernels
 from mmstiff.models.steps.se_phi import TorchSEPhiKernels
 from mmstiff.models.steps.step_kernels import TorchStepKernels
@@ -43,23 +44,17 @@ from mmstiff.models.steps.triton_import import HAS_TRITON
 COLUMNS = ('PyTorch passes', 'Triton', 'Triton stand-ins')
 
 
-class TorchKernelSet:
+class TorchAdaptorKernels(TorchPhiKernels, TorchSEPhiKernels):
+    """The adaptors' (B, C) passes in PyTorch, StepNet's and SE's in one set, as
+    :class:`~mmstiff.models.steps.triton_step.TritonAdaptorKernels` holds Triton's."""
+
+
+class TorchKernelSet(TorchStepKernels):
     """The PyTorch passes, addressed as :class:`TritonStepKernels` addresses its Triton set
     (``kernels.phi``, ``kernels.fold``)."""
 
-    def __init__(self):
-        self.step_kernels = TorchStepKernels()
-        self.fold = TorchFoldKernels()
-        phi, se = TorchPhiKernels(), TorchSEPhiKernels()
-        self.phi = type(
-            'TorchAdaptorKernels', (), {
-                'phi_forward': staticmethod(phi.phi_forward),
-                'phi_backward': staticmethod(phi.phi_backward),
-                'se_forward': staticmethod(se.se_forward),
-            })()
-
-    def __getattr__(self, name):
-        return getattr(self.step_kernels, name)
+    phi = TorchAdaptorKernels()
+    fold = TorchFoldKernels()
 
 
 def kernel_sets(device):
@@ -77,53 +72,50 @@ def make_state(batch, channels, size, device):
     """The tensors the passes take: a block's states (B, C, H, W), its step size and pooled
     means (B, C), the per-channel vectors of a BN and of StepNet's and SE's (B, C) passes."""
     torch.manual_seed(0)
-
-    def randn(*shape):
-        return torch.randn(*shape, device=device)
-
     squeeze = max(1, channels // 16)
-    return dict(
-        x=randn(batch, channels, size, size), f=randn(batch, channels, size,
-                                                      size), g=randn(batch, channels, size, size),
-        step=torch.rand(batch, channels,
-                        device=device), u=randn(batch, channels), p=randn(batch, channels),
-        v=torch.rand(batch, channels,
-                     device=device), vector=torch.rand(channels, device=device) + 0.5,
-        pair=randn(channels, 2), running_mean=torch.zeros(channels, device=device),
-        running_var=torch.ones(channels, device=device), w1=randn(squeeze,
-                                                                  channels), b1=randn(squeeze),
-        w2=randn(channels,
-                 squeeze), b2=randn(channels), out=torch.relu(randn(batch, channels, size, size)))
+    state = (batch, channels, size, size)
+    normal = dict(x=state, f=state, g=state, out=state, u=(batch, channels), p=(batch, channels),
+                  pair=(channels, 2), w1=(squeeze, channels), b1=(squeeze, ),
+                  w2=(channels, squeeze), b2=(channels, ))
+    tensors = {name: torch.randn(shape, device=device) for name, shape in normal.items()}
+    tensors['out'].relu_()  # a block's output after its ReLU
+    uniform = dict(step=(batch, channels), v=(batch, channels), vector=(channels, ))
+    tensors.update({name: torch.rand(shape, device=device) for name, shape in uniform.items()})
+    tensors['vector'] += 0.5  # BN scales and IE weights away from zero
+    tensors['running_mean'] = torch.zeros(channels, device=device)
+    tensors['running_var'] = torch.ones(channels, device=device)
+    return tensors
 
 
 def passes(state):
     """``{row: callable(kernels)}``: one call of each pass of the fused step on ``state``."""
     s = state
     norm = (s['vector'], s['vector'])
+    running = (s['running_mean'], s['running_var'])
+
+    def fold_forward(k):
+        return k.fold.fold_forward(s['u'], s['v'], *norm, *running, True, 0.1, 1e-5,
+                                   64 * s['u'].shape[0], s['u'].dtype)
 
     def phi_forward(k):
-        return k.phi.phi_forward(s['u'], s['p'], s['pair'], s['vector'], s['vector'], s['vector'],
-                                 s['vector'], s['running_mean'], s['running_var'], True, 0.1, 1e-5,
+        return k.phi.phi_forward(s['u'], s['p'], s['pair'], *norm, *norm, *running, True, 0.1, 1e-5,
                                  1.0)
 
+    def se_forward(k):
+        return k.phi.se_forward(s['p'], s['w1'], s['b1'], s['w2'], s['b2'], 1.0)
+
+    def step_backward(k):
+        return k.step_backward(s['g'], s['out'], s['f'], s['step'], True, 'nchw', True)
+
     return {
-        'pool (x_t and f)':
-        lambda k: k.pool(s['x'], s['f'], 'nchw'),
-        'moments (x_t and y)':
-        lambda k: k.moments(s['x'], s['f'], 'nchw'),
-        'step':
-        lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw'),
-        'step, folded BN':
-        lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw', norm=norm),
-        'step backward':
-        lambda k: k.step_backward(s['g'], s['out'], s['f'], s['step'], True, 'nchw', True),
-        'folded BN (B, C) forward':
-        lambda k: k.fold.fold_forward(s['u'], s['v'], s['vector'], s['vector'], s[
-            'running_mean'], s['running_var'], True, 0.1, 1e-5, 64 * s['u'].shape[0], s['u'].dtype),
-        'StepNet (B, C) forward':
-        phi_forward,
-        'SE (B, C) forward':
-        lambda k: k.phi.se_forward(s['p'], s['w1'], s['b1'], s['w2'], s['b2'], 1.0),
+        'pool (x_t and f)': lambda k: k.pool(s['x'], s['f'], 'nchw'),
+        'moments (x_t and y)': lambda k: k.moments(s['x'], s['f'], 'nchw'),
+        'step': lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw'),
+        'step, folded BN': lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw', norm=norm),
+        'step backward': step_backward,
+        'folded BN (B, C) forward': fold_forward,
+        'StepNet (B, C) forward': phi_forward,
+        'SE (B, C) forward': se_forward,
     }
 
 
@@ -159,17 +151,14 @@ def time_cells(cells, calls, repeats, warmup, device):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
-    parser.add_argument('--batch-size', type=int, default=2)
-    parser.add_argument('--channels', type=int, default=64)
-    parser.add_argument('--img-size', type=int, default=8)
-    parser.add_argument('--calls', type=int, default=200, help='calls per timing')
-    parser.add_argument('--repeats', type=int, default=7)
+    parser.add_argument('--batch-size', type=positive_int, default=2,
+                        help='at least 2: the BN passes take batch statistics')
+    parser.add_argument('--channels', type=positive_int, default=64)
+    parser.add_argument('--img-size', type=positive_int, default=8)
+    parser.add_argument('--calls', type=positive_int, default=200, help='calls per timing')
+    parser.add_argument('--repeats', type=positive_int, default=7)
     parser.add_argument('--warmup', type=int, default=3, help='untimed calls per cell')
     args = parser.parse_args(argv)
-    for field in ('batch_size', 'channels', 'img_size', 'calls', 'repeats'):
-        if getattr(args, field) < 1:
-            parser.error(f'--{field.replace("_", "-")} {getattr(args, field)} is not supported; '
-                         'expected a positive integer')
     if args.batch_size < 2:
         parser.error(f'--batch-size {args.batch_size} is not supported; expected at least 2 '
                      '(the BN passes take batch statistics)')

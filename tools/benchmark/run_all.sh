@@ -9,8 +9,9 @@
 #   and fp16 AMP channels-last), the operator and kernel counts of one block's step, where the
 #   step's time goes (device busy time against wall time, the kernels each adaptor adds; fp32
 #   and bf16), the host time of one launch of each pass of the fused step (PyTorch's passes,
-#   Triton's kernels and their launchers alone), DeiT-S batch 128 (AttnScale, FeatScale), AlterNet-50 against ResNet-50 at
-#   224x224 batch 64, the diagnostics hooks on ResNet-50 (batch 64) and on DeiT-S (batch 128),
+#   Triton's kernels and their launchers alone), DeiT-S batch 128 (AttnScale, FeatScale),
+#   AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50
+#   (batch 64) and on DeiT-S (batch 128),
 #   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
 #   comparisons with torch.compile-d models (ResNet-50: the reference and the fused step, each
 #   compiled; DeiT-S: AttnScale and FeatScale), the ResNet-50 comparison compiled with CUDA
@@ -47,7 +48,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
     --only) only=${2:?--only needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
