@@ -58,6 +58,7 @@ from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check
 from mmstiff.studies.rebuild import entry_from_folder
 from mmstiff.studies.spec import REPO, repo_relative
 from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
+from mmstiff.utils.checks import positive_int
 
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet')
 _print_lock = threading.Lock()
@@ -84,13 +85,6 @@ _show_warning = warnings.showwarning
 _warned = set()
 DEFAULT_WORK_DIR = osp.join(REPO, 'work_dirs', 'studies')
 DEFAULT_RESULTS_DIR = osp.join(REPO, 'docs', 'results')
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
-    return value
 
 
 def parse_args(argv=None):
