@@ -1,11 +1,8 @@
 """The shared argument checks: accepted values come back as kept, bad ones name field and value."""
-import argparse
-
 import pytest
 
 from mmstiff.utils import (check_config, check_indices, check_non_negative_int, check_patterns,
                            check_positive_int, matches_any)
-from mmstiff.utils.checks import positive_int
 
 
 def test_check_positive_int():
@@ -19,18 +16,6 @@ def test_check_positive_int():
     with pytest.raises(ValueError, match='num_samples=0 is not supported; expected None or a '
                        'positive int'):
         check_positive_int('num_samples', 0, optional=True)
-
-
-def test_positive_int_is_an_argparse_type_that_names_the_option(capsys):
-    parser = argparse.ArgumentParser(prog='tool')
-    parser.add_argument('--jobs', type=positive_int, default=1)
-    assert parser.parse_args(['--jobs', '3']).jobs == 3
-    for bad, reason in (('0', "'0' is not a positive integer"), ('-2', "'-2' is not a positive "
-                                                                 'integer'),
-                        ('two', "invalid positive_int value: 'two'")):
-        with pytest.raises(SystemExit):
-            parser.parse_args(['--jobs', bad])
-        assert f'argument --jobs: {reason}' in capsys.readouterr().err
 
 
 def test_check_non_negative_int():

@@ -46,6 +46,7 @@ import time
 import warnings
 from importlib import metadata
 
+from mmstiff.apis.cli import positive_int
 from mmstiff.studies import (Launch, StudyError, check_launch, load_study, plan_runs, runs_json,
                              write_index, write_page, write_runs)
 from mmstiff.studies.collect import collect_run
@@ -58,7 +59,6 @@ from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check
 from mmstiff.studies.rebuild import entry_from_folder
 from mmstiff.studies.spec import REPO, repo_relative
 from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
-from mmstiff.utils.checks import positive_int
 
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet')
 _print_lock = threading.Lock()

@@ -9,13 +9,19 @@ import argparse
 import torch
 from mmengine.config import DictAction
 
-from mmstiff.utils.checks import positive_int
 from .runtime import cfg_option
 
 #: ``--split`` of the analysis tools: the config's dataloader they read
 SPLITS = ('test', 'val', 'train')
 #: ``--mode`` of the tools that evaluate the training loss
 MODES = ('eval', 'train')
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
+    return value
 
 
 def add_checkpoint_args(parser, verb):

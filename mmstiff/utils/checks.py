@@ -2,22 +2,11 @@
 
 Each function checks one kind of value before any work starts and raises ``ValueError`` with a
 message that names the field, the bad value and what was expected; on success it returns the
-value in the form the caller keeps (a list of patterns, a set of indices, ...);
-:func:`positive_int` is the command-line tools' ``argparse`` type of a count. All are pure:
+value in the form the caller keeps (a list of patterns, a set of indices, ...). All are pure:
 they import nothing from mmstiff, so any layer of the package may use them.
 """
-import argparse
 import fnmatch
 from collections.abc import Mapping, Sequence
-
-
-def positive_int(text):
-    """``argparse`` type of a command-line count: ``text`` as an int of at least 1, else an
-    ``argparse.ArgumentTypeError`` that argparse reports with the option's name."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
-    return value
 
 
 def _is_int(value):

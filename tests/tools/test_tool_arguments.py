@@ -1,6 +1,7 @@
 """The arguments and checks the tools share (mmstiff.apis): one set of checkpoint flags for
 tools/test.py and the analysis tools, and bad input that raises ConfigError naming the value
 before anything is loaded."""
+import argparse
 import os.path as osp
 
 import pytest
@@ -10,7 +11,7 @@ from script_modules import load_script  # tests/
 
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import build_loader
-from mmstiff.apis.cli import analysis_parser
+from mmstiff.apis.cli import analysis_parser, positive_int
 from mmstiff.apis.runtime import ConfigError
 from mmstiff.apis.trained_model import checkpoint_options, load_trained_config
 from mmstiff.apis.training_loss import decay_summary, weight_decays
@@ -80,3 +81,18 @@ def test_weight_decays_override_and_summary():
     with pytest.raises(ConfigError, match=r'--weight-decay -0\.1 is negative'):
         weight_decays(Config(dict()), None, params, override=-0.1)
     assert decay_summary([0.0, 5e-4, 5e-4]) == {'0.0': 1, '0.0005': 2}
+
+
+def test_positive_int_is_the_count_type_every_tool_parses_with(capsys):
+    """One argparse type for the tools' counts (tools/reproduce.py's --jobs among them): a bad
+    count is refused with the option's name and the value."""
+    assert load_script('tools/reproduce.py', 'reproduce_tool').positive_int is positive_int
+    parser = argparse.ArgumentParser(prog='tool')
+    parser.add_argument('--jobs', type=positive_int, default=1)
+    assert parser.parse_args(['--jobs', '3']).jobs == 3
+    for bad, reason in (('0', "'0' is not a positive integer"), ('-2',
+                                                                 "'-2' is not a positive integer"),
+                        ('two', "invalid positive_int value: 'two'")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(['--jobs', bad])
+        assert f'argument --jobs: {reason}' in capsys.readouterr().err
