@@ -216,6 +216,7 @@ def counting_kernels(kernels):
     kernels._step = LaunchRecorder('step')
     kernels._backward = LaunchRecorder('step_backward')
     kernels._measured = LaunchRecorder('measured_step')
+    kernels._moments_backward = LaunchRecorder('moments_backward')
     kernels.phi._forward = LaunchRecorder('phi')
     kernels.phi._backward = LaunchRecorder('phi_backward')
     kernels.phi._se_hidden = LaunchRecorder('se_hidden')

@@ -259,3 +259,51 @@ def test_the_folded_affine_gradients_take_one_sum_over_the_batch_on_the_triton_s
         out.backward(torch.ones_like(out))
     assert sums.shapes == [((2, 2, 4), (2, 4))]  # the two parts, summed over the batch at once
     assert scale.grad.shape == shift.grad.shape == (4, ) and step.grad.shape == (2, 4)
+
+
+@pytest.mark.skipif(not fused_step.HAS_TRITON, reason='needs triton (it ships with torch)')
+@pytest.mark.parametrize('train', [True, False])
+def test_y_gradient_is_written_in_one_pass_on_the_triton_set(train):
+    """On the Triton set y's whole gradient (the step's share and the moments') is one kernel,
+    ``moments_backward``: the folded step's backward makes no full-size ATen computation (it
+    wrote the moments' share with ``addcmul`` and autograd added the step's to it)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mmstiff.apis.benchmark import counting_kernels
+    from mmstiff.models.steps.triton_step import TritonStepKernels
+
+    not_computing = {
+        'empty', 'empty_like', 'empty_strided', 'expand', 'view', 'as_strided', 'alias', 'detach',
+        'unbind', 'select', 't', 'transpose'
+    }
+
+    class FullSize(TorchDispatchMode):
+
+        def __init__(self, numel):
+            super().__init__()
+            self.numel, self.ops = numel, []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if torch.is_tensor(out) and out.numel() == self.numel and name not in not_computing:
+                self.ops.append(name)
+            return out
+
+    adaptor, norm = _block_parts(StepNetAdaptor, dict(), train, channels=4)
+    kernels = counting_kernels(TritonStepKernels())  # launches nothing: the host side alone
+    launches = []
+    launch = kernels._moments_backward
+    kernels._moments_backward = type(
+        'Counted', (), {
+            '__getitem__': lambda self, grid: launches.append(grid) or launch[grid]
+        })()
+    x = torch.randn(2, 4, 3, 3, **F64)  # no gradient: no accumulation of x_t's paths
+    y = torch.randn(2, 4, 3, 3, **F64, requires_grad=True)
+    with fused_step.forced_step_kernels(kernels):
+        out = residual_update(x, y, adaptor, 'nchw', True, act=nn.ReLU(), norm=norm)
+    grad = torch.ones_like(out)
+    with FullSize(y.numel()) as full_size:
+        out.backward(grad)
+    assert full_size.ops == []
+    assert len(launches) == 1 and y.grad is not None

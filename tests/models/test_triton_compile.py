@@ -43,11 +43,11 @@ def recording_kernels():
     launches = []
     kernels = TritonStepKernels()
     for owner, name in [(kernels, '_pool'), (kernels, '_step'), (kernels, '_backward'),
-                        (kernels, '_measured'), (kernels.phi, '_forward'),
-                        (kernels.phi, '_backward'), (kernels.phi, '_se_hidden'),
-                        (kernels.phi, '_se_gate'), (kernels.phi, '_se_excitation'),
-                        (kernels.phi, '_se_squeeze'), (kernels.fold, '_forward'),
-                        (kernels.fold, '_backward')]:
+                        (kernels, '_measured'), (kernels, '_moments_backward'),
+                        (kernels.phi, '_forward'), (kernels.phi, '_backward'),
+                        (kernels.phi, '_se_hidden'), (kernels.phi, '_se_gate'),
+                        (kernels.phi, '_se_excitation'), (kernels.phi, '_se_squeeze'),
+                        (kernels.fold, '_forward'), (kernels.fold, '_backward')]:
         setattr(owner, name, Recorder(getattr(owner, name), launches))
     return kernels, launches
 
@@ -85,6 +85,9 @@ def launches_of_the_fused_step(dtype):
                 kernels.step_backward(x, x if relu else None, x, step, relu, layout, True)
                 kernels.step_backward(x, x if relu else None, x, step, relu, layout, True,
                                       norm=norm)
+            coefficients = torch.empty(batch, channels, dtype=dtype)  # the moments' c0 and c1
+            kernels.moments_backward(x, x, coefficients, coefficients, layout)
+            kernels.moments_backward(x, x, coefficients, None, layout)
             u = torch.empty(batch, channels, dtype=dtype)
             vector = torch.empty(channels)
             for batch_stats, factor in ((True, 0.1), (False, None)):
@@ -145,9 +148,9 @@ def test_every_launch_compiles_for_the_gpu(dtype, capability):
     names = {fn.__name__ for fn, _, _ in launches}
     assert names == {
         '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
-        '_phi_forward_kernel', '_phi_backward_kernel', '_se_hidden_kernel', '_se_gate_kernel',
-        '_se_excitation_backward_kernel', '_se_squeeze_backward_kernel', '_fold_forward_kernel',
-        '_fold_backward_kernel'
+        '_moments_backward_kernel', '_phi_forward_kernel', '_phi_backward_kernel',
+        '_se_hidden_kernel', '_se_gate_kernel', '_se_excitation_backward_kernel',
+        '_se_squeeze_backward_kernel', '_fold_forward_kernel', '_fold_backward_kernel'
     }
     for fn, args, kwargs in launches:
         compiled = compile_launch(fn, args, kwargs, capability)

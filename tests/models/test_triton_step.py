@@ -364,6 +364,31 @@ def test_triton_folded_step_equals_torch_kernels(layout, shape, memory_format, d
 
 
 @interpreted
+@pytest.mark.parametrize('layout, shape, memory_format', CASES)
+@pytest.mark.parametrize('dtype', list(TOLERANCES))
+@pytest.mark.parametrize('with_slope', [True, False])
+def test_triton_moments_backward_is_the_gradient_plus_the_moments_share(
+        layout, shape, memory_format, dtype, with_slope):
+    """y's whole gradient ``g + c0 + c1 ⊙ y`` (c0, c1 per (b, c)) in one pass, against the
+    explicit formula in float64, in the input's dtype and the incoming gradient's format."""
+    grad, y, _ = _inputs(shape, memory_format, dtype)
+    batch, channels = shape[0], shape[1] if layout == 'nchw' else shape[2]
+    base = torch.randn(batch, channels).to(dtype)
+    slope = torch.randn(batch, channels).to(dtype) if with_slope else None
+    view = (batch, channels, 1, 1) if layout == 'nchw' else (batch, 1, channels)
+    expected = grad.double() + base.double().view(view)
+    if with_slope:
+        expected += slope.double().view(view) * y.double()
+    for kernels in (TritonStepKernels(), TorchStepKernels):
+        got = kernels.moments_backward(grad, y, base, slope, layout)
+        tol = TOLERANCES[dtype]
+        torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol * 4)
+        assert got.dtype == dtype
+        if memory_format is not None:
+            assert got.is_contiguous(memory_format=memory_format)
+
+
+@interpreted
 @pytest.mark.parametrize('adaptor_cls',
                          [StepNetAdaptor, lambda c: SEAdaptor(c, squeeze_channels=4)],
                          ids=['stepnet', 'se'])

@@ -264,8 +264,9 @@ def test_stand_in_kernels_run_the_triton_set_without_computing():
         model(images).sum().backward()
     launched = collections.Counter(e.name for e in prof.events() if e.name.startswith('triton::'))
     # each of ResNet-50's 16 blocks: the moments, the fold, StepNet's pass, the step; backward
-    # the step's, StepNet's and the fold's kernels
-    for name in ('pool', 'fold', 'phi', 'step', 'step_backward', 'phi_backward', 'fold_backward'):
+    # the step's, StepNet's and the fold's kernels and y's gradient
+    for name in ('pool', 'fold', 'phi', 'step', 'step_backward', 'phi_backward', 'fold_backward',
+                 'moments_backward'):
         assert launched[f'triton::{name}'] == 16, (name, launched)
 
 
@@ -297,7 +298,8 @@ def test_bench_launch_times_each_pass_on_each_kernel_set(capsys):
     rows = {line[:32].strip(): line[32:].split() for line in lines[3:]}
     passes = [
         'pool (x_t and f)', 'moments (x_t and y)', 'step', 'step, folded BN', 'step backward',
-        'folded BN (B, C) forward', 'StepNet (B, C) forward', 'SE (B, C) forward'
+        "moments backward (y's grad)", 'folded BN (B, C) forward', 'StepNet (B, C) forward',
+        'SE (B, C) forward'
     ]
     assert list(rows) == ['aten add (one kernel)', 'aten mean (one reduction)', *passes]
     for name, cells in rows.items():

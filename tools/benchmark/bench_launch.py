@@ -11,11 +11,12 @@ between them); the figure is the median over ``--repeats`` repeats, the settings
 (each repeat runs every cell once, in a rotated order), in microseconds per call:
 
 * ``aten add``, ``aten mean``: one ATen elementwise kernel and one reduction, the units;
-* one row per pass of the fused step (``pool``, ``moments``, ``step``, ``step backward``, the
-  folded BN's and the adaptors' (B, C) passes), in three columns: ``PyTorch passes`` (the
-  CPU's path, several ATen calls a pass), ``Triton`` (CUDA only: the launcher and Triton's own
-  launch) and ``Triton stand-ins`` (the same launcher with kernels that launch nothing: its
-  Python, argument handling and allocations, without Triton's launch). On a GPU,
+* one row per pass of the fused step (``pool``, ``moments``, ``step``, ``step backward``,
+  ``moments backward``, the folded BN's and the adaptors' (B, C) passes), in three columns:
+  ``PyTorch passes`` (the CPU's path, several ATen calls a pass), ``Triton`` (CUDA only: the
+  launcher and Triton's own launch) and ``Triton stand-ins`` (the same launcher with kernels
+  that launch nothing: its Python, argument handling and allocations, without Triton's
+  launch). On a GPU,
   ``Triton - stand-ins`` is what Triton's launch costs per kernel.
 
 Where the device's work per call exceeds the host's, the calls queue up and a cell measures
@@ -108,14 +109,24 @@ def passes(state):
         return k.step_backward(s['g'], s['out'], s['f'], s['step'], True, 'nchw', True)
 
     return {
-        'pool (x_t and f)': lambda k: k.pool(s['x'], s['f'], 'nchw'),
-        'moments (x_t and y)': lambda k: k.moments(s['x'], s['f'], 'nchw'),
-        'step': lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw'),
-        'step, folded BN': lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw', norm=norm),
-        'step backward': step_backward,
-        'folded BN (B, C) forward': fold_forward,
-        'StepNet (B, C) forward': phi_forward,
-        'SE (B, C) forward': se_forward,
+        'pool (x_t and f)':
+        lambda k: k.pool(s['x'], s['f'], 'nchw'),
+        'moments (x_t and y)':
+        lambda k: k.moments(s['x'], s['f'], 'nchw'),
+        'step':
+        lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw'),
+        'step, folded BN':
+        lambda k: k.step(s['x'], s['step'], s['f'], True, 'nchw', norm=norm),
+        'step backward':
+        step_backward,
+        "moments backward (y's grad)":
+        lambda k: k.moments_backward(s['g'], s['f'], s['u'], s['p'], 'nchw'),
+        'folded BN (B, C) forward':
+        fold_forward,
+        'StepNet (B, C) forward':
+        phi_forward,
+        'SE (B, C) forward':
+        se_forward,
     }
 
 

@@ -44,9 +44,9 @@ BLOCK = ('layer3', 1)
 NO_KERNEL = frozenset(f'aten::{name}'
                       for name in ('empty', 'empty_like', 'empty_strided', 'view', 'reshape',
                                    '_reshape_alias', 'expand', 'as_strided', 'unsqueeze', 'squeeze',
-                                   'select', 'slice', 'unbind', 'transpose', 'permute', 't',
-                                   'detach', 'alias', 'promote_types', 'result_type', 'lift_fresh',
-                                   'resolve_conj', 'resolve_neg'))
+                                   'view_as', 'select', 'slice', 'unbind', 'transpose', 'permute',
+                                   't', 'detach', 'alias', 'promote_types', 'result_type',
+                                   'lift_fresh', 'resolve_conj', 'resolve_neg'))
 
 
 def _is_top_level_aten(event):

@@ -19,7 +19,9 @@ same values in three memory-bound passes (:mod:`.step_kernels`):
 Where the block passes its branch's last norm (``norm=``) and it is a plain BN, the step folds
 it (:mod:`.norm_fold`): :class:`NormMoments` pools x_t and gives the branch output y's
 per-sample moments in pass 1, the BN's statistics and ``f = a ⊙ y + b`` come from those, and
-:class:`EulerUpdate` applies the affine as it loads y, so f is neither written nor kept.
+:class:`EulerUpdate` applies the affine as it loads y, so f is neither written nor kept;
+backward, :class:`NormMoments` writes y's whole gradient (the step's share and the moments') in
+one pass.
 
 The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
 ``fused`` selects the path: True, False (the reference) or ``'auto'``, the path measured
@@ -129,12 +131,14 @@ def _spread(grad, shape, layout):
 
 
 class NormMoments(torch.autograd.Function):
-    """``(mean x_t, a, b, p)`` from one pass over x_t and the branch output y before its last
+    """``(mean x_t, a, b, p, y)`` from one pass over x_t and the branch output y before its last
     BN (no ``mean x_t`` for x_t None), the folded norm (:mod:`.norm_fold`): the pass gives y's
     (B, C) per-sample moments, one (B, C) pass the BN's ``f = a ⊙ y + b`` and pooled f ``p``
-    (and updates its running statistics). Backward: the (B, C) pass gives y's gradient through
-    the moments as ``c0 + c1 ⊙ y`` per (b, c), written in one pass (a broadcast view where the
-    variances were not used)."""
+    (and updates its running statistics). y comes out as it went in, for the step to read: y's
+    gradient from the step then arrives here, and the backward writes y's whole gradient in one
+    pass, that gradient plus the moments' share ``c0 + c1 ⊙ y`` per (b, c) (where autograd
+    would write the share and then add the two). The (B, C) pass gives c0 and c1 (c1 None
+    where the variances were not used)."""
 
     @staticmethod
     def forward(ctx, state, y, weight, bias, running_mean, running_var, batch_stats, factor, eps,
@@ -144,11 +148,12 @@ class NormMoments(torch.autograd.Function):
         scale, shift, pooled_f, mu, rstd = fold.fold_forward(mean, var, weight, bias, running_mean,
                                                              running_var, batch_stats, factor, eps,
                                                              count, y.dtype)
-        ctx.batch_stats, ctx.layout, ctx.fold = batch_stats, layout, fold
+        ctx.batch_stats, ctx.layout, ctx.kernels, ctx.fold = batch_stats, layout, kernels, fold
         ctx.inv_n = mean.shape[0] / count
         ctx.state_shape = None if state is None else state.shape
         ctx.save_for_backward(y, mean, weight, mu, rstd)
-        return (scale, shift, pooled_f) if pooled is None else (pooled, scale, shift, pooled_f)
+        out = scale, shift, pooled_f, y
+        return out if pooled is None else (pooled, *out)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -157,17 +162,13 @@ class NormMoments(torch.autograd.Function):
         if ctx.state_shape is not None:
             grad_pooled, *grads = grads
             grad_state = _spread(grad_pooled, ctx.state_shape, ctx.layout)
-        grad_scale, grad_shift, grad_pooled_f = grads
+        grad_scale, grad_shift, grad_pooled_f, grad_read = grads
         base, slope, grad_weight, grad_bias = ctx.fold.fold_backward(grad_scale, grad_shift,
                                                                      grad_pooled_f.contiguous(),
                                                                      mean, weight, mu, rstd,
                                                                      ctx.batch_stats, ctx.inv_n,
                                                                      y.dtype)
-        base = broadcast_step(base, y, ctx.layout)
-        if slope is None:
-            grad_y = base.expand(y.shape)
-        else:
-            grad_y = torch.addcmul(base, y, broadcast_step(slope, y, ctx.layout))
+        grad_y = ctx.kernels.moments_backward(grad_read, y, base, slope, ctx.layout)
         return (grad_state, grad_y, grad_weight, grad_bias, None, None, None, None, None, None,
                 None, None)
 
@@ -229,19 +230,22 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
 
 
 def folded_step(adaptor, x_t, y, norm, layout, kernels):
-    """``(Δ_t, a, b)`` of a pooled-state adaptor on the branch output ``y`` before its last BN
-    ``norm``, folded (:mod:`.norm_fold`): one pass pools x_t (where the adaptor reads it) and
+    """``(Δ_t, a, b, y)`` of a pooled-state adaptor on the branch output ``y`` before its last
+    BN ``norm``, folded (:mod:`.norm_fold`): one pass pools x_t (where the adaptor reads it) and
     gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from those,
-    and the adaptor's module call reads the pooled f without f being written."""
+    and the adaptor's module call reads the pooled f without f being written. The y returned
+    is the one the step reads: :class:`NormMoments` passes it through, so that y's gradient
+    is written in one pass."""
     state = x_t if adaptor.pools_state else None
     batch_stats, factor = norm_mode(norm)
     folded = NormMoments.apply(state, y, norm.weight, norm.bias, norm.running_mean,
                                norm.running_var, batch_stats, factor, norm.eps, layout, kernels,
                                fold_kernels(kernels, y.shape[0]))
-    pooled, (scale, shift, pooled_f) = (None, folded) if state is None else (folded[0], folded[1:])
+    pooled, (scale, shift, pooled_f, y) = (None, folded) if state is None else (folded[0],
+                                                                                folded[1:])
     with phi_kernels_in(getattr(kernels, 'phi', None)):
         step = adaptor(x_t, None, pooled=(pooled, pooled_f))
-    return step.reshape(y.shape[0], -1), scale, shift
+    return step.reshape(y.shape[0], -1), scale, shift, y
 
 
 def _inactive(drop_path):
@@ -292,7 +296,7 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
         return out if act is None else act(out)
     scale = shift = None
     if folds:
-        step, scale, shift = folded_step(adaptor, x_t, f, norm, layout, kernels)
+        step, scale, shift, f = folded_step(adaptor, x_t, f, norm, layout, kernels)
     else:
         step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
     if drop_path is not None and not folds:

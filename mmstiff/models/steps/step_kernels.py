@@ -6,7 +6,8 @@ reads and writes the full-size tensors in three places only:
 
 * ``pool``: the means of x_t and f over the pooled axes (one read of each);
 * ``moments``: ``pool`` of x_t and the branch's output y before its last norm, with y's
-  variances too (the folded norm, :mod:`.norm_fold`);
+  variances too (the folded norm, :mod:`.norm_fold`); ``moments_backward`` writes y's
+  gradient, the step's share plus the moments' (one read of each, one write);
 * ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write); with ``norm=(a, b)``
   (C,) float32, f is ``a ⊙ y + b`` of the y given (the folded norm, f never written);
 * ``measured_step``: ``step`` that also writes per (B, C) the sums of squares over the pooled
@@ -109,6 +110,14 @@ class TorchStepKernels:
         mean = moved.mean(dim=axes)
         var = (moved.square_().mean(dim=axes) - mean.square()).clamp_(min=0)
         return pooled, mean + shift.flatten(1), var
+
+    @staticmethod
+    def moments_backward(grad, y, base, slope, layout):
+        """y's whole gradient: ``grad``, what y receives from the step, plus its gradient
+        through its (B, C) moments, ``c0 + c1 ⊙ y`` with c0 ``base`` and c1 ``slope`` (B, C)
+        (None: c0 alone, the variances not used)."""
+        total = grad + broadcast_step(base, y, layout)
+        return total if slope is None else total.addcmul_(y, broadcast_step(slope, y, layout))
 
     @staticmethod
     def step(shortcut, step, f, relu, layout, norm=None):

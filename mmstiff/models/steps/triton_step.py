@@ -6,7 +6,8 @@ each: ``pool`` reads x_t and f once and writes both (B, C) means; ``step`` write
 x_t, in the same pass); ``step_backward`` reads g (and the output for the ReLU's mask, f for
 Δ's gradient) once and writes the gradients of the shortcut and f and Δ's per-(B, C) sums.
 For the folded BN (:mod:`.norm_fold`) ``moments`` is ``pool`` that also sums y's squares about
-each (b, c)'s first value, and the step kernels apply ``a ⊙ y + b`` as they load y.
+each (b, c)'s first value, the step kernels apply ``a ⊙ y + b`` as they load y, and
+``moments_backward`` writes y's gradient, the step's share plus the moments' ``c0 + c1 ⊙ y``.
 
 Every tensor is addressed as (B, N, C) with its own strides: ``'nchw'`` maps (H, W) to N (both
 the contiguous and the channels-last memory format), ``'nlc'`` is (B, N, C) already. Sums
@@ -122,6 +123,28 @@ if HAS_TRITON:
                              RELU, HAS_NORM)
         tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
                  y.to(o_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _moments_backward_kernel(g_ptr, y_ptr, c0_ptr, c1_ptr, o_ptr, N, C, sgb, sgn, sgc, syb, syn,
+                                 syc, sob, son, soc, SLOPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_C: tl.constexpr):
+        # y's gradient g + c0 + c1 y, c0 and c1 per (b, c)
+        b = tl.program_id(0).to(tl.int64)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        ns = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ok = cs < C
+        ok = (ns < N)[:, None] & c_ok[None, :]
+        c0 = tl.load(c0_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + b * sgb + ns[:, None] * sgn + cs[None, :] * sgc, mask=ok,
+                    other=0.0).to(tl.float32)
+        g += c0[None, :]
+        if SLOPE:
+            c1 = tl.load(c1_ptr + b * C + cs, mask=c_ok, other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + b * syb + ns[:, None] * syn + cs[None, :] * syc, mask=ok,
+                        other=0.0).to(tl.float32)
+            g += c1[None, :] * y
+        tl.store(o_ptr + b * sob + ns[:, None] * son + cs[None, :] * soc,
+                 g.to(o_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
     def _measured_step_kernel(x_ptr, s_ptr, f_ptr, a_ptr, d_ptr, o_ptr, m_ptr, q_ptr, N, C, sxb,
@@ -240,6 +263,7 @@ class TritonStepKernels:
             raise RuntimeError('TritonStepKernels needs triton, which is not installed')
         self._pool, self._step, self._backward = _pool_kernel, _step_kernel, _step_backward_kernel
         self._measured = _measured_step_kernel
+        self._moments_backward = _moments_backward_kernel
         #: the adaptors' (B, C) arithmetic (StepNet's and SE's)
         self.phi = TritonAdaptorKernels()
         #: the folded BN's (B, C) statistics
@@ -262,6 +286,19 @@ class TritonStepKernels:
                                               *sf, 1.0 / n, POOL_X=state is not None,
                                               MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
         return (None if state is None else xm), fm, fv
+
+    def moments_backward(self, grad, y, base, slope, layout):
+        g, (batch, n, c), sg = as_bnc(grad, layout)
+        y, _, sy = as_bnc(y, layout)
+        out = torch.empty_like(g, dtype=y.dtype)
+        _, _, so = as_bnc(out, layout)
+        block_n, block_c = _blocks(n, c, so[1], so[2])
+        base = base.contiguous()
+        slope = base if slope is None else slope.contiguous()
+        grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
+        self._moments_backward[grid](g, y, base, slope, out, n, c, *sg, *sy, *so, SLOPE=slope
+                                     is not base, BLOCK_N=block_n, BLOCK_C=block_c)
+        return out
 
     def step(self, shortcut, step, f, relu, layout, norm=None):
         dtype = state_dtype(shortcut, f)
