@@ -224,49 +224,13 @@ def test_folded_step_keeps_what_the_plain_network_keeps():
 
 
 @pytest.mark.skipif(not fused_step.HAS_TRITON, reason='needs triton (it ships with torch)')
-def test_the_folded_affine_gradients_take_one_sum_over_the_batch_on_the_triton_set():
-    """On the Triton set the step's backward kernel writes both per-sample parts of a's and b's
-    gradients into one (2, B, C) buffer, and the backward sums it over the batch in one
-    reduction (a kernel launch on a GPU), not one per part."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from mmstiff.apis.benchmark import counting_kernels
-    from mmstiff.models.steps.triton_step import TritonStepKernels
-
-    class Sums(TorchDispatchMode):
-
-        def __init__(self):
-            super().__init__()
-            self.shapes = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if func.overloadpacket is torch.ops.aten.sum:
-                self.shapes.append((tuple(args[0].shape), tuple(out.shape)))
-            return out
-
-    kernels = counting_kernels(TritonStepKernels())  # launches nothing: the host side alone
-    leaves = [
-        torch.randn(2, 4, 3, 3),
-        torch.rand(2, 4),
-        torch.randn(2, 4, 3, 3),
-        torch.rand(4),
-        torch.randn(4)
-    ]
-    x, step, y, scale, shift = (t.requires_grad_() for t in leaves)
-    out = fused_step.EulerUpdate.apply(x, step, y, True, 'nchw', kernels, None, scale, shift)
-    with Sums() as sums:
-        out.backward(torch.ones_like(out))
-    assert sums.shapes == [((2, 2, 4), (2, 4))]  # the two parts, summed over the batch at once
-    assert scale.grad.shape == shift.grad.shape == (4, ) and step.grad.shape == (2, 4)
-
-
-@pytest.mark.skipif(not fused_step.HAS_TRITON, reason='needs triton (it ships with torch)')
 @pytest.mark.parametrize('train', [True, False])
-def test_y_gradient_is_written_in_one_pass_on_the_triton_set(train):
-    """On the Triton set y's whole gradient (the step's share and the moments') is one kernel,
-    ``moments_backward``: the folded step's backward makes no full-size ATen computation (it
-    wrote the moments' share with ``addcmul`` and autograd added the step's to it)."""
+def test_the_folded_backward_is_the_triton_passes_alone(train):
+    """On the Triton set the folded StepNet step's backward is its kernels' launches and no
+    ATen computation: y's whole gradient (the step's share and the moments') is one kernel,
+    ``moments_backward`` (it was ``addcmul`` and autograd's ``add``), and the fold's backward
+    kernel sums a's and b's per-sample parts over the batch and scales the pooled x_t's
+    gradient (a ``sum`` and a ``mul`` besides it, before)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from mmstiff.apis.benchmark import counting_kernels
@@ -274,36 +238,46 @@ def test_y_gradient_is_written_in_one_pass_on_the_triton_set(train):
 
     not_computing = {
         'empty', 'empty_like', 'empty_strided', 'expand', 'view', 'as_strided', 'alias', 'detach',
-        'unbind', 'select', 't', 'transpose'
+        'unbind', 'select', 'slice', 't', 'transpose', '_reshape_alias', 'reshape', 'unsqueeze'
     }
 
-    class FullSize(TorchDispatchMode):
+    class Computing(TorchDispatchMode):
 
-        def __init__(self, numel):
+        def __init__(self):
             super().__init__()
-            self.numel, self.ops = numel, []
+            self.ops = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if torch.is_tensor(out) and out.numel() == self.numel and name not in not_computing:
+            if name not in not_computing:
                 self.ops.append(name)
-            return out
+            return func(*args, **(kwargs or {}))
 
-    adaptor, norm = _block_parts(StepNetAdaptor, dict(), train, channels=4)
+    adaptor, norm = (m.float() for m in _block_parts(StepNetAdaptor, dict(), train, channels=4))
     kernels = counting_kernels(TritonStepKernels())  # launches nothing: the host side alone
     launches = []
-    launch = kernels._moments_backward
-    kernels._moments_backward = type(
-        'Counted', (), {
-            '__getitem__': lambda self, grid: launches.append(grid) or launch[grid]
-        })()
-    x = torch.randn(2, 4, 3, 3, **F64)  # no gradient: no accumulation of x_t's paths
-    y = torch.randn(2, 4, 3, 3, **F64, requires_grad=True)
+    for name in ('_moments_backward', '_backward'):
+        recorder = getattr(kernels, name)
+        setattr(
+            kernels, name,
+            type(
+                'Counted', (), {
+                    '__getitem__':
+                    lambda self, grid, name=name, recorder=recorder: launches.append(name) or
+                    recorder[grid]
+                })())
+    fold_backward = kernels.fold.fold_backward
+    parts_seen = []
+    kernels.fold.fold_backward = lambda parts, *args: parts_seen.append(parts.shape) or \
+        fold_backward(parts, *args)
+    x = torch.randn(2, 4, 3, 3)  # no gradient: no accumulation of x_t's paths
+    y = torch.randn(2, 4, 3, 3, requires_grad=True)
     with fused_step.forced_step_kernels(kernels):
         out = residual_update(x, y, adaptor, 'nchw', True, act=nn.ReLU(), norm=norm)
     grad = torch.ones_like(out)
-    with FullSize(y.numel()) as full_size:
+    with Computing() as computing:
         out.backward(grad)
-    assert full_size.ops == []
-    assert len(launches) == 1 and y.grad is not None
+    assert computing.ops == []
+    assert sorted(launches) == ['_backward', '_moments_backward'] and y.grad is not None
+    assert parts_seen == [(2, 2, 4)]  # a's and b's parts per sample, summed in the kernel
+    assert all(p.grad is not None for p in [*adaptor.parameters(), *norm.parameters()])

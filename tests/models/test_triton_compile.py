@@ -102,8 +102,10 @@ def launches_of_the_fused_step(dtype):
                 params = (vector, vector) if affine else (None, None)
                 kernels.fold.fold_forward(mean, mean, *params, vector.clone(), vector.clone(),
                                           batch_stats, factor, 1e-5, 4 * batch, dtype)
-                kernels.fold.fold_backward(vector, vector, u, mean, params[0], vector, vector,
-                                           batch_stats, 0.25, dtype)
+                parts = torch.empty(2, batch, channels)
+                for grad_state in (u, None):  # StepNet's pooled x_t; SE pools none
+                    kernels.fold.fold_backward(parts, u, mean, params[0], vector, vector,
+                                               batch_stats, 0.25, dtype, grad_state, 1 / 49)
             squeeze = max(8, channels // 16)
             w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
             kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)

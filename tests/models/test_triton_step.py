@@ -324,14 +324,15 @@ def _folded(kernels, x, y, grad, layout, relu, with_step):
     scale = torch.linspace(-1.5, 2, channels, dtype=torch.float64).to(x.device)
     shift = torch.linspace(1, -1, channels, dtype=torch.float64)
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scale, shift = (t.to(dtype).requires_grad_() for t in (scale, shift))
+    affine = torch.stack((scale, shift)).to(dtype).requires_grad_()  # (a, b), (2, C)
     step = None
-    leaves = [x, y, scale, shift]
+    leaves = [x, y, affine]
     if with_step:
         step = torch.rand(y.shape[0], channels, generator=torch.Generator().manual_seed(1))
         step = step.to(dtype).requires_grad_()
         leaves.append(step)
-    out = EulerUpdate.apply(x, step, y, relu, layout, kernels, None, scale, shift)
+    per_sample = affine.unsqueeze(1).expand(2, y.shape[0], channels)
+    out = EulerUpdate.apply(x, step, y, relu, layout, kernels, None, per_sample)
     return [out, *torch.autograd.grad(out, leaves, grad)]
 
 
@@ -425,16 +426,20 @@ def test_triton_fold_passes_equal_torch_passes(batch, channels, batch_stats, fac
     var = torch.rand(batch, channels) + 0.5
     weight, bias = (torch.randn(channels), torch.randn(channels)) if affine else (None, None)
     running = [torch.randn(channels), torch.rand(channels) + 0.5]
-    grads = torch.randn(channels), torch.randn(channels), torch.randn(batch, channels)
+    parts, grad_pooled = torch.randn(2, batch, channels), torch.randn(batch, channels)
+    grad_state = torch.randn(batch, channels)
     results = []
     for kernels in (TorchFoldKernels, TritonFoldKernels()):
         stats = [t.clone() for t in running]
         out = kernels.fold_forward(mean, var, weight, bias, *stats, batch_stats, factor, 1e-5,
                                    4 * batch, torch.float32)
-        back = kernels.fold_backward(*grads, mean, weight, out[3], out[4], batch_stats, 0.25,
-                                     torch.float32)
+        back = kernels.fold_backward(parts, grad_pooled, mean, weight, out[2], out[3], batch_stats,
+                                     0.25, torch.float32, grad_state, 1 / 7)
+        assert kernels.fold_backward(parts, grad_pooled, mean, weight, out[2], out[3], batch_stats,
+                                     0.25, torch.float32)[4] is None
         results.append([*out, *[g for g in back if g is not None], *stats])
     assert len(results[0]) == len(results[1])
+    torch.testing.assert_close(results[1][-3], grad_state / 7)  # the pooled x_t's, scaled
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * max(1.0, a.abs().max().item()))
 

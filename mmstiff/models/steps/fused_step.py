@@ -124,50 +124,62 @@ class PoolStates(torch.autograd.Function):
         return expanded[0], expanded[1], None, None
 
 
+def _pooled_count(shape, layout):
+    """N, the values of a state of ``shape`` that one (b, c) mean pools."""
+    return shape[1] if layout == 'nlc' else math.prod(shape[2:])
+
+
 def _spread(grad, shape, layout):
     """The gradient of a mean: ``grad / N`` broadcast over the pooled axes (a view)."""
-    count = shape[1] if layout == 'nlc' else math.prod(shape[2:])
-    return broadcast_step(grad * (1.0 / count), shape, layout).expand(shape)
+    return broadcast_step(grad * (1.0 / _pooled_count(shape, layout)), shape, layout).expand(shape)
 
 
 class NormMoments(torch.autograd.Function):
-    """``(mean x_t, a, b, p, y)`` from one pass over x_t and the branch output y before its last
-    BN (no ``mean x_t`` for x_t None), the folded norm (:mod:`.norm_fold`): the pass gives y's
-    (B, C) per-sample moments, one (B, C) pass the BN's ``f = a ⊙ y + b`` and pooled f ``p``
-    (and updates its running statistics). y comes out as it went in, for the step to read: y's
-    gradient from the step then arrives here, and the backward writes y's whole gradient in one
-    pass, that gradient plus the moments' share ``c0 + c1 ⊙ y`` per (b, c) (where autograd
-    would write the share and then add the two). The (B, C) pass gives c0 and c1 (c1 None
-    where the variances were not used)."""
+    """``(mean x_t, affine, p, y)`` from one pass over x_t and the branch output y before its
+    last BN (no ``mean x_t`` for x_t None), the folded norm (:mod:`.norm_fold`): the pass gives
+    y's (B, C) per-sample moments, one (B, C) pass the BN's ``f = a ⊙ y + b`` and pooled f
+    ``p`` (and updates its running statistics).
+
+    ``affine`` is ``(a, b)`` for each sample, a (2, B, C) broadcast of the (2, C) ``(a, b)``:
+    its gradient is the per-sample parts the step's backward writes, which the (B, C) pass of
+    the backward sums over the batch itself. y comes out as it went in, for the step to read:
+    y's gradient from the step then arrives here, and the backward writes y's whole gradient
+    in one pass, that gradient plus the moments' share ``c0 + c1 ⊙ y`` per (b, c) (where
+    autograd would write the share and then add the two); the same (B, C) pass gives c0 and
+    c1 (c1 None where the variances were not used) and scales the pooled x_t's gradient."""
 
     @staticmethod
     def forward(ctx, state, y, weight, bias, running_mean, running_var, batch_stats, factor, eps,
                 layout, kernels, fold):
         pooled, mean, var = kernels.moments(state, y, layout)
         count = y.numel() // mean.shape[1]
-        scale, shift, pooled_f, mu, rstd = fold.fold_forward(mean, var, weight, bias, running_mean,
-                                                             running_var, batch_stats, factor, eps,
-                                                             count, y.dtype)
+        affine, pooled_f, mu, rstd = fold.fold_forward(mean, var, weight, bias, running_mean,
+                                                       running_var, batch_stats, factor, eps, count,
+                                                       y.dtype)
         ctx.batch_stats, ctx.layout, ctx.kernels, ctx.fold = batch_stats, layout, kernels, fold
         ctx.inv_n = mean.shape[0] / count
         ctx.state_shape = None if state is None else state.shape
         ctx.save_for_backward(y, mean, weight, mu, rstd)
-        out = scale, shift, pooled_f, y
+        out = affine.unsqueeze(1).expand(2, *mean.shape), pooled_f, y
         return out if pooled is None else (pooled, *out)
 
     @staticmethod
     def backward(ctx, *grads):
         y, mean, weight, mu, rstd = ctx.saved_tensors
-        grad_state = None
+        grad_pooled, inv_state = None, 1.0
         if ctx.state_shape is not None:
             grad_pooled, *grads = grads
-            grad_state = _spread(grad_pooled, ctx.state_shape, ctx.layout)
-        grad_scale, grad_shift, grad_pooled_f, grad_read = grads
-        base, slope, grad_weight, grad_bias = ctx.fold.fold_backward(grad_scale, grad_shift,
-                                                                     grad_pooled_f.contiguous(),
-                                                                     mean, weight, mu, rstd,
-                                                                     ctx.batch_stats, ctx.inv_n,
-                                                                     y.dtype)
+            if ctx.needs_input_grad[0]:
+                inv_state = 1.0 / _pooled_count(ctx.state_shape, ctx.layout)
+            else:
+                grad_pooled = None
+        parts, grad_pooled_f, grad_read = grads
+        base, slope, grad_weight, grad_bias, grad_state = ctx.fold.fold_backward(
+            parts, grad_pooled_f, mean, weight, mu, rstd, ctx.batch_stats, ctx.inv_n, y.dtype,
+            grad_pooled, inv_state)
+        if grad_state is not None:  # the mean's backward: a broadcast view
+            grad_state = broadcast_step(grad_state, ctx.state_shape,
+                                        ctx.layout).expand(ctx.state_shape)
         grad_y = ctx.kernels.moments_backward(grad_read, y, base, slope, ctx.layout)
         return (grad_state, grad_y, grad_weight, grad_bias, None, None, None, None, None, None,
                 None, None)
@@ -178,14 +190,15 @@ class EulerUpdate(torch.autograd.Function):
 
     With ``state_relu`` given (True or False) it returns ``(out, moved, state)``, the (B, C)
     sums of squares of ``measured_step`` besides the output (not differentiable). With
-    ``scale`` and ``shift`` (C,) given, f is ``scale ⊙ y + shift`` of the y given as ``f`` (the
-    folded norm, :mod:`.norm_fold`), differentiable in both.
+    ``affine`` given, the folded norm's ``(a, b)`` per sample (2, B, C), a broadcast of (2, C)
+    (:class:`NormMoments`), f is ``a ⊙ y + b`` of the y given as ``f`` (:mod:`.norm_fold`),
+    differentiable in both; affine's gradient is the per-sample parts (2, B, C) the step's
+    backward writes, whose sums over the batch are a's and b's gradients.
     """
 
     @staticmethod
-    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None, scale=None,
-                shift=None):
-        norm = None if scale is None else (scale, shift)
+    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None, affine=None):
+        norm = None if affine is None else affine[:, 0].unbind(0)
         if state_relu is None:
             out = kernels.step(shortcut, step, f, relu, layout, norm=norm)
         else:
@@ -195,26 +208,23 @@ class EulerUpdate(torch.autograd.Function):
         ctx.relu, ctx.layout, ctx.kernels = relu, layout, kernels
         ctx.has_step, ctx.folded = step is not None, norm is not None
         kept_f = f if ctx.has_step or ctx.folded else None
-        ctx.save_for_backward(out if relu else None, kept_f, step, scale, shift)
+        ctx.save_for_backward(out if relu else None, kept_f, step, affine)
         return out if state_relu is None else (out, moved, state)
 
     @staticmethod
     def backward(ctx, grad, *unused):
-        out, f, step, scale, shift = ctx.saved_tensors
+        out, f, step, affine = ctx.saved_tensors
         if ctx.folded:
-            need_sums = any(ctx.needs_input_grad[i] for i in (1, 7, 8))
+            need_sums = ctx.needs_input_grad[1] or ctx.needs_input_grad[7]
             grad_x, grad_f, parts = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
                                                               ctx.layout, need_sums,
-                                                              norm=(scale, shift))
-            grad_step = grad_scale = grad_shift = None
-            if need_sums:  # the per-sample parts of a's and b's gradients, summed at once
-                grad_step, per_sample = parts
-                grad_scale, grad_shift = per_sample.sum(dim=1).unbind(0)
-            return grad_x, grad_step, grad_f, None, None, None, None, grad_scale, grad_shift
+                                                              norm=affine[:, 0].unbind(0))
+            grad_step, per_sample = (None, None) if parts is None else parts
+            return grad_x, grad_step, grad_f, None, None, None, None, per_sample
         need_step_grad = ctx.has_step and ctx.needs_input_grad[1]
         grad_x, grad_f, grad_step = ctx.kernels.step_backward(grad, out, f, step, ctx.relu,
                                                               ctx.layout, need_step_grad)
-        return grad_x, grad_step, grad_f, None, None, None, None, None, None
+        return grad_x, grad_step, grad_f, None, None, None, None, None
 
 
 def adaptive_step(adaptor, x_t, f, layout, kernels):
@@ -230,22 +240,20 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
 
 
 def folded_step(adaptor, x_t, y, norm, layout, kernels):
-    """``(Δ_t, a, b, y)`` of a pooled-state adaptor on the branch output ``y`` before its last
-    BN ``norm``, folded (:mod:`.norm_fold`): one pass pools x_t (where the adaptor reads it) and
-    gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from those,
-    and the adaptor's module call reads the pooled f without f being written. The y returned
-    is the one the step reads: :class:`NormMoments` passes it through, so that y's gradient
-    is written in one pass."""
+    """``(Δ_t, affine, y)`` of a pooled-state adaptor on the branch output ``y`` before its
+    last BN ``norm``, folded (:mod:`.norm_fold`): one pass pools x_t (where the adaptor reads
+    it) and gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from
+    those, and the adaptor's module call reads the pooled f without f being written.
+    ``affine`` is ``(a, b)`` per sample and y the one the step reads (:class:`NormMoments`)."""
     state = x_t if adaptor.pools_state else None
     batch_stats, factor = norm_mode(norm)
     folded = NormMoments.apply(state, y, norm.weight, norm.bias, norm.running_mean,
                                norm.running_var, batch_stats, factor, norm.eps, layout, kernels,
                                fold_kernels(kernels, y.shape[0]))
-    pooled, (scale, shift, pooled_f, y) = (None, folded) if state is None else (folded[0],
-                                                                                folded[1:])
+    pooled, (affine, pooled_f, y) = (None, folded) if state is None else (folded[0], folded[1:])
     with phi_kernels_in(getattr(kernels, 'phi', None)):
         step = adaptor(x_t, None, pooled=(pooled, pooled_f))
-    return step.reshape(y.shape[0], -1), scale, shift, y
+    return step.reshape(y.shape[0], -1), affine, y
 
 
 def _inactive(drop_path):
@@ -294,9 +302,9 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
             f = drop_path(f)
         out = apply_step(shortcut, step, f)
         return out if act is None else act(out)
-    scale = shift = None
+    affine = None
     if folds:
-        step, scale, shift, f = folded_step(adaptor, x_t, f, norm, layout, kernels)
+        step, affine, f = folded_step(adaptor, x_t, f, norm, layout, kernels)
     else:
         step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
     if drop_path is not None and not folds:
@@ -309,10 +317,10 @@ def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, sh
             state_relu = None  # x_t is the block's activation of the shortcut: not ours
     if state_relu is None:
         _give(requests, None)
-        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, None, scale, shift)
+        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, None, affine)
     else:
         out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu,
-                                              scale, shift)
+                                              affine)
         sums = StepSums(moved.detach(), state.detach(), layout)
         for request in requests:
             request.sums.append(sums if request.state_act == state_relu else None)

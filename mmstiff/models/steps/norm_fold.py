@@ -75,11 +75,11 @@ class TorchFoldKernels:
     @staticmethod
     def fold_forward(mean, var, weight, bias, running_mean, running_var, batch_stats, factor, eps,
                      count, dtype):
-        """``(a, b, p, μ, r)``: the affine map of the norm, the pooled f ``p = a ⊙ mean + b``
-        (B, C) in ``dtype``, and the statistics used, ``r = (σ² + ε)^-½``. With ``batch_stats``
-        the batch's (:func:`batch_moments`), blended into the running statistics in place when
-        ``factor`` is not None (the variance unbiased over ``count`` values per channel);
-        otherwise the running statistics."""
+        """``(affine, p, μ, r)``: the affine map of the norm as one (2, C) float32 tensor
+        ``(a, b)``, the pooled f ``p = a ⊙ mean + b`` (B, C) in ``dtype``, and the statistics
+        used, ``r = (σ² + ε)^-½``. With ``batch_stats`` the batch's (:func:`batch_moments`),
+        blended into the running statistics in place when ``factor`` is not None (the variance
+        unbiased over ``count`` values per channel); otherwise the running statistics."""
         if batch_stats:
             mu, sigma2 = batch_moments(mean, var)
             if factor is not None:
@@ -91,15 +91,20 @@ class TorchFoldKernels:
             mu, sigma2 = wide(running_mean), wide(running_var)
         rstd = torch.rsqrt(sigma2 + eps)
         scale, shift = norm_affine(weight, bias, mu, rstd)
-        return scale, shift, torch.addcmul(shift, mean, scale).to(dtype), mu, rstd
+        pooled = torch.addcmul(shift, mean, scale).to(dtype)
+        return torch.stack((scale, shift)), pooled, mu, rstd
 
     @staticmethod
-    def fold_backward(grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd, batch_stats,
-                      inv_n, dtype):
-        """``(c0, c1, grad of weight, grad of bias)`` from the gradients of ``(a, b, p)``: y's
-        gradient through its moments is ``c0 + c1 ⊙ y`` per (b, c), both (B, C) in ``dtype``
-        (c1 None without ``batch_stats``: the variances are not used), ``inv_n`` one over the
-        values per (b, c); weight and bias: None for a norm without them."""
+    def fold_backward(parts, grad_pooled, mean, weight, mu, rstd, batch_stats, inv_n, dtype,
+                      grad_state=None, inv_state=1.0):
+        """``(c0, c1, grad of weight, grad of bias, scaled grad_state)`` from the (2, B, C)
+        per-sample ``parts`` of the gradients of a and b (their sums over the batch are those
+        gradients) and the gradient of p: y's gradient through its moments is ``c0 + c1 ⊙ y``
+        per (b, c), both (B, C) in ``dtype`` (c1 None without ``batch_stats``: the variances
+        are not used), ``inv_n`` one over the values per (b, c); weight and bias: None for a
+        norm without them; the last, ``grad_state * inv_state`` (None without it): the gradient
+        of the pooled x_t turned into that of each of its values (the mean's backward)."""
+        grad_scale, grad_shift = wide(parts).sum(dim=1)
         grad_pooled = wide(grad_pooled)
         centred = mean - mu
         gamma = rstd.new_ones(()) if weight is None else wide(weight)
@@ -120,9 +125,10 @@ class TorchFoldKernels:
             slope = slope.to(dtype)
         else:
             base = (grad_mean * inv_n).to(dtype)
+        scaled = None if grad_state is None else grad_state * inv_state
         if weight is None:
-            return base, slope, None, None
-        return base, slope, rstd * inner, grad_shift + sum_p
+            return base, slope, None, None, scaled
+        return base, slope, rstd * inner, grad_shift + sum_p, scaled
 
 
 def fold_kernels(kernels, batch):

@@ -4,8 +4,9 @@ folded into the step").
 :class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s two passes, one kernel each, a
 program per block of channels over the whole batch: forward, the batch's statistics from the
 per-sample moments (or the running ones), the running-statistics update, ``a``, ``b`` and the
-pooled f; backward, y's gradient through its moments as two (B, C) coefficients and the
-gradients of the affine parameters. Sums in float32 whatever the input dtype.
+pooled f; backward, the sums over the batch of a's and b's per-sample gradients, y's gradient
+through its moments as two (B, C) coefficients, the gradients of the affine parameters and the
+pooled x_t's gradient scaled for its values. Sums in float32 whatever the input dtype.
 """
 import torch
 
@@ -14,8 +15,8 @@ from .triton_import import HAS_TRITON, ColumnKernels, cdiv, column_blocks, colum
 if HAS_TRITON:
 
     @triton.jit
-    def _fold_forward_kernel(m_ptr, v_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, a_ptr, d_ptr, p_ptr,
-                             mu_ptr, r_ptr, B, C, factor, unbias, eps, BATCH_STATS: tl.constexpr,
+    def _fold_forward_kernel(m_ptr, v_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, ad_ptr, p_ptr, mu_ptr,
+                             r_ptr, B, C, factor, unbias, eps, BATCH_STATS: tl.constexpr,
                              UPDATE: tl.constexpr, AFFINE: tl.constexpr, BLOCK_B: tl.constexpr,
                              BLOCK_C: tl.constexpr):
         cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
@@ -42,24 +43,31 @@ if HAS_TRITON:
         if AFFINE:
             scale = rstd * tl.load(w_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
             shift = tl.load(b_ptr + cs, mask=c_ok, other=0.0).to(tl.float32) - scale * mu
-        tl.store(a_ptr + cs, scale, mask=c_ok)
-        tl.store(d_ptr + cs, shift, mask=c_ok)
+        tl.store(ad_ptr + cs, scale, mask=c_ok)  # a and b: the rows of one (2, C) tensor
+        tl.store(ad_ptr + C + cs, shift, mask=c_ok)
         tl.store(mu_ptr + cs, mu, mask=c_ok)
         tl.store(r_ptr + cs, rstd, mask=c_ok)
         pooled = m * scale[None, :] + shift[None, :]
         tl.store(p_ptr + at, pooled.to(p_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _fold_backward_kernel(ga_ptr, gd_ptr, gp_ptr, m_ptr, w_ptr, mu_ptr, r_ptr, c0_ptr, c1_ptr,
-                              gw_ptr, gb_ptr, B, C, inv_n, BATCH_STATS: tl.constexpr,
-                              AFFINE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_C: tl.constexpr):
-        # y's gradient through its (b, c) moments is c0 + c1 y: c1 = 2 ∂L/∂v / N,
-        # c0 = ∂L/∂m / N − c1 m (N the values per (b, c), inv_n = 1 / N)
+    def _fold_backward_kernel(parts_ptr, gp_ptr, m_ptr, w_ptr, mu_ptr, r_ptr, c0_ptr, c1_ptr,
+                              gw_ptr, gb_ptr, gs_ptr, so_ptr, B, C, inv_n, inv_state,
+                              BATCH_STATS: tl.constexpr, AFFINE: tl.constexpr,
+                              GRAD_STATE: tl.constexpr, BLOCK_B: tl.constexpr,
+                              BLOCK_C: tl.constexpr):
+        # a's and b's gradients: the sums over the batch of their per-sample parts, the rows of
+        # one (2, B, C) tensor. y's gradient through its (b, c) moments is c0 + c1 y:
+        # c1 = 2 ∂L/∂v / N, c0 = ∂L/∂m / N − c1 m (N the values per (b, c), inv_n = 1 / N).
+        # GRAD_STATE: the pooled x_t's gradient times inv_state (the mean's backward)
         cs, bs, c_ok, ok = column_tile(B, C, BLOCK_B, BLOCK_C)
         at = bs[:, None] * C + cs[None, :]
         g_p = tl.load(gp_ptr + at, mask=ok, other=0.0).to(tl.float32)
-        g_a = tl.load(ga_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
-        g_d = tl.load(gd_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
+        g_a = tl.sum(tl.load(parts_ptr + at, mask=ok, other=0.0).to(tl.float32), axis=0)
+        g_d = tl.sum(tl.load(parts_ptr + B * C + at, mask=ok, other=0.0).to(tl.float32), axis=0)
+        if GRAD_STATE:
+            g_s = tl.load(gs_ptr + at, mask=ok, other=0.0).to(tl.float32)
+            tl.store(so_ptr + at, (g_s * inv_state).to(so_ptr.dtype.element_ty), mask=ok)
         mu = tl.load(mu_ptr + cs, mask=c_ok, other=0.0)
         rstd = tl.load(r_ptr + cs, mask=c_ok, other=0.0)
         gamma = tl.full([BLOCK_C], 1.0, tl.float32)
@@ -98,22 +106,23 @@ class TritonFoldKernels(ColumnKernels):
         batch, channels = mean.shape
         mean, var = mean.contiguous(), var.contiguous()
         f32 = dict(dtype=torch.float32, device=mean.device)
-        scale, shift, mu, rstd = (torch.empty(channels, **f32) for _ in range(4))
+        affine = torch.empty(2, channels, **f32)  # a and b
+        mu, rstd = torch.empty(channels, **f32), torch.empty(channels, **f32)
         pooled = torch.empty(batch, channels, dtype=dtype, device=mean.device)
-        affine = weight is not None
+        has_affine = weight is not None
         update = batch_stats and factor is not None
         block_b, block_c = column_blocks(batch, channels)
         self._forward[(cdiv(channels, block_c), )](
-            mean, var, weight if affine else mean, bias if affine else mean,
+            mean, var, weight if has_affine else mean, bias if has_affine else mean,
             running_mean if running_mean is not None else mean,
-            running_var if running_var is not None else mean, scale, shift, pooled, mu, rstd, batch,
+            running_var if running_var is not None else mean, affine, pooled, mu, rstd, batch,
             channels, float(factor) if update else 0.0, count / (count - 1) if count > 1 else 1.0,
-            float(eps), BATCH_STATS=batch_stats, UPDATE=update, AFFINE=affine, BLOCK_B=block_b,
+            float(eps), BATCH_STATS=batch_stats, UPDATE=update, AFFINE=has_affine, BLOCK_B=block_b,
             BLOCK_C=block_c)
-        return scale, shift, pooled, mu, rstd
+        return affine, pooled, mu, rstd
 
-    def fold_backward(self, grad_scale, grad_shift, grad_pooled, mean, weight, mu, rstd,
-                      batch_stats, inv_n, dtype):
+    def fold_backward(self, parts, grad_pooled, mean, weight, mu, rstd, batch_stats, inv_n, dtype,
+                      grad_state=None, inv_state=1.0):
         batch, channels = mean.shape
         f32 = dict(dtype=torch.float32, device=mean.device)
         base = torch.empty(batch, channels, dtype=dtype, device=mean.device)
@@ -121,17 +130,20 @@ class TritonFoldKernels(ColumnKernels):
         affine = weight is not None
         grad_weight = torch.empty(channels, **f32) if affine else None
         grad_bias = torch.empty(channels, **f32) if affine else None
+        scaled = None
+        if grad_state is not None:
+            grad_state = grad_state.contiguous()
+            scaled = torch.empty_like(grad_state)
         block_b, block_c = column_blocks(batch, channels)
-        self._backward[(cdiv(channels,
-                             block_c), )](grad_scale.contiguous(), grad_shift.contiguous(),
-                                          grad_pooled.contiguous(), mean, weight if affine else mu,
-                                          mu, rstd, base, base if slope is None else slope,
-                                          grad_weight if affine else mu,
-                                          grad_bias if affine else mu, batch, channels,
-                                          float(inv_n), BATCH_STATS=batch_stats, AFFINE=affine,
-                                          BLOCK_B=block_b, BLOCK_C=block_c)
+        self._backward[(cdiv(channels, block_c), )](
+            parts.contiguous(), grad_pooled.contiguous(), mean, weight if affine else mu, mu, rstd,
+            base, base if slope is None else slope, grad_weight if affine else mu,
+            grad_bias if affine else mu, mu if grad_state is None else grad_state,
+            mu if scaled is None else scaled, batch, channels, float(inv_n),
+            1.0 if grad_state is None else float(inv_state), BATCH_STATS=batch_stats, AFFINE=affine,
+            GRAD_STATE=grad_state is not None, BLOCK_B=block_b, BLOCK_C=block_c)
         if affine:
             grad_weight, grad_bias = (
                 g if g.dtype == weight.dtype else g.to(weight.dtype)
                 for g in (grad_weight, grad_bias))
-        return base, slope, grad_weight, grad_bias
+        return base, slope, grad_weight, grad_bias, scaled
