@@ -12,6 +12,7 @@ from typing import NamedTuple, Tuple
 import torch
 
 from mmstiff.utils.checks import check_positive_int
+from mmstiff.utils.reference_steps import reference_steps
 
 #: PyHessian's defaults: at most 100 products per eigenvalue, stop at a relative change < 1e-3.
 MAX_ITER = 100
@@ -55,15 +56,18 @@ class HessianEigenvalues(NamedTuple):
 
 @contextlib.contextmanager
 def double_backward_kernels():
-    """Run ``scaled_dot_product_attention`` with its math kernel inside (the fused flash and
-    memory-efficient kernels have no double backward)."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # pragma: no cover - torch < 2.3
-        yield
-        return
-    with sdpa_kernel([SDPBackend.MATH]):
-        yield
+    """Run the kernels that have a double backward inside: ``scaled_dot_product_attention``'s
+    math kernel (the fused flash and memory-efficient kernels have none) and the residual
+    blocks' reference step (the fused step's backward passes are not differentiable:
+    :mod:`mmstiff.utils.reference_steps`)."""
+    with reference_steps():
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:  # pragma: no cover - torch < 2.3
+            yield
+            return
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
 
 
 def flat_gradient(loss, params):

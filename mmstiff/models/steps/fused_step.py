@@ -36,6 +36,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
+from mmstiff.utils.reference_steps import first_order, reference_steps_forced
 from mmstiff.utils.step_sums import StepSums, is_step_block, open_requests
 from .base import apply_step
 from .norm_fold import fold_kernels, foldable_norm, norm_mode
@@ -65,12 +66,13 @@ def step_kernels(x, fused):
 
     True: Triton's on CUDA (with Triton installed), PyTorch's elsewhere; ``'auto'``: the path
     measured faster on ``x``'s device, which is the reference (None) on every device so far
-    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False:
-    None. Inside :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
+    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False,
+    or any choice inside :func:`~mmstiff.utils.reference_steps.reference_steps`: None.
+    Inside :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
     Inside ``torch.compile``, True takes PyTorch's passes, which the compiler turns into its own
     kernels (the folded BN included), and ``'auto'`` the reference, forced kernels or not.
     """
-    if fused is False:
+    if fused is False or reference_steps_forced():
         return None
     if torch.compiler.is_compiling():
         return TorchStepKernels if fused is True else None
@@ -116,6 +118,7 @@ class PoolStates(torch.autograd.Function):
         return pooled_f if pooled is None else (pooled, pooled_f)
 
     @staticmethod
+    @first_order
     def backward(ctx, *grads):
         shapes = [shape for shape in ctx.shapes if shape is not None]
         expanded = [_spread(grad, shape, ctx.layout) for grad, shape in zip(grads, shapes)]
@@ -164,6 +167,7 @@ class NormMoments(torch.autograd.Function):
         return out if pooled is None else (pooled, *out)
 
     @staticmethod
+    @first_order
     def backward(ctx, *grads):
         y, mean, weight, mu, rstd = ctx.saved_tensors
         grad_pooled, inv_state = None, 1.0
@@ -212,6 +216,7 @@ class EulerUpdate(torch.autograd.Function):
         return out if state_relu is None else (out, moved, state)
 
     @staticmethod
+    @first_order
     def backward(ctx, grad, *unused):
         out, f, step, affine = ctx.saved_tensors
         if ctx.folded:

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import ConvModule
 
+from mmstiff.utils.reference_steps import first_order
 from .stepnet_phi import hooked
 
 
@@ -54,6 +55,7 @@ class SEPhi(torch.autograd.Function):
         return step
 
     @staticmethod
+    @first_order
     def backward(ctx, grad):
         p, hidden, step, w1, w2 = ctx.saved_tensors
         grad = grad if grad.is_contiguous() else grad.contiguous()

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
 
+from mmstiff.utils.reference_steps import first_order
+
 _ACTIVE = []  # the phi kernels of the enclosing fused steps
 
 
@@ -124,6 +126,7 @@ class StepNetPhi(torch.autograd.Function):
         return step
 
     @staticmethod
+    @first_order
     def backward(ctx, grad):
         saved = [_contiguous(t) for t in ctx.saved_tensors]
         grads = ctx.kernels.phi_backward(_contiguous(grad), *saved, ctx.batch_stats, ctx.scale)

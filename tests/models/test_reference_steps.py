@@ -1,0 +1,70 @@
+"""Second derivatives of models with the fused step: its autograd Functions have none, so a
+backward pass that builds a graph through them fails naming the way out, and inside
+``reference_steps()`` (which the Hessian tools and hooks open) every step is the reference
+step, whose Hessian-vector products are those of a model built with ``fused=False``."""
+import pytest
+import torch
+
+from mmstiff.analysis.hessian import double_backward_kernels, loss_hessian
+from mmstiff.models.backbones import StepResNet
+from mmstiff.models.steps import set_fused, step_kernels
+from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.utils.reference_steps import reference_steps, reference_steps_forced
+
+ADAPTORS = {
+    'stepnet': dict(type='mmstiff.StepNetAdaptor'),  # the folded BN and StepNet's (B, C) pass
+    'se': dict(type='mmstiff.SEAdaptor'),  # the folded BN and SE's (B, C) pass
+}
+
+
+def _net(adaptor, fused):
+    torch.manual_seed(0)
+    return StepResNet(depth=18, base_channels=4, stem_channels=4, adaptor=adaptor,
+                      fused=fused).train()
+
+
+def _hvp(net, images, vector=None):
+    params = list(net.parameters())
+    hvp, size = loss_hessian(net(images)[-1].square().mean(), params)
+    if vector is None:
+        vector = torch.randn(size, generator=torch.Generator().manual_seed(1))
+    return hvp(vector)
+
+
+def test_the_switch_nests_and_takes_every_choice_to_the_reference():
+    state = torch.randn(2, 3, 4, 4)
+    assert step_kernels(state, True) is TorchStepKernels and not reference_steps_forced()
+    with reference_steps():
+        with reference_steps():
+            assert reference_steps_forced()
+        assert reference_steps_forced()
+        assert [step_kernels(state, fused) for fused in (True, 'auto', False)] == [None] * 3
+    assert not reference_steps_forced() and step_kernels(state, True) is TorchStepKernels
+
+
+@pytest.mark.parametrize('adaptor', list(ADAPTORS.values()), ids=list(ADAPTORS))
+def test_a_double_backward_through_the_fused_step_fails_naming_the_way_out(adaptor):
+    net, images = _net(adaptor, True), torch.randn(2, 3, 32, 32)
+    loss = net(images)[-1].square().mean()
+    with pytest.raises(RuntimeError, match=r'no second derivative.*create_graph=True.*'
+                       r'reference_steps\(\)'):
+        torch.autograd.grad(loss, list(net.parameters()), create_graph=True)
+    loss = net(images)[-1].square().mean()  # a first-order backward is unaffected
+    assert all(g is not None for g in torch.autograd.grad(loss, list(net.parameters())))
+
+
+@pytest.mark.parametrize('adaptor', list(ADAPTORS.values()), ids=list(ADAPTORS))
+def test_inside_the_hessian_tools_a_fused_model_has_the_reference_hessian(adaptor):
+    """``double_backward_kernels`` (the Hessian tools' and HessianHook's context) runs the
+    reference step: a fused=True model's Hessian-vector product in train mode (batch
+    statistics) equals that of the same weights built with fused=False."""
+    images = torch.randn(2, 3, 32, 32)
+    reference = _hvp(_net(adaptor, False), images)
+    fused = _net(adaptor, True)
+    with double_backward_kernels():
+        got = _hvp(fused, images)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-4 * reference.abs().max())
+    assert reference.abs().max() > 0
+    set_fused(fused, True)  # and outside it the fused step is back
+    with pytest.raises(RuntimeError, match='no second derivative'):
+        _hvp(fused, images)
