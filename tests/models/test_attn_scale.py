@@ -93,6 +93,8 @@ def test_hand_written_backward_matches_autograd_of_the_formula(shape):
         torch.randn(H, dtype=torch.double, requires_grad=True)
     ]
     assert torch.autograd.gradcheck(attn_scale_output, args)
+    # second derivatives too (the Hessian tools differentiate the backward pass)
+    assert torch.autograd.gradgradcheck(attn_scale_output, args)
 
     def formula(out, v, omega):  # Â V = A_LP V + (1 + ω)(A V - A_LP V)
         low_pass = (torch.ones(n, n, dtype=torch.double) / n) @ v

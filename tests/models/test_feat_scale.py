@@ -59,6 +59,8 @@ def test_hand_written_backward_matches_autograd_of_the_formula():
         torch.randn(4, dtype=torch.double, requires_grad=True)
     ]
     assert torch.autograd.gradcheck(feat_scale, args)
+    # second derivatives too (the Hessian tools differentiate the backward pass)
+    assert torch.autograd.gradgradcheck(feat_scale, args)
 
     def formula(x, s, t):
         x_dc = x.mean(1, keepdim=True)

@@ -36,13 +36,16 @@ class AttnScaleFunction(torch.autograd.Function):
     def forward(ctx, out, v, omega):
         w = omega.to(out.dtype).view(-1, 1, 1)  # the output keeps the dtype of ``out`` (AMP)
         v_mean = v.mean(dim=-2, keepdim=True)
-        ctx.save_for_backward(out, v_mean, w)
+        ctx.save_for_backward(out, v, omega, v_mean)  # v: kept by the attention's backward too
         ctx.v_shape, ctx.omega_dtype = v.shape, omega.dtype
         return torch.addcmul(v_mean * -w, out, 1 + w)
 
     @staticmethod
     def backward(ctx, grad):
-        out, v_mean, w = ctx.saved_tensors
+        out, v, omega, v_mean = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a graph is built (a double backward): from the inputs,
+            v_mean = v.mean(dim=-2, keepdim=True)  # whose graph the saved mean lacks
+        w = omega.to(out.dtype).view(-1, 1, 1)
         grad_sum = grad.sum(dim=-2, keepdim=True)
         grad_v = (grad_sum * (-w / ctx.v_shape[-2])).expand(ctx.v_shape)
         outer = tuple(i for i in range(grad.dim()) if i != grad.dim() - 3)

@@ -38,14 +38,17 @@ class FeatScaleFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dc_scale, hc_scale):
         ctx.scale_dtype = dc_scale.dtype
-        dc_scale, hc_scale = dc_scale.to(x.dtype), hc_scale.to(x.dtype)  # keep x's dtype (AMP)
         x_dc = x.mean(dim=-2, keepdim=True)
-        ctx.save_for_backward(x, x_dc, dc_scale, hc_scale)
+        ctx.save_for_backward(x, dc_scale, hc_scale, x_dc)
+        dc_scale, hc_scale = dc_scale.to(x.dtype), hc_scale.to(x.dtype)  # keep x's dtype (AMP)
         return torch.addcmul(x_dc * (dc_scale - hc_scale), x, 1 + hc_scale)
 
     @staticmethod
     def backward(ctx, grad):
-        x, x_dc, dc_scale, hc_scale = ctx.saved_tensors
+        x, dc_scale, hc_scale, x_dc = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a graph is built (a double backward): from the inputs,
+            x_dc = x.mean(dim=-2, keepdim=True)  # whose graph the saved mean lacks
+        dc_scale, hc_scale = dc_scale.to(x.dtype), hc_scale.to(x.dtype)
         grad_dc = grad.sum(dim=-2, keepdim=True)
         grad_x = torch.addcmul(grad_dc * ((dc_scale - hc_scale) / x.shape[-2]), grad, 1 + hc_scale)
         outer = tuple(range(x.dim() - 1))
