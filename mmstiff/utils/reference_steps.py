@@ -5,8 +5,8 @@ derivatives only: their backward passes are kernels, and the statistics they sav
 means, the folded BN's moments) carry no graph. A Hessian-vector product through them would
 lose the second-order terms, so their backward passes refuse to build a graph
 (:func:`first_order`), and code that needs second derivatives runs the blocks' reference step
-inside :func:`reference_steps`
-(every ``fused`` choice alike), which computes the same values through PyTorch's own operators.
+inside :func:`reference_steps` (every ``fused`` choice alike), which computes the same values
+through PyTorch's own operators.
 Models and the analysis meet here, in the lowest layer, so neither imports the other.
 """
 import functools

@@ -293,11 +293,12 @@ class TritonStepKernels:
         out = torch.empty_like(g, dtype=y.dtype)
         _, _, so = as_bnc(out, layout)
         block_n, block_c = _blocks(n, c, so[1], so[2])
+        has_slope = slope is not None
         base = base.contiguous()
-        slope = base if slope is None else slope.contiguous()
+        slope = slope.contiguous() if has_slope else base
         grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
-        self._moments_backward[grid](g, y, base, slope, out, n, c, *sg, *sy, *so, SLOPE=slope
-                                     is not base, BLOCK_N=block_n, BLOCK_C=block_c)
+        self._moments_backward[grid](g, y, base, slope, out, n, c, *sg, *sy, *so, SLOPE=has_slope,
+                                     BLOCK_N=block_n, BLOCK_C=block_c)
         return out
 
     def step(self, shortcut, step, f, relu, layout, norm=None):
