@@ -212,17 +212,6 @@ def counting_kernels(kernels):
     :class:`LaunchRecorder` stand-ins: what a CUDA run launches, counted
     (``count_step_kernels.py``) or timed for its host-side cost (``bench_step_resnet.py
     --stand-in-kernels``) on the CPU."""
-    kernels._pool = LaunchRecorder('pool')
-    kernels._step = LaunchRecorder('step')
-    kernels._backward = LaunchRecorder('step_backward')
-    kernels._measured = LaunchRecorder('measured_step')
-    kernels._moments_backward = LaunchRecorder('moments_backward')
-    kernels.phi._forward = LaunchRecorder('phi')
-    kernels.phi._backward = LaunchRecorder('phi_backward')
-    kernels.phi._se_hidden = LaunchRecorder('se_hidden')
-    kernels.phi._se_gate = LaunchRecorder('se_gate')
-    kernels.phi._se_excitation = LaunchRecorder('se_backward_excitation')
-    kernels.phi._se_squeeze = LaunchRecorder('se_backward_squeeze')
-    kernels.fold._forward = LaunchRecorder('fold')
-    kernels.fold._backward = LaunchRecorder('fold_backward')
+    for owner, attribute, name in kernels.launch_slots():
+        setattr(owner, attribute, LaunchRecorder(name))
     return kernels

@@ -42,12 +42,7 @@ class Recorder:
 def recording_kernels():
     launches = []
     kernels = TritonStepKernels()
-    for owner, name in [(kernels, '_pool'), (kernels, '_step'), (kernels, '_backward'),
-                        (kernels, '_measured'), (kernels, '_moments_backward'),
-                        (kernels.phi, '_forward'), (kernels.phi, '_backward'),
-                        (kernels.phi, '_se_hidden'), (kernels.phi, '_se_gate'),
-                        (kernels.phi, '_se_excitation'), (kernels.phi, '_se_squeeze'),
-                        (kernels.fold, '_forward'), (kernels.fold, '_backward')]:
+    for owner, name, _ in kernels.launch_slots():
         setattr(owner, name, Recorder(getattr(owner, name), launches))
     return kernels, launches
 

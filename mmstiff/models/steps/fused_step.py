@@ -132,9 +132,14 @@ def _pooled_count(shape, layout):
     return shape[1] if layout == 'nlc' else math.prod(shape[2:])
 
 
+def _broadcast_pooled(grad, shape, layout):
+    """A (B, C) gradient broadcast over the pooled axes of a state of ``shape`` (a view)."""
+    return broadcast_step(grad, shape, layout).expand(shape)
+
+
 def _spread(grad, shape, layout):
     """The gradient of a mean: ``grad / N`` broadcast over the pooled axes (a view)."""
-    return broadcast_step(grad * (1.0 / _pooled_count(shape, layout)), shape, layout).expand(shape)
+    return _broadcast_pooled(grad * (1.0 / _pooled_count(shape, layout)), shape, layout)
 
 
 class NormMoments(torch.autograd.Function):
@@ -181,9 +186,8 @@ class NormMoments(torch.autograd.Function):
         base, slope, grad_weight, grad_bias, grad_state = ctx.fold.fold_backward(
             parts, grad_pooled_f, mean, weight, mu, rstd, ctx.batch_stats, ctx.inv_n, y.dtype,
             grad_pooled, inv_state)
-        if grad_state is not None:  # the mean's backward: a broadcast view
-            grad_state = broadcast_step(grad_state, ctx.state_shape,
-                                        ctx.layout).expand(ctx.state_shape)
+        if grad_state is not None:  # the mean's backward, scaled by the fold's pass
+            grad_state = _broadcast_pooled(grad_state, ctx.state_shape, ctx.layout)
         grad_y = ctx.kernels.moments_backward(grad_read, y, base, slope, ctx.layout)
         return (grad_state, grad_y, grad_weight, grad_bias, None, None, None, None, None, None,
                 None, None)

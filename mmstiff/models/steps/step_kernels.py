@@ -17,7 +17,8 @@ reads and writes the full-size tensors in three places only:
   ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
   under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y), Δ's gradient ``a Σ g' ⊙ y + b Σ g'``
   and the per-sample parts ``Δ Σ g' ⊙ y``, ``Δ Σ g'`` of a's and b's (:func:`folded_grads`),
-  stacked in one (2, B, C) tensor that one sum over the batch turns into both gradients.
+  stacked in one (2, B, C) tensor whose sums over the batch are both gradients (the folded
+  BN's backward pass sums it).
 
 Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
 kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:

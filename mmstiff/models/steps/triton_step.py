@@ -269,6 +269,19 @@ class TritonStepKernels:
         #: the folded BN's (B, C) statistics
         self.fold = TritonFoldKernels()
 
+    def launch_slots(self):
+        """``[(owner, attribute, name)]``: where each Triton kernel this set launches is held
+        (``getattr(owner, attribute)``), with a short name for it: what the tools that replace
+        the kernels (stand-ins that count launches, recorders of the launches) go through."""
+        return [(self, '_pool', 'pool'), (self, '_step', 'step'),
+                (self, '_backward', 'step_backward'), (self, '_measured', 'measured_step'),
+                (self, '_moments_backward', 'moments_backward'), (self.phi, '_forward', 'phi'),
+                (self.phi, '_backward', 'phi_backward'), (self.phi, '_se_hidden', 'se_hidden'),
+                (self.phi, '_se_gate', 'se_gate'),
+                (self.phi, '_se_excitation', 'se_backward_excitation'),
+                (self.phi, '_se_squeeze', 'se_backward_squeeze'), (self.fold, '_forward', 'fold'),
+                (self.fold, '_backward', 'fold_backward')]
+
     def pool(self, state, residual, layout):
         return self._pooled(state, residual, layout, moments=False)[:2]
 
