@@ -8,6 +8,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .triton_sums import state_sums, state_sums_apply
+
 
 class StiffnessNorms(NamedTuple):
     """The two per-sample norms of the NSI, ``ζ = slope / state`` (:func:`stiffness_norms`).
@@ -81,6 +83,11 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     optional) holds the difference ``x_next - x_t`` instead of a new tensor, for a caller that
     reduces step after step.
 
+    On CUDA, for (B, C, H, W) maps or (B, N, C) tokens with Δ_t constant over the pooled axes
+    (a number, per sample or per channel) and no gradient asked through the norms, one Triton
+    kernel reads both states once and writes their per-channel sums of squares
+    (:func:`~mmstiff.analysis.triton_sums.state_sums`): no difference is written.
+
     Returns:
         StiffnessNorms: ``(slope, state)``, two ``(B,)`` float tensors.
     """
@@ -106,6 +113,12 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     if step is not None and not _broadcasts_to(step.shape, x_t.shape):
         raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
                          f'broadcasts to the states, {tuple(x_t.shape)}')
+    if state_sums_apply(x_t, x_next):
+        layout = 'nchw' if x_t.dim() == 4 else 'nlc'
+        if step is None or _channel_step(step, layout) is not None:
+            # on the GPU: one pass over both states, no temporary (Δ_t constant over the pooled
+            # axes, which the sums can divide)
+            return stiffness_norms_from_sums(state_sums(x_t, x_next), step)
     x_t = _as_float(x_t)
     features = tuple(range(1, x_t.dim()))
     # ||x_t|| first: the difference then reads x_t from the cache, not from memory

@@ -16,6 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from mmstiff.utils.triton_launch import HAS_TRITON
+
 #: ``--amp``: the autocast dtype
 AMP_DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16}
 
@@ -205,6 +207,24 @@ class LaunchRecorder:
                     pass
 
         return launch
+
+
+@contextlib.contextmanager
+def counting_state_sums():
+    """Inside it, the stiffness norms take their Triton kernel on CPU tensors too, replaced by
+    a :class:`LaunchRecorder` stand-in: what a ``StiffnessHook`` launches in a CUDA run, counted
+    on the CPU (``count_step_kernels.py``). Nothing changes without Triton."""
+    from mmstiff.analysis import triton_sums
+    if not HAS_TRITON:
+        yield
+        return
+    kernel = triton_sums._state_sums_kernel
+    triton_sums._state_sums_kernel = LaunchRecorder('state_sums')
+    try:
+        with triton_sums.state_sums_forced():
+            yield
+    finally:
+        triton_sums._state_sums_kernel = kernel
 
 
 def counting_kernels(kernels):

@@ -1,6 +1,7 @@
 """StiffnessHook and FrequencyHook on the GPU, under autocast, and through ``train.py --amp``.
 
-* float32 on CUDA gives the values float32 on the CPU gives;
+* float32 on CUDA gives the values float32 on the CPU gives (the NSI's norms from a Triton
+  kernel on CUDA, PyTorch's passes on the CPU);
 * a recorded forward pass queues its reductions on the device and never waits for it (CUDA's
   synchronisation debug mode raises on any synchronising call), and writing the recorded
   iterations brings them to the host in one transfer per hook;
@@ -143,6 +144,35 @@ def test_a_recorded_iteration_never_waits_for_the_device(model):
             torch.cuda.set_sync_debug_mode('default')
         syncs = [w for w in caught if 'synchroniz' in str(w.message)]
         assert len(syncs) == 1, [str(w.message) for w in syncs]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('shape,memory_format', [((4, 16, 9, 9), None),
+                                                 ((4, 16, 9, 9), torch.channels_last),
+                                                 ((4, 17, 32), None)])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_stiffness_norms_take_the_sums_kernel_on_cuda(shape, memory_format, dtype, monkeypatch):
+    """On CUDA the norms come from the one-pass Triton kernel (for Δ per channel too), equal to
+    the CPU's PyTorch passes on the same stored values."""
+    from mmstiff.analysis import stiffness, stiffness_norms
+    calls = []
+    kernel = stiffness.state_sums
+    monkeypatch.setattr(stiffness, 'state_sums', lambda *a: calls.append(1) or kernel(*a))
+    g = torch.Generator().manual_seed(0)
+    x_t = torch.randn(shape, generator=g)
+    x_next = (x_t + 0.2 * torch.randn(shape, generator=g)).to(dtype)
+    if memory_format is not None:
+        x_t = x_t.contiguous(memory_format=memory_format)
+    channels = shape[1] if len(shape) == 4 else shape[2]
+    step = torch.rand(*((shape[0], channels, 1, 1) if len(shape) == 4 else
+                        (shape[0], 1, channels)), generator=g) + 0.5
+    for delta in (None, 0.5, step):
+        want = stiffness_norms(x_t, x_next, delta)
+        got = stiffness_norms(x_t.cuda(), x_next.cuda(),
+                              delta.cuda() if torch.is_tensor(delta) else delta)
+        torch.testing.assert_close(got.slope.cpu(), want.slope, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-5, atol=1e-6)
+    assert len(calls) == 3
 
 
 @pytest.mark.cuda

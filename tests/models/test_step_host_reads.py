@@ -12,7 +12,7 @@ from host_reads import HostReadOps, no_host_reads
 from mmstiff.apis.benchmark import counting_kernels
 from mmstiff.models.backbones import AlterNet, PreActStepResNet, StepResNet, StepViT
 from mmstiff.models.steps import forced_step_kernels, set_fused
-from mmstiff.models.steps.triton_import import HAS_TRITON
+from mmstiff.utils.triton_launch import HAS_TRITON
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
 SE = dict(type='mmstiff.SEAdaptor', squeeze_channels=4)

@@ -1,4 +1,5 @@
-"""Every Triton kernel of the fused step compiles for the GPUs it is meant for, without one.
+"""Every Triton kernel of the package (the fused step's, the stiffness norms') compiles for the
+GPUs it is meant for, without one.
 
 The interpreter tests (test_triton_step.py) check what the kernels compute; they do not check
 that Triton's GPU compiler takes them (the interpreter runs constructs the compiler refuses,
@@ -12,8 +13,9 @@ the card's 227 KiB (sm_90) and 163 KiB (sm_80) per block.
 import pytest
 import torch
 
-from mmstiff.models.steps.triton_import import HAS_TRITON
+from mmstiff.analysis import triton_sums
 from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.utils.triton_launch import HAS_TRITON
 
 pytestmark = [
     pytest.mark.slow,
@@ -110,6 +112,23 @@ def launches_of_the_fused_step(dtype):
     return launches
 
 
+def launches_of_the_norms(dtype, monkeypatch):
+    """The stiffness norms' kernel on the same shapes: states of one dtype, and a float32 x_t
+    (a recorder's ReLU of a shortcut) against an x_{t+1} of the model's dtype."""
+    launches = []
+    monkeypatch.setattr(triton_sums, '_state_sums_kernel',
+                        Recorder(triton_sums._state_sums_kernel, launches))
+    for batch in (64, 2):
+        for shape in [(batch, 256, 56, 56), (batch, 2048, 7, 7), (batch, 197, 384)]:
+            x_next = torch.empty(shape, dtype=dtype)
+            for x_t in (x_next, torch.empty(shape)):
+                triton_sums.state_sums(x_t, x_next)
+                if len(shape) == 4:
+                    triton_sums.state_sums(
+                        x_t.contiguous(memory_format=torch.channels_last), x_next)
+    return launches
+
+
 def compile_launch(fn, args, kwargs, capability):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -140,14 +159,16 @@ def _distinct(launches):
 
 @pytest.mark.parametrize('dtype, capability', [(torch.float32, 90), (torch.bfloat16, 90),
                                                (torch.float32, 80)])
-def test_every_launch_compiles_for_the_gpu(dtype, capability):
-    launches = _distinct(launches_of_the_fused_step(dtype))
+def test_every_launch_compiles_for_the_gpu(dtype, capability, monkeypatch):
+    launches = _distinct(
+        launches_of_the_fused_step(dtype) + launches_of_the_norms(dtype, monkeypatch))
     names = {fn.__name__ for fn, _, _ in launches}
     assert names == {
         '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
         '_moments_backward_kernel', '_phi_forward_kernel', '_phi_backward_kernel',
         '_se_hidden_kernel', '_se_gate_kernel', '_se_excitation_backward_kernel',
-        '_se_squeeze_backward_kernel', '_fold_forward_kernel', '_fold_backward_kernel'
+        '_se_squeeze_backward_kernel', '_fold_forward_kernel', '_fold_backward_kernel',
+        '_state_sums_kernel'
     }
     for fn, args, kwargs in launches:
         compiled = compile_launch(fn, args, kwargs, capability)

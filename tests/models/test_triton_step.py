@@ -27,7 +27,8 @@ from mmstiff.models.steps.stepnet_phi import phi_kernels_in
 from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_fold import TritonFoldKernels
 from mmstiff.models.steps.triton_se import TritonSEPhiKernels
-from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels, as_bnc
+from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc
 
 INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
 interpreted = pytest.mark.skipif(

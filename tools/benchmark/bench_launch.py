@@ -39,7 +39,7 @@ from mmstiff.models.steps.norm_fold import TorchFoldKernels
 from mmstiff.models.steps.se_phi import TorchSEPhiKernels
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.stepnet_phi import TorchPhiKernels
-from mmstiff.models.steps.triton_import import HAS_TRITON
+from mmstiff.utils.triton_launch import HAS_TRITON
 
 #: the columns: the kernel sets a pass is timed on
 COLUMNS = ('PyTorch passes', 'Triton', 'Triton stand-ins')

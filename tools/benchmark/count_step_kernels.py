@@ -12,8 +12,9 @@ the fused step), ``torch.profiler`` counts, in train mode:
 * ``net fwd ops``: the top-level aten calls of the whole backbone's forward pass;
 * ``hook kernels``: the kernels a ``StiffnessHook`` adds to the block's forward on an
   iteration it records (its NSI reduction), and in parentheses those of them that read a
-  full-size tensor (the block's states): the fused step writes the NSI's sums in its own pass,
-  the reference step leaves the hook its passes over the states.
+  full-size tensor (the block's states): the fused step writes the NSI's sums in its own pass;
+  after the reference step the hook's Triton kernel reads both states once (on the CPU a
+  stand-in counts its launch, as for the fused step's kernels).
 
 On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
 their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
@@ -23,11 +24,12 @@ Usage:
     python tools/benchmark/count_step_kernels.py [--device cpu|cuda] [--batch-size 2]
 """
 import argparse
+import contextlib
 import math
 
 import torch
 
-from mmstiff.apis.benchmark import counting_kernels
+from mmstiff.apis.benchmark import counting_kernels, counting_state_sums
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
@@ -48,6 +50,12 @@ NO_KERNEL = frozenset(f'aten::{name}'
                                    't', 'detach', 'alias', 'promote_types', 'result_type',
                                    'lift_fresh', 'resolve_conj', 'resolve_neg'))
 
+#: the stand-ins' launches of the Triton kernels that read or write full-size tensors (the
+#: states), as against the (B, C) passes
+FULL_SIZE_LAUNCHES = frozenset(f'triton::{name}'
+                               for name in ('pool', 'step', 'measured_step', 'step_backward',
+                                            'moments_backward', 'state_sums'))
+
 
 def _is_top_level_aten(event):
     if not event.name.startswith('aten::'):
@@ -63,7 +71,7 @@ def _is_top_level_aten(event):
 def count(run, device, full_size=None):
     """``(top-level aten calls, of them those that launch kernels + triton launches, triton
     launches, cuda kernels or None, launching aten calls with an input of ``full_size`` elements
-    or more)`` of ``run()``."""
+    or more and stand-in launches of :data:`FULL_SIZE_LAUNCHES`)`` of ``run()``."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == 'cuda':
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -80,6 +88,8 @@ def count(run, device, full_size=None):
             math.prod(shape) >= (full_size or math.inf) for shape in e.input_shapes if shape)
         for e in top)
     triton_launches = sum(e.name.startswith('triton::') for e in events)
+    if full_size is not None:
+        passes += sum(e.name in FULL_SIZE_LAUNCHES for e in events)
     launching = sum(name not in NO_KERNEL for name in aten) + triton_launches
     kernels = None
     if device.type == 'cuda':
@@ -121,7 +131,9 @@ def measure(adaptor, fused, args, device):
 
     recorded_forward()  # warm-up
     forward_counts = count(forward, device, full_size=x.numel()), count(backward, device)
-    recorded = count(recorded_forward, device, full_size=x.numel())
+    # on the CPU, the norms' Triton kernel stands in for the launch a CUDA run makes
+    with counting_state_sums() if device.type == 'cpu' else contextlib.nullcontext():
+        recorded = count(recorded_forward, device, full_size=x.numel())
     return (*forward_counts, count(net_forward, device), recorded)
 
 

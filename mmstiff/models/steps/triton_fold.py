@@ -10,7 +10,8 @@ pooled x_t's gradient scaled for its values. Sums in float32 whatever the input 
 """
 import torch
 
-from .triton_import import HAS_TRITON, ColumnKernels, cdiv, column_blocks, column_tile, tl, triton
+from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tl, triton
+from .triton_columns import ColumnKernels, column_blocks, column_tile
 
 if HAS_TRITON:
 

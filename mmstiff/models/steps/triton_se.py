@@ -12,7 +12,7 @@ Products in float32 (``input_precision='ieee'``: no TF32); (B, C) tensors contig
 """
 import torch
 
-from .triton_import import HAS_TRITON, cdiv, tl, triton
+from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tl, triton
 
 if HAS_TRITON:
 

@@ -15,14 +15,12 @@ accumulate in float32 whatever the input dtype. :class:`TritonStepKernels` launc
 ``TRITON_INTERPRET=1`` set before Triton is imported, they run in Triton's interpreter on CPU
 tensors (the tests).
 """
-import functools
-
 import torch
 
+from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc, cdiv, state_blocks, tl, triton
 from .step_kernels import state_dtype
 from .triton_adaptor import TritonPhiKernels
 from .triton_fold import TritonFoldKernels
-from .triton_import import HAS_TRITON, cdiv, next_power_of_2, tl, triton
 from .triton_se import TritonSEPhiKernels
 
 
@@ -219,39 +217,6 @@ if HAS_TRITON:
                 tl.store(gs_ptr + b * C + cs, s_gy.to(gs_ptr.dtype.element_ty), mask=c_ok)
 
 
-def as_bnc(x, layout):
-    """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
-
-    ``'nchw'`` tensors whose H and W cannot be merged into one strided axis are made contiguous.
-    (Called several times per launch: the shape and strides are read once each.)
-    """
-    shape, strides = x.shape, x.stride()
-    if layout == 'nlc':
-        return x, shape, strides
-    if len(shape) == 4:
-        batch, channels, height, width = shape
-        if width == 1:
-            stride_n = strides[2]
-        else:
-            if height > 1 and strides[2] != width * strides[3]:
-                x = x.contiguous()
-                strides = x.stride()
-            stride_n = strides[3]
-        return x, (batch, height * width, channels), (strides[0], stride_n, strides[1])
-    raise ValueError(f'x has shape {tuple(shape)}; expected (B, C, H, W) for layout nchw')
-
-
-@functools.lru_cache(maxsize=1024)
-def _blocks(n, c, stride_n, stride_c):
-    """Tile sizes (BLOCK_N, BLOCK_C): long along the axis that is contiguous in memory
-    (cached: a network launches the same few shapes again and again)."""
-    if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
-        block_c = min(64, next_power_of_2(c))
-        return min(next_power_of_2(n), 4096 // block_c), block_c
-    block_n = min(1024, next_power_of_2(n))
-    return block_n, max(1, min(next_power_of_2(c), 2048 // block_n))
-
-
 class TritonStepKernels:
     """The passes of :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels` as Triton
     kernels (CUDA tensors; CPU tensors in Triton's interpreter)."""
@@ -294,7 +259,7 @@ class TritonStepKernels:
         fm = torch.empty((batch, c), dtype=torch.float32 if moments else f.dtype, device=f.device)
         fv = torch.empty_like(fm) if moments else None
         xm = fm if state is None else torch.empty((batch, c), dtype=x.dtype, device=x.device)
-        block_n, block_c = _blocks(n, c, sf[1], sf[2])
+        block_n, block_c = state_blocks(n, c, sf[1], sf[2])
         self._pool[(batch, cdiv(c, block_c))](x, f, xm, fm, fm if fv is None else fv, n, c, *sx,
                                               *sf, 1.0 / n, POOL_X=state is not None,
                                               MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
@@ -305,7 +270,7 @@ class TritonStepKernels:
         y, _, sy = as_bnc(y, layout)
         out = torch.empty_like(g, dtype=y.dtype)
         _, _, so = as_bnc(out, layout)
-        block_n, block_c = _blocks(n, c, so[1], so[2])
+        block_n, block_c = state_blocks(n, c, so[1], so[2])
         has_slope = slope is not None
         base = base.contiguous()
         slope = slope.contiguous() if has_slope else base
@@ -320,7 +285,7 @@ class TritonStepKernels:
         f, _, sf = as_bnc(f, layout)
         out = torch.empty_like(x, dtype=dtype)
         _, _, so = as_bnc(out, layout)
-        block_n, block_c = _blocks(n, c, so[1], so[2])
+        block_n, block_c = state_blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
         a, d = (s, s) if norm is None else norm
         grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
@@ -336,7 +301,7 @@ class TritonStepKernels:
         _, _, so = as_bnc(out, layout)
         moved = torch.empty((batch, c), dtype=torch.float32, device=f.device)
         state = torch.empty_like(moved)
-        block_n, block_c = _blocks(n, c, so[1], so[2])
+        block_n, block_c = state_blocks(n, c, so[1], so[2])
         s = f if step is None else step.contiguous()
         a, d = (s, s) if norm is None else norm
         self._measured[(batch, cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c, *sx, *sf,
@@ -364,7 +329,7 @@ class TritonStepKernels:
                 grad_step = torch.empty((batch, c), dtype=step.dtype, device=grad.device)
             if norm is not None:  # both per-sample parts in one buffer: one sum over the batch
                 parts = torch.empty((2, batch, c), dtype=torch.float32, device=grad.device)
-        block_n, block_c = _blocks(n, c, sg[1], sg[2])
+        block_n, block_c = state_blocks(n, c, sg[1], sg[2])
         written = s if grad_step is None else grad_step
         pa, pd = (written, written) if parts is None else parts.unbind(0)
         self._backward[(batch, cdiv(c,

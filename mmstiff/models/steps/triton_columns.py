@@ -1,16 +1,9 @@
-"""Triton, where it is installed (it ships with CUDA builds of torch): ``triton``, ``tl`` (None
-without it) and :data:`HAS_TRITON`, for the kernel files of the fused step; and the host-side
-arithmetic of their launch grids."""
+"""The (B, C) column passes' Triton helpers: a program holds a block of channels over the whole
+batch (the adaptors' and the folded BN's kernels). Triton itself and the launch arithmetic every
+kernel file shares are in :mod:`mmstiff.utils.triton_launch`."""
 import functools
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
-    triton = tl = None
-
-#: whether Triton is importable (the fused kernels can run on CUDA)
-HAS_TRITON = triton is not None
+from mmstiff.utils.triton_launch import HAS_TRITON, next_power_of_2, tl, triton
 
 if HAS_TRITON:
 
@@ -24,17 +17,6 @@ if HAS_TRITON:
         return cs, bs, c_ok, (bs < B)[:, None] & c_ok[None, :]
 else:  # pragma: no cover - triton ships with CUDA builds of torch
     column_tile = None
-
-
-def cdiv(a, b):
-    """``ceil(a / b)`` for the launch grids, in plain Python: ``triton.cdiv`` is a
-    ``ConstexprFunction``, whose call from the host costs microseconds per launch."""
-    return -(-a // b)
-
-
-def next_power_of_2(n):
-    """The smallest power of two >= ``n`` (1 for ``n`` <= 1)."""
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,0 +1,58 @@
+"""Triton, where it is installed (it ships with CUDA builds of torch): ``triton``, ``tl`` (None
+without it) and :data:`HAS_TRITON`, for every kernel file of the package (the fused step's, the
+stiffness norms'); the host-side arithmetic of their launch grids, and how a state is addressed
+as (B, N, C) with its own strides (:func:`as_bnc`, :func:`state_blocks`)."""
+import functools
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
+    triton = tl = None
+
+#: whether Triton is importable (the fused kernels can run on CUDA)
+HAS_TRITON = triton is not None
+
+
+def cdiv(a, b):
+    """``ceil(a / b)`` for the launch grids, in plain Python: ``triton.cdiv`` is a
+    ``ConstexprFunction``, whose call from the host costs microseconds per launch."""
+    return -(-a // b)
+
+
+def next_power_of_2(n):
+    """The smallest power of two >= ``n`` (1 for ``n`` <= 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def as_bnc(x, layout):
+    """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
+
+    ``'nchw'`` tensors whose H and W cannot be merged into one strided axis are made contiguous.
+    (Called several times per launch: the shape and strides are read once each.)
+    """
+    shape, strides = x.shape, x.stride()
+    if layout == 'nlc':
+        return x, shape, strides
+    if len(shape) == 4:
+        batch, channels, height, width = shape
+        if width == 1:
+            stride_n = strides[2]
+        else:
+            if height > 1 and strides[2] != width * strides[3]:
+                x = x.contiguous()
+                strides = x.stride()
+            stride_n = strides[3]
+        return x, (batch, height * width, channels), (strides[0], stride_n, strides[1])
+    raise ValueError(f'x has shape {tuple(shape)}; expected (B, C, H, W) for layout nchw')
+
+
+@functools.lru_cache(maxsize=1024)
+def state_blocks(n, c, stride_n, stride_c):
+    """Tile sizes (BLOCK_N, BLOCK_C) of a pass over a (B, N, C) state: long along the axis that
+    is contiguous in memory (cached: a network launches the same few shapes again and again)."""
+    if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
+        block_c = min(64, next_power_of_2(c))
+        return min(next_power_of_2(n), 4096 // block_c), block_c
+    block_n = min(1024, next_power_of_2(n))
+    return block_n, max(1, min(next_power_of_2(c), 2048 // block_n))

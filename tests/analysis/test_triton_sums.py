@@ -1,0 +1,171 @@
+"""The NSI's sums of squares in one Triton pass (``mmstiff/analysis/triton_sums.py``), on the CPU
+in Triton's interpreter, against the formula in float64 and against the PyTorch path of
+:func:`stiffness_norms`.
+
+Triton reads ``TRITON_INTERPRET`` when it compiles a kernel's decorator: the interpreted tests
+run in a process that set it before importing Triton (:func:`test_sums_in_the_interpreter`).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hook_scalars import hook_scalars
+
+from mmstiff.analysis import stiffness_norms, triton_sums
+from mmstiff.analysis.triton_sums import state_sums, state_sums_apply, state_sums_forced
+from mmstiff.utils.triton_launch import HAS_TRITON
+
+INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
+interpreted = pytest.mark.skipif(
+    not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 process of '
+    'test_sums_in_the_interpreter')
+TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-3}
+
+
+@pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
+def test_sums_in_the_interpreter(repo_root):
+    env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
+    proc = subprocess.run([
+        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m', 'not slow', __file__
+    ], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+
+
+def _states(shape, dtype, memory_format=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x_t = torch.randn(shape, generator=g)
+    x_next = x_t + 0.3 * torch.randn(shape, generator=g)
+    if memory_format is not None:
+        x_t = x_t.contiguous(memory_format=memory_format)
+    return x_t.to(dtype), x_next.to(dtype)
+
+
+def _expected(x_t, x_next):
+    """Σ (x_next - x_t)² and Σ x_t² per (sample, channel), in float64 from the stored values."""
+    x, y = x_t.double(), x_next.double()
+    pooled = (2, 3) if x.dim() == 4 else (1, )
+    return ((y - x)**2).sum(dim=pooled), (x**2).sum(dim=pooled)
+
+
+#: (shape, memory format of x_t): contiguous maps, channels-last, a width of one, tokens, a
+#: longer map than one tile holds
+CASES = [((2, 5, 3, 4), None), ((2, 5, 3, 4), torch.channels_last), ((3, 4, 33, 1), None),
+         ((2, 7, 5), None), ((2, 3, 40, 40), None), ((2, 70, 6, 6), torch.channels_last)]
+
+
+@interpreted
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('shape,memory_format', CASES)
+def test_state_sums_equal_the_formula(shape, memory_format, dtype):
+    x_t, x_next = _states(shape, dtype, memory_format)
+    sums = state_sums(x_t, x_next)
+    moved, state = _expected(x_t, x_next)
+    assert sums.layout == ('nchw' if len(shape) == 4 else 'nlc')
+    assert sums.moved.dtype == sums.state.dtype == torch.float32
+    assert sums.moved.shape == sums.state.shape == (shape[0], shape[-1 if len(shape) == 3 else 1])
+    tol = TOLERANCES[torch.float32]  # float32 sums of values stored in dtype: exact inputs
+    torch.testing.assert_close(sums.moved.double(), moved, rtol=tol, atol=tol)
+    torch.testing.assert_close(sums.state.double(), state, rtol=tol, atol=tol)
+
+
+@interpreted
+def test_state_sums_read_each_state_with_its_own_strides():
+    """x_t channels-last, x_next contiguous; and a map whose H and W cannot be merged (a crop)."""
+    x_t, x_next = _states((2, 6, 5, 7), torch.float32, torch.channels_last)
+    x_next = x_next.contiguous()
+    for a, b in ((x_t, x_next), (x_t[:, :, 1:4, 2:6], x_next[:, :, 1:4, 2:6])):
+        sums = state_sums(a, b)
+        moved, state = _expected(a, b)
+        torch.testing.assert_close(sums.moved.double(), moved, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(sums.state.double(), state, rtol=1e-5, atol=1e-5)
+
+
+def _steps(x_t):
+    """Step sizes the sums can divide: a number, per sample, per channel, shared by the batch;
+    0 where nothing moved (0 / 0 counts as 0) is in the per-channel one."""
+    b = x_t.shape[0]
+    if x_t.dim() == 4:
+        c = x_t.shape[1]
+        per_channel = torch.rand(b, c, 1, 1) + 0.5
+        return [
+            None, 0.5, 1.0,
+            torch.rand(b, 1, 1, 1) + 0.5, per_channel,
+            torch.rand(1, c, 1, 1) + 0.5,
+            torch.tensor(2.0)
+        ]
+    c = x_t.shape[2]
+    return [None, 0.5, torch.rand(b, 1, c) + 0.5, torch.rand(b, 1, 1) + 0.5]
+
+
+@interpreted
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('shape,memory_format', CASES)
+def test_stiffness_norms_on_the_kernel_equal_the_pytorch_path(shape, memory_format, dtype):
+    x_t, x_next = _states(shape, dtype, memory_format)
+    for step in _steps(x_t):
+        expected = stiffness_norms(x_t, x_next, step)
+        with state_sums_forced():
+            assert state_sums_apply(x_t, x_next)
+            got = stiffness_norms(x_t, x_next, step)
+        torch.testing.assert_close(got.slope, expected.slope, rtol=2e-5, atol=1e-6)
+        torch.testing.assert_close(got.state, expected.state, rtol=2e-5, atol=1e-6)
+
+
+@interpreted
+def test_a_saturated_step_that_did_not_move_counts_as_zero_on_the_kernel():
+    x_t, x_next = _states((2, 3, 4, 4), torch.float32)
+    x_next[:, 1] = x_t[:, 1]  # channel 1 did not move, and its Δ underflowed to 0
+    step = torch.full((2, 3, 1, 1), 0.5)
+    step[:, 1] = 0.0
+    expected = stiffness_norms(x_t, x_next, step)
+    with state_sums_forced():
+        got = stiffness_norms(x_t, x_next, step)
+    assert torch.isfinite(got.slope).all()
+    torch.testing.assert_close(got.slope, expected.slope, rtol=2e-5, atol=1e-6)
+
+
+@interpreted
+def test_the_stiffness_hook_reads_the_same_values_on_the_kernel(tiny_resnet):
+    """A whole network's NSI scalars (post-activation blocks with projected shortcuts, whose
+    x_t is the recorder's ReLU of the shortcut) with the kernel and with PyTorch's passes."""
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    expected = hook_scalars(tiny_resnet, images)
+    with state_sums_forced():
+        got = hook_scalars(tiny_resnet, images)
+    assert got.keys() == expected.keys() and any(k.startswith('nsi/') for k in got)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.fixture
+def tiny_resnet():
+    from mmpretrain.models.backbones import ResNet_CIFAR
+    torch.manual_seed(0)
+    net = ResNet_CIFAR(depth=18, stem_channels=4, base_channels=4)
+    net.eval()  # (mmpretrain's ResNet.train returns None)
+    return net
+
+
+def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
+    """Off CUDA the PyTorch passes run (the kernel is not called), as they do for a step per
+    element and for states that are not maps or tokens."""
+
+    def refuse(*args):
+        raise AssertionError('the kernel was called')
+
+    monkeypatch.setattr('mmstiff.analysis.stiffness.state_sums', refuse)
+    x_t, x_next = _states((2, 3, 4, 4), torch.float32)
+    expected = stiffness_norms(x_t, x_next)  # a CPU tensor, not forced
+    torch.testing.assert_close(expected.state, x_t.flatten(1).norm(dim=1))
+    assert not state_sums_apply(x_t, x_next)
+    with state_sums_forced():
+        assert triton_sums._FORCED[0] and state_sums_apply(x_t, x_next) is HAS_TRITON
+        step = torch.rand(2, 3, 4, 4) + 0.5  # Δ per element
+        got = stiffness_norms(x_t, x_next, step)
+        torch.testing.assert_close(got.slope, ((x_next - x_t) / step).flatten(1).norm(dim=1))
+        assert not state_sums_apply(x_t.flatten(1), x_next.flatten(1))  # (B, D): no channels
+        stiffness_norms(x_t.flatten(1), x_next.flatten(1))
+    assert not triton_sums._FORCED[0]
