@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .triton_sums import state_sums, state_sums_apply
+from .triton_sums import state_sums_apply, try_state_sums
 
 
 class StiffnessNorms(NamedTuple):
@@ -118,7 +118,9 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
         if step is None or _channel_step(step, layout) is not None:
             # on the GPU: one pass over both states, no temporary (Δ_t constant over the pooled
             # axes, which the sums can divide)
-            return stiffness_norms_from_sums(state_sums(x_t, x_next), step)
+            sums = try_state_sums(x_t, x_next)
+            if sums is not None:
+                return stiffness_norms_from_sums(sums, step)
     x_t = _as_float(x_t)
     features = tuple(range(1, x_t.dim()))
     # ||x_t|| first: the difference then reads x_t from the cache, not from memory

@@ -11,9 +11,13 @@ pass, from which :func:`~mmstiff.analysis.stiffness_norms_from_sums` takes the n
 sample or per channel included.
 
 The kernel runs where Triton runs: CUDA tensors (and CPU tensors in Triton's interpreter, inside
-:func:`state_sums_forced`, for the tests).
+:func:`state_sums_forced`, for the tests). Where Triton cannot build it (a machine without the C
+compiler Triton builds its launcher with, a GPU it does not support), the first failure is
+warned about once and the PyTorch passes take over for the rest of the process
+(:func:`try_state_sums`): a diagnostic must not stop training.
 """
 import contextlib
+import warnings
 
 import torch
 
@@ -21,6 +25,8 @@ from mmstiff.utils.step_sums import StepSums
 from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc, cdiv, state_blocks, tl, triton
 
 _FORCED = [False]
+#: the error of the first launch that failed, after which the kernel is not tried again
+_FAILED = [None]
 
 if HAS_TRITON:
 
@@ -63,8 +69,22 @@ def state_sums_apply(x_t, x_next):
     """Whether :func:`state_sums` takes these states: Triton is there, they are (B, C, H, W)
     maps or (B, N, C) tokens on one CUDA device (or the kernel is forced). Like the PyTorch
     passes, the kernel computes the norms as numbers, with no gradient."""
-    return (HAS_TRITON and x_t.dim() in (3, 4) and (x_t.is_cuda or _FORCED[0])
-            and x_t.device == x_next.device)
+    return (HAS_TRITON and _FAILED[0] is None and x_t.dim() in (3, 4)
+            and (x_t.is_cuda or _FORCED[0]) and x_t.device == x_next.device)
+
+
+def try_state_sums(x_t, x_next):
+    """:func:`state_sums`, or None where its launch fails: the error is warned about once and
+    the kernel is not tried again in this process (:func:`state_sums_apply` then says no)."""
+    try:
+        return state_sums(x_t, x_next)
+    except Exception as error:  # Triton's compile and launch errors have no common base
+        _FAILED[0] = error
+        warnings.warn(
+            f'the NSI sums kernel could not run on {x_t.device} ({type(error).__name__}: '
+            f'{error}); the stiffness norms take PyTorch operators from now on (the same '
+            'values, more passes over the states)', RuntimeWarning, stacklevel=2)
+        return None
 
 
 def state_sums(x_t, x_next):

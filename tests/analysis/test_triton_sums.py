@@ -156,7 +156,7 @@ def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
     def refuse(*args):
         raise AssertionError('the kernel was called')
 
-    monkeypatch.setattr('mmstiff.analysis.stiffness.state_sums', refuse)
+    monkeypatch.setattr('mmstiff.analysis.stiffness.try_state_sums', refuse)
     x_t, x_next = _states((2, 3, 4, 4), torch.float32)
     expected = stiffness_norms(x_t, x_next)  # a CPU tensor, not forced
     torch.testing.assert_close(expected.state, x_t.flatten(1).norm(dim=1))
@@ -169,3 +169,39 @@ def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
         assert not state_sums_apply(x_t.flatten(1), x_next.flatten(1))  # (B, D): no channels
         stiffness_norms(x_t.flatten(1), x_next.flatten(1))
     assert not triton_sums._FORCED[0]
+
+
+class _Unbuildable:
+    """A kernel whose launch fails as Triton's does on a machine without a C compiler."""
+
+    def __init__(self):
+        self.launches = 0
+
+    def __getitem__(self, grid):
+
+        def launch(*args, **kwargs):
+            self.launches += 1
+            raise RuntimeError('Failed to find C compiler. Please specify via CC environment '
+                               'variable.')
+
+        return launch
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
+def test_a_kernel_that_cannot_be_built_leaves_the_norms_to_pytorch(monkeypatch):
+    """The first failed launch is warned about once; the norms are those of the PyTorch passes,
+    and the kernel is not tried again."""
+    kernel = _Unbuildable()
+    monkeypatch.setattr(triton_sums, '_state_sums_kernel', kernel)
+    monkeypatch.setattr(triton_sums, '_FAILED', [None])
+    x_t, x_next = _states((2, 3, 4, 4), torch.float32)
+    step = torch.rand(2, 3, 1, 1) + 0.5
+    expected = [stiffness_norms(x_t, x_next, s) for s in (None, step)]
+    with state_sums_forced():
+        with pytest.warns(RuntimeWarning, match='C compiler.*PyTorch operators'):
+            got = [stiffness_norms(x_t, x_next, s) for s in (None, step)]
+        assert not state_sums_apply(x_t, x_next)
+    assert kernel.launches == 1
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.slope, e.slope)
+        torch.testing.assert_close(g.state, e.state)
