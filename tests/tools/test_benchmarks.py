@@ -1,13 +1,17 @@
 """The benchmark scripts run end to end at toy sizes and print their side-by-side tables."""
+import ast
 import collections
+import math
+import os.path as osp
 import re
 
 import pytest
 import torch
 import torch.nn as nn
-from script_modules import load_script  # tests/
+from script_modules import REPO, load_script  # tests/
 
 from mmstiff.apis.benchmark import StepMarked, compile_model
+from mmstiff.utils.triton_launch import HAS_TRITON
 
 
 def _rows(stdout, first_column):
@@ -355,3 +359,92 @@ def test_bench_launch_refuses_a_batch_without_statistics(capsys):
         bench.parse_args(['--batch-size', '1'])
     assert exit_info.value.code == 2
     assert '--batch-size 1 is not supported; expected at least 2' in capsys.readouterr().err
+
+
+KERNEL_PASSES = [
+    'aten add', 'aten sum', 'pool (x_t and f)', 'moments (x_t and y)', 'step', 'step, folded BN',
+    'measured step', 'step backward', 'step backward, folded BN', "moments backward (y's grad)",
+    'NSI sums (x_t, x_t+1)'
+]
+
+
+def _kernel_rows(out):
+    """``[(state, pass, [cells])]`` of bench_kernels.py's table (the state carried down)."""
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ['state', 'pass', 'passes'], lines[1]
+    rows, state = [], None
+    for line in lines[3:]:
+        state = line[:36].strip() or state
+        rows.append((state, line[36:66].strip(), line[66:].split()))
+    return lines[1], rows
+
+
+def _bench_kernels(monkeypatch):
+    monkeypatch.syspath_prepend(osp.join(REPO, 'tools', 'benchmark'))  # it imports bench_launch
+    return load_script('tools/benchmark/bench_kernels.py')
+
+
+def test_bench_kernels_times_every_full_size_pass_of_each_state(capsys, monkeypatch):
+    bench = _bench_kernels(monkeypatch)
+    bench.main([
+        '--batch-size', '2', '--base-channels', '2', '--img-size', '32', '--calls', '1',
+        '--repeats', '1'
+    ])
+    header, rows = _kernel_rows(capsys.readouterr().out)
+    assert 'Triton' not in header  # no Triton run on CPU tensors outside the interpreter
+    states = list(dict.fromkeys(state for state, _, _ in rows))
+    assert states == [
+        '(2, 8, 8, 8) contiguous', '(2, 8, 8, 8) channels-last', '(2, 16, 4, 4) contiguous',
+        '(2, 16, 4, 4) channels-last', '(2, 32, 2, 2) contiguous', '(2, 32, 2, 2) channels-last',
+        '(2, 64, 1, 1) contiguous', '(2, 64, 1, 1) channels-last', '(2, 197, 384) tokens'
+    ]
+    for state in states:
+        mine = [(name, cells) for s, name, cells in rows if s == state]
+        assert [name for name, _ in mine] == KERNEL_PASSES
+        passes = {name: int(cells[0]) for name, cells in mine}
+        assert passes['aten add'] == 3 and passes['step backward'] == 5
+        add_micros, _, add_share = (float(c) for c in mine[0][1][1:])
+        assert add_micros > 0 and add_share == 1.0
+        state_bytes = 4 * math.prod(ast.literal_eval(state.split(')')[0] + ')'))  # float32
+        for name, cells in mine:
+            micros, rate, share = (float(c) for c in cells[1:])
+            # GB/s: the pass's full-size reads and writes over its time; the share: that over
+            # add's (the printed figures are rounded)
+            assert rate == pytest.approx(passes[name] * state_bytes / micros / 1e3, rel=0.01,
+                                         abs=0.006), (state, name)
+            expected = passes[name] / micros / (3 / add_micros)
+            assert share == pytest.approx(expected, rel=0.05, abs=0.006), (state, name)
+
+
+def test_bench_kernels_passes_compute_the_step_they_name(monkeypatch):
+    """The rows call each pass with the arguments it takes: the PyTorch passes' step, step
+    backward and NSI sums, checked against their formulas on the bench's own tensors."""
+    bench = _bench_kernels(monkeypatch)
+    sets = bench.kernel_sets(torch.device('cpu'))
+    for label, layout, t in bench.states(2, 2, 32, torch.float32, torch.device('cpu')):
+        rows = bench.passes(layout, t)
+        step = t['step'][:, :, None, None] if layout == 'nchw' else t['step'][:, None, :]
+        out = rows['step'][1](sets['PyTorch'])
+        torch.testing.assert_close(out, torch.relu(t['x'] + step * t['f']))
+        grad_x, grad_f, _ = rows['step backward'][1](sets['PyTorch'])
+        masked = torch.where(t['out'] > 0, t['g'], torch.zeros_like(t['g']))
+        torch.testing.assert_close(grad_x, masked)
+        torch.testing.assert_close(grad_f, masked * step)
+        state, slope = rows['NSI sums (x_t, x_t+1)'][1](sets['PyTorch'])
+        torch.testing.assert_close(state, t['x'].flatten(1).norm(dim=1))
+        torch.testing.assert_close(slope, (t['f'] - t['x']).flatten(1).norm(dim=1))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
+def test_bench_kernels_times_the_triton_kernels_in_the_interpreter(run_tool):
+    proc = run_tool('tools/benchmark/bench_kernels.py', '--batch-size', '2', '--base-channels', '2',
+                    '--img-size', '16', '--calls', '1', '--repeats', '1', '--dtype', 'bf16',
+                    env=dict(TRITON_INTERPRET='1', OMP_NUM_THREADS='1'), timeout=300)
+    header, rows = _kernel_rows(proc.stdout)
+    assert 'PyTorch µs' in header and 'Triton µs' in header
+    for state, name, cells in rows:
+        if name.startswith('aten'):
+            assert len(cells) == 4, (state, name)  # no Triton cell: the same ATen call
+        else:
+            assert len(cells) == 7 and float(cells[4]) > 0, (state, name)

@@ -9,7 +9,9 @@
 #   and fp16 AMP channels-last), the operator and kernel counts of one block's step, where the
 #   step's time goes (device busy time against wall time, the kernels each adaptor adds; fp32
 #   and bf16), the host time of one launch of each pass of the fused step (PyTorch's passes,
-#   Triton's kernels and their launchers alone), DeiT-S batch 128 (AttnScale, FeatScale),
+#   Triton's kernels and their launchers alone), the device time and bandwidth of each
+#   full-size pass of the fused step at ResNet-50's and ViT-S's shapes (fp32 and bf16; on the
+#   CPU the PyTorch passes only), DeiT-S batch 128 (AttnScale, FeatScale),
 #   AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50
 #   (batch 64) and on DeiT-S (batch 128),
 #   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
@@ -48,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) tests=0; shift ;;
     --skip-compiled) compiled=0; shift ;;
     --only) only=${2:?--only needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +71,8 @@ if [[ $tiny -eq 1 ]]; then
   resnet=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1 --warmup 1)
   profile=("${resnet[@]}")
   launch=(--device "$device" --calls 5 --repeats 1 --warmup 1)
+  kernels=(--device "$device" --batch-size 2 --base-channels 2 --img-size 32 --calls 1
+           --repeats 1)
   vit=(--device "$device" --batch-size 2 --img-size 32 --repeats 1 --iters 1)
   alternet=(--device "$device" --stem cifar --batch-size 2 --repeats 1 --iters 1 --warmup 1)
   hooks_common=(--device "$device" --batch-size 2 --repeats 1 --warmup 1 --log-interval 2)
@@ -81,6 +85,7 @@ elif [[ $device == cuda ]]; then
   resnet=(--device cuda --batch-size 64 --img-size 224 --repeats 7 --iters 10)
   profile=(--device cuda --batch-size 64 --img-size 224 --repeats 3 --iters 5)
   launch=(--device cuda)
+  kernels=(--device cuda)
   vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
   alternet=(--device cuda --batch-size 64 --img-size 224 --repeats 5 --iters 10 --warmup 2)
   hooks_common=(--device cuda --repeats 3)
@@ -94,6 +99,7 @@ else
   resnet=(--device cpu)
   profile=(--device cpu)
   launch=(--device cpu)
+  kernels=(--device cpu --batch-size 8 --img-size 112)
   vit=(--device cpu)
   alternet=(--device cpu)
   hooks_common=(--device cpu --repeats 3)
@@ -136,6 +142,10 @@ fi
 add count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
 add profile_step "$PYTHON" $bench/profile_step.py "${profile[@]}"
 add bench_launch "$PYTHON" $bench/bench_launch.py "${launch[@]}"
+add bench_kernels "$PYTHON" $bench/bench_kernels.py "${kernels[@]}"
+if [[ $device == cuda ]]; then
+  add bench_kernels_bf16 "$PYTHON" $bench/bench_kernels.py "${kernels[@]}" --dtype bf16
+fi
 if [[ $device == cuda ]]; then
   add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
 fi

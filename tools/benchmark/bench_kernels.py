@@ -1,0 +1,186 @@
+"""Device time and memory bandwidth of each full-size pass of the fused step, at a ResNet-50's and
+a ViT's shapes: which pass falls short of what the device's memory allows.
+
+Every pass that reads or writes a block's states is timed alone on the states of each ResNet-50
+stage (``(B, 4 · base · 2^i, img/4 / 2^i, …)``, contiguous and channels-last) and on ViT-S
+tokens (``(B, 197, 384)``), on the Triton kernels and on the PyTorch passes. A cell is the
+median over ``--repeats`` timings of ``--calls`` calls back to back (CUDA events on a GPU, wall
+time elsewhere), in microseconds per call, with the bandwidth it reaches: the full-size passes
+the pass makes (its reads and writes of a state-sized tensor, known from the kernel) times the
+state's bytes, over the time. ``of add`` divides that by what ``aten add`` (two reads, one
+write) reaches on the same state: near 1 the pass runs at the device's practical bandwidth;
+well below 1 its kernel leaves bandwidth unused (too few programs, tiles too small or too
+large), which a change of its tiles (``state_blocks`` in ``mmstiff/utils/triton_launch.py``)
+may recover. ``aten sum`` (one read) is the yardstick for the reductions.
+
+On the CPU the Triton column needs ``TRITON_INTERPRET=1`` (Triton's interpreter: the figures
+then say nothing of a GPU; the tests use it to check the script runs).
+
+Usage:
+    python tools/benchmark/bench_kernels.py --device cuda --dtype bf16
+"""
+import argparse
+import statistics
+import time
+
+import torch
+from bench_launch import TorchKernelSet
+
+from mmstiff.apis.cli import positive_int
+from mmstiff.utils.triton_launch import HAS_TRITON
+
+DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def states(batch, base, img_size, dtype, device):
+    """``[(label, layout, tensors)]``: each ResNet-50 stage's states, contiguous and
+    channels-last, and ViT-S tokens; ``tensors`` holds x (a block's input), f (its branch
+    output), g (a gradient), out (its output after the ReLU) and the (B, C) step sizes and BN
+    coefficients the passes take."""
+    shapes = []
+    for i in range(4):
+        size = max(1, img_size // 4 // 2**i)
+        shape = (batch, 4 * base * 2**i, size, size)
+        shapes += [(f'{shape} contiguous', 'nchw', shape, torch.contiguous_format),
+                   (f'{shape} channels-last', 'nchw', shape, torch.channels_last)]
+    shapes.append((f'{(batch, 197, 384)} tokens', 'nlc', (batch, 197, 384), None))
+    found = []
+    g = torch.Generator().manual_seed(0)
+    for label, layout, shape, memory_format in shapes:
+        channels = shape[1] if layout == 'nchw' else shape[2]
+
+        def full(relu=False):
+            t = torch.randn(shape, generator=g)
+            t = t.relu_() if relu else t
+            t = t.to(device=device, dtype=dtype)
+            return t if memory_format is None else t.contiguous(memory_format=memory_format)
+
+        small = dict(
+            step=torch.rand(batch, channels, generator=g) + 0.5,
+            c0=torch.randn(batch, channels,
+                           generator=g), c1=torch.randn(batch, channels, generator=g),
+            a=torch.rand(2, channels, generator=g) + 0.5)
+        tensors = dict(x=full(relu=True), f=full(), g=full(), out=full(relu=True))
+        tensors.update({k: v.to(device) for k, v in small.items()})
+        found.append((label, layout, tensors))
+    return found
+
+
+def passes(layout, t):
+    """``{row: (full-size passes, callable(kernels) or None)}``; None: the row is a yardstick,
+    the same ATen call in every column."""
+    norm = tuple(t['a'])
+
+    def state_sums(k):
+        if isinstance(k, TorchKernelSet):  # what stiffness_norms computes without the kernel
+            features = tuple(range(1, t['x'].dim()))
+            return (torch.linalg.vector_norm(t['x'].float(), dim=features),
+                    torch.linalg.vector_norm(t['f'].float() - t['x'].float(), dim=features))
+        from mmstiff.analysis.triton_sums import state_sums
+        return state_sums(t['x'], t['f'])
+
+    pooled = (2, 3) if layout == 'nchw' else (1, )
+    return {
+        'aten add': (3, lambda k: torch.add(t['x'], t['f'])),
+        'aten sum': (1, lambda k: t['x'].sum(pooled)),
+        'pool (x_t and f)': (2, lambda k: k.pool(t['x'], t['f'], layout)),
+        'moments (x_t and y)': (2, lambda k: k.moments(t['x'], t['f'], layout)),
+        'step': (3, lambda k: k.step(t['x'], t['step'], t['f'], True, layout)),
+        'step, folded BN':
+        (3, lambda k: k.step(t['x'], t['step'], t['f'], True, layout, norm=norm)),
+        'measured step':
+        (3, lambda k: k.measured_step(t['x'], t['step'], t['f'], True, layout, False)),
+        'step backward':
+        (5, lambda k: k.step_backward(t['g'], t['out'], t['f'], t['step'], True, layout, True)),
+        'step backward, folded BN': (5, lambda k: k.step_backward(t['g'], t['out'], t['f'], t[
+            'step'], True, layout, True, norm=norm)),
+        "moments backward (y's grad)":
+        (3, lambda k: k.moments_backward(t['g'], t['f'], t['c0'], t['c1'], layout)),
+        'NSI sums (x_t, x_t+1)': (2, state_sums),
+    }
+
+
+def kernel_sets(device):
+    """``{column: kernel set}``: the PyTorch passes, and Triton's where it runs (CUDA, or the
+    interpreter on the CPU)."""
+    import os
+    sets = {'PyTorch': TorchKernelSet()}
+    if HAS_TRITON and (device.type == 'cuda' or os.environ.get('TRITON_INTERPRET') == '1'):
+        from mmstiff.models.steps.triton_step import TritonStepKernels
+        sets['Triton'] = TritonStepKernels()
+    return sets
+
+
+def time_call(fn, calls, repeats, device):
+    """Median µs per call of ``fn`` over ``repeats`` timings of ``calls`` calls."""
+    fn()  # compiles a Triton kernel on first use
+    times = []
+    for _ in range(repeats):
+        if device.type == 'cuda':
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls)
+        else:
+            begin = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - begin) * 1e6 / calls)
+    return statistics.median(times)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
+    parser.add_argument('--dtype', default='fp32', choices=sorted(DTYPES),
+                        help="the states' dtype (bf16, fp16: as under autocast)")
+    parser.add_argument('--batch-size', type=positive_int, default=64)
+    parser.add_argument('--base-channels', type=positive_int, default=64,
+                        help="ResNet-50's base width (the stages' states have 4x to 32x it)")
+    parser.add_argument('--img-size', type=positive_int, default=224)
+    parser.add_argument('--calls', type=positive_int, default=20, help='calls per timing')
+    parser.add_argument('--repeats', type=positive_int, default=5)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was given but CUDA is not available')
+    dtype = DTYPES[args.dtype]
+    sets = kernel_sets(device)
+    clock = 'CUDA events' if device.type == 'cuda' else 'wall time'
+    print(f'device={device} dtype={args.dtype} batch={args.batch_size} '
+          f'calls={args.calls} repeats={args.repeats}; µs per call ({clock}, median), GB/s over '
+          "the pass's full-size reads and writes, and that as a fraction of aten add's")
+    header = f'{"state":<36}{"pass":<30}{"passes":>7}'
+    for column in sets:
+        header += f'{column + " µs":>14}{"GB/s":>9}{"of add":>8}'
+    print(header)
+    print('-' * len(header))
+    with torch.no_grad():
+        for label, layout, tensors in states(args.batch_size, args.base_channels, args.img_size,
+                                             dtype, device):
+            nbytes = tensors['x'].numel() * tensors['x'].element_size()
+            add_rate = None
+            for row, (count, call) in passes(layout, tensors).items():
+                line = f'{label:<36}{row:<30}{count:>7}'
+                for column, kernels in sets.items():
+                    if row.startswith('aten') and column != 'PyTorch':
+                        line += f'{"":>14}{"":>9}{"":>8}'
+                        continue
+                    micros = time_call(lambda: call(kernels), args.calls, args.repeats, device)
+                    rate = count * nbytes / micros / 1e3  # GB/s
+                    if row == 'aten add':
+                        add_rate = rate
+                    line += f'{micros:>14.2f}{rate:>9.2f}{rate / add_rate:>8.2f}'
+                print(line)
+                label = ''
+
+
+if __name__ == '__main__':
+    main()
