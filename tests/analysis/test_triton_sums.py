@@ -72,6 +72,19 @@ def test_state_sums_equal_the_formula(shape, memory_format, dtype):
 
 
 @interpreted
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_state_sums_of_a_float32_state_and_a_half_precision_one(dtype):
+    """A recorder's x_t can be float32 (the ReLU of a projected shortcut) where x_{t+1} is the
+    model's half-precision output under autocast: each is read in its own dtype."""
+    x_t, x_next = _states((2, 6, 5, 5), torch.float32)
+    x_next = x_next.to(dtype)
+    sums = state_sums(x_t, x_next)
+    moved, state = _expected(x_t, x_next)
+    torch.testing.assert_close(sums.moved.double(), moved, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sums.state.double(), state, rtol=1e-5, atol=1e-5)
+
+
+@interpreted
 def test_state_sums_read_each_state_with_its_own_strides():
     """x_t channels-last, x_next contiguous; and a map whose H and W cannot be merged (a crop)."""
     x_t, x_next = _states((2, 6, 5, 7), torch.float32, torch.channels_last)
