@@ -84,9 +84,9 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     reduces step after step.
 
     On CUDA, for (B, C, H, W) maps or (B, N, C) tokens with Δ_t constant over the pooled axes
-    (a number, per sample or per channel) and no gradient asked through the norms, one Triton
-    kernel reads both states once and writes their per-channel sums of squares
-    (:func:`~mmstiff.analysis.triton_sums.state_sums`): no difference is written.
+    (a number, per sample or per channel), one Triton kernel reads both states once and writes
+    their per-channel sums of squares (:func:`~mmstiff.analysis.triton_sums.state_sums`): no
+    difference is written. Either way the norms are numbers: no gradient flows through them.
 
     Returns:
         StiffnessNorms: ``(slope, state)``, two ``(B,)`` float tensors.
