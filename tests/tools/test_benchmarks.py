@@ -396,7 +396,7 @@ def test_bench_kernels_times_every_full_size_pass_of_each_state(capsys, monkeypa
     assert states == [
         '(2, 8, 8, 8) contiguous', '(2, 8, 8, 8) channels-last', '(2, 16, 4, 4) contiguous',
         '(2, 16, 4, 4) channels-last', '(2, 32, 2, 2) contiguous', '(2, 32, 2, 2) channels-last',
-        '(2, 64, 1, 1) contiguous', '(2, 64, 1, 1) channels-last', '(2, 197, 384) tokens'
+        '(2, 64, 1, 1) contiguous', '(2, 64, 1, 1) channels-last', '(2, 5, 12) tokens'
     ]
     for state in states:
         mine = [(name, cells) for s, name, cells in rows if s == state]
@@ -440,11 +440,49 @@ def test_bench_kernels_passes_compute_the_step_they_name(monkeypatch):
 def test_bench_kernels_times_the_triton_kernels_in_the_interpreter(run_tool):
     proc = run_tool('tools/benchmark/bench_kernels.py', '--batch-size', '2', '--base-channels', '2',
                     '--img-size', '16', '--calls', '1', '--repeats', '1', '--dtype', 'bf16',
-                    env=dict(TRITON_INTERPRET='1', OMP_NUM_THREADS='1'), timeout=300)
-    header, rows = _kernel_rows(proc.stdout)
+                    '--tiles', '16x4', env=dict(TRITON_INTERPRET='1',
+                                                OMP_NUM_THREADS='1'), timeout=600)
+    table, sweep = proc.stdout.split('\ntiles (BLOCK_N x BLOCK_C)')
+    header, rows = _kernel_rows(table)
     assert 'PyTorch µs' in header and 'Triton µs' in header
     for state, name, cells in rows:
         if name.startswith('aten'):
             assert len(cells) == 4, (state, name)  # no Triton cell: the same ATen call
         else:
             assert len(cells) == 7 and float(cells[4]) > 0, (state, name)
+    lines = sweep.splitlines()
+    assert lines[1].split() == ['state', 'pass', 'default', '16x4', 'fastest']
+    swept = [(line[:36].strip(), line[36:66].strip(), line[66:].split()) for line in lines[3:]]
+    assert [name for _, name, _ in swept] == KERNEL_PASSES[2:] * 9
+    for state, name, cells in swept:
+        # every candidate gave the default tile's outputs, and was timed
+        default, tile, *times, fastest = cells
+        assert tile.startswith('(') and float(default) > 0 and len(times) == 1, (state, name)
+        assert float(times[0]) > 0 and fastest in ('default', '16x4')
+
+
+def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
+    bench = _bench_kernels(monkeypatch)
+    assert bench.parse_tiles('64x64, 256X16') == [(64, 64), (256, 16)]
+    for bad in ('64', '64x48', '0x8', 'ax8', '256x128'):
+        with pytest.raises(ValueError, match=f'--tiles {bad!r} is not supported'):
+            bench.parse_tiles(bad)
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--tiles', '64x48'])
+    import mmstiff.analysis.triton_sums as sums
+    import mmstiff.models.steps.triton_step as step
+    with bench.forced_tile((8, 32)):
+        assert step.state_blocks(3136, 256, 1, 3136) == (8, 32)
+        assert sums.state_blocks(49, 2048, 2048, 1) == (8, 32)
+    assert step.state_blocks(3136, 256, 1, 3136) == (1024, 2)  # restored
+    assert sums.state_blocks(49, 2048, 2048, 1) == (64, 64)
+
+
+def test_bench_kernels_compares_the_outputs_of_two_tiles(monkeypatch):
+    bench = _bench_kernels(monkeypatch)
+    a = torch.randn(4, 8)
+    assert bench.same_outputs((a, None, (a * 2, )), (a + 1e-7, None, (a * 2, )))
+    assert not bench.same_outputs((a, None), (a + 1e-2, None))
+    assert not bench.same_outputs((a, ), (a, a))
+    assert not bench.same_outputs(a.double(), a)  # a dtype that changed with the tile
+    assert bench.same_outputs(a.bfloat16(), (a * (1 + 1e-3)).bfloat16())

@@ -13,28 +13,42 @@ well below 1 its kernel leaves bandwidth unused (too few programs, tiles too sma
 large), which a change of its tiles (``state_blocks`` in ``mmstiff/utils/triton_launch.py``)
 may recover. ``aten sum`` (one read) is the yardstick for the reductions.
 
+``--tiles 64x64,256x16,...`` then times the Triton passes again with each of these tiles
+(``BLOCK_N x BLOCK_C``, powers of two) in place of the ones ``state_blocks`` picks, and prints
+per state and pass the default tile's time, each candidate's, and the fastest: the measurement
+a change of ``state_blocks`` needs (each tile compiles each kernel anew: a minute or so).
+
 On the CPU the Triton column needs ``TRITON_INTERPRET=1`` (Triton's interpreter: the figures
 then say nothing of a GPU; the tests use it to check the script runs).
 
 Usage:
     python tools/benchmark/bench_kernels.py --device cuda --dtype bf16
+    python tools/benchmark/bench_kernels.py --device cuda --tiles 64x64,128x32,256x16,64x16
 """
 import argparse
+import contextlib
 import statistics
 import time
+from unittest import mock
 
 import torch
 from bench_launch import TorchKernelSet
 
 from mmstiff.apis.cli import positive_int
-from mmstiff.utils.triton_launch import HAS_TRITON
+from mmstiff.utils.triton_launch import HAS_TRITON, state_blocks
+
+#: the modules whose launchers pick their tiles with ``state_blocks``
+TILED_MODULES = ('mmstiff.models.steps.triton_step', 'mmstiff.analysis.triton_sums')
+#: the largest tile a candidate may have (elements per program and tensor)
+MAX_TILE = 16384
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
 def states(batch, base, img_size, dtype, device):
     """``[(label, layout, tensors)]``: each ResNet-50 stage's states, contiguous and
-    channels-last, and ViT-S tokens; ``tensors`` holds x (a block's input), f (its branch
+    channels-last, and ViT tokens (16 × 16 patches and a class token, width 6 · base: ViT-S's
+    (B, 197, 384) by default); ``tensors`` holds x (a block's input), f (its branch
     output), g (a gradient), out (its output after the ReLU) and the (B, C) step sizes and BN
     coefficients the passes take."""
     shapes = []
@@ -43,7 +57,8 @@ def states(batch, base, img_size, dtype, device):
         shape = (batch, 4 * base * 2**i, size, size)
         shapes += [(f'{shape} contiguous', 'nchw', shape, torch.contiguous_format),
                    (f'{shape} channels-last', 'nchw', shape, torch.channels_last)]
-    shapes.append((f'{(batch, 197, 384)} tokens', 'nlc', (batch, 197, 384), None))
+    tokens = (batch, (img_size // 16)**2 + 1, 6 * base)  # ViT-S's at 224² and base 64
+    shapes.append((f'{tokens} tokens', 'nlc', tokens, None))
     found = []
     g = torch.Generator().manual_seed(0)
     for label, layout, shape, memory_format in shapes:
@@ -132,6 +147,85 @@ def time_call(fn, calls, repeats, device):
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def forced_tile(tile):
+    """Inside it, every launcher of :data:`TILED_MODULES` takes ``tile`` (``(BLOCK_N,
+    BLOCK_C)``) for every state; None: the tiles ``state_blocks`` picks."""
+    if tile is None:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for module in TILED_MODULES:
+            stack.enter_context(mock.patch(f'{module}.state_blocks', lambda *shape: tile))
+        yield
+
+
+def parse_tiles(text):
+    """``'64x64,256x16'`` -> ``[(64, 64), (256, 16)]``; ``ValueError`` naming a bad tile."""
+    tiles = []
+    for item in text.split(','):
+        parts = item.strip().lower().split('x')
+        try:
+            tile = tuple(int(p) for p in parts)
+        except ValueError:
+            tile = ()
+        if (len(tile) != 2 or any(v < 1 or v & (v - 1) for v in tile)
+                or tile[0] * tile[1] > MAX_TILE):
+            raise ValueError(f'--tiles {item!r} is not supported; expected BLOCK_NxBLOCK_C, '
+                             f'powers of two with a product of at most {MAX_TILE} (e.g. 64x64)')
+        tiles.append(tile)
+    return tiles
+
+
+def same_outputs(got, expected):
+    """Whether a pass gave the same outputs (tensors, possibly nested in tuples) with another
+    tile: equal up to the order of the float32 sums, and the rounding to the states' dtype."""
+    if isinstance(expected, (tuple, list)):
+        return len(got) == len(expected) and all(map(same_outputs, got, expected))
+    if expected is None or not torch.is_tensor(expected):
+        return got is expected or got == expected
+    tol = 1e-4 if expected.dtype in (torch.float32, torch.float64) else 2e-2
+    return (got.shape == expected.shape and got.dtype == expected.dtype
+            and torch.allclose(got.float(), expected.float(), rtol=tol, atol=tol))
+
+
+def sweep_tiles(found, tiles, kernels, args, device):
+    """Print, per state and Triton pass, the default tiles' time, each candidate's and the
+    fastest (µs per call); a candidate whose outputs differ from the default's is not timed
+    (``wrong``)."""
+    print()
+    print(f'tiles (BLOCK_N x BLOCK_C) for the Triton passes; µs per call ({args.calls} calls, '
+          f'median of {args.repeats}); default: what state_blocks picks')
+    header = f'{"state":<36}{"pass":<30}{"default":>16}'
+    header += ''.join(f'{f"{n}x{c}":>11}' for n, c in tiles) + f'{"fastest":>11}'
+    print(header)
+    print('-' * len(header))
+    for label, layout, tensors in found:
+        x = tensors['x']
+        n, c = (x.shape[2] * x.shape[3], x.shape[1]) if layout == 'nchw' else x.shape[1:]
+        strides = x.stride()
+        stride_n, stride_c = ((strides[3], strides[1]) if layout == 'nchw' else strides[1:])
+        default = state_blocks(n, c, stride_n, stride_c)
+        for row, (_, call) in passes(layout, tensors).items():
+            if row.startswith('aten'):
+                continue
+            times, wrong = {}, set()
+            expected = call(kernels)
+            for tile in [None] + tiles:
+                with forced_tile(tile):
+                    if not same_outputs(call(kernels), expected):
+                        wrong.add(tile)  # a tile the kernel cannot take: not timed
+                        continue
+                    times[tile] = time_call(lambda: call(kernels), args.calls, args.repeats, device)
+            best = min(times, key=times.get)
+            best_name = 'default' if best is None else f'{best[0]}x{best[1]}'
+            line = f'{label:<36}{row:<30}{times[None]:>9.2f} ({default[0]}x{default[1]})'
+            line += ''.join(f'{"wrong":>11}' if t in wrong else f'{times[t]:>11.2f}'
+                            for t in tiles) + f'{best_name:>11}'
+            print(line)
+            label = ''
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
@@ -143,7 +237,15 @@ def parse_args(argv=None):
     parser.add_argument('--img-size', type=positive_int, default=224)
     parser.add_argument('--calls', type=positive_int, default=20, help='calls per timing')
     parser.add_argument('--repeats', type=positive_int, default=5)
-    return parser.parse_args(argv)
+    parser.add_argument('--tiles', default=None,
+                        help='BLOCK_NxBLOCK_C,...: also time the Triton passes with each tile')
+    args = parser.parse_args(argv)
+    if args.tiles is not None:
+        try:
+            args.tiles = parse_tiles(args.tiles)
+        except ValueError as error:
+            parser.error(str(error))
+    return args
 
 
 def main(argv=None):
@@ -162,9 +264,9 @@ def main(argv=None):
         header += f'{column + " µs":>14}{"GB/s":>9}{"of add":>8}'
     print(header)
     print('-' * len(header))
+    found = states(args.batch_size, args.base_channels, args.img_size, dtype, device)
     with torch.no_grad():
-        for label, layout, tensors in states(args.batch_size, args.base_channels, args.img_size,
-                                             dtype, device):
+        for label, layout, tensors in found:
             nbytes = tensors['x'].numel() * tensors['x'].element_size()
             add_rate = None
             for row, (count, call) in passes(layout, tensors).items():
@@ -180,6 +282,11 @@ def main(argv=None):
                     line += f'{micros:>14.2f}{rate:>9.2f}{rate / add_rate:>8.2f}'
                 print(line)
                 label = ''
+        if args.tiles:
+            if 'Triton' not in sets:
+                raise SystemExit('--tiles times the Triton kernels: it needs --device cuda (or '
+                                 'TRITON_INTERPRET=1 on the CPU)')
+            sweep_tiles(found, args.tiles, sets['Triton'], args, device)
 
 
 if __name__ == '__main__':

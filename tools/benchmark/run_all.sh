@@ -10,8 +10,9 @@
 #   step's time goes (device busy time against wall time, the kernels each adaptor adds; fp32
 #   and bf16), the host time of one launch of each pass of the fused step (PyTorch's passes,
 #   Triton's kernels and their launchers alone), the device time and bandwidth of each
-#   full-size pass of the fused step at ResNet-50's and ViT-S's shapes (fp32 and bf16; on the
-#   CPU the PyTorch passes only), DeiT-S batch 128 (AttnScale, FeatScale),
+#   full-size pass of the fused step at ResNet-50's and ViT-S's shapes (fp32 and bf16, and a
+#   sweep of the Triton kernels' tiles; on the CPU the PyTorch passes only), DeiT-S batch 128
+#   (AttnScale, FeatScale),
 #   AlterNet-50 against ResNet-50 at 224x224 batch 64, the diagnostics hooks on ResNet-50
 #   (batch 64) and on DeiT-S (batch 128),
 #   the data-parallel cost of the hooks where 2 GPUs are present, the same ResNet-50 and DeiT-S
@@ -145,6 +146,9 @@ add bench_launch "$PYTHON" $bench/bench_launch.py "${launch[@]}"
 add bench_kernels "$PYTHON" $bench/bench_kernels.py "${kernels[@]}"
 if [[ $device == cuda ]]; then
   add bench_kernels_bf16 "$PYTHON" $bench/bench_kernels.py "${kernels[@]}" --dtype bf16
+  # the tiles a change of state_blocks would pick from (a few minutes: each tile compiles anew)
+  add bench_kernels_tiles "$PYTHON" $bench/bench_kernels.py "${kernels[@]}" --dtype bf16 \
+    --repeats 3 --tiles 64x64,128x32,256x16,64x16,256x8,512x4,1024x4
 fi
 if [[ $device == cuda ]]; then
   add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
