@@ -486,3 +486,22 @@ def test_bench_kernels_compares_the_outputs_of_two_tiles(monkeypatch):
     assert not bench.same_outputs((a, ), (a, a))
     assert not bench.same_outputs(a.double(), a)  # a dtype that changed with the tile
     assert bench.same_outputs(a.bfloat16(), (a * (1 + 1e-3)).bfloat16())
+
+
+def test_bench_hooks_busy_sums_the_cuda_kernels_only(monkeypatch):
+    """``--busy``: the device time per iteration is the CUDA events' durations, summed and
+    divided by the iterations; the host's events do not count. Refused without a GPU."""
+    bench = load_script('tools/benchmark/bench_hooks.py')
+
+    class Event:
+
+        def __init__(self, device_type, micros):
+            self.device_type = device_type
+            self.time_range = type('Range', (), {'elapsed_us': lambda _: micros})()
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [Event(cuda, 30.0), Event(cpu, 500.0), Event(cuda, 12.5), Event(cuda, 7.5)]
+    assert bench.kernel_microseconds(events, iters=2) == 25.0
+    assert bench.kernel_microseconds([Event(cpu, 9.0)], iters=1) == 0.0
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--busy'])  # the CPU: no kernels to profile

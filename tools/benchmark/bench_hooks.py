@@ -20,6 +20,11 @@ whole-iteration ratio moves by more than the in-hook figures). On CUDA, the time
 hooks' code is host time (launching kernels); the device runs their kernels asynchronously, and
 the iteration time, measured with a synchronisation at its end, holds what they cost there.
 
+``--busy`` (CUDA) also profiles ``min(--iters, 10)`` iterations of each setting with
+``torch.profiler`` and prints the device's kernel time per iteration and its ratio to the
+no-hook one: where the hooks' time ratio exceeds their busy ratio, the iteration waited for the
+host (the hooks' Python, a synchronisation), not for the hooks' kernels.
+
 ``--compile`` times a ``torch.compile``-d model, as MMEngine's ``compile=True`` trains it: the
 hooks' recorded iterations run eagerly (the compiler's ``force_eager`` stance while a hook
 records) and the others run the compiled graph, so the ratios are what the hooks cost a
@@ -286,6 +291,31 @@ def peak_iteration_memory(runner, hooks, optimizer, batch):
     return peak
 
 
+#: iterations profiled per setting by ``--busy`` (at most): a ResNet-50 iteration launches
+#: thousands of kernels, whose events the profiler hands back one by one
+BUSY_ITERS = 10
+
+
+def kernel_microseconds(events, iters):
+    """The summed duration of the CUDA kernels among profiler ``events``, per iteration (µs)."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return sum(e.time_range.elapsed_us() for e in events if e.device_type == cuda) / iters
+
+
+def device_busy(runner, hooks, optimizer, batch, iters):
+    """Kernel time on the device per iteration (µs) over ``iters`` iterations of one setting,
+    its iteration counter restarting at 0 as in the timings (CUDA only)."""
+    runner.iter = 0
+    device = batch[0].device
+    synchronize(device)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(iters):
+            train_iteration(runner, hooks, optimizer, *batch)
+        synchronize(device)
+    return kernel_microseconds(prof.events(), iters)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -320,6 +350,10 @@ def parse_args(argv=None):
     parser.add_argument('--compile', action='store_true',
                         help='time a torch.compile-d model (compiled before the warm-up)')
     parser.add_argument(
+        '--busy', action='store_true',
+        help="CUDA: also the device's kernel time per iteration of each "
+        'setting (torch.profiler)')
+    parser.add_argument(
         '--clock', choices=tuple(CLOCKS), default='wall',
         help="'wall' (default; what training feels, on an otherwise idle "
         "machine) or 'cpu': this process's CPU time, steadier on a machine "
@@ -343,6 +377,9 @@ def parse_args(argv=None):
                      f'{args.patch_size}')
     if args.device.startswith('cuda') and not torch.cuda.is_available():
         parser.error(f'--device {args.device} was given but CUDA is not available')
+    if args.busy and not args.device.startswith('cuda'):
+        parser.error(f'--busy measures the kernels on a GPU; it cannot profile --device '
+                     f'{args.device}')
     if args.clock == 'cpu' and not args.device.startswith('cpu'):
         parser.error(f'--clock cpu measures host CPU time; it cannot time --device '
                      f'{args.device}')
@@ -441,6 +478,21 @@ def main(argv=None):
               f'{(ratio - 1) * plain / per_block * 1e6:>18.1f}'
               f'{hook_ms / per_block * 1e6:>21.1f}'
               f'{min(ratios):>11.3f}{max(ratios):>11.3f}')
+    if args.busy:
+        iters = min(args.iters, BUSY_ITERS)
+        busy = {
+            name: device_busy(runners[name], setups[name], optimizer, batch, iters)
+            for name in names
+        }
+        header = f'{"setting":<37}{"busy (ms)":>11}{"busy ratio":>12}{"time ratio":>12}'
+        print(f'device busy: the CUDA kernels\' time per iteration over {iters} iterations '
+              '(torch.profiler)')
+        print(header)
+        print('-' * len(header))
+        for name in names:
+            ratio = statistics.median(t / b for t, b in zip(times[name], times[BASELINE]))
+            print(f'{name:<37}{busy[name] / 1e3:>11.2f}{busy[name] / busy[BASELINE]:>12.3f}'
+                  f'{ratio:>12.3f}')
     if not memory:
         return
     header = f'{"setting":<37}{"peak (MiB)":>11}{"mem ratio":>12}'

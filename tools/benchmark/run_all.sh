@@ -89,7 +89,7 @@ elif [[ $device == cuda ]]; then
   kernels=(--device cuda)
   vit=(--device cuda --batch-size 128 --img-size 224 --repeats 5 --iters 10)
   alternet=(--device cuda --batch-size 64 --img-size 224 --repeats 5 --iters 10 --warmup 2)
-  hooks_common=(--device cuda --repeats 3)
+  hooks_common=(--device cuda --repeats 3 --busy)
   hooks_resnet=(--arch resnet --depth 50 --img-size 224 --batch-size 64)
   hooks_vit=(--arch vit --depth 12 --embed-dims 384 --img-size 224 --patch-size 16
              --batch-size 128)
