@@ -199,3 +199,21 @@ def test_train_with_amp_and_the_hooks(tiny_data, run_tool, tmp_path):
         assert values and all(math.isfinite(v) for v in values.values())
     assert any('stiffness/nsi/layer1.0' in line for line in diagnostics)
     assert osp.isfile(work / 'iter_2.pth')
+
+
+@pytest.mark.cuda
+def test_bench_hooks_busy_profiles_the_kernels_of_each_setting(run_tool):
+    """``bench_hooks.py --busy``: each setting's kernel time per iteration, the hooks' above the
+    plain iteration's (their own kernels run on the device)."""
+    proc = run_tool('tools/benchmark/bench_hooks.py', '--device', 'cuda', '--busy',
+                    '--base-channels', '4', '--batch-size', '2', '--repeats', '1', '--iters', '2',
+                    '--warmup', '1', '--only', '@1', '--log-interval', '2', timeout=900)
+    busy = proc.stdout.split('device busy:')[1].split('peak (MiB)')[0]
+    rows = {}
+    for line in busy.splitlines():
+        for name in ('no hook', 'StiffnessHook @1', 'FrequencyHook @1'):
+            if line.startswith(name + '  '):
+                rows[name] = [float(v) for v in line[len(name):].split()]
+    assert rows['no hook'][0] > 0 and rows['no hook'][1] == 1.0
+    for name in ('StiffnessHook @1', 'FrequencyHook @1'):
+        assert rows[name][1] > 1.0, rows  # the hooks' own kernels add device time
