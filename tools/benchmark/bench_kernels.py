@@ -11,7 +11,9 @@ state's bytes, over the time. ``of add`` divides that by what ``aten add`` (two 
 write) reaches on the same state: near 1 the pass runs at the device's practical bandwidth;
 well below 1 its kernel leaves bandwidth unused (too few programs, tiles too small or too
 large), which a change of its tiles (``state_blocks`` in ``mmstiff/utils/triton_launch.py``)
-may recover. ``aten sum`` (one read) is the yardstick for the reductions.
+may recover. ``aten sum`` (one read) is the yardstick for the reductions. The PyTorch column
+counts the same passes, what the pass needs, not what its several operators move: its GB/s are
+those it would have to reach to match the kernel.
 
 ``--tiles 64x64,256x16,...`` then times the Triton passes again with each of these tiles
 (``BLOCK_N x BLOCK_C``, powers of two) in place of the ones ``state_blocks`` picks, and prints
