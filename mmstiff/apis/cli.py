@@ -18,6 +18,8 @@ MODES = ('eval', 'train')
 
 
 def positive_int(text):
+    """``argparse`` type of a command-line count: ``text`` as an int of at least 1, else an
+    ``argparse.ArgumentTypeError`` that argparse reports with the option's name."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')

@@ -29,6 +29,7 @@ Usage:
 """
 import argparse
 import contextlib
+import os
 import statistics
 import time
 from unittest import mock
@@ -84,8 +85,8 @@ def states(batch, base, img_size, dtype, device):
 
 
 def passes(layout, t):
-    """``{row: (full-size passes, callable(kernels) or None)}``; None: the row is a yardstick,
-    the same ATen call in every column."""
+    """``{row: (full-size passes, callable(kernels))}``: one call of each pass on the tensors
+    ``t`` of one state; the ``aten`` rows, the yardsticks, ignore the kernel set."""
     norm = tuple(t['a'])
 
     def state_sums(k):
@@ -120,7 +121,6 @@ def passes(layout, t):
 def kernel_sets(device):
     """``{column: kernel set}``: the PyTorch passes, and Triton's where it runs (CUDA, or the
     interpreter on the CPU)."""
-    import os
     sets = {'PyTorch': TorchKernelSet()}
     if HAS_TRITON and (device.type == 'cuda' or os.environ.get('TRITON_INTERPRET') == '1'):
         from mmstiff.models.steps.triton_step import TritonStepKernels
