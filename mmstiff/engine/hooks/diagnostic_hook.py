@@ -20,6 +20,7 @@ from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.trajectory import LEVELS
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
+from .scalar_log import LogRow, add_scalar_rows
 from .scalar_rows import RecordedIteration, ScalarRow, reduce_rows_across_ranks
 
 #: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
@@ -251,6 +252,7 @@ class TrajectoryDiagnosticHook(Hook):
         ]
         world = get_world_size()
         history = OrderedDict()  # name -> the values of the rows, in order
+        log_rows = []
         for row, reduced in zip(rows, reduce_rows_across_ranks(named)):
             step, means = row.step, reduced.means
             bad = [k for k, c in reduced.counts.items() if c < world and not self._is_optional(k)]
@@ -264,11 +266,13 @@ class TrajectoryDiagnosticHook(Hook):
                 continue
             for name, value in means.items():
                 history.setdefault(name, []).append(value)
-            runner.visualizer.add_scalars(
-                dict(means, iter=step, epoch=row.epoch), step=step,
-                file_path=diagnostics_log_name(runner.timestamp, means))
+            log_rows.append(
+                LogRow(
+                    dict(means, iter=step, epoch=row.epoch), step,
+                    diagnostics_log_name(runner.timestamp, means)))
             if step % self.console_interval == 0:
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
+        add_scalar_rows(runner.visualizer, log_rows)  # one append per JSON file
         for name, values in history.items():
             extend_history(runner.message_hub, name, values)
 
