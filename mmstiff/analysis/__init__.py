@@ -15,12 +15,13 @@ from .noise import frequency_band_mask, frequency_band_noise, normalised_frequen
 from .scratch import ScratchBuffer
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
                          token_cosine_similarity)
-from .stiffness import (StiffnessNorms, TrajectoryStatistics, columnwise_pearson_correlation,
+from .stiffness import (TrajectoryStatistics, columnwise_pearson_correlation, kernel_step_sums,
                         mean_step_size, neural_stiffness_index, nsi_step_correlation,
                         pearson_correlation, stiffness_event, stiffness_event_probability,
-                        stiffness_norms, stiffness_norms_from_sums, stiffness_ratio,
-                        tns_per_trajectory, total_neural_stiffness, trajectory_mean,
-                        trajectory_statistics)
+                        stiffness_norms, stiffness_ratio, tns_per_trajectory,
+                        total_neural_stiffness, trajectory_mean, trajectory_statistics)
+from .stiffness_sums import (PendingNorms, StiffnessNorms, norms_of_pending, pending_norms,
+                             stiffness_norms_from_sums)
 from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ += [
     'AttentionModule', 'ResidualBlock', 'register_step_gate', 'register_step_type', 'LAYOUTS',
     'check_layout', 'infer_layout', 'pool_state', 'StiffnessNorms', 'TrajectoryStatistics',
     'BlockTaps', 'diagonal_end_bins', 'delta_log_amplitudes', 'frequency_summary',
-    'FrequencySummary', 'softmax_column_cosine_similarity', 'ScratchBuffer'
+    'FrequencySummary', 'softmax_column_cosine_similarity', 'ScratchBuffer', 'kernel_step_sums',
+    'PendingNorms', 'norms_of_pending', 'pending_norms'
 ]

@@ -8,18 +8,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .stiffness_sums import StiffnessNorms, channel_step, stiffness_norms_from_sums
 from .triton_sums import state_sums_apply, try_state_sums
-
-
-class StiffnessNorms(NamedTuple):
-    """The two per-sample norms of the NSI, ``ζ = slope / state`` (:func:`stiffness_norms`).
-
-    Attributes:
-        slope (Tensor): ``(B,)`` ``||(x_{t+1} - x_t) / Δ_t||``.
-        state (Tensor): ``(B,)`` ``||x_t||``.
-    """
-    slope: torch.Tensor
-    state: torch.Tensor
 
 
 class TrajectoryStatistics(NamedTuple):
@@ -91,36 +81,10 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     Returns:
         StiffnessNorms: ``(slope, state)``, two ``(B,)`` float tensors.
     """
-    _check_tensor('x_t', x_t)
-    _check_tensor('x_next', x_next)
-    if x_t.shape != x_next.shape:
-        raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
-                         f'{tuple(x_t.shape)}')
-    if step is not None:
-        if torch.is_tensor(step):
-            step = _as_float(step)
-        elif isinstance(step, bool) or not isinstance(step, (int, float)):
-            raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
-                             'tensor broadcastable against x_t')
-        if not torch.is_tensor(step) and float(step) == 1.0:
-            step = None  # (a tensor is not read on the host: that would wait for the device)
-    if x_t.dim() == 1:  # one number per sample
-        x_t, x_next = x_t[:, None], x_next[:, None]
-        if torch.is_tensor(step) and step.dim() == 1:
-            step = step[:, None]
-    if step is not None and not torch.is_tensor(step):
-        step = torch.full((), float(step), device=x_t.device)  # filled there, not copied
-    if step is not None and not _broadcasts_to(step.shape, x_t.shape):
-        raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
-                         f'broadcasts to the states, {tuple(x_t.shape)}')
-    if state_sums_apply(x_t, x_next):
-        layout = 'nchw' if x_t.dim() == 4 else 'nlc'
-        if step is None or _channel_step(step, layout) is not None:
-            # on the GPU: one pass over both states, no temporary (Δ_t constant over the pooled
-            # axes, which the sums can divide)
-            sums = try_state_sums(x_t, x_next)
-            if sums is not None:
-                return stiffness_norms_from_sums(sums, step)
+    x_t, x_next, step = _checked_step(x_t, x_next, step)
+    sums = _kernel_sums(x_t, x_next, step)
+    if sums is not None:  # on the GPU: one pass over both states, no temporary
+        return stiffness_norms_from_sums(sums, step)
     x_t = _as_float(x_t)
     features = tuple(range(1, x_t.dim()))
     # ||x_t|| first: the difference then reads x_t from the cache, not from memory
@@ -143,45 +107,60 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     return StiffnessNorms(torch.linalg.vector_norm(part.flatten(1), dim=1), state)
 
 
-def stiffness_norms_from_sums(sums, step=None):
-    """:func:`stiffness_norms` from the per-(sample, channel) sums of squares a fused step
-    wrote (:class:`~mmstiff.utils.step_sums.StepSums`), without another pass over the states.
+def kernel_step_sums(x_t, x_next, step=None):
+    """The per-(sample, channel) sums of squares :func:`stiffness_norms` takes its norms from
+    where it runs the Triton kernel (CUDA; (B, C, H, W) maps or (B, N, C) tokens; Δ_t constant
+    over the pooled axes), for a caller that takes the norms of many steps at once
+    (:func:`~mmstiff.analysis.stiffness_sums.norms_of_pending`).
 
     Args:
-        sums (StepSums): ``moved`` ``(B, C)`` ``Σ (x_next - x_t)²`` and ``state`` ``(B, C)``
-            ``Σ x_t²`` over the pooled axes of ``sums.layout``.
-        step: Δ_t as for :func:`stiffness_norms`.
+        x_t, x_next, step: as for :func:`stiffness_norms`; checked as it checks them where the
+            kernel could take them (elsewhere :func:`stiffness_norms` checks them).
 
     Returns:
-        StiffnessNorms | None: the norms, or None where ``step`` is not constant over the pooled
-        axes (per element), which the sums cannot divide: the caller takes the states then.
+        StepSums | None: the sums, or None where :func:`stiffness_norms` reads the states with
+        PyTorch's operators instead (off CUDA, a per-element Δ_t, a kernel that could not run).
     """
-    state = sums.state.sum(dim=1).sqrt()
-    if torch.is_tensor(step):
-        step = _channel_step(step, sums.layout)
-        if step is None:
-            return None
-    elif step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
-        raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
-                         'tensor broadcastable against x_t')
-    if step is None or (not torch.is_tensor(step) and float(step) == 1.0):
-        return StiffnessNorms(sums.moved.sum(dim=1).sqrt(), state)
-    # as stiffness_norms: the norm over the pooled axes, then divided by the channel's Δ
-    part = sums.moved.sqrt() / step
-    part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    return StiffnessNorms(torch.linalg.vector_norm(part, dim=1), state)
+    if not (torch.is_tensor(x_t) and torch.is_tensor(x_next) and state_sums_apply(x_t, x_next)):
+        return None  # (no check here: a CPU run pays for it once, in stiffness_norms)
+    return _kernel_sums(*_checked_step(x_t, x_next, step))
 
 
-def _channel_step(step, layout):
-    """A step tensor of a state of ``layout`` as a float32 ``(B or 1, C or 1)`` tensor, or
-    None where it varies over the pooled axes."""
-    step = _as_float(step)
-    if step.dim() == 0:
-        return step
-    pooled = (1, ) if layout == 'nlc' else (2, 3)
-    if step.dim() != 1 + len(pooled) + 1 or any(step.shape[i] != 1 for i in pooled):
+def _checked_step(x_t, x_next, step):
+    """``(x_t, x_next, step)`` checked: states of one shape (a per-sample number made a column),
+    ``step`` None for Δ_t = 1 or a float32 tensor that broadcasts to the states."""
+    _check_tensor('x_t', x_t)
+    _check_tensor('x_next', x_next)
+    if x_t.shape != x_next.shape:
+        raise ValueError(f'x_next has shape {tuple(x_next.shape)}; expected the shape of x_t, '
+                         f'{tuple(x_t.shape)}')
+    if step is not None:
+        if torch.is_tensor(step):
+            step = _as_float(step)
+        elif isinstance(step, bool) or not isinstance(step, (int, float)):
+            raise ValueError(f'step={step!r} is not supported; expected None, a number or a '
+                             'tensor broadcastable against x_t')
+        if not torch.is_tensor(step) and float(step) == 1.0:
+            step = None  # (a tensor is not read on the host: that would wait for the device)
+    if x_t.dim() == 1:  # one number per sample
+        x_t, x_next = x_t[:, None], x_next[:, None]
+        if torch.is_tensor(step) and step.dim() == 1:
+            step = step[:, None]
+    if step is not None and not torch.is_tensor(step):
+        step = torch.full((), float(step), device=x_t.device)  # filled there, not copied
+    if step is not None and not _broadcasts_to(step.shape, x_t.shape):
+        raise ValueError(f'step has shape {tuple(step.shape)}; expected a shape that '
+                         f'broadcasts to the states, {tuple(x_t.shape)}')
+    return x_t, x_next, step
+
+
+def _kernel_sums(x_t, x_next, step):
+    if not state_sums_apply(x_t, x_next):
         return None
-    return step.reshape(step.shape[0], -1)
+    layout = 'nchw' if x_t.dim() == 4 else 'nlc'
+    if step is not None and channel_step(step, layout) is None:
+        return None  # a Δ_t that varies over the pooled axes, which the sums cannot divide
+    return try_state_sums(x_t, x_next)
 
 
 def _difference(x_t, x_next, scratch):
@@ -203,7 +182,7 @@ def mean_step_size(step, batch_size, device=None):
     CPU), a tensor's stay on its own.
     """
     if torch.is_tensor(step):
-        step = step.detach().float()
+        step = _as_float(step.detach())  # (no `to` call for a float32 Δ: none to launch)
         if step.dim() == 0:
             return step.expand(batch_size).clone()
         flat = step.reshape(step.shape[0], -1).mean(dim=1)

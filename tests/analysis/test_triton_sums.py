@@ -13,7 +13,8 @@ import pytest
 import torch
 from hook_scalars import hook_scalars
 
-from mmstiff.analysis import stiffness_norms, triton_sums
+from mmstiff.analysis import (kernel_step_sums, norms_of_pending, pending_norms, stiffness_norms,
+                              triton_sums)
 from mmstiff.analysis.triton_sums import state_sums, state_sums_apply, state_sums_forced
 from mmstiff.utils.triton_launch import HAS_TRITON
 
@@ -128,6 +129,26 @@ def test_stiffness_norms_on_the_kernel_equal_the_pytorch_path(shape, memory_form
 
 
 @interpreted
+def test_the_kernel_sums_of_many_steps_give_their_norms_together():
+    """What a StiffnessHook does on the GPU: each step's sums from the kernel as it is recorded,
+    the norms of all of them at once afterwards; each as the PyTorch path takes it."""
+    items, expected = [], []
+    for i, (shape, memory_format) in enumerate(CASES):
+        x_t, x_next = _states(shape, torch.float32, memory_format, seed=i)
+        for step in _steps(x_t):
+            expected.append(stiffness_norms(x_t, x_next, step))
+            with state_sums_forced():
+                sums = kernel_step_sums(x_t, x_next, step)
+            assert sums is not None
+            items.append(pending_norms(sums, step))
+    got = norms_of_pending(items)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.slope, e.slope, rtol=2e-5, atol=1e-6)
+        torch.testing.assert_close(g.state, e.state, rtol=2e-5, atol=1e-6)
+
+
+@interpreted
 def test_a_saturated_step_that_did_not_move_counts_as_zero_on_the_kernel():
     x_t, x_next = _states((2, 3, 4, 4), torch.float32)
     x_next[:, 1] = x_t[:, 1]  # channel 1 did not move, and its Δ underflowed to 0
@@ -174,9 +195,11 @@ def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
     expected = stiffness_norms(x_t, x_next)  # a CPU tensor, not forced
     torch.testing.assert_close(expected.state, x_t.flatten(1).norm(dim=1))
     assert not state_sums_apply(x_t, x_next)
+    assert kernel_step_sums(x_t, x_next) is None  # what a hook asks for: none off CUDA either
     with state_sums_forced():
         assert triton_sums._FORCED[0] and state_sums_apply(x_t, x_next) is HAS_TRITON
         step = torch.rand(2, 3, 4, 4) + 0.5  # Δ per element
+        assert kernel_step_sums(x_t, x_next, step) is None
         got = stiffness_norms(x_t, x_next, step)
         torch.testing.assert_close(got.slope, ((x_next - x_t) / step).flatten(1).norm(dim=1))
         assert not state_sums_apply(x_t.flatten(1), x_next.flatten(1))  # (B, D): no channels

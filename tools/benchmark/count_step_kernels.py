@@ -14,7 +14,10 @@ the fused step), ``torch.profiler`` counts, in train mode:
   iteration it records (its NSI reduction), and in parentheses those of them that read a
   full-size tensor (the block's states): the fused step writes the NSI's sums in its own pass;
   after the reference step the hook's Triton kernel reads both states once (on the CPU a
-  stand-in counts its launch, as for the fused step's kernels).
+  stand-in counts its launch, as for the fused step's kernels);
+* ``net hook kernels``: the same for the whole backbone's recorded forward pass (16 blocks),
+  plus the hook's ``compact`` after it, which takes the NSI norms of all the steps whose sums
+  wait, one stacked computation per shape.
 
 On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
 their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
@@ -129,12 +132,25 @@ def measure(adaptor, fused, args, device):
         for recorder in recorders:
             recorder.stop()
 
+    net_hook = StiffnessHook(interval=1)
+    net_recorders = net_hook.build_recorders(net)
+
+    def net_recorded_forward():
+        for recorder in net_recorders.values():
+            recorder.clear()
+            recorder.start()
+        net(images)
+        for recorder in net_recorders.values():
+            recorder.stop()
+        net_hook.compact({role: recorder.outputs for role, recorder in net_recorders.items()})
+
     recorded_forward()  # warm-up
     forward_counts = count(forward, device, full_size=x.numel()), count(backward, device)
     # on the CPU, the norms' Triton kernel stands in for the launch a CUDA run makes
     with counting_state_sums() if device.type == 'cpu' else contextlib.nullcontext():
         recorded = count(recorded_forward, device, full_size=x.numel())
-    return (*forward_counts, count(net_forward, device), recorded)
+        net_recorded = count(net_recorded_forward, device)
+    return (*forward_counts, count(net_forward, device), recorded, net_recorded)
 
 
 def main(argv=None):
@@ -150,21 +166,22 @@ def main(argv=None):
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
     header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
               f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}'
-              f'{"hook kernels":>19}')
+              f'{"hook kernels":>19}{"net hook kernels":>18}')
     print(header)
     print('-' * len(header))
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
                 with forced_step_kernels(counting_kernels(TritonStepKernels())):
-                    fwd, bwd, net, rec = measure(adaptor, True, args, device)
+                    fwd, bwd, net, rec, net_rec = measure(adaptor, True, args, device)
             else:
-                fwd, bwd, net, rec = measure(adaptor, fused, args, device)
+                fwd, bwd, net, rec, net_rec = measure(adaptor, fused, args, device)
             launches = f'{fwd[2]}/{bwd[2]}'
             kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
             hook = f'{rec[1] - fwd[1]} ({rec[4] - fwd[4]})'
             print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
-                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}{hook:>19}')
+                  f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}{hook:>19}'
+                  f'{net_rec[1] - net[1]:>18}')
 
 
 if __name__ == '__main__':

@@ -8,9 +8,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from mmstiff.analysis import (ScratchBuffer, columnwise_pearson_correlation, mean_step_size,
-                              nsi_step_correlation, stage_of, stiffness_norms,
-                              stiffness_norms_from_sums, trajectory_statistics)
+from mmstiff.analysis import (PendingNorms, ScratchBuffer, columnwise_pearson_correlation,
+                              kernel_step_sums, mean_step_size, norms_of_pending,
+                              nsi_step_correlation, pending_norms, stage_of, stiffness_norms,
+                              trajectory_statistics)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
@@ -32,6 +33,15 @@ class StepStiffness(NamedTuple):
     """
     slope: torch.Tensor
     state: torch.Tensor
+    step_size: Optional[torch.Tensor]
+    step_varies: bool
+
+
+class PendingStep(NamedTuple):
+    """A recorded step whose NSI norms wait for :meth:`StiffnessHook.compact`: its sums of
+    squares and Δ_t (:class:`~mmstiff.analysis.PendingNorms`), and what
+    :class:`StepStiffness` keeps besides the norms."""
+    norms: PendingNorms
     step_size: Optional[torch.Tensor]
     step_varies: bool
 
@@ -99,19 +109,43 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         self._scratch = ScratchBuffer()
 
     def reduce_step(self, record):
-        # the recorder already kept only the first num_samples samples; the NSI's two norms,
-        # divided for all steps at once in summarise_rows; from the sums a fused step wrote in
-        # its own pass where it gave them, else from the states
-        norms = None
-        if record.sums is not None:
-            norms = stiffness_norms_from_sums(record.sums, record.step)
-        if norms is None:
-            norms = stiffness_norms(record.x_t, record.x_next, record.step, scratch=self._scratch)
-        if record.step is None:
-            return StepStiffness(norms.slope, norms.state, None, False)
-        return StepStiffness(norms.slope, norms.state,
-                             mean_step_size(record.step, norms.slope.shape[0], norms.slope.device),
-                             torch.is_tensor(record.step))
+        # the recorder already kept only the first num_samples samples. Where the step's sums
+        # of squares are there (a fused step's own pass, or the NSI kernel over the states on
+        # the GPU), the norms wait for compact(), which takes those of every step of the
+        # iteration at once; else the norms from the states, with PyTorch's operators. The
+        # norms are divided for all steps at once in summarise_rows.
+        step = record.step
+        step_size = None
+        if step is not None:
+            step_size = mean_step_size(step, record.x_t.shape[0], record.x_t.device)
+        varies = torch.is_tensor(step)
+        sums = record.sums
+        if sums is None:
+            sums = kernel_step_sums(record.x_t, record.x_next, step)
+        pending = None if sums is None else pending_norms(sums, step)
+        if pending is not None:
+            return PendingStep(pending, step_size, varies)
+        norms = stiffness_norms(record.x_t, record.x_next, step, scratch=self._scratch)
+        return StepStiffness(norms.slope, norms.state, step_size, varies)
+
+    def compact(self, outputs):
+        """``outputs`` with the norms of every :class:`PendingStep` taken: one stacked
+        computation per group of steps of equal shapes (:func:`~mmstiff.analysis.
+        norms_of_pending`), on the device, where each step took four to six small kernels."""
+        steps = outputs.get(TRAJECTORY)
+        pending = [] if not steps else [
+            c.norms for calls in steps.values() for c in calls if isinstance(c, PendingStep)
+        ]
+        if not pending:
+            return outputs
+        norms = iter(norms_of_pending(pending))
+        resolved = OrderedDict()
+        for name, calls in steps.items():
+            resolved[name] = [
+                StepStiffness(*next(norms), c.step_size, c.step_varies) if isinstance(
+                    c, PendingStep) else c for c in calls
+            ]
+        return dict(outputs, **{TRAJECTORY: resolved})
 
     def end_pass(self):
         # the difference buffer is not held through the backward pass
@@ -122,7 +156,9 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         one transfer; the iterations that share one trajectory (the same steps, each seen for
         the same number of samples) are then summarised together: one stack of the NSI norms
         and one call of the stage statistics for all of them."""
-        iterations = _to_host([outputs[TRAJECTORY] for outputs in rows])
+        # rows from the hook's own recorded iterations are compacted already; others (a
+        # recorder's outputs summarised directly) are here
+        iterations = _to_host([self.compact(outputs)[TRAJECTORY] for outputs in rows])
         summaries = [None] * len(iterations)
         trajectories = OrderedDict()  # (step names, samples per step) -> iteration indices
         for i, it in enumerate(iterations):
