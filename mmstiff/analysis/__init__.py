@@ -8,7 +8,7 @@ from .attention import (AttentionModule, AttentionRecorder, attention_from_qkv, 
 from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block, register_block_type,
                      register_step_gate, register_step_type, step_sources)
 from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_log_amplitudes,
-                        diagonal_end_bins, diagonal_frequencies, frequency_summary,
+                        diagonal_end_bins, diagonal_frequencies, frequency_summary, frequency_sums,
                         high_frequency_ratio, log_amplitude_profile, log_amplitude_spectrum,
                         tokens_to_maps)
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
@@ -23,6 +23,7 @@ from .stiffness import (TrajectoryStatistics, columnwise_pearson_correlation, ke
 from .stiffness_sums import (PendingNorms, StiffnessNorms, norms_of_pending, pending_norms,
                              stiffness_norms_from_sums)
 from .trajectory import BlockTaps, StepRecord, TrajectoryRecorder, record_states, stage_of
+from .triton_spectrum import SpectrumSums, high_frequency_ratio_of
 
 __all__ = [
     'AttentionRecorder', 'attention_from_qkv', 'attention_modules', 'block_kind', 'find_blocks',
@@ -42,5 +43,6 @@ __all__ += [
     'check_layout', 'infer_layout', 'pool_state', 'StiffnessNorms', 'TrajectoryStatistics',
     'BlockTaps', 'diagonal_end_bins', 'delta_log_amplitudes', 'frequency_summary',
     'FrequencySummary', 'softmax_column_cosine_similarity', 'ScratchBuffer', 'kernel_step_sums',
-    'PendingNorms', 'norms_of_pending', 'pending_norms'
+    'PendingNorms', 'norms_of_pending', 'pending_norms', 'frequency_sums', 'SpectrumSums',
+    'high_frequency_ratio_of'
 ]

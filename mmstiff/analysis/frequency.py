@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from mmstiff.utils.layout import infer_layout, pool_state
+from .triton_spectrum import high_frequency_ratio_of, spectrum_sums_apply, try_spectrum_sums
 
 LOG_EPS = 1e-6
 CONVENTIONS = ('exact', 'paper')
@@ -249,7 +250,8 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
     Fewer passes over the state than the two functions one after the other: a map's DC
     component is its column ``F(0, 0)`` of the end bins over ``H · W``, so the bins' one product
     replaces the mean. Token states keep their mean over all tokens (the class token included,
-    as :func:`high_frequency_ratio` takes it) and read the end bins of the patch tokens.
+    as :func:`high_frequency_ratio` takes it) and read the end bins of the patch tokens. On
+    CUDA, a state with end bins is read by one Triton kernel (:func:`frequency_sums`).
 
     Args:
         x (Tensor): ``(B, C, H, W)`` maps or ``(B, N, C)`` tokens.
@@ -261,13 +263,16 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
     Returns:
         FrequencySummary: ``(hf_ratio, end_bins)``.
     """
+    sums = frequency_sums(x, num_extra_tokens, grid, convention)
+    if sums is not None:
+        return FrequencySummary(high_frequency_ratio_of(sums.squares), sums.end_bins)
     x = x.float()
+    side = _summary_side(x, num_extra_tokens, grid)
     if x.dim() == 4:
         flat = x.flatten(2)  # (B, C, H W)
-        size = x.shape[-1]
-        if x.shape[-2] == size and size > 1:
-            rows = _end_bin_rows(size, x.device, torch.float32,
-                                 diagonal_length(size, convention) - 1)
+        if side is not None:
+            rows = _end_bin_rows(side, x.device, torch.float32,
+                                 diagonal_length(side, convention) - 1)
             bins = F.linear(flat, rows)
             dc = bins[..., :1] * (1.0 / flat.shape[-1])
         else:
@@ -276,13 +281,8 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
         flat = x
         dc = pool_state(x, 'nlc')
         bins = None
-        num_patches = x.shape[1] - num_extra_tokens
-        if grid is None and num_patches > 0:
-            side = math.isqrt(num_patches)
-            grid = (side, side) if side * side == num_patches else None
-        if grid is not None and grid[0] == grid[1] and grid[0] > 1 and \
-                grid[0] * grid[1] == num_patches:
-            bins = diagonal_end_bins(x, num_extra_tokens, grid, convention)
+        if side is not None:
+            bins = diagonal_end_bins(x, num_extra_tokens, (side, side), convention)
     else:
         raise ValueError(f'x has shape {tuple(x.shape)}; expected (B, C, H, W) maps or '
                          '(B, N, C) tokens')
@@ -290,6 +290,45 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
         torch.linalg.vector_norm(flat - dc, dim=(1, 2)) /
         torch.linalg.vector_norm(flat, dim=(1, 2)))
     return FrequencySummary(hf_ratio, bins)
+
+
+def frequency_sums(x, num_extra_tokens=0, grid=None, convention='exact'):
+    """The per-(sample, channel) sums :func:`frequency_summary` takes its values from on CUDA,
+    for a caller that takes the ratios of many states at once: one Triton kernel reads the state
+    (:class:`~mmstiff.analysis.triton_spectrum.SpectrumSums`; the ratio per sample is
+    :func:`~mmstiff.analysis.triton_spectrum.high_frequency_ratio_of` of its ``squares``).
+
+    Arguments as for :func:`frequency_summary`. Returns None where :func:`frequency_summary`
+    takes PyTorch's operators instead: off CUDA, a state without a square map (or square grid of
+    patches) of more than one position a side, a kernel that could not run.
+    """
+    if not (torch.is_tensor(x) and x.dim() in (3, 4) and spectrum_sums_apply(x)):
+        return None
+    if x.is_complex() or not x.is_floating_point():
+        return None
+    side = _summary_side(x, num_extra_tokens, grid)
+    if side is None:
+        return None
+    rows = _end_bin_rows(side, x.device, torch.float32, diagonal_length(side, convention) - 1)
+    return try_spectrum_sums(x, rows, num_extra_tokens if x.dim() == 3 else 0)
+
+
+def _summary_side(x, num_extra_tokens, grid):
+    """The side of a state's square map (maps) or square grid of patch tokens (tokens) with
+    more than one position a side, or None (no end bins)."""
+    if x.dim() == 4:
+        size = x.shape[-1]
+        return size if x.shape[-2] == size and size > 1 else None
+    if x.dim() != 3:
+        return None
+    num_patches = x.shape[1] - num_extra_tokens
+    if grid is None and num_patches > 0:
+        side = math.isqrt(num_patches)
+        grid = (side, side) if side * side == num_patches else None
+    if grid is not None and grid[0] == grid[1] and grid[0] > 1 and \
+            grid[0] * grid[1] == num_patches:
+        return grid[0]
+    return None
 
 
 def delta_log_amplitudes(bins):

@@ -5,6 +5,7 @@ import copy
 
 import pytest
 import torch
+from hook_scalars import hook_outputs  # tests/
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmstiff.engine.hooks import StiffnessHook
@@ -44,14 +45,7 @@ def recorded(net, images, hook, counter=None):
                 counter.active = False
 
         hook.reduce_step = counted
-    recorders = hook.build_recorders(net)
-    with torch.no_grad():
-        for recorder in recorders.values():
-            recorder.start()
-        net(images)
-        for recorder in recorders.values():
-            recorder.stop()
-    return {role: r.outputs for role, r in recorders.items()}
+    return hook_outputs(hook, net, images)
 
 
 def pair(adaptor):

@@ -1,5 +1,5 @@
-"""Every Triton kernel of the package (the fused step's, the stiffness norms') compiles for the
-GPUs it is meant for, without one.
+"""Every Triton kernel of the package (the fused step's, the stiffness norms', the frequency
+sums') compiles for the GPUs it is meant for, without one.
 
 The interpreter tests (test_triton_step.py) check what the kernels compute; they do not check
 that Triton's GPU compiler takes them (the interpreter runs constructs the compiler refuses,
@@ -13,7 +13,7 @@ the card's 227 KiB (sm_90) and 163 KiB (sm_80) per block.
 import pytest
 import torch
 
-from mmstiff.analysis import triton_sums
+from mmstiff.analysis import triton_spectrum, triton_sums
 from mmstiff.models.steps.triton_step import TritonStepKernels
 from mmstiff.utils.triton_launch import HAS_TRITON
 
@@ -157,18 +157,37 @@ def _distinct(launches):
     return list(seen.values())
 
 
+def launches_of_the_spectrum(dtype, monkeypatch):
+    """The frequency sums' kernel on the states a FrequencyHook reads: its first samples (8 by
+    default, and 2) of ResNet-50's maps, contiguous and channels-last, and of ViT's tokens."""
+    launches = []
+    monkeypatch.setattr(triton_spectrum, '_spectrum_sums_kernel',
+                        Recorder(triton_spectrum._spectrum_sums_kernel, launches))
+    for batch in (8, 2):
+        for shape, extra in [((batch, 256, 56, 56), 0), ((batch, 2048, 7, 7), 0),
+                             ((batch, 197, 384), 1)]:
+            x = torch.empty(shape, dtype=dtype)
+            side = shape[-1] if len(shape) == 4 else 14
+            rows = torch.empty(3, side * side)
+            triton_spectrum.spectrum_sums(x, rows, extra)
+            if len(shape) == 4:
+                triton_spectrum.spectrum_sums(x.contiguous(memory_format=torch.channels_last), rows)
+    return launches
+
+
 @pytest.mark.parametrize('dtype, capability', [(torch.float32, 90), (torch.bfloat16, 90),
                                                (torch.float32, 80)])
 def test_every_launch_compiles_for_the_gpu(dtype, capability, monkeypatch):
     launches = _distinct(
-        launches_of_the_fused_step(dtype) + launches_of_the_norms(dtype, monkeypatch))
+        launches_of_the_fused_step(dtype) + launches_of_the_norms(dtype, monkeypatch) +
+        launches_of_the_spectrum(dtype, monkeypatch))
     names = {fn.__name__ for fn, _, _ in launches}
     assert names == {
         '_pool_kernel', '_step_kernel', '_measured_step_kernel', '_step_backward_kernel',
         '_moments_backward_kernel', '_phi_forward_kernel', '_phi_backward_kernel',
         '_se_hidden_kernel', '_se_gate_kernel', '_se_excitation_backward_kernel',
         '_se_squeeze_backward_kernel', '_fold_forward_kernel', '_fold_backward_kernel',
-        '_state_sums_kernel'
+        '_state_sums_kernel', '_spectrum_sums_kernel'
     }
     for fn, args, kwargs in launches:
         compiled = compile_launch(fn, args, kwargs, capability)

@@ -16,8 +16,9 @@ from typing import NamedTuple, Optional
 import torch
 
 from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similarity,
-                              delta_log_amplitudes, frequency_summary,
-                              softmax_column_cosine_similarity, token_cosine_similarity)
+                              delta_log_amplitudes, frequency_summary, frequency_sums,
+                              high_frequency_ratio_of, softmax_column_cosine_similarity,
+                              token_cosine_similarity)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
@@ -38,7 +39,8 @@ class StateFrequency(NamedTuple):
     """What :class:`FrequencyHook` keeps of one state: per recorded sample, on its device.
 
     Attributes:
-        hf_ratio (Tensor): ``(n,)`` ``||HC[X]||_F / ||X||_F``.
+        hf_ratio (Tensor | None): ``(n,)`` ``||HC[X]||_F / ||X||_F`` (its mean, 0-d, once the
+            iteration is compacted); None while ``hf_squares`` wait.
         end_bins (Tensor | None): ``(n, C, 3)`` the two ends of the diagonal of each channel's
             spectrum (:func:`~mmstiff.analysis.diagonal_end_bins`), from which the Δ log
             amplitude at 1.0π is computed; None where the state has no square map, and once
@@ -47,10 +49,19 @@ class StateFrequency(NamedTuple):
         dlogamp (Tensor | None): the Δ log amplitude (0-d), once the recorded iteration is
             compacted (:meth:`FrequencyHook.compact`); None before, or without a square map.
     """
-    hf_ratio: torch.Tensor
+    hf_ratio: Optional[torch.Tensor]
     end_bins: Optional[torch.Tensor]
     token_cos: Optional[torch.Tensor]
     dlogamp: Optional[torch.Tensor] = None
+    #: ``(2, n, C)`` the sums of squares the ratio is taken from, where the GPU's kernel read
+    #: the state (:func:`~mmstiff.analysis.frequency_sums`): the ratio waits for the write
+    hf_squares: Optional[torch.Tensor] = None
+
+
+def _hf_ratio_mean(stack):
+    """``(k, 2, n, C)`` sums of squares -> the float64 mean over the samples of each state's
+    high-frequency ratio."""
+    return high_frequency_ratio_of(stack.double()).mean(dim=-1)
 
 
 def _mean(stack):
@@ -144,6 +155,9 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             if grid is False:
                 grid = self._grids[num_patches] = (
                     _grid_of(self._target, num_patches) if num_patches > 0 else None)
+        sums = frequency_sums(x, self.num_extra_tokens, grid)
+        if sums is not None:  # the GPU's kernel: the ratio waits for the write
+            return StateFrequency(None, sums.end_bins, token_cos, hf_squares=sums.squares)
         hf_ratio, bins = frequency_summary(x, self.num_extra_tokens, grid)
         return StateFrequency(hf_ratio, bins, token_cos)
 
@@ -168,10 +182,11 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         the write computes them with the other values: one stacked call per shape for all
         the waiting iterations instead of one per iteration (docs/diagnostics.md)."""
         self._uncompacted.append(outputs)
-        self._uncompacted_bytes += sum(metrics.end_bins.nelement() *
-                                       metrics.end_bins.element_size()
+        self._uncompacted_bytes += sum(t.nelement() * t.element_size()
                                        for calls in outputs[TRAJECTORY].values() for call in calls
-                                       for metrics in call.values() if metrics.end_bins is not None)
+                                       for metrics in call.values()
+                                       for t in (metrics.end_bins, metrics.hf_squares)
+                                       if t is not None)
         if self._uncompacted_bytes > PENDING_BINS_BYTES:
             self._compact_waiting()
         return outputs
@@ -180,17 +195,21 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         """The Δ log amplitudes of every state of the waiting iterations, in one batched call
         on the device, in place of their spectrum ends."""
         batch = BatchedReductions()
-        found = []  # (the step call's dict, state, value index)
+        found = []  # (the step call's dict, state, field, value index)
         for outputs in self._uncompacted:
             for calls in outputs[TRAJECTORY].values():
                 for call in calls:
                     for state, metrics in call.items():
                         if metrics.end_bins is not None:
-                            found.append(
-                                (call, state, batch.add(metrics.end_bins, delta_log_amplitudes)))
+                            found.append((call, state, 'dlogamp',
+                                          batch.add(metrics.end_bins, delta_log_amplitudes)))
+                        if metrics.hf_squares is not None:  # its mean over the samples
+                            found.append((call, state, 'hf_ratio',
+                                          batch.add(metrics.hf_squares, _hf_ratio_mean)))
         values = batch.compute_on_device()
-        for call, state, index in found:
-            call[state] = call[state]._replace(end_bins=None, dlogamp=values[index])
+        for call, state, field, index in found:
+            done = dict(end_bins=None) if field == 'dlogamp' else dict(hf_squares=None)
+            call[state] = call[state]._replace(**done, **{field: values[index]})
         self._uncompacted, self._uncompacted_bytes = [], 0
 
     def summarise_rows(self, rows):
@@ -224,8 +243,10 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         order = ([INPUT] if INPUT in per_state else []) + [k for k in per_state if k != INPUT]
         layout = []
         for state in order:  # hf_ratio
-            layout.append(
-                (f'hf_ratio/{state}', [batch.add(m.hf_ratio, _mean) for m in per_state[state]]))
+            layout.append((f'hf_ratio/{state}', [
+                batch.add(m.hf_ratio, _mean) if m.hf_ratio is not None else batch.add(
+                    m.hf_squares, _hf_ratio_mean) for m in per_state[state]
+            ]))
         for state in order:  # dlogamp: NaN (left out of the log) without a square map
             layout.append((f'dlogamp/{state}', [
                 batch.add(m.dlogamp, _mean) if m.dlogamp is not None else
