@@ -15,18 +15,21 @@ Like the NSI's kernel (:mod:`~mmstiff.analysis.triton_sums`) it runs on CUDA ten
 tensors in Triton's interpreter inside :func:`spectrum_sums_forced`, for the tests); where Triton
 cannot build it, the first failure is warned about once and the PyTorch operators take over.
 """
-import contextlib
 import functools
-import warnings
 from typing import NamedTuple
 
 import torch
 
-from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc, cdiv, next_power_of_2, tl, triton
+from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, next_power_of_2,
+                                         tl, triton)
 
-_FORCED = [False]
-#: the error of the first launch that failed, after which the kernel is not tried again
-_FAILED = [None]
+#: where the kernel runs (CUDA; CPU tensors in the interpreter when forced), and not after a
+#: failed launch
+KERNEL = OptionalKernel(
+    'the frequency sums kernel', 'the frequency summaries take PyTorch operators from now on '
+    '(the same values, more passes over the states)')
+#: inside it the kernel takes CPU tensors too (Triton's interpreter: the tests)
+spectrum_sums_forced = KERNEL.forced
 
 if HAS_TRITON:
 
@@ -92,37 +95,16 @@ def high_frequency_ratio_of(squares):
     return (sums.select(-2, 0) / sums.select(-2, 1)).sqrt()
 
 
-@contextlib.contextmanager
-def spectrum_sums_forced():
-    """Inside it, :func:`spectrum_sums_apply` holds for CPU tensors too: with
-    ``TRITON_INTERPRET=1`` set before Triton was imported, the kernel then runs in Triton's
-    interpreter (the tests)."""
-    before = _FORCED[0]
-    _FORCED[0] = True
-    try:
-        yield
-    finally:
-        _FORCED[0] = before
-
-
 def spectrum_sums_apply(x):
     """Whether :func:`spectrum_sums` takes this state: Triton is there and it is on a CUDA
     device (or the kernel is forced)."""
-    return HAS_TRITON and _FAILED[0] is None and (x.is_cuda or _FORCED[0])
+    return KERNEL.runs_on(x)
 
 
 def try_spectrum_sums(x, rows, num_extra_tokens=0):
     """:func:`spectrum_sums`, or None where its launch fails: the error is warned about once and
     the kernel is not tried again in this process."""
-    try:
-        return spectrum_sums(x, rows, num_extra_tokens)
-    except Exception as error:  # Triton's compile and launch errors have no common base
-        _FAILED[0] = error
-        warnings.warn(
-            f'the frequency sums kernel could not run on {x.device} ({type(error).__name__}: '
-            f'{error}); the frequency summaries take PyTorch operators from now on (the same '
-            'values, more passes over the states)', RuntimeWarning, stacklevel=2)
-        return None
+    return KERNEL.attempt(spectrum_sums, x, rows, num_extra_tokens)
 
 
 def spectrum_sums(x, rows, num_extra_tokens=0):

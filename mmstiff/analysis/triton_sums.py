@@ -16,17 +16,19 @@ compiler Triton builds its launcher with, a GPU it does not support), the first 
 warned about once and the PyTorch passes take over for the rest of the process
 (:func:`try_state_sums`): a diagnostic must not stop training.
 """
-import contextlib
-import warnings
-
 import torch
 
 from mmstiff.utils.step_sums import StepSums
-from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc, cdiv, state_blocks, tl, triton
+from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks, tl,
+                                         triton)
 
-_FORCED = [False]
-#: the error of the first launch that failed, after which the kernel is not tried again
-_FAILED = [None]
+#: where the kernel runs (CUDA; CPU tensors in the interpreter when forced), and not after a
+#: failed launch
+KERNEL = OptionalKernel(
+    'the NSI sums kernel', 'the stiffness norms take PyTorch operators from now on (the same '
+    'values, more passes over the states)')
+#: inside it the kernel takes CPU tensors too (Triton's interpreter: the tests)
+state_sums_forced = KERNEL.forced
 
 if HAS_TRITON:
 
@@ -53,38 +55,17 @@ if HAS_TRITON:
         tl.store(q_ptr + b * C + cs, tl.sum(acc_q, axis=0), mask=c_ok)
 
 
-@contextlib.contextmanager
-def state_sums_forced():
-    """Inside it, :func:`state_sums_apply` holds for CPU tensors too: with ``TRITON_INTERPRET=1``
-    set before Triton was imported, the kernel then runs in Triton's interpreter (the tests)."""
-    before = _FORCED[0]
-    _FORCED[0] = True
-    try:
-        yield
-    finally:
-        _FORCED[0] = before
-
-
 def state_sums_apply(x_t, x_next):
     """Whether :func:`state_sums` takes these states: Triton is there, they are (B, C, H, W)
     maps or (B, N, C) tokens on one CUDA device (or the kernel is forced). Like the PyTorch
     passes, the kernel computes the norms as numbers, with no gradient."""
-    return (HAS_TRITON and _FAILED[0] is None and x_t.dim() in (3, 4)
-            and (x_t.is_cuda or _FORCED[0]) and x_t.device == x_next.device)
+    return KERNEL.runs_on(x_t) and x_t.dim() in (3, 4) and x_t.device == x_next.device
 
 
 def try_state_sums(x_t, x_next):
     """:func:`state_sums`, or None where its launch fails: the error is warned about once and
     the kernel is not tried again in this process (:func:`state_sums_apply` then says no)."""
-    try:
-        return state_sums(x_t, x_next)
-    except Exception as error:  # Triton's compile and launch errors have no common base
-        _FAILED[0] = error
-        warnings.warn(
-            f'the NSI sums kernel could not run on {x_t.device} ({type(error).__name__}: '
-            f'{error}); the stiffness norms take PyTorch operators from now on (the same '
-            'values, more passes over the states)', RuntimeWarning, stacklevel=2)
-        return None
+    return KERNEL.attempt(state_sums, x_t, x_next)
 
 
 def state_sums(x_t, x_next):

@@ -1,8 +1,11 @@
 """Triton, where it is installed (it ships with CUDA builds of torch): ``triton``, ``tl`` (None
 without it) and :data:`HAS_TRITON`, for every kernel file of the package (the fused step's, the
-stiffness norms'); the host-side arithmetic of their launch grids, and how a state is addressed
-as (B, N, C) with its own strides (:func:`as_bnc`, :func:`state_blocks`)."""
+stiffness norms', the frequency sums'); the host-side arithmetic of their launch grids, how a
+state is addressed as (B, N, C) with its own strides (:func:`as_bnc`, :func:`state_blocks`), and
+where a diagnostic's kernel runs (:class:`OptionalKernel`)."""
+import contextlib
 import functools
+import warnings
 
 try:
     import triton
@@ -56,3 +59,52 @@ def state_blocks(n, c, stride_n, stride_c):
         return min(next_power_of_2(n), 4096 // block_c), block_c
     block_n = min(1024, next_power_of_2(n))
     return block_n, max(1, min(next_power_of_2(c), 2048 // block_n))
+
+
+class OptionalKernel:
+    """Where a diagnostic's Triton kernel runs, and what happens when it cannot.
+
+    The kernel runs on CUDA tensors, and on CPU tensors inside :meth:`forced` (there Triton's
+    interpreter runs it when ``TRITON_INTERPRET=1`` was set before Triton was imported: the
+    tests). The first launch that fails (a machine without the C compiler Triton builds its
+    launcher with, a GPU it does not support) is warned about once, and the kernel is not tried
+    again in this process: the caller's PyTorch operators take over, since a diagnostic must not
+    stop training.
+
+    Args:
+        name (str): what the warning calls the kernel (``'the NSI sums kernel'``).
+        fallback (str): what the warning says takes over.
+    """
+
+    def __init__(self, name, fallback):
+        self.name, self.fallback = name, fallback
+        self.is_forced = False
+        #: the error of the first launch that failed (None: none failed)
+        self.failure = None
+
+    @contextlib.contextmanager
+    def forced(self):
+        """Inside it, :meth:`runs_on` holds for CPU tensors too."""
+        before = self.is_forced
+        self.is_forced = True
+        try:
+            yield
+        finally:
+            self.is_forced = before
+
+    def runs_on(self, x):
+        """Whether the kernel takes tensors like ``x``: Triton is there, no launch has failed,
+        and ``x`` is on a CUDA device (or the kernel is forced)."""
+        return HAS_TRITON and self.failure is None and (x.is_cuda or self.is_forced)
+
+    def attempt(self, launch, x, *args):
+        """``launch(x, *args)``, or None where it fails (warned about once, with ``x``'s
+        device; the kernel is not tried again)."""
+        try:
+            return launch(x, *args)
+        except Exception as error:  # Triton's compile and launch errors have no common base
+            self.failure = error
+            warnings.warn(
+                f'{self.name} could not run on {x.device} ({type(error).__name__}: {error}); '
+                f'{self.fallback}', RuntimeWarning, stacklevel=3)
+            return None

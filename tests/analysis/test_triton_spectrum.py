@@ -7,13 +7,11 @@ run in a process that set it before importing Triton (:func:`test_spectrum_in_th
 """
 import contextlib
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from hook_scalars import hook_outputs  # tests/
+from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import diagonal_end_bins, frequency_summary, triton_spectrum
 from mmstiff.analysis.frequency import frequency_sums
@@ -21,20 +19,12 @@ from mmstiff.analysis.triton_spectrum import (high_frequency_ratio_of, spectrum_
                                               spectrum_sums_forced)
 from mmstiff.utils.triton_launch import HAS_TRITON
 
-INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
-interpreted = pytest.mark.skipif(
-    not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 process of '
-    'test_spectrum_in_the_interpreter')
+interpreted = interpreted_in('test_spectrum_in_the_interpreter')
 
 
-@pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
+@driver
 def test_spectrum_in_the_interpreter(repo_root):
-    env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
-    proc = subprocess.run([
-        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m', 'not slow', __file__
-    ], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+    run_interpreted(__file__, repo_root, timeout=600)
 
 
 def _state(shape, dtype=torch.float32, memory_format=None, seed=0):
@@ -229,7 +219,7 @@ def test_the_kernel_is_left_to_cuda_and_to_states_with_a_square_map(monkeypatch)
         assert frequency_sums(_state((2, 3, 1, 1))) is None  # a 1 × 1 map
         assert frequency_sums(_state((2, 7, 3))) is None  # no square grid of patches
         frequency_summary(_state((2, 3, 4, 5)))
-    assert not triton_spectrum._FORCED[0]
+    assert not triton_spectrum.KERNEL.is_forced
 
 
 class _Unbuildable:
@@ -246,7 +236,7 @@ class _Unbuildable:
 @pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
 def test_a_kernel_that_cannot_be_built_leaves_the_summary_to_pytorch(monkeypatch):
     monkeypatch.setattr(triton_spectrum, '_spectrum_sums_kernel', _Unbuildable())
-    monkeypatch.setattr(triton_spectrum, '_FAILED', [None])
+    monkeypatch.setattr(triton_spectrum.KERNEL, 'failure', None)
     x = _state((2, 3, 4, 4))
     expected = frequency_summary(x)
     with spectrum_sums_forced():

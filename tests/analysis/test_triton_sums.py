@@ -5,34 +5,24 @@ in Triton's interpreter, against the formula in float64 and against the PyTorch 
 Triton reads ``TRITON_INTERPRET`` when it compiles a kernel's decorator: the interpreted tests
 run in a process that set it before importing Triton (:func:`test_sums_in_the_interpreter`).
 """
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from hook_scalars import hook_scalars
+from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import (kernel_step_sums, norms_of_pending, pending_norms, stiffness_norms,
                               triton_sums)
 from mmstiff.analysis.triton_sums import state_sums, state_sums_apply, state_sums_forced
 from mmstiff.utils.triton_launch import HAS_TRITON
 
-INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
-interpreted = pytest.mark.skipif(
-    not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 process of '
-    'test_sums_in_the_interpreter')
+interpreted = interpreted_in('test_sums_in_the_interpreter')
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-3}
 
 
-@pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
+@driver
 def test_sums_in_the_interpreter(repo_root):
-    env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
-    proc = subprocess.run([
-        sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m', 'not slow', __file__
-    ], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+    run_interpreted(__file__, repo_root, timeout=600)
 
 
 def _states(shape, dtype, memory_format=None, seed=0):
@@ -197,14 +187,14 @@ def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
     assert not state_sums_apply(x_t, x_next)
     assert kernel_step_sums(x_t, x_next) is None  # what a hook asks for: none off CUDA either
     with state_sums_forced():
-        assert triton_sums._FORCED[0] and state_sums_apply(x_t, x_next) is HAS_TRITON
+        assert triton_sums.KERNEL.is_forced and state_sums_apply(x_t, x_next) is HAS_TRITON
         step = torch.rand(2, 3, 4, 4) + 0.5  # Δ per element
         assert kernel_step_sums(x_t, x_next, step) is None
         got = stiffness_norms(x_t, x_next, step)
         torch.testing.assert_close(got.slope, ((x_next - x_t) / step).flatten(1).norm(dim=1))
         assert not state_sums_apply(x_t.flatten(1), x_next.flatten(1))  # (B, D): no channels
         stiffness_norms(x_t.flatten(1), x_next.flatten(1))
-    assert not triton_sums._FORCED[0]
+    assert not triton_sums.KERNEL.is_forced
 
 
 class _Unbuildable:
@@ -229,7 +219,7 @@ def test_a_kernel_that_cannot_be_built_leaves_the_norms_to_pytorch(monkeypatch):
     and the kernel is not tried again."""
     kernel = _Unbuildable()
     monkeypatch.setattr(triton_sums, '_state_sums_kernel', kernel)
-    monkeypatch.setattr(triton_sums, '_FAILED', [None])
+    monkeypatch.setattr(triton_sums.KERNEL, 'failure', None)
     x_t, x_next = _states((2, 3, 4, 4), torch.float32)
     step = torch.rand(2, 3, 1, 1) + 0.5
     expected = [stiffness_norms(x_t, x_next, s) for s in (None, step)]

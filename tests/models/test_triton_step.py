@@ -6,13 +6,11 @@ interpreted only in a process that set it before importing Triton:
 process.
 """
 import copy
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn as nn
+from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.engine.hooks import StiffnessHook
@@ -28,27 +26,17 @@ from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_fold import TritonFoldKernels
 from mmstiff.models.steps.triton_se import TritonSEPhiKernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
-from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc
+from mmstiff.utils.triton_launch import as_bnc
 
-INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
-interpreted = pytest.mark.skipif(
-    not INTERPRETED, reason='runs in the TRITON_INTERPRET=1 '
-    'process of test_kernels_in_the_interpreter')
+interpreted = interpreted_in('test_kernels_in_the_interpreter')
 #: (layout, shape, memory format): H and W mergeable or not, a width of one, tokens
 CASES = [('nchw', (2, 5, 3, 4), None), ('nchw', (2, 5, 3, 4), torch.channels_last),
          ('nchw', (2, 70, 1, 3), None), ('nchw', (3, 4, 33, 1), None), ('nlc', (2, 7, 5), None)]
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
 
-driver = pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason='drives the interpreted tests')
-
 
 def _interpret(repo_root, markers):
-    env = dict(os.environ, TRITON_INTERPRET='1', OMP_NUM_THREADS='1')
-    proc = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-m', markers, __file__],
-        cwd=repo_root, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert ' passed' in proc.stdout, proc.stdout[-2000:]
+    run_interpreted(__file__, repo_root, markers)
 
 
 @driver
