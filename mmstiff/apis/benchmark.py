@@ -210,21 +210,26 @@ class LaunchRecorder:
 
 
 @contextlib.contextmanager
-def counting_state_sums():
-    """Inside it, the stiffness norms take their Triton kernel on CPU tensors too, replaced by
-    a :class:`LaunchRecorder` stand-in: what a ``StiffnessHook`` launches in a CUDA run, counted
-    on the CPU (``count_step_kernels.py``). Nothing changes without Triton."""
-    from mmstiff.analysis import triton_sums
+def counting_analysis_kernels():
+    """Inside it, the diagnostics' Triton kernels (the NSI sums, the frequency sums) take CPU
+    tensors too, replaced by :class:`LaunchRecorder` stand-ins: what a ``StiffnessHook`` or a
+    ``FrequencyHook`` launches in a CUDA run, counted on the CPU (``count_step_kernels.py``).
+    Nothing changes without Triton."""
+    from mmstiff.analysis import triton_spectrum, triton_sums
     if not HAS_TRITON:
         yield
         return
-    kernel = triton_sums._state_sums_kernel
-    triton_sums._state_sums_kernel = LaunchRecorder('state_sums')
+    slots = [(triton_sums, '_state_sums_kernel', 'state_sums'),
+             (triton_spectrum, '_spectrum_sums_kernel', 'spectrum_sums')]
+    kernels = [getattr(owner, attribute) for owner, attribute, _ in slots]
+    for owner, attribute, name in slots:
+        setattr(owner, attribute, LaunchRecorder(name))
     try:
-        with triton_sums.state_sums_forced():
+        with triton_sums.KERNEL.forced(), triton_spectrum.KERNEL.forced():
             yield
     finally:
-        triton_sums._state_sums_kernel = kernel
+        for (owner, attribute, _), kernel in zip(slots, kernels):
+            setattr(owner, attribute, kernel)
 
 
 def counting_kernels(kernels):

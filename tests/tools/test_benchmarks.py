@@ -509,18 +509,19 @@ def test_bench_hooks_busy_sums_the_cuda_kernels_only(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_TRITON, reason='counts the Triton launches with stand-ins')
-def test_count_step_kernels_counts_what_the_stiffness_hook_adds(run_tool):
+def test_count_step_kernels_counts_what_the_hooks_add(run_tool):
     """Per block, the hook launches the sums kernel after a reference step and nothing for the
     norms; on the whole backbone the reference step's recorded iteration takes one sums kernel
     per block (16) more than the fused one, whose steps write their own sums."""
     proc = run_tool('tools/benchmark/count_step_kernels.py', '--img-size', '64', timeout=600)
     lines = proc.stdout.splitlines()
-    assert lines[1].split()[-3:] == ['net', 'hook', 'kernels']
+    assert lines[1].split()[-6:] == ['net', 'hook', 'kernels', 'net', 'freq', 'kernels']
     rows = {}
     for line in lines[3:]:
-        match = re.match(r'^(\S+)\s+(reference|fused)\s+(.*)\s(\d+) \((\d+)\)\s+(\d+)$', line)
+        match = re.match(r'^(\S+)\s+(reference|fused)\s+(.*)\s(\d+) \((\d+)\)\s+(\d+)\s+(\d+)$',
+                         line)
         if match:
-            rows[match.group(1), match.group(2)] = tuple(map(int, match.group(4, 5, 6)))
+            rows[match.group(1), match.group(2)] = tuple(map(int, match.group(4, 5, 6, 7)))
     assert len(rows) == 6
     assert rows['ResNet-50', 'reference'][:2] == (1, 1)
     assert rows['ResNet-50', 'fused'][:2] == (0, 0)
@@ -528,3 +529,6 @@ def test_count_step_kernels_counts_what_the_stiffness_hook_adds(run_tool):
         # an adapted step adds the mean of its Δ per sample, on both paths
         assert rows[name, 'fused'][0] == (0 if name == 'ResNet-50' else 1)
         assert rows[name, 'reference'][2] - rows[name, 'fused'][2] == 16
+        # a FrequencyHook: the frequency sums kernel for each of the 17 states (the input and
+        # the 16 blocks' outputs), and the recorder's ReLU of the 4 projected shortcuts
+        assert rows[name, 'reference'][3] == rows[name, 'fused'][3] == 17 + 4

@@ -17,7 +17,13 @@ the fused step), ``torch.profiler`` counts, in train mode:
   stand-in counts its launch, as for the fused step's kernels);
 * ``net hook kernels``: the same for the whole backbone's recorded forward pass (16 blocks),
   plus the hook's ``compact`` after it, which takes the NSI norms of all the steps whose sums
-  wait, one stacked computation per shape.
+  wait, one stacked computation per shape;
+* ``net freq kernels``: the kernels a ``FrequencyHook`` adds to the whole backbone's recorded
+  forward pass and its ``compact`` (17 states: the input and each block's output; on the GPU one
+  Triton kernel per state, counted on the CPU with a stand-in).
+
+The values a hook reduces when it writes (once per logging interval, for all the iterations
+recorded since) are not counted.
 
 On the CPU the fused rows count the Triton kernel set with stand-in kernels that only record
 their launch (they compute nothing), so the counts are those of a CUDA run; ``--device cuda``
@@ -32,8 +38,8 @@ import math
 
 import torch
 
-from mmstiff.apis.benchmark import counting_kernels, counting_state_sums
-from mmstiff.engine.hooks import StiffnessHook
+from mmstiff.apis.benchmark import counting_analysis_kernels, counting_kernels
+from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
@@ -57,7 +63,7 @@ NO_KERNEL = frozenset(f'aten::{name}'
 #: states), as against the (B, C) passes
 FULL_SIZE_LAUNCHES = frozenset(f'triton::{name}'
                                for name in ('pool', 'step', 'measured_step', 'step_backward',
-                                            'moments_backward', 'state_sums'))
+                                            'moments_backward', 'state_sums', 'spectrum_sums'))
 
 
 def _is_top_level_aten(event):
@@ -132,25 +138,30 @@ def measure(adaptor, fused, args, device):
         for recorder in recorders:
             recorder.stop()
 
-    net_hook = StiffnessHook(interval=1)
-    net_recorders = net_hook.build_recorders(net)
+    def net_recorded(hook):
+        # a whole recorded forward pass with the hook's recorders, and its compact
+        recorders = hook.build_recorders(net)
 
-    def net_recorded_forward():
-        for recorder in net_recorders.values():
-            recorder.clear()
-            recorder.start()
-        net(images)
-        for recorder in net_recorders.values():
-            recorder.stop()
-        net_hook.compact({role: recorder.outputs for role, recorder in net_recorders.items()})
+        def run():
+            for recorder in recorders.values():
+                recorder.clear()
+                recorder.start()
+            net(images)
+            for recorder in recorders.values():
+                recorder.stop()
+            hook.compact({role: recorder.outputs for role, recorder in recorders.items()})
+
+        run()  # warm-up (the hooks' cached weight rows and groupings)
+        return run
 
     recorded_forward()  # warm-up
     forward_counts = count(forward, device, full_size=x.numel()), count(backward, device)
-    # on the CPU, the norms' Triton kernel stands in for the launch a CUDA run makes
-    with counting_state_sums() if device.type == 'cpu' else contextlib.nullcontext():
+    # on the CPU, the hooks' Triton kernels stand in for the launches a CUDA run makes
+    with counting_analysis_kernels() if device.type == 'cpu' else contextlib.nullcontext():
         recorded = count(recorded_forward, device, full_size=x.numel())
-        net_recorded = count(net_recorded_forward, device)
-    return (*forward_counts, count(net_forward, device), recorded, net_recorded)
+        net_stiffness = count(net_recorded(StiffnessHook(interval=1)), device)
+        net_frequency = count(net_recorded(FrequencyHook(interval=1)), device)
+    return (*forward_counts, count(net_forward, device), recorded, net_stiffness, net_frequency)
 
 
 def main(argv=None):
@@ -166,22 +177,22 @@ def main(argv=None):
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
     header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
               f'{"bwd kernels":>13}{"triton":>8}{"cuda kernels":>14}{"net fwd ops":>13}'
-              f'{"hook kernels":>19}{"net hook kernels":>18}')
+              f'{"hook kernels":>19}{"net hook kernels":>18}{"net freq kernels":>18}')
     print(header)
     print('-' * len(header))
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
                 with forced_step_kernels(counting_kernels(TritonStepKernels())):
-                    fwd, bwd, net, rec, net_rec = measure(adaptor, True, args, device)
+                    fwd, bwd, net, rec, net_rec, net_freq = measure(adaptor, True, args, device)
             else:
-                fwd, bwd, net, rec, net_rec = measure(adaptor, fused, args, device)
+                fwd, bwd, net, rec, net_rec, net_freq = measure(adaptor, fused, args, device)
             launches = f'{fwd[2]}/{bwd[2]}'
             kernels = 'n/a' if fwd[3] is None else f'{fwd[3]}/{bwd[3]}'
             hook = f'{rec[1] - fwd[1]} ({rec[4] - fwd[4]})'
             print(f'{name:<20}{"fused" if fused else "reference":<11}{fwd[0]:>9}{bwd[0]:>9}'
                   f'{fwd[1]:>13}{bwd[1]:>13}{launches:>8}{kernels:>14}{net[0]:>13}{hook:>19}'
-                  f'{net_rec[1] - net[1]:>18}')
+                  f'{net_rec[1] - net[1]:>18}{net_freq[1] - net[1]:>18}')
 
 
 if __name__ == '__main__':
