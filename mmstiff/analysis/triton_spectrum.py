@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import torch
 
-from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, next_power_of_2,
-                                         tl, triton)
+from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks, tl,
+                                         triton)
 
 #: where the kernel runs (CUDA; CPU tensors in the interpreter when forced), and not after a
 #: failed launch
@@ -127,21 +127,10 @@ def spectrum_sums(x, rows, num_extra_tokens=0):
                          f'tokens; expected {n - num_extra_tokens} for a state of {n}')
     bins = torch.empty((batch, c, 3), dtype=torch.float32, device=x.device)
     squares = torch.empty((2, batch, c), dtype=torch.float32, device=x.device)
-    block_n, block_c = _blocks(n, c, sx[1], sx[2])
+    block_n, block_c = state_blocks(n, c, sx[1], sx[2])
     _spectrum_sums_kernel[(batch, cdiv(c, block_c))](x, weights, bins, squares, n, c, *sx,
                                                      BLOCK_N=block_n, BLOCK_C=block_c)
     return SpectrumSums(squares, bins)
-
-
-@functools.lru_cache(maxsize=1024)
-def _blocks(n, c, stride_n, stride_c):
-    """Tiles of the kernel, whose per-channel accumulators are (BLOCK_C,) vectors reduced from a
-    (BLOCK_N, BLOCK_C) tile each step: long along the contiguous axis, at most 4096 elements."""
-    if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
-        block_c = min(64, next_power_of_2(c))
-        return min(next_power_of_2(n), 4096 // block_c), block_c
-    block_n = min(512, next_power_of_2(n))
-    return block_n, max(1, min(next_power_of_2(c), 4096 // block_n))
 
 
 def _padded_rows(rows, num_extra_tokens):

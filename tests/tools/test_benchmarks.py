@@ -366,6 +366,7 @@ KERNEL_PASSES = [
     'measured step', 'step backward', 'step backward, folded BN', "moments backward (y's grad)",
     'NSI sums (x_t, x_t+1)'
 ]
+FREQUENCY_PASS = 'frequency sums (x, twice)'
 
 
 def _kernel_rows(out):
@@ -400,7 +401,9 @@ def test_bench_kernels_times_every_full_size_pass_of_each_state(capsys, monkeypa
     ]
     for state in states:
         mine = [(name, cells) for s, name, cells in rows if s == state]
-        assert [name for name, _ in mine] == KERNEL_PASSES
+        # the frequency sums: states with a square map (or grid of patches) over 1 × 1
+        frequency = [] if '(2, 64, 1, 1)' in state else [FREQUENCY_PASS]
+        assert [name for name, _ in mine] == KERNEL_PASSES + frequency
         passes = {name: int(cells[0]) for name, cells in mine}
         assert passes['aten add'] == 3 and passes['step backward'] == 5
         add_micros, _, add_share = (float(c) for c in mine[0][1][1:])
@@ -433,6 +436,12 @@ def test_bench_kernels_passes_compute_the_step_they_name(monkeypatch):
         state, slope = rows['NSI sums (x_t, x_t+1)'][1](sets['PyTorch'])
         torch.testing.assert_close(state, t['x'].flatten(1).norm(dim=1))
         torch.testing.assert_close(slope, (t['f'] - t['x']).flatten(1).norm(dim=1))
+        if FREQUENCY_PASS in rows:  # the PyTorch path of the FrequencyHook's summary
+            x = t['x']
+            flat = x.flatten(2) if layout == 'nchw' else x.transpose(1, 2)
+            centred = flat - flat.mean(dim=2, keepdim=True)
+            ratio = centred.flatten(1).norm(dim=1) / flat.flatten(1).norm(dim=1)
+            torch.testing.assert_close(rows[FREQUENCY_PASS][1](sets['PyTorch']).hf_ratio, ratio)
 
 
 @pytest.mark.slow
@@ -453,7 +462,10 @@ def test_bench_kernels_times_the_triton_kernels_in_the_interpreter(run_tool):
     lines = sweep.splitlines()
     assert lines[1].split() == ['state', 'pass', 'default', '16x4', 'fastest']
     swept = [(line[:36].strip(), line[36:66].strip(), line[66:].split()) for line in lines[3:]]
-    assert [name for _, name, _ in swept] == KERNEL_PASSES[2:] * 9
+    # (at 16², the maps of the last two stages are 1 × 1 and the tokens have one patch: no
+    # frequency sums)
+    frequency = [[FREQUENCY_PASS]] * 4 + [[]] * 5
+    assert [name for _, name, _ in swept] == sum((KERNEL_PASSES[2:] + f for f in frequency), [])
     for state, name, cells in swept:
         # every candidate gave the default tile's outputs, and was timed
         default, tile, *times, fastest = cells
@@ -476,6 +488,10 @@ def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
         assert sums.state_blocks(49, 2048, 2048, 1) == (8, 32)
     assert step.state_blocks(3136, 256, 1, 3136) == (1024, 2)  # restored
     assert sums.state_blocks(49, 2048, 2048, 1) == (64, 64)
+    import mmstiff.analysis.triton_spectrum as spectrum
+    with bench.forced_tile((8, 32)):
+        assert spectrum.state_blocks(49, 2048, 2048, 1) == (8, 32)
+    assert spectrum.state_blocks(49, 2048, 2048, 1) == (64, 64)
 
 
 def test_bench_kernels_compares_the_outputs_of_two_tiles(monkeypatch):

@@ -1,7 +1,8 @@
 """Device time and memory bandwidth of each full-size pass of the fused step, at a ResNet-50's and
 a ViT's shapes: which pass falls short of what the device's memory allows.
 
-Every pass that reads or writes a block's states is timed alone on the states of each ResNet-50
+Every pass that reads or writes a block's states (and the diagnostics' kernels: the NSI's sums,
+the FrequencyHook's frequency sums) is timed alone on the states of each ResNet-50
 stage (``(B, 4 · base · 2^i, img/4 / 2^i, …)``, contiguous and channels-last) and on ViT-S
 tokens (``(B, 197, 384)``), on the Triton kernels and on the PyTorch passes. A cell is the
 median over ``--repeats`` timings of ``--calls`` calls back to back (CUDA events on a GPU, wall
@@ -29,6 +30,7 @@ Usage:
 """
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import time
@@ -41,7 +43,8 @@ from mmstiff.apis.cli import positive_int
 from mmstiff.utils.triton_launch import HAS_TRITON, state_blocks
 
 #: the modules whose launchers pick their tiles with ``state_blocks``
-TILED_MODULES = ('mmstiff.models.steps.triton_step', 'mmstiff.analysis.triton_sums')
+TILED_MODULES = ('mmstiff.models.steps.triton_step', 'mmstiff.analysis.triton_sums',
+                 'mmstiff.analysis.triton_spectrum')
 #: the largest tile a candidate may have (elements per program and tensor)
 MAX_TILE = 16384
 
@@ -97,8 +100,19 @@ def passes(layout, t):
         from mmstiff.analysis.triton_sums import state_sums
         return state_sums(t['x'], t['f'])
 
+    def frequency_sums(k):
+        # the FrequencyHook's summary of one state (its high-frequency ratio and end bins):
+        # PyTorch's operators with the kernel turned off, or the kernel's sums
+        from mmstiff.analysis import frequency_summary, frequency_sums, triton_spectrum
+        if isinstance(k, TorchKernelSet):
+            with mock.patch.object(triton_spectrum.KERNEL, 'failure', 'turned off'):
+                return frequency_summary(t['x'], extra)
+        with triton_spectrum.spectrum_sums_forced():  # (the interpreter, on the CPU)
+            return frequency_sums(t['x'], extra)
+
+    extra = 1 if layout == 'nlc' else 0  # ViT's class token
     pooled = (2, 3) if layout == 'nchw' else (1, )
-    return {
+    rows = {
         'aten add': (3, lambda k: torch.add(t['x'], t['f'])),
         'aten sum': (1, lambda k: t['x'].sum(pooled)),
         'pool (x_t and f)': (2, lambda k: k.pool(t['x'], t['f'], layout)),
@@ -116,6 +130,18 @@ def passes(layout, t):
         (3, lambda k: k.moments_backward(t['g'], t['f'], t['c0'], t['c1'], layout)),
         'NSI sums (x_t, x_t+1)': (2, state_sums),
     }
+    if frequency_sums_apply(layout, t['x'].shape):
+        rows['frequency sums (x, twice)'] = (2, frequency_sums)
+    return rows
+
+
+def frequency_sums_apply(layout, shape):
+    """Whether the frequency sums kernel reads a state of this shape: a square map, or a square
+    grid of patch tokens after the class token, of more than one position a side."""
+    if layout == 'nchw':
+        return shape[-1] == shape[-2] > 1
+    side = math.isqrt(shape[1] - 1)
+    return side > 1 and side * side == shape[1] - 1
 
 
 def kernel_sets(device):
