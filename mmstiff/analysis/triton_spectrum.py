@@ -108,7 +108,7 @@ def try_spectrum_sums(x, rows, num_extra_tokens=0):
 
 
 def spectrum_sums(x, rows, num_extra_tokens=0):
-    """The :class:`SpectrumSums` of one state in one Triton pass.
+    """The :class:`SpectrumSums` of one state from one Triton kernel (two reads of the state).
 
     Args:
         x (Tensor): ``(B, C, H, W)`` maps (any memory format) or ``(B, N, C)`` tokens, any float
