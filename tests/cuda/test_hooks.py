@@ -176,6 +176,30 @@ def test_stiffness_norms_take_the_sums_kernel_on_cuda(shape, memory_format, dtyp
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize('shape,memory_format,extra', [((4, 16, 9, 9), None, 0),
+                                                       ((4, 16, 9, 9), torch.channels_last, 0),
+                                                       ((4, 17, 32), None, 1)])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_frequency_summary_takes_the_spectrum_kernel_on_cuda(shape, memory_format, extra, dtype,
+                                                             monkeypatch):
+    """On CUDA a state's frequency summary comes from the Triton kernel, equal to the CPU's
+    PyTorch operators on the same stored values."""
+    from mmstiff.analysis import frequency, frequency_summary, triton_spectrum
+    calls = []
+    kernel = frequency.try_spectrum_sums
+    monkeypatch.setattr(frequency, 'try_spectrum_sums', lambda *a: calls.append(1) or kernel(*a))
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=g) + 0.5).to(dtype)
+    if memory_format is not None:
+        x = x.contiguous(memory_format=memory_format)
+    want = frequency_summary(x, extra)
+    got = frequency_summary(x.cuda(), extra)
+    torch.testing.assert_close(got.hf_ratio.cpu(), want.hf_ratio, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.end_bins.cpu(), want.end_bins, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 1 and triton_spectrum.KERNEL.failure is None  # the kernel ran
+
+
+@pytest.mark.cuda
 @pytest.mark.slow
 def test_train_with_amp_and_the_hooks(tiny_data, run_tool, tmp_path):
     root = tiny_data('cifar10')
