@@ -181,11 +181,12 @@ else
   skip bench_ddp "needs 2 GPUs, $gpus found"
 fi
 if [[ $tests -eq 1 ]]; then
-  # the fused step's kernels and a ResNet-50 on both CUDA paths against the CPU reference
-  # (about a tenth of the CUDA tests: what a short GPU session checks first)
-  add tests_cuda_step "$PYTHON" -m pytest tests/cuda/test_fused_step_cuda.py -q \
-    -p no:cacheprovider --durations=5 \
-    -k 'takes_the_triton or triton_step_equals or equal_the_cpu_reference'
+  # the fused step's kernels and a ResNet-50 on both CUDA paths against the CPU reference,
+  # and the hooks' kernels against the CPU's operators (about a tenth of the CUDA tests: what a
+  # short GPU session checks first)
+  add tests_cuda_step "$PYTHON" -m pytest tests/cuda/test_fused_step_cuda.py \
+    tests/cuda/test_hooks.py -q -p no:cacheprovider --durations=5 \
+    -k 'takes_the_triton or triton_step_equals or equal_the_cpu_reference or _kernel_on_cuda'
   add tests_cuda "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
 fi
 
