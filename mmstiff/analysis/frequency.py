@@ -304,7 +304,7 @@ def frequency_sums(x, num_extra_tokens=0, grid=None, convention='exact'):
     """
     if not (torch.is_tensor(x) and x.dim() in (3, 4) and spectrum_sums_apply(x)):
         return None
-    if x.is_complex() or not x.is_floating_point():
+    if not x.is_floating_point():  # (complex or integer states: left to PyTorch's path)
         return None
     side = _summary_side(x, num_extra_tokens, grid)
     if side is None:

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from hook_scalars import hook_outputs  # tests/
+from kernel_stand_ins import StandInKernel  # tests/
 from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import diagonal_end_bins, frequency_summary, triton_spectrum
@@ -152,20 +153,6 @@ def test_the_frequency_hook_reads_the_same_values_on_the_kernel(tiny_nets, compa
             assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
-class _Launches:
-    """Stands for the kernel: counts its launches, computes nothing."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __getitem__(self, grid):
-
-        def launch(*args, **kwargs):
-            self.count += 1
-
-        return launch
-
-
 @pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
 def test_a_map_state_costs_the_kernel_alone(monkeypatch):
     """The FrequencyHook's reduction of a map state on the kernel (a stand-in that launches
@@ -186,7 +173,7 @@ def test_a_map_state_costs_the_kernel_alone(monkeypatch):
             self.names.append(func.__name__.split('.')[0])
             return func(*args, **(kwargs or {}))
 
-    kernel = _Launches()
+    kernel = StandInKernel()
     monkeypatch.setattr(triton_spectrum, '_spectrum_sums_kernel', kernel)
     hook = FrequencyHook(interval=1)
     x = _state((2, 8, 6, 6))
@@ -194,7 +181,7 @@ def test_a_map_state_costs_the_kernel_alone(monkeypatch):
         hook._state_metrics(x)  # the weight rows made and cached
         with Ops() as ops:
             metrics = hook._state_metrics(x)
-    assert kernel.count == 2
+    assert kernel.launches == 2
     assert metrics.hf_ratio is None and metrics.hf_squares.shape == (2, 2, 8)
     assert sorted(name for name in ops.names if name not in ('view', 'alias')) == ['empty'] * 2
     with Ops() as ops:
@@ -222,20 +209,10 @@ def test_the_kernel_is_left_to_cuda_and_to_states_with_a_square_map(monkeypatch)
     assert not triton_spectrum.KERNEL.is_forced
 
 
-class _Unbuildable:
-
-    def __getitem__(self, grid):
-
-        def launch(*args, **kwargs):
-            raise RuntimeError('Failed to find C compiler. Please specify via CC environment '
-                               'variable.')
-
-        return launch
-
-
 @pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
 def test_a_kernel_that_cannot_be_built_leaves_the_summary_to_pytorch(monkeypatch):
-    monkeypatch.setattr(triton_spectrum, '_spectrum_sums_kernel', _Unbuildable())
+    kernel = StandInKernel(fails=True)
+    monkeypatch.setattr(triton_spectrum, '_spectrum_sums_kernel', kernel)
     monkeypatch.setattr(triton_spectrum.KERNEL, 'failure', None)
     x = _state((2, 3, 4, 4))
     expected = frequency_summary(x)
@@ -244,6 +221,7 @@ def test_a_kernel_that_cannot_be_built_leaves_the_summary_to_pytorch(monkeypatch
             got = frequency_summary(x)
         assert not spectrum_sums_apply(x)
         again = frequency_summary(x)  # not tried again, no second warning
+    assert kernel.launches == 1
     for summary in (got, again):
         torch.testing.assert_close(summary.hf_ratio, expected.hf_ratio)
         torch.testing.assert_close(summary.end_bins, expected.end_bins)

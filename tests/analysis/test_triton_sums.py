@@ -9,6 +9,7 @@ run in a process that set it before importing Triton (:func:`test_sums_in_the_in
 import pytest
 import torch
 from hook_scalars import hook_scalars
+from kernel_stand_ins import StandInKernel  # tests/
 from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import (kernel_step_sums, norms_of_pending, pending_norms, stiffness_norms,
@@ -197,27 +198,11 @@ def test_the_kernel_is_left_to_cuda_and_to_steps_it_can_divide(monkeypatch):
     assert not triton_sums.KERNEL.is_forced
 
 
-class _Unbuildable:
-    """A kernel whose launch fails as Triton's does on a machine without a C compiler."""
-
-    def __init__(self):
-        self.launches = 0
-
-    def __getitem__(self, grid):
-
-        def launch(*args, **kwargs):
-            self.launches += 1
-            raise RuntimeError('Failed to find C compiler. Please specify via CC environment '
-                               'variable.')
-
-        return launch
-
-
 @pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch)')
 def test_a_kernel_that_cannot_be_built_leaves_the_norms_to_pytorch(monkeypatch):
     """The first failed launch is warned about once; the norms are those of the PyTorch passes,
     and the kernel is not tried again."""
-    kernel = _Unbuildable()
+    kernel = StandInKernel(fails=True)
     monkeypatch.setattr(triton_sums, '_state_sums_kernel', kernel)
     monkeypatch.setattr(triton_sums.KERNEL, 'failure', None)
     x_t, x_next = _states((2, 3, 4, 4), torch.float32)
