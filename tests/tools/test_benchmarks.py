@@ -62,9 +62,9 @@ def _ratio_of(time, base):
 @pytest.mark.parametrize('script, args, names, columns', [
     ('bench_step_resnet.py', ['--img-size', '32', '--batch-size', '2'],
      ['ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50'], dict(time=1, ratio=2, mem_ratio=4)),
-    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2'], [
-        'mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+FeatScale',
-        '+AttnScale +FeatScale'
+    ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--fused', 'both'], [
+        'mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+AttnScale, layers', '+FeatScale',
+        '+FeatScale, layers', '+AttnScale +FeatScale', '+AttnScale +FeatScale, layers'
     ], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
 ])
 def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):

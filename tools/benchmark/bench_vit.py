@@ -14,6 +14,10 @@ Clocks: ``--clock wall`` (default) measures elapsed time. On a machine shared wi
 ``--threads 1 --clock cpu`` measures the CPU time the process itself used
 (``time.process_time``), which other processes competing for the cores barely disturb.
 
+``--fused off`` builds the switched models with ``fused=False`` (AttnScale and FeatScale as
+layers of their own, not folded into the output projection); ``--fused both`` times both, the
+unfolded rows marked ", layers".
+
 ``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to a
 model) and times the compiled models; the untimed warm-up compiles each of them, for training
 and for inference. ``--variants`` picks the models compared with the baseline (default: all).
@@ -24,6 +28,7 @@ Usage (the CPU defaults take a few minutes on 2 cores):
     python tools/benchmark/bench_vit.py --threads 1 --clock cpu      # on a busy machine
     python tools/benchmark/bench_vit.py --device cuda --batch-size 128 --iters 10
     python tools/benchmark/bench_vit.py --compile --variants attnscale featscale
+    python tools/benchmark/bench_vit.py --fused both --variants attnscale featscale
 """
 import argparse
 import statistics
@@ -77,8 +82,14 @@ def python_drop_path_rates(model):
     return model
 
 
-def build_models(img_size, device, names=None):
-    """The baseline and the models ``names`` (None: all of :data:`VARIANTS`), same weights."""
+#: ``--fused`` choices: the ``fused`` values each variant is built with ('auto': AttnScale and
+#: FeatScale folded into the output projection; False: applied as layers of their own)
+FUSED = {'on': ('auto', ), 'off': (False, ), 'both': ('auto', False)}
+
+
+def build_models(img_size, device, names=None, fused=('auto', )):
+    """The baseline and the models ``names`` (None: all of :data:`VARIANTS`), same weights,
+    each built once per value of ``fused`` (a second value's rows are marked)."""
     from mmpretrain.models.backbones import VisionTransformer
 
     from mmstiff.models.backbones import StepViT
@@ -91,11 +102,15 @@ def build_models(img_size, device, names=None):
         if names is not None and name != BASELINE and name not in names:
             continue
         if switches is None:
-            model = reference
-        else:
-            model = Classifier(StepViT(arch='deit-small', img_size=img_size, **switches))
+            models[name] = reference.to(device)
+            continue
+        for choice in fused:
+            model = Classifier(
+                StepViT(arch='deit-small', img_size=img_size, fused=choice, **switches))
             model.load_state_dict(reference.state_dict(), strict=False)
-        models[name] = model.to(device)
+            label = name if choice == fused[0] or not switches else f'{name}, layers'
+            if label not in models:
+                models[label] = model.to(device)
     return models
 
 
@@ -153,6 +168,11 @@ def main():
     parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
                         help='wall: elapsed time; cpu: CPU time of this process')
     add_compile_argument(parser)
+    parser.add_argument(
+        '--fused', choices=sorted(FUSED), default='on',
+        help='on: AttnScale and FeatScale folded into the output projection '
+        "(fused='auto'); off: as layers of their own (fused=False); both: one "
+        'row each (", layers": off)')
     parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
                         help='models compared with the baseline (default: all)')
     args = parser.parse_args()
@@ -168,7 +188,7 @@ def main():
     clock = CLOCKS[args.clock]
 
     names = None if args.variants is None else {VARIANT_KEYS[key] for key in args.variants}
-    models = build_models(args.img_size, device, names)
+    models = build_models(args.img_size, device, names, FUSED[args.fused])
     if args.compile:
         models = {name: compile_model(model, args.compile_mode) for name, model in models.items()}
     torch.manual_seed(1)
@@ -184,20 +204,20 @@ def main():
                     args.repeats)
 
     compiled = f', compiled ({args.compile_mode})' if args.compile else ''
-    print(f'DeiT-S{compiled}, {args.device}, '
+    print(f'DeiT-S{compiled}, {args.device}, --fused {args.fused}, '
           f'{torch.get_num_threads()} threads, {args.clock} clock, '
           f'batch {args.batch_size}, {args.img_size}x{args.img_size}, '
           f'{args.repeats} repeats x {args.iters} iters, '
           'medians; ratio = time / time of mmpretrain DeiT-S in the same repeat '
           '(> 1: slower)')
-    header = (f'{"model":<24} {"train ms/step":>14} {"train img/s":>12} {"train ratio":>12} '
+    header = (f'{"model":<30} {"train ms/step":>14} {"train img/s":>12} {"train ratio":>12} '
               f'{"infer ms/batch":>15} {"infer img/s":>12} {"infer ratio":>12}')
     print(header)
     print('-' * len(header))
     for name in models:
         t_time, t_ratio = train[name]
         i_time, i_ratio = infer[name]
-        print(f'{name:<24} {t_time * 1e3:>14.1f} {args.batch_size / t_time:>12.2f} '
+        print(f'{name:<30} {t_time * 1e3:>14.1f} {args.batch_size / t_time:>12.2f} '
               f'{t_ratio:>12.3f} {i_time * 1e3:>15.1f} {args.batch_size / i_time:>12.2f} '
               f'{i_ratio:>12.3f}')
 

@@ -19,6 +19,7 @@ from mmpretrain.models.utils import MultiheadAttention
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
+from mmstiff.models.layers.scaled_projection import folded_scales, scaled_projection
 from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import (build_adaptor, check_fused, residual_update, resolve_adaptor,
                                   set_fused)
@@ -98,6 +99,10 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
             raise ValueError(f"qk_scale={kwargs['qk_scale']!r} is not supported; expected "
                              'None (the scale is head_dims ** -0.5)')
         super().__init__(embed_dims, num_heads, **kwargs)
+        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
+        #: into the output projection where they can be (:func:`folded_scales`), or False: applied
+        #: as layers of their own (the reference)
+        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
@@ -106,20 +111,31 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         attn_drop = self.attn_drop if self.training else 0.
-        if self.keep_attn_map or (self.attn_scale is not None and attn_drop > 0):
+        explicit = self.keep_attn_map or (self.attn_scale is not None and attn_drop > 0)
+        if explicit:
             x = self._explicit_attention(q, k, v, attn_drop)
         else:
             x = self.scaled_dot_product_attention(q, k, v, dropout_p=attn_drop)
-            if self.attn_scale is not None:
-                x = self.attn_scale(x, v)
+        fold_attn, fold_feat = folded_scales(self, explicit)
+        if self.attn_scale is not None and not explicit and not fold_attn:
+            x = self.attn_scale(x, v)
         x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
-        x = self.proj_drop(self.proj(x))
-        if self.feat_scale is not None:
+        if fold_attn or fold_feat:
+            x = self.proj_drop(self._scaled_projection(x, v, fold_attn, fold_feat))
+        else:
+            x = self.proj_drop(self.proj(x))
+        if self.feat_scale is not None and not fold_feat:
             x = self.feat_scale(x)
         x = self.out_drop(self.gamma1(x))
         if self.v_shortcut:
             x = v.squeeze(1) + x
         return x
+
+    def _scaled_projection(self, x, v, fold_attn, fold_feat):
+        attn = dict(omega=self.attn_scale.omega, v_mean=v.mean(dim=-2)) if fold_attn else {}
+        feat = dict(dc_scale=self.feat_scale.dc_scale,
+                    hc_scale=self.feat_scale.hc_scale) if fold_feat else {}
+        return scaled_projection(x, self.proj.weight, self.proj.bias, **attn, **feat)
 
     def _explicit_attention(self, q, k, v, dropout_p):
         attn = (q @ k.transpose(-2, -1) * self.head_dims**-0.5).softmax(dim=-1)
@@ -253,8 +269,10 @@ class StepViT(VisionTransformer):
             (default ``('msa', 'mlp')``). Default None.
         aug_shortcut_layers: layers that get ``aug_shortcut``. Default ``'all'``.
         fused (str | bool): ``'auto'`` (default), True or False: the fused step of the adapted
-            branches (layout ``'nlc'``) or the reference; see
-            :class:`~mmstiff.models.backbones.StepResNet`.
+            branches (layout ``'nlc'``) or the reference, see
+            :class:`~mmstiff.models.backbones.StepResNet`; and AttnScale and FeatScale folded
+            into the attention's output projection (``'auto'`` and True) or applied as layers
+            of their own (False; docs/methods.md §7, "Folded into the projection").
         **kwargs: the other arguments of :class:`VisionTransformer`.
 
     Attention maps (per layer and head) are available through

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from mmpretrain.models.utils import MultiheadAttention
 
 from .feat_scale import FeatScale
+from .scaled_projection import folded_scales, scaled_projection
 
 
 class ValueBranch(MultiheadAttention):
@@ -33,6 +34,10 @@ class ValueBranch(MultiheadAttention):
         super().__init__(embed_dims, num_heads, attn_drop=attn_drop, proj_drop=proj_drop,
                          dropout_layer=dropout_layer, qkv_bias=qkv_bias,
                          layer_scale_init_value=layer_scale_init_value, init_cfg=init_cfg)
+        #: ``'auto'``, True or False (the backbone's ``fused``): FeatScale folded into the
+        #: output projection where it can be (:func:`~.scaled_projection.folded_scales`), or
+        #: False: a layer of its own
+        self.fold_scales = 'auto'
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
     def value(self, h):
@@ -42,6 +47,12 @@ class ValueBranch(MultiheadAttention):
         return F.linear(h, self.qkv.weight[2 * c:], None if bias is None else bias[2 * c:])
 
     def forward(self, x):
+        if folded_scales(self)[1]:
+            feat = self.feat_scale
+            x = scaled_projection(
+                self.value(x), self.proj.weight, self.proj.bias, dc_scale=feat.dc_scale,
+                hc_scale=feat.hc_scale)
+            return self.out_drop(self.gamma1(x))
         x = self.proj_drop(self.proj(self.value(x)))
         if self.feat_scale is not None:
             x = self.feat_scale(x)

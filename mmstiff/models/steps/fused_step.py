@@ -99,11 +99,14 @@ def forced_step_kernels(kernels):
 
 def set_fused(module, fused):
     """Give every step block of ``module`` (:func:`~mmstiff.utils.step_sums.is_step_block`)
-    the choice ``fused`` (checked by :func:`check_fused`)."""
+    the choice ``fused`` (checked by :func:`check_fused`), and every attention layer that can
+    fold AttnScale and FeatScale into its projection (a ``fold_scales`` switch) the same."""
     check_fused(fused)
     for m in module.modules():
         if is_step_block(m):
             m.fused = fused
+        if hasattr(m, 'fold_scales'):
+            m.fold_scales = fused
     return module
 
 

@@ -1,0 +1,114 @@
+"""AttnScale and FeatScale folded into the attention's output projection (docs/methods.md §6,
+§7, "Folded into the projection").
+
+Around the output projection ``proj(y) = y Wᵀ + b`` both are per-channel affine maps plus a
+token mean: AttnScale before it, on the heads' output ``a = A V`` (ω per head, repeated over
+the head's columns), FeatScale after it:
+
+    y = a ⊙ (1 + ω) - mean_n(v) ⊙ ω,        z = x ⊙ (1 + t) + mean_n(x) ⊙ (s - t),   x = proj(y)
+
+so the three are one linear map with its weight scaled on both sides and a bias per sample:
+
+    z = a W_effᵀ + β,      W_eff = diag(1 + t) W diag(1 + ω),
+    β = (1 + s) ⊙ (b - W (ω ⊙ mean_n(v))) + (s - t) ⊙ W diag(1 + ω) mean_n(a).
+
+Forward, this passes over the tokens as often as the layers do (a mean each, then β added
+where each layer would write its output). Backward, each layer on its own passes over the
+tokens seven times (two sums, a product and its reduction, a scaled copy of the gradient);
+folded, β's gradient is the sum the projection's bias takes anyway, and FeatScale adds one
+broadcast term to a's gradient. FeatScale on its own also keeps its input for the backward
+pass; folded it keeps nothing the projection does not. Autograd differentiates the form (to
+any order).
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=None, hc_scale=None):
+    """``FeatScale(proj(AttnScale(a, v)))`` as one linear map with a bias per sample.
+
+    Args:
+        a (Tensor): the heads' outputs ``A V``, (B, N, K), heads concatenated along K.
+        weight (Tensor): the projection's weight W, (C, K).
+        bias (Tensor, optional): its bias b, (C,).
+        omega (Tensor, optional): AttnScale's ω, one per head, (H,), H dividing K; needs
+            ``v_mean``. None: no AttnScale.
+        v_mean (Tensor, optional): ``mean_n(v)`` of the values, (B, K) or (B, H, K / H).
+        dc_scale, hc_scale (Tensor, optional): FeatScale's s and t, (C,). None: no FeatScale.
+
+    Returns:
+        Tensor: (B, N, C) in the dtype of the projection's output.
+    """
+    has_feat = dc_scale is not None
+    if has_feat != (hc_scale is not None):
+        raise ValueError('dc_scale and hc_scale are given together (FeatScale) or not at all; '
+                         f'got dc_scale {_given(dc_scale)}, hc_scale {_given(hc_scale)}')
+    if (omega is None) != (v_mean is None):
+        raise ValueError('omega and v_mean are given together (AttnScale) or not at all; got '
+                         f'omega {_given(omega)}, v_mean {_given(v_mean)}')
+    scaled_in = weight if omega is None else _scale_heads(weight, 1 + omega)
+    shift = bias  # b - W (ω ⊙ mean_n(v)), per sample with AttnScale
+    if omega is not None:
+        moved = _scale_heads(v_mean.reshape(v_mean.shape[0], -1), omega)
+        shift = F.linear(moved, weight).neg() if bias is None else \
+            torch.addmm(bias, moved, weight.t(), alpha=-1)
+    if not has_feat:
+        out = F.linear(a, scaled_in)
+        return out if shift is None else out.add_(_per_sample(shift, out))
+    gain = 1 + hc_scale
+    mean_proj = F.linear(a.mean(dim=-2), scaled_in)  # W diag(1 + ω) mean_n(a)
+    beta = (dc_scale - hc_scale) * mean_proj
+    if shift is not None:
+        beta = torch.addcmul(beta, 1 + dc_scale, shift)
+    out = F.linear(a, scaled_in * gain.unsqueeze(-1))
+    return out.add_(_per_sample(beta, out))
+
+
+def _scale_heads(t, head_scale):
+    """``t`` (..., K) with each head's K / H columns multiplied by its entry of ``head_scale``
+    (H,)."""
+    heads = head_scale.shape[0]
+    shape = t.shape
+    return (t.reshape(*shape[:-1], heads, shape[-1] // heads) *
+            head_scale.unsqueeze(-1)).reshape(shape)
+
+
+def _per_sample(beta, out):
+    """``beta`` (B, C) or (C,) viewed against ``out`` (B, N, C), in its dtype."""
+    beta = beta.to(out.dtype)
+    return beta.unsqueeze(-2) if beta.dim() == 2 else beta
+
+
+def _given(t):
+    return 'given' if t is not None else 'None'
+
+
+def has_module_hooks(module):
+    """Whether forward hooks or pre-hooks are registered on ``module``."""
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def foldable_projection(proj):
+    """Whether ``proj`` is a plain ``nn.Linear`` with no hooks, so that its weight and bias may
+    be used in its place (a subclass, e.g. a LoRA or quantised linear, is called as itself)."""
+    return type(proj) is nn.Linear and not has_module_hooks(proj)
+
+
+def folded_scales(attention, explicit=False):
+    """``(fold AttnScale, fold FeatScale)`` for an attention layer with ``proj``, ``proj_drop``,
+    a ``fold_scales`` switch and ``attn_scale`` / ``feat_scale`` layers (None or absent: off).
+
+    Neither with ``fold_scales`` False, nor into a projection other than a plain linear layer
+    (:func:`foldable_projection`), nor a layer with hooks of its own (they would not be
+    called); AttnScale not where the attention matrix was formed (``explicit``: ``Â`` is
+    there already); FeatScale not across an active dropout after the projection.
+    """
+    if attention.fold_scales is False or not foldable_projection(attention.proj):
+        return False, False
+    attn = getattr(attention, 'attn_scale', None)
+    feat = attention.feat_scale
+    fold_attn = attn is not None and not explicit and not has_module_hooks(attn)
+    dropout = attention.training and getattr(attention.proj_drop, 'p', 0) > 0
+    fold_feat = feat is not None and not dropout and not has_module_hooks(feat)
+    return fold_attn, fold_feat
