@@ -188,6 +188,43 @@ def test_feat_scale_closed_form_and_backward(setting):
         assert out.dtype == setting[1]
 
 
+class FoldedAttention(torch.nn.Module):
+    """StepViT's attention with AttnScale and FeatScale folded into its output projection."""
+
+    def __init__(self, channels, heads):
+        super().__init__()
+        from mmstiff.models.backbones.step_vit import StepMultiheadAttention
+        self.attn = StepMultiheadAttention(channels, heads, attn_scale=True, feat_scale=True)
+        with torch.no_grad():
+            self.attn.attn_scale.omega.copy_(torch.linspace(-0.5, 1.5, heads))
+            self.attn.feat_scale.dc_scale.copy_(torch.linspace(-0.5, 0.5, channels))
+            self.attn.feat_scale.hc_scale.copy_(torch.linspace(0.8, -0.2, channels))
+
+    def forward(self, x):
+        return self.attn(x)
+
+
+@pytest.mark.parametrize('setting', SETTINGS)
+def test_folded_scales_against_the_layers_in_float32_on_the_cpu(setting):
+    device, dtype = setting
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 17, 24, generator=gen)
+    torch.manual_seed(0)
+    layered = FoldedAttention(24, 3)
+    folded = copy.deepcopy(layered)
+    layered.attn.fold_scales = False
+    expected = _run(layered, [x], 'cpu', None)
+    actual = _run(folded, [x], device, dtype)
+    rtol = RTOL[dtype]
+    _close(actual[0], expected[0], rtol, 'output')
+    _close(actual[1][0], expected[1][0], rtol, 'gradient of x')
+    assert actual[2].keys() == expected[2].keys()
+    for name in expected[2]:
+        _close(actual[2][name], expected[2][name], rtol, f'gradient of {name}')
+    if dtype is not None:
+        assert actual[0].dtype == dtype
+
+
 @pytest.mark.parametrize('setting', SETTINGS)
 def test_feat_scale_does_not_overflow_in_half_precision(setting):
     device, dtype = setting

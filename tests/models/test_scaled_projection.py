@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmstiff.models.layers.scaled_projection import foldable_projection, scaled_projection
+from mmstiff.models.layers.scaled_projection import (foldable_projection, scaled_projection,
+                                                     token_mean)
 
 B, N, H, D, C = 3, 5, 2, 3, 4  # K = H * D = 6 input columns, C = 4 output channels
 
@@ -112,3 +113,22 @@ def test_only_a_plain_linear_without_hooks_is_folded():
     hooked = copy.deepcopy(proj)
     hooked.register_forward_hook(lambda *args: None)
     assert not foldable_projection(hooked)
+
+
+def test_token_mean_and_its_gradient_are_a_mean_s():
+    x = torch.randn(2, 5, 3, dtype=torch.double, requires_grad=True)
+    got = token_mean(x)
+    torch.testing.assert_close(got, x.sum(dim=1) / 5)
+    grad = torch.randn(2, 3, dtype=torch.double)
+    (grad_x, ) = torch.autograd.grad(got, x, grad)
+    torch.testing.assert_close(grad_x, grad.unsqueeze(1).expand(2, 5, 3) / 5)
+    assert grad_x.stride(1) == 0  # a broadcast view, not written out
+    assert torch.autograd.gradgradcheck(token_mean, [x])
+
+
+def test_token_mean_keeps_half_precision_and_does_not_overflow():
+    x = torch.full((1, 197, 4), 3e4, dtype=torch.float16, requires_grad=True)
+    got = token_mean(x)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    got.sum().backward()
+    assert x.grad.dtype == torch.float16

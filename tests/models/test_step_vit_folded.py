@@ -47,13 +47,15 @@ def outputs_and_grads(model, x):
 
 
 @pytest.mark.parametrize('mode', ['train', 'eval'])
-@pytest.mark.parametrize('switches', [
-    dict(attn_scale_layers='all'),
-    dict(feat_scale_layers='all'),
-    dict(attn_scale_layers='all', feat_scale_layers=[1], layer_scale_init_value=0.3),
-    dict(feat_scale_layers='all', replace_attention_layers=[0],
-         msa_adaptor=dict(type='mmstiff.StepNetAdaptor')),  # ValueBranch in layer 0
-])
+@pytest.mark.parametrize(
+    'switches',
+    [
+        dict(attn_scale_layers='all'),
+        dict(feat_scale_layers='all'),
+        dict(attn_scale_layers='all', feat_scale_layers=[1], layer_scale_init_value=0.3),
+        dict(feat_scale_layers='all', replace_attention_layers=[0],
+             msa_adaptor=dict(type='mmstiff.StepNetAdaptor')),  # ValueBranch in layer 0
+    ])
 def test_folded_equals_the_layers_outputs_and_every_gradient(switches, mode):
     # in float64: in float32 the class token's small gradient (after two token means) differs
     # by rounding, 0.6 % of its largest entry

@@ -19,7 +19,7 @@ from mmpretrain.models.utils import MultiheadAttention
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
-from mmstiff.models.layers.scaled_projection import folded_scales, scaled_projection
+from mmstiff.models.layers.scaled_projection import folded_scales, scaled_projection, token_mean
 from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import (build_adaptor, check_fused, residual_update, resolve_adaptor,
                                   set_fused)
@@ -132,7 +132,7 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         return x
 
     def _scaled_projection(self, x, v, fold_attn, fold_feat):
-        attn = dict(omega=self.attn_scale.omega, v_mean=v.mean(dim=-2)) if fold_attn else {}
+        attn = dict(omega=self.attn_scale.omega, v_mean=token_mean(v)) if fold_attn else {}
         feat = dict(dc_scale=self.feat_scale.dc_scale,
                     hc_scale=self.feat_scale.hc_scale) if fold_feat else {}
         return scaled_projection(x, self.proj.weight, self.proj.bias, **attn, **feat)

@@ -25,6 +25,30 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+class TokenMean(torch.autograd.Function):
+    """The mean over the tokens (dim -2) whose gradient is a broadcast view of the (..., C)
+    gradient: autograd's own mean writes its gradient out in full, one more pass over the
+    tokens, before it is added to the tokens' other gradient. Differentiable again (its
+    backward is linear in the gradient)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape, ctx.dtype = x.shape, x.dtype
+        return x.mean(dim=-2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad / ctx.shape[-2]
+        if grad.dtype != ctx.dtype:
+            grad = grad.to(ctx.dtype)
+        return grad.unsqueeze(-2).expand(ctx.shape)
+
+
+def token_mean(x):
+    """``x.mean(dim=-2)`` (tokens (..., N, C)), with a gradient that is a broadcast view."""
+    return TokenMean.apply(x)
+
+
 def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=None, hc_scale=None):
     """``FeatScale(proj(AttnScale(a, v)))`` as one linear map with a bias per sample.
 
@@ -34,7 +58,8 @@ def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=No
         bias (Tensor, optional): its bias b, (C,).
         omega (Tensor, optional): AttnScale's ω, one per head, (H,), H dividing K; needs
             ``v_mean``. None: no AttnScale.
-        v_mean (Tensor, optional): ``mean_n(v)`` of the values, (B, K) or (B, H, K / H).
+        v_mean (Tensor, optional): ``mean_n(v)`` of the values, (B, K) or (B, H, K / H)
+            (:func:`token_mean`: its gradient reaches v as a broadcast view).
         dc_scale, hc_scale (Tensor, optional): FeatScale's s and t, (C,). None: no FeatScale.
 
     Returns:
@@ -57,7 +82,7 @@ def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=No
         out = F.linear(a, scaled_in)
         return out if shift is None else out.add_(_per_sample(shift, out))
     gain = 1 + hc_scale
-    mean_proj = F.linear(a.mean(dim=-2), scaled_in)  # W diag(1 + ω) mean_n(a)
+    mean_proj = F.linear(token_mean(a), scaled_in)  # W diag(1 + ω) mean_n(a)
     beta = (dc_scale - hc_scale) * mean_proj
     if shift is not None:
         beta = torch.addcmul(beta, 1 + dc_scale, shift)
@@ -76,7 +101,8 @@ def _scale_heads(t, head_scale):
 
 def _per_sample(beta, out):
     """``beta`` (B, C) or (C,) viewed against ``out`` (B, N, C), in its dtype."""
-    beta = beta.to(out.dtype)
+    if beta.dtype != out.dtype:
+        beta = beta.to(out.dtype)
     return beta.unsqueeze(-2) if beta.dim() == 2 else beta
 
 
