@@ -94,16 +94,21 @@ def time_steps(model, optimizer, batch, iters, device, precision=None):
 
 def peak_step_memory(model, optimizer, batch, device, precision=None):
     """Peak bytes allocated during one train step, above the allocation at its start."""
+    return peak_memory(lambda: train_step(model, optimizer, *batch, precision), device)
+
+
+def peak_memory(run, device):
+    """Peak bytes allocated during ``run()``, above the allocation at its start."""
     if device.type == 'cuda':
         synchronize(device)
         start = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        train_step(model, optimizer, *batch, precision)
+        run()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
-        train_step(model, optimizer, *batch, precision)
+        run()
     # every op event carries the bytes it allocated net of what it freed itself; '[memory]'
     # events carry the frees that happen outside any op. In time order, their running sum is
     # the live tensor bytes allocated since the step began.

@@ -125,3 +125,16 @@ def test_folded_feat_scale_keeps_no_copy_of_its_input_for_the_backward_pass():
     x = images()
     # one token tensor per layer fewer: FeatScale's input, the projection's output
     assert saved_token_tensors(reference, x) - saved_token_tensors(folded, x) == 2
+
+
+@pytest.mark.parametrize('fused, folds', [('auto', False), (True, True)])
+def test_without_a_graph_auto_keeps_the_layers(fused, folds):
+    # forward alone the fold saves no pass over the tokens: 'auto' folds only for training
+    reference, model = pair(attn_scale_layers='all', feat_scale_layers='all')
+    set_fused(model, fused)
+    model.eval()
+    reference.eval()
+    calls = layer_calls(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(images())[0], reference(images())[0])
+    assert (calls == []) == folds

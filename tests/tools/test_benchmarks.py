@@ -65,7 +65,7 @@ def _ratio_of(time, base):
     ('bench_vit.py', ['--img-size', '32', '--batch-size', '2', '--fused', 'both'], [
         'mmpretrain DeiT-S', 'StepViT, no switch', '+AttnScale', '+AttnScale, layers', '+FeatScale',
         '+FeatScale, layers', '+AttnScale +FeatScale', '+AttnScale +FeatScale, layers'
-    ], dict(time=0, ratio=2, infer_time=3, infer_ratio=5)),
+    ], dict(time=0, ratio=2, infer_time=3, infer_ratio=5, mem=6, mem_ratio=7)),
 ])
 def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
     proc = run_tool(f'tools/benchmark/{script}', *args, '--repeats', '1', '--iters', '1',
@@ -82,6 +82,7 @@ def test_model_benchmarks_print_ratios(run_tool, script, args, names, columns):
     assert base[columns['ratio']] == 1.0
     if 'mem_ratio' in columns:
         assert base[columns['mem_ratio']] == 1.0
+    if script == 'bench_step_resnet.py':
         # the adaptors keep each block's branch output for the backward pass of Δ ⊙ f
         assert all(rows[n][columns['mem_ratio']] > 1.0 for n in names[1:]), proc.stdout
         # params (M) of the 1000-class classifiers: torchvision's ResNet-50 has 25,557,032
@@ -521,6 +522,26 @@ def test_bench_hooks_busy_sums_the_cuda_kernels_only(monkeypatch):
     assert bench.kernel_microseconds([Event(cpu, 9.0)], iters=1) == 0.0
     with pytest.raises(SystemExit):
         bench.parse_args(['--busy'])  # the CPU: no kernels to profile
+
+
+@pytest.mark.slow
+def test_count_attention_kernels_counts_the_passes_the_fold_saves(run_tool):
+    """Folded, each scale's backward pass adds one pass over the tokens to the plain layer's
+    (the broadcast mean gradient added to v's or to a's); as layers, three or more."""
+    proc = run_tool('tools/benchmark/count_attention_kernels.py', '--img-size', '64', timeout=300)
+    rows = {}
+    for line in proc.stdout.splitlines()[3:]:
+        name, numbers = line[:24].strip(), line[24:].split()
+        scales = numbers.pop(0) if numbers[0] in ('layers', 'folded') else ''
+        rows[name, scales] = dict(
+            zip(('fwd', 'bwd', 'fwd_k', 'bwd_k', 'fwd_full', 'bwd_full'), map(int, numbers)))
+    plain = rows['DeiT-S, no switch', '']
+    for name, scales in (('+AttnScale', 1), ('+FeatScale', 1), ('+AttnScale +FeatScale', 2)):
+        folded, layers = rows[name, 'folded'], rows[name, 'layers']
+        assert folded['bwd_full'] == plain['bwd_full'] + scales, proc.stdout
+        assert layers['bwd_full'] >= folded['bwd_full'] + 3 * scales, proc.stdout
+        assert folded['fwd_full'] <= layers['fwd_full'], proc.stdout
+    assert len(rows) == 7
 
 
 @pytest.mark.slow

@@ -8,11 +8,17 @@ machine hit all models alike); the table reports the median over repeats of each
 and of its ratio to mmpretrain's model in the same repeat.
 
 * train step: forward, cross-entropy on a linear head over the class token, backward, SGD step;
-* inference: forward under ``torch.inference_mode`` in eval mode.
+* inference: forward under ``torch.inference_mode`` in eval mode;
+* train peak: one train step's peak memory above what was allocated before it (CUDA: the
+  allocator's peak; CPU: the profiler's live tensor bytes; not for compiled CPU models).
 
 Clocks: ``--clock wall`` (default) measures elapsed time. On a machine shared with other jobs,
 ``--threads 1 --clock cpu`` measures the CPU time the process itself used
 (``time.process_time``), which other processes competing for the cores barely disturb.
+
+``--scope attention`` times the attention of one layer alone (layer 6, on random tokens of the
+model's shape): forward and backward for the train column, forward for inference; what the
+switches cost the layer, without the rest of the network's time around it.
 
 ``--fused off`` builds the switched models with ``fused=False`` (AttnScale and FeatScale as
 layers of their own, not folded into the output projection); ``--fused both`` times both, the
@@ -29,8 +35,10 @@ Usage (the CPU defaults take a few minutes on 2 cores):
     python tools/benchmark/bench_vit.py --device cuda --batch-size 128 --iters 10
     python tools/benchmark/bench_vit.py --compile --variants attnscale featscale
     python tools/benchmark/bench_vit.py --fused both --variants attnscale featscale
+    python tools/benchmark/bench_vit.py --scope attention --fused both --batch-size 32
 """
 import argparse
+import functools
 import statistics
 import time
 
@@ -38,7 +46,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mmstiff.apis.benchmark import compile_model, synchronize, train_step
+from mmstiff.apis.benchmark import (compile_model, peak_memory, peak_step_memory, synchronize,
+                                    train_step)
 from mmstiff.apis.cli import add_compile_argument, check_compile_mode
 
 BASELINE = 'mmpretrain DeiT-S'
@@ -139,6 +148,49 @@ def time_inference(model, images, iters, device, clock=time.perf_counter):
     return (clock() - start) / iters
 
 
+#: the layer whose attention ``--scope attention`` times
+LAYER = 6
+
+
+def attention_of(model):
+    """The attention of layer :data:`LAYER` of a :class:`Classifier` (``--scope attention``)."""
+    return model.backbone.layers[LAYER].attn
+
+
+def attention_pass(attn, tokens, grad):
+    """One forward and backward pass of an attention layer on ``tokens`` (B, N, C)."""
+    attn.zero_grad(set_to_none=True)
+    tokens.grad = None
+    attn(tokens).backward(grad)
+
+
+def time_attention(attn, tokens, grad, iters, device, clock=time.perf_counter):
+    attn.train()
+    synchronize(device)
+    start = clock()
+    for _ in range(iters):
+        attention_pass(attn, tokens, grad)
+    synchronize(device)
+    return (clock() - start) / iters
+
+
+def attention_memory(attn, tokens, grad, device):
+    """Peak bytes of one forward and backward pass of ``attn`` above what was allocated
+    before it."""
+    attn.train()
+    attention_pass(attn, tokens, grad)
+    return peak_memory(lambda: attention_pass(attn, tokens, grad), device)
+
+
+def train_memory(model, images, labels, device):
+    """Peak bytes of one train step above what was allocated before it (the optimizer's state
+    made by an untimed step first; see :func:`~mmstiff.apis.benchmark.peak_step_memory`)."""
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    train_step(model, optimizer, images, labels)
+    return peak_step_memory(model, optimizer, (images, labels), device)
+
+
 def measure(models, timer, repeats):
     """Median time and median per-repeat ratio to the baseline, models rotated each repeat."""
     names = list(models)
@@ -173,6 +225,11 @@ def main():
         help='on: AttnScale and FeatScale folded into the output projection '
         "(fused='auto'); off: as layers of their own (fused=False); both: one "
         'row each (", layers": off)')
+    parser.add_argument(
+        '--scope', choices=('model', 'attention'), default='model',
+        help='model: the classifier\'s train step and inference (default); '
+        f'attention: the attention of layer {LAYER} alone, forward and '
+        'backward (train) and forward (inference), on tokens')
     parser.add_argument('--variants', nargs='+', choices=sorted(VARIANT_KEYS), default=None,
                         help='models compared with the baseline (default: all)')
     args = parser.parse_args()
@@ -189,37 +246,62 @@ def main():
 
     names = None if args.variants is None else {VARIANT_KEYS[key] for key in args.variants}
     models = build_models(args.img_size, device, names, FUSED[args.fused])
+    if args.scope == 'attention':
+        models = {name: attention_of(model) for name, model in models.items()}
     if args.compile:
         models = {name: compile_model(model, args.compile_mode) for name, model in models.items()}
     torch.manual_seed(1)
-    images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
-    labels = torch.randint(0, 1000, (args.batch_size, ), device=device)
+    if args.scope == 'attention':
+        embed_dims = next(iter(models.values())).embed_dims
+        shape = (args.batch_size, (args.img_size // 16)**2 + 1, embed_dims)
+        images = torch.randn(*shape, device=device, requires_grad=True)
+        grad = torch.randn(*shape, device=device)
+        train_run = functools.partial(time_attention, tokens=images, grad=grad)
+        memory_of = functools.partial(attention_memory, tokens=images, grad=grad)
+    else:
+        images = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
+        labels = torch.randint(0, 1000, (args.batch_size, ), device=device)
+        train_run = functools.partial(time_train, images=images, labels=labels)
+        memory_of = functools.partial(train_memory, images=images, labels=labels)
     for model in models.values():  # warm-up: allocator, kernels, autograd graph (compiling)
-        time_train(model, images, labels, 1, device)
+        train_run(model, iters=1, device=device)
         time_inference(model, images, 1, device)
 
-    train = measure(models, lambda m: time_train(m, images, labels, args.iters, device, clock),
+    train = measure(models, lambda m: train_run(m, iters=args.iters, device=device, clock=clock),
                     args.repeats)
     infer = measure(models, lambda m: time_inference(m, images, args.iters, device, clock),
                     args.repeats)
 
+    # the CPU's peak comes from the profiler's per-op allocations, which a compiled graph
+    # does not report op by op
+    measured = not (args.compile and device.type == 'cpu')
+    memory = {
+        name: memory_of(model, device=device) if measured else None
+        for name, model in models.items()
+    }
     compiled = f', compiled ({args.compile_mode})' if args.compile else ''
-    print(f'DeiT-S{compiled}, {args.device}, --fused {args.fused}, '
+    scope = f', attention of layer {LAYER}' if args.scope == 'attention' else ''
+    print(f'DeiT-S{scope}{compiled}, {args.device}, --fused {args.fused}, '
           f'{torch.get_num_threads()} threads, {args.clock} clock, '
           f'batch {args.batch_size}, {args.img_size}x{args.img_size}, '
           f'{args.repeats} repeats x {args.iters} iters, '
           'medians; ratio = time / time of mmpretrain DeiT-S in the same repeat '
-          '(> 1: slower)')
+          '(> 1: slower); train peak: one step\'s peak memory above its start (' +
+          ('cuda max_memory_allocated' if device.type == 'cuda' else
+           'profiler live bytes' if measured else 'not measured for compiled CPU models') + ')')
     header = (f'{"model":<30} {"train ms/step":>14} {"train img/s":>12} {"train ratio":>12} '
-              f'{"infer ms/batch":>15} {"infer img/s":>12} {"infer ratio":>12}')
+              f'{"infer ms/batch":>15} {"infer img/s":>12} {"infer ratio":>12} '
+              f'{"train peak MiB":>15} {"peak ratio":>11}')
     print(header)
     print('-' * len(header))
     for name in models:
         t_time, t_ratio = train[name]
         i_time, i_ratio = infer[name]
+        peak, peak_ratio = ('n/a', 'n/a') if memory[name] is None else (
+            f'{memory[name] / 2**20:.1f}', f'{memory[name] / memory[BASELINE]:.3f}')
         print(f'{name:<30} {t_time * 1e3:>14.1f} {args.batch_size / t_time:>12.2f} '
               f'{t_ratio:>12.3f} {i_time * 1e3:>15.1f} {args.batch_size / i_time:>12.2f} '
-              f'{i_ratio:>12.3f}')
+              f'{i_ratio:>12.3f} {peak:>15} {peak_ratio:>11}')
 
 
 if __name__ == '__main__':

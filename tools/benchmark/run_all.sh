@@ -141,6 +141,7 @@ if [[ $device == cuda ]]; then
     --fused both --amp fp16 --channels-last
 fi
 add count_step_kernels "$PYTHON" $bench/count_step_kernels.py --device "$device"
+add count_attention_kernels "$PYTHON" $bench/count_attention_kernels.py --device "$device"
 add profile_step "$PYTHON" $bench/profile_step.py "${profile[@]}"
 add bench_launch "$PYTHON" $bench/bench_launch.py "${launch[@]}"
 add bench_kernels "$PYTHON" $bench/bench_kernels.py "${kernels[@]}"

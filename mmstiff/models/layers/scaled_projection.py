@@ -15,14 +15,17 @@ so the three are one linear map with its weight scaled on both sides and a bias 
 Forward, this passes over the tokens as often as the layers do (a mean each, then β added
 where each layer would write its output). Backward, each layer on its own passes over the
 tokens seven times (two sums, a product and its reduction, a scaled copy of the gradient);
-folded, β's gradient is the sum the projection's bias takes anyway, and FeatScale adds one
-broadcast term to a's gradient. FeatScale on its own also keeps its input for the backward
-pass; folded it keeps nothing the projection does not. Autograd differentiates the form (to
-any order).
+folded, β's gradient is the sum the projection's bias takes anyway, and each mean's gradient
+is added to v's or a's as a broadcast view. On their own, AttnScale's output and FeatScale's
+input are kept for the backward pass; folded, nothing is kept that the attention and the
+projection do not keep. What the fold adds is arithmetic on weight-sized tensors
+(:mod:`.scaled_weights`). It has second derivatives.
 """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .scaled_weights import scaled_weights
 
 
 class TokenMean(torch.autograd.Function):
@@ -72,31 +75,12 @@ def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=No
     if (omega is None) != (v_mean is None):
         raise ValueError('omega and v_mean are given together (AttnScale) or not at all; got '
                          f'omega {_given(omega)}, v_mean {_given(v_mean)}')
-    scaled_in = weight if omega is None else _scale_heads(weight, 1 + omega)
-    shift = bias  # b - W (ω ⊙ mean_n(v)), per sample with AttnScale
     if omega is not None:
-        moved = _scale_heads(v_mean.reshape(v_mean.shape[0], -1), omega)
-        shift = F.linear(moved, weight).neg() if bias is None else \
-            torch.addmm(bias, moved, weight.t(), alpha=-1)
-    if not has_feat:
-        out = F.linear(a, scaled_in)
-        return out if shift is None else out.add_(_per_sample(shift, out))
-    gain = 1 + hc_scale
-    mean_proj = F.linear(token_mean(a), scaled_in)  # W diag(1 + ω) mean_n(a)
-    beta = (dc_scale - hc_scale) * mean_proj
-    if shift is not None:
-        beta = torch.addcmul(beta, 1 + dc_scale, shift)
-    out = F.linear(a, scaled_in * gain.unsqueeze(-1))
-    return out.add_(_per_sample(beta, out))
-
-
-def _scale_heads(t, head_scale):
-    """``t`` (..., K) with each head's K / H columns multiplied by its entry of ``head_scale``
-    (H,)."""
-    heads = head_scale.shape[0]
-    shape = t.shape
-    return (t.reshape(*shape[:-1], heads, shape[-1] // heads) *
-            head_scale.unsqueeze(-1)).reshape(shape)
+        v_mean = v_mean.reshape(v_mean.shape[0], -1)
+    a_mean = token_mean(a) if has_feat else None
+    scaled, beta = scaled_weights(weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
+    out = F.linear(a, scaled)
+    return out if beta is None else out.add_(_per_sample(beta, out))
 
 
 def _per_sample(beta, out):
@@ -125,12 +109,16 @@ def folded_scales(attention, explicit=False):
     """``(fold AttnScale, fold FeatScale)`` for an attention layer with ``proj``, ``proj_drop``,
     a ``fold_scales`` switch and ``attn_scale`` / ``feat_scale`` layers (None or absent: off).
 
-    Neither with ``fold_scales`` False, nor into a projection other than a plain linear layer
+    Neither with ``fold_scales`` False, nor with ``'auto'`` where no graph is recorded (no
+    backward pass follows: forward, the fold passes over the tokens as often as the layers and
+    adds its weight-sized work), nor into a projection other than a plain linear layer
     (:func:`foldable_projection`), nor a layer with hooks of its own (they would not be
     called); AttnScale not where the attention matrix was formed (``explicit``: ``Â`` is
     there already); FeatScale not across an active dropout after the projection.
     """
-    if attention.fold_scales is False or not foldable_projection(attention.proj):
+    choice = attention.fold_scales
+    if choice is False or (choice == 'auto' and not torch.is_grad_enabled()) or \
+            not foldable_projection(attention.proj):
         return False, False
     attn = getattr(attention, 'attn_scale', None)
     feat = attention.feat_scale

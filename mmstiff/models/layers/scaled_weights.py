@@ -1,0 +1,144 @@
+"""The folded projection's weight and per-sample bias (docs/methods.md §7, "Folded into the
+projection"), with a hand-written backward pass.
+
+From the projection's W (C, K) and b (C,), AttnScale's ω (H,) with the values' token means
+v̄ (B, K), and FeatScale's s, t (C,) with the heads' token means ā (B, K):
+
+    W_eff = diag(1 + t) W diag(1 + ω),      c = b - W (ω ⊙ v̄),
+    β = (1 + s) ⊙ c + (s - t) ⊙ W diag(1 + ω) ā          (β = c without FeatScale)
+
+(ω repeated over each head's K / H columns). These are small tensors, but as autograd
+operators they are some thirty nodes of the backward graph, whose host-side cost is most of the
+fold's; :class:`ScaledWeights` computes both directions in one node. A backward pass that builds
+a graph (a double backward) takes autograd of :func:`scaled_weights_reference` instead.
+"""
+import contextlib
+
+import torch
+
+#: the order of :class:`ScaledWeights`' inputs
+INPUTS = ('weight', 'bias', 'omega', 'v_mean', 'a_mean', 'dc_scale', 'hc_scale')
+
+
+def head_columns(omega, columns):
+    """ω (H,) repeated over each head's ``columns / H`` columns: (K,)."""
+    return omega.repeat_interleave(columns // omega.shape[0])
+
+
+def head_sums(per_column, heads):
+    """The sum of a (K,) tensor over each head's columns: (H,)."""
+    return per_column.reshape(heads, -1).sum(dim=-1)
+
+
+def scaled_weights_reference(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
+                             hc_scale=None):
+    """``(W_eff, β)`` in autograd operators (the reference, and the double backward's path).
+    ``β`` is None without AttnScale, FeatScale and a bias; (C,) without AttnScale and FeatScale,
+    else (B, C)."""
+    scaled_in = weight
+    shift = bias
+    if omega is not None:
+        om = head_columns(omega, weight.shape[1])
+        scaled_in = weight * (1 + om)
+        shift = -(v_mean * om) @ weight.t()
+        if bias is not None:
+            shift = shift + bias
+    if dc_scale is None:
+        return scaled_in, shift
+    beta = (dc_scale - hc_scale) * (a_mean @ scaled_in.t())
+    if shift is not None:
+        beta = beta + (1 + dc_scale) * shift
+    return scaled_in * (1 + hc_scale).unsqueeze(-1), beta
+
+
+class ScaledWeights(torch.autograd.Function):
+    """:func:`scaled_weights_reference` as one autograd node: the same values, with the
+    gradients written out (in the weight's dtype, autocast off: these are parameters and
+    (B, K) means)."""
+
+    @staticmethod
+    def forward(ctx, weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale):
+        inputs = (weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
+        ctx.save_for_backward(*inputs)
+        with _autocast_off(weight.device.type):
+            return scaled_weights_reference(*_in_dtype(inputs, weight.dtype))
+
+    @staticmethod
+    def backward(ctx, grad_weight, grad_beta):
+        inputs = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a double backward: autograd of the reference
+            return _autograd_grads(ctx, inputs, grad_weight, grad_beta)
+        with _autocast_off(inputs[0].device.type):
+            grads = scaled_weights_grads(_in_dtype(inputs, inputs[0].dtype), grad_weight, grad_beta)
+        return tuple(None if g is None or not need else g.to(t.dtype)
+                     for g, t, need in zip(grads, inputs, ctx.needs_input_grad))
+
+
+def scaled_weights_grads(inputs, grad_weight, grad_beta):
+    """The gradients of :func:`scaled_weights_reference`'s :data:`INPUTS` (None where an input
+    is None) from those of ``(W_eff, β)``."""
+    weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale = inputs
+    grads = dict.fromkeys(INPUTS)
+    om = None if omega is None else head_columns(omega, weight.shape[1])
+    scaled_in = weight if om is None else weight * (1 + om)
+    shift = bias
+    if om is not None:
+        shift = -(v_mean * om) @ weight.t()
+        if bias is not None:
+            shift = shift + bias
+    grad_scaled_in, grad_shift = grad_weight, grad_beta
+    if dc_scale is not None:
+        mean_proj = a_mean @ scaled_in.t()
+        grad_scaled_in = grad_weight * (1 + hc_scale).unsqueeze(-1)
+        grad_hc = (grad_weight * scaled_in).sum(dim=1)
+        grad_mean_proj = grad_beta * (dc_scale - hc_scale)
+        moved = (grad_beta * mean_proj).sum(dim=0)
+        grads['dc_scale'], grads['hc_scale'] = moved, grad_hc - moved
+        grads['a_mean'] = grad_mean_proj @ scaled_in
+        grad_scaled_in = grad_scaled_in + grad_mean_proj.t() @ a_mean
+        if shift is not None:
+            grad_shift = grad_beta * (1 + dc_scale)
+            grads['dc_scale'] = grads['dc_scale'] + (grad_beta * shift).sum(dim=0)
+            if shift.dim() == 1:  # b alone: one shift for every sample
+                grad_shift = grad_shift.sum(dim=0)
+    if om is None:
+        grads['weight'] = grad_scaled_in
+        grads['bias'] = grad_shift if bias is not None else None
+        return tuple(grads[name] for name in INPUTS)
+    grads['weight'] = grad_scaled_in * (1 + om) - grad_shift.t() @ (v_mean * om)
+    grad_om = (grad_scaled_in * weight).sum(dim=0)
+    if bias is not None:
+        grads['bias'] = grad_shift.sum(dim=0)
+    grad_moved = -grad_shift @ weight  # of v_mean ⊙ om
+    grads['v_mean'] = grad_moved * om
+    grads['omega'] = head_sums(grad_om + (grad_moved * v_mean).sum(dim=0), omega.shape[0])
+    return tuple(grads[name] for name in INPUTS)
+
+
+def _autocast_off(device_type):
+    """Autocast off for ``device_type`` where it is on (entering the context costs host time)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _in_dtype(inputs, dtype):
+    return tuple(t if t is None or t.dtype == dtype else t.to(dtype) for t in inputs)
+
+
+def _autograd_grads(ctx, inputs, grad_weight, grad_beta):
+    wanted = [i for i, need in enumerate(ctx.needs_input_grad) if need]
+    with torch.enable_grad():
+        outputs = scaled_weights_reference(*inputs)
+        found = torch.autograd.grad(outputs, [inputs[i] for i in wanted], (grad_weight, grad_beta),
+                                    create_graph=True, allow_unused=True)
+    grads = [None] * len(inputs)
+    for i, g in zip(wanted, found):
+        grads[i] = g
+    return tuple(grads)
+
+
+def scaled_weights(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
+                   hc_scale=None):
+    """``(W_eff, β)`` of the folded projection (module docstring), in one autograd node."""
+    return ScaledWeights.apply(weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
