@@ -13,6 +13,7 @@ fold's; :class:`ScaledWeights` computes both directions in one node. A backward 
 a graph (a double backward) takes autograd of :func:`scaled_weights_reference` instead.
 """
 import contextlib
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -30,25 +31,45 @@ def head_sums(per_column, heads):
     return per_column.reshape(heads, -1).sum(dim=-1)
 
 
-def scaled_weights_reference(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
-                             hc_scale=None):
-    """``(W_eff, β)`` in autograd operators (the reference, and the double backward's path).
-    ``β`` is None without AttnScale, FeatScale and a bias; (C,) without AttnScale and FeatScale,
-    else (B, C)."""
-    scaled_in = weight
-    shift = bias
+class FoldParts(NamedTuple):
+    """The intermediate values of :func:`fold_parts` that the backward pass reads (None where
+    a scale is absent)."""
+    om: Optional[torch.Tensor]  # ω repeated over the heads' columns, (K,)
+    gain_in: Optional[torch.Tensor]  # 1 + ω, repeated, (K,)
+    scaled_in: torch.Tensor  # W diag(1 + ω), (C, K)
+    moved: Optional[torch.Tensor]  # ω ⊙ v̄, (B, K)
+    shift: Optional[torch.Tensor]  # c = b - W (ω ⊙ v̄), (B, C); b (C,) or None without ω
+    mean_proj: Optional[torch.Tensor]  # W diag(1 + ω) ā, (B, C)
+
+
+def fold_parts(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
+               hc_scale=None):
+    """``(W_eff, β, parts)``: the closed forms in autograd operators, and the
+    :class:`FoldParts` of the way. ``β`` is None without AttnScale, FeatScale and a bias;
+    (C,) without AttnScale and FeatScale, else (B, C)."""
+    om = gain_in = moved = mean_proj = None
+    scaled_in, shift = weight, bias
     if omega is not None:
         om = head_columns(omega, weight.shape[1])
-        scaled_in = weight * (1 + om)
-        shift = -(v_mean * om) @ weight.t()
-        if bias is not None:
-            shift = shift + bias
+        gain_in = 1 + om
+        scaled_in = weight * gain_in
+        moved = v_mean * om
+        shift = -(moved @ weight.t()) if bias is None else torch.addmm(
+            bias, moved, weight.t(), alpha=-1)
+    parts = FoldParts(om, gain_in, scaled_in, moved, shift, None)
     if dc_scale is None:
-        return scaled_in, shift
-    beta = (dc_scale - hc_scale) * (a_mean @ scaled_in.t())
+        return scaled_in, shift, parts
+    mean_proj = a_mean @ scaled_in.t()
+    beta = (dc_scale - hc_scale) * mean_proj
     if shift is not None:
-        beta = beta + (1 + dc_scale) * shift
-    return scaled_in * (1 + hc_scale).unsqueeze(-1), beta
+        beta = torch.addcmul(beta, 1 + dc_scale, shift)
+    return scaled_in * (1 + hc_scale).unsqueeze(-1), beta, parts._replace(mean_proj=mean_proj)
+
+
+def scaled_weights_reference(*inputs, **named):
+    """``(W_eff, β)`` of :func:`fold_parts`: autograd's reference, and the path of a double
+    backward."""
+    return fold_parts(*inputs, **named)[:2]
 
 
 class ScaledWeights(torch.autograd.Function):
@@ -59,59 +80,56 @@ class ScaledWeights(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale):
         inputs = (weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
-        ctx.save_for_backward(*inputs)
         with _autocast_off(weight.device.type):
-            return scaled_weights_reference(*_in_dtype(inputs, weight.dtype))
+            scaled, beta, parts = fold_parts(*_in_dtype(inputs, weight.dtype))
+        # the parts are not inputs: a double backward recomputes them (_autograd_grads)
+        ctx.save_for_backward(*inputs, *parts)
+        return scaled, beta
 
     @staticmethod
     def backward(ctx, grad_weight, grad_beta):
-        inputs = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        inputs, parts = saved[:len(INPUTS)], FoldParts(*saved[len(INPUTS):])
         if torch.is_grad_enabled():  # a double backward: autograd of the reference
             return _autograd_grads(ctx, inputs, grad_weight, grad_beta)
         with _autocast_off(inputs[0].device.type):
-            grads = scaled_weights_grads(_in_dtype(inputs, inputs[0].dtype), grad_weight, grad_beta)
-        return tuple(None if g is None or not need else g.to(t.dtype)
+            grads = scaled_weights_grads(
+                _in_dtype(inputs, inputs[0].dtype), parts, grad_weight, grad_beta)
+        return tuple(None if g is None or not need else g if g.dtype == t.dtype else g.to(t.dtype)
                      for g, t, need in zip(grads, inputs, ctx.needs_input_grad))
 
 
-def scaled_weights_grads(inputs, grad_weight, grad_beta):
-    """The gradients of :func:`scaled_weights_reference`'s :data:`INPUTS` (None where an input
-    is None) from those of ``(W_eff, β)``."""
+def scaled_weights_grads(inputs, parts, grad_weight, grad_beta):
+    """The gradients of :func:`fold_parts`' :data:`INPUTS` (None where an input is None) from
+    those of ``(W_eff, β)``, with its :class:`FoldParts` ``parts``."""
     weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale = inputs
     grads = dict.fromkeys(INPUTS)
-    om = None if omega is None else head_columns(omega, weight.shape[1])
-    scaled_in = weight if om is None else weight * (1 + om)
-    shift = bias
-    if om is not None:
-        shift = -(v_mean * om) @ weight.t()
-        if bias is not None:
-            shift = shift + bias
     grad_scaled_in, grad_shift = grad_weight, grad_beta
     if dc_scale is not None:
-        mean_proj = a_mean @ scaled_in.t()
         grad_scaled_in = grad_weight * (1 + hc_scale).unsqueeze(-1)
-        grad_hc = (grad_weight * scaled_in).sum(dim=1)
         grad_mean_proj = grad_beta * (dc_scale - hc_scale)
-        moved = (grad_beta * mean_proj).sum(dim=0)
-        grads['dc_scale'], grads['hc_scale'] = moved, grad_hc - moved
-        grads['a_mean'] = grad_mean_proj @ scaled_in
-        grad_scaled_in = grad_scaled_in + grad_mean_proj.t() @ a_mean
-        if shift is not None:
+        moved = (grad_beta * parts.mean_proj).sum(dim=0)
+        grads['dc_scale'] = moved
+        grads['hc_scale'] = (grad_weight * parts.scaled_in).sum(dim=1).sub_(moved)
+        grads['a_mean'] = grad_mean_proj @ parts.scaled_in
+        grad_scaled_in = grad_scaled_in.addmm_(grad_mean_proj.t(), a_mean)
+        if parts.shift is not None:
             grad_shift = grad_beta * (1 + dc_scale)
-            grads['dc_scale'] = grads['dc_scale'] + (grad_beta * shift).sum(dim=0)
-            if shift.dim() == 1:  # b alone: one shift for every sample
+            grads['dc_scale'] = grads['dc_scale'].add_((grad_beta * parts.shift).sum(dim=0))
+            if parts.shift.dim() == 1:  # b alone: one shift for every sample
                 grad_shift = grad_shift.sum(dim=0)
-    if om is None:
+    if omega is None:
         grads['weight'] = grad_scaled_in
         grads['bias'] = grad_shift if bias is not None else None
         return tuple(grads[name] for name in INPUTS)
-    grads['weight'] = grad_scaled_in * (1 + om) - grad_shift.t() @ (v_mean * om)
-    grad_om = (grad_scaled_in * weight).sum(dim=0)
+    grads['weight'] = torch.addmm(grad_scaled_in * parts.gain_in, grad_shift.t(), parts.moved,
+                                  alpha=-1)
     if bias is not None:
         grads['bias'] = grad_shift.sum(dim=0)
-    grad_moved = -grad_shift @ weight  # of v_mean ⊙ om
-    grads['v_mean'] = grad_moved * om
-    grads['omega'] = head_sums(grad_om + (grad_moved * v_mean).sum(dim=0), omega.shape[0])
+    grad_moved = grad_shift @ weight  # minus the gradient of ω ⊙ v̄
+    grads['v_mean'] = grad_moved * parts.om.neg()
+    per_column = (grad_scaled_in * weight).sum(dim=0).sub_((grad_moved * v_mean).sum(dim=0))
+    grads['omega'] = head_sums(per_column, omega.shape[0])
     return tuple(grads[name] for name in INPUTS)
 
 
