@@ -3,7 +3,8 @@ of their own against folded into the output projection.
 
 For StepViT DeiT-S with no switch, with AttnScale, with FeatScale and with both, each built with
 ``fused=False`` (``layers``) and ``fused='auto'`` (``folded``), ``torch.profiler`` counts, in
-train mode (batch 8 at 224²), for the attention of layer 6 (the branch from ``LN1(x)`` to the MSA output):
+train mode (batch 8 at 224²), for the attention of layer 6 (the branch from ``LN1(x)`` to the
+MSA output):
 
 * ``fwd ops`` / ``bwd ops``: the top-level aten calls of its forward and backward pass;
 * ``fwd/bwd kernels``: of those, the calls that launch a kernel on a GPU (not allocations,
