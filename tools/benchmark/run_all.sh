@@ -155,6 +155,8 @@ if [[ $device == cuda ]]; then
   add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
 fi
 add bench_vit "$PYTHON" $bench/bench_vit.py "${vit[@]}" --fused both
+add bench_vit_attention "$PYTHON" $bench/bench_vit.py "${vit[@]}" --fused both --scope attention \
+  --variants attnscale featscale both
 add bench_alternet "$PYTHON" $bench/bench_alternet.py "${alternet[@]}"
 add hooks_resnet_at1 "$PYTHON" $bench/bench_hooks.py "${hooks_common[@]}" "${hooks_resnet[@]}" \
   "${at1[@]}"
