@@ -138,3 +138,31 @@ def test_without_a_graph_auto_keeps_the_layers(fused, folds):
     with torch.no_grad():
         torch.testing.assert_close(model(images())[0], reference(images())[0])
     assert (calls == []) == folds
+
+
+def test_cait_talking_heads_fold_the_scales_too():
+    from mmstiff.models.backbones.cait import CaiT
+    torch.manual_seed(0)
+    folded = CaiT(
+        arch=dict(embed_dims=32, num_layers=2, num_heads=4), img_size=32, patch_size=8,
+        attn_scale_layers='all', feat_scale_layers=[1], layer_scale_init_value=0.5)
+    with torch.no_grad():
+        for name, p in folded.named_parameters():
+            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
+                p.normal_(std=0.7)
+    folded = folded.double().train()
+    reference = set_fused(copy.deepcopy(folded), False)
+    ref_calls, fold_calls = layer_calls(reference), layer_calls(folded)
+    x = images().double()
+    want, want_grads = outputs_and_grads(reference, x)
+    got, got_grads = outputs_and_grads(folded, x)
+    assert sorted(ref_calls) == ['AttnScale', 'AttnScale', 'FeatScale'] and fold_calls == []
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
+                                   msg=name)
+    with pytest.raises(ValueError, match="fused='yes'"):
+        CaiT(
+            arch=dict(embed_dims=32, num_layers=2, num_heads=4), img_size=32, patch_size=8,
+            fused='yes')

@@ -17,6 +17,7 @@ from mmpretrain.models.utils import resize_pos_embed
 
 from mmstiff.models.layers.class_attention import ClassAttention
 from mmstiff.models.layers.talking_heads import TalkingHeadsAttention
+from mmstiff.models.steps import check_fused, set_fused
 from mmstiff.models.utils import select_layers
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
@@ -180,6 +181,9 @@ class CaiT(BaseBackbone):
         attn_scale_layers: patch layers with AttnScale (ω init 0): None (default), ``'all'``,
             or a sequence of layer indices (negative ones count from the end).
         feat_scale_layers: patch layers with FeatScale (s, t init 0), the same way.
+        fused (str | bool): ``'auto'`` (default) or True: AttnScale and FeatScale folded into
+            the attention's output projection in training (True: always), or False: applied as
+            layers of their own (docs/methods.md §7, "Folded into the projection").
         init_cfg (dict | list, optional): Default: timm's initialisation (truncated normal
             σ = 0.02 for linear weights, zero biases, unit LayerNorms; class token and position
             embedding truncated normal σ = 0.02 in :meth:`init_weights`).
@@ -204,11 +208,12 @@ class CaiT(BaseBackbone):
                  out_type='cls_token', drop_rate=0., attn_drop_rate=0., drop_path_rate=0.,
                  qkv_bias=True, norm_cfg=dict(type='LN', eps=1e-6), layer_scale_init_value=None,
                  interpolate_mode='bicubic', frozen_stages=-1, attn_scale_layers=None,
-                 feat_scale_layers=None, init_cfg=[
+                 feat_scale_layers=None, fused='auto', init_cfg=[
                      dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
                      dict(type='Constant', layer='LayerNorm', val=1., bias=0.)
                  ]):
         super().__init__(init_cfg=init_cfg)
+        fused = check_fused(fused)
         self.arch_settings = self._arch_settings(arch)
         if layer_scale_init_value is not None:
             self.arch_settings['layer_scale_init_value'] = layer_scale_init_value
@@ -266,6 +271,7 @@ class CaiT(BaseBackbone):
             raise ValueError(f'frozen_stages={frozen_stages!r} is not supported; expected an '
                              f'int in [-1, {self.num_layers}] (patch layers)')
         self.frozen_stages = frozen_stages
+        set_fused(self, fused)
         self._freeze_stages()
 
     def frozen_modules(self):

@@ -19,7 +19,7 @@ from mmpretrain.models.utils import MultiheadAttention
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
-from mmstiff.models.layers.scaled_projection import folded_scales, scaled_projection, token_mean
+from mmstiff.models.layers.scaled_projection import folded_scales, projected_output
 from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import (build_adaptor, check_fused, residual_update, resolve_adaptor,
                                   set_fused)
@@ -120,22 +120,10 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         if self.attn_scale is not None and not explicit and not fold_attn:
             x = self.attn_scale(x, v)
         x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
-        if fold_attn or fold_feat:
-            x = self.proj_drop(self._scaled_projection(x, v, fold_attn, fold_feat))
-        else:
-            x = self.proj_drop(self.proj(x))
-        if self.feat_scale is not None and not fold_feat:
-            x = self.feat_scale(x)
-        x = self.out_drop(self.gamma1(x))
+        x = self.out_drop(self.gamma1(projected_output(self, x, v, fold_attn, fold_feat)))
         if self.v_shortcut:
             x = v.squeeze(1) + x
         return x
-
-    def _scaled_projection(self, x, v, fold_attn, fold_feat):
-        attn = dict(omega=self.attn_scale.omega, v_mean=token_mean(v)) if fold_attn else {}
-        feat = dict(dc_scale=self.feat_scale.dc_scale,
-                    hc_scale=self.feat_scale.hc_scale) if fold_feat else {}
-        return scaled_projection(x, self.proj.weight, self.proj.bias, **attn, **feat)
 
     def _explicit_attention(self, q, k, v, dropout_p):
         attn = (q @ k.transpose(-2, -1) * self.head_dims**-0.5).softmax(dim=-1)
@@ -271,8 +259,9 @@ class StepViT(VisionTransformer):
         fused (str | bool): ``'auto'`` (default), True or False: the fused step of the adapted
             branches (layout ``'nlc'``) or the reference, see
             :class:`~mmstiff.models.backbones.StepResNet`; and AttnScale and FeatScale folded
-            into the attention's output projection (``'auto'`` and True) or applied as layers
-            of their own (False; docs/methods.md §7, "Folded into the projection").
+            into the attention's output projection (``'auto'``: in training, True: always) or
+            applied as layers of their own (False; docs/methods.md §7, "Folded into the
+            projection").
         **kwargs: the other arguments of :class:`VisionTransformer`.
 
     Attention maps (per layer and head) are available through

@@ -126,3 +126,21 @@ def folded_scales(attention, explicit=False):
     dropout = attention.training and getattr(attention.proj_drop, 'p', 0) > 0
     fold_feat = feat is not None and not dropout and not has_module_hooks(feat)
     return fold_attn, fold_feat
+
+
+def projected_output(attention, x, v=None, fold_attn=False, fold_feat=False):
+    """An attention layer's output from its heads' outputs ``x`` (B, N, K), AttnScale already
+    applied unless ``fold_attn``: the projection and its dropout, then FeatScale, with
+    AttnScale (from the values ``v``, (B, H, N, K / H)) and FeatScale folded into the
+    projection as :func:`folded_scales` decided."""
+    if fold_attn or fold_feat:
+        attn = dict(omega=attention.attn_scale.omega, v_mean=token_mean(v)) if fold_attn else {}
+        feat = attention.feat_scale
+        feat = dict(dc_scale=feat.dc_scale, hc_scale=feat.hc_scale) if fold_feat else {}
+        proj = attention.proj
+        x = attention.proj_drop(scaled_projection(x, proj.weight, proj.bias, **attn, **feat))
+    else:
+        x = attention.proj_drop(attention.proj(x))
+    if attention.feat_scale is not None and not fold_feat:
+        x = attention.feat_scale(x)
+    return x

@@ -9,6 +9,7 @@ import torch.nn as nn
 from mmstiff.utils.checks import check_positive_int
 from .attn_scale import AttentionMapMixin, AttnScale
 from .feat_scale import FeatScale
+from .scaled_projection import folded_scales, projected_output
 
 
 def mix_heads(proj, attn):
@@ -47,6 +48,10 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         self.attn_drop = float(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
+        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
+        #: into the output projection where they can be
+        #: (:func:`~.scaled_projection.folded_scales`), or False: layers of their own
+        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
@@ -69,12 +74,10 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         if attn_drop > 0:
             attn = torch.dropout(attn, attn_drop, True)
         x = attn @ v
-        if self.attn_scale is not None and not explicit:
+        fold_attn, fold_feat = folded_scales(self, explicit)
+        if self.attn_scale is not None and not explicit and not fold_attn:
             x = self.attn_scale(x, v)
-        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
-        if self.feat_scale is not None:
-            x = self.feat_scale(x)
-        return x
+        return projected_output(self, x.transpose(1, 2).reshape(B, N, C), v, fold_attn, fold_feat)
 
     def extra_repr(self):
         return f'embed_dims={self.embed_dims}, num_heads={self.num_heads}'

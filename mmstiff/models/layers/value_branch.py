@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from mmpretrain.models.utils import MultiheadAttention
 
 from .feat_scale import FeatScale
-from .scaled_projection import folded_scales, scaled_projection
+from .scaled_projection import folded_scales, projected_output
 
 
 class ValueBranch(MultiheadAttention):
@@ -47,15 +47,7 @@ class ValueBranch(MultiheadAttention):
         return F.linear(h, self.qkv.weight[2 * c:], None if bias is None else bias[2 * c:])
 
     def forward(self, x):
-        if folded_scales(self)[1]:
-            feat = self.feat_scale
-            x = scaled_projection(
-                self.value(x), self.proj.weight, self.proj.bias, dc_scale=feat.dc_scale,
-                hc_scale=feat.hc_scale)
-            return self.out_drop(self.gamma1(x))
-        x = self.proj_drop(self.proj(self.value(x)))
-        if self.feat_scale is not None:
-            x = self.feat_scale(x)
+        x = projected_output(self, self.value(x), fold_feat=folded_scales(self)[1])
         return self.out_drop(self.gamma1(x))
 
     def extra_repr(self):
