@@ -18,10 +18,8 @@ MSA output):
 Usage:
     python tools/benchmark/count_attention_kernels.py [--device cpu|cuda] [--batch-size 8]
 """
-import argparse
-
 import torch
-from count_step_kernels import count
+from count_step_kernels import count, count_arguments
 
 from mmstiff.models.backbones import StepViT
 
@@ -56,14 +54,7 @@ def measure(switches, fused, args, device):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
-    parser.add_argument('--batch-size', type=int, default=8)
-    parser.add_argument('--img-size', type=int, default=224)
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was given but CUDA is not available')
+    args, device = count_arguments(argv, __doc__.splitlines()[0], batch_size=8)
     print(f'device={device} batch={args.batch_size} img={args.img_size} attention of layer '
           f'{LAYER} (top-level aten calls; train mode)')
     header = (f'{"model":<24}{"scales":<8}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'

@@ -164,15 +164,26 @@ def measure(adaptor, fused, args, device):
     return (*forward_counts, count(net_forward, device), recorded, net_stiffness, net_frequency)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def count_arguments(argv, description, batch_size):
+    """``(args, device)`` of a counting script: ``--device``, ``--batch-size`` (default
+    ``batch_size``) and ``--img-size``, checked before anything is built."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda'")
-    parser.add_argument('--batch-size', type=int, default=2)
+    parser.add_argument('--batch-size', type=int, default=batch_size)
     parser.add_argument('--img-size', type=int, default=224)
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f'--batch-size={args.batch_size} must be >= 1')
+    if args.img_size < 32 or args.img_size % 16:
+        parser.error(f'--img-size={args.img_size} must be a multiple of 16, at least 32')
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise SystemExit('--device cuda was given but CUDA is not available')
+    return args, device
+
+
+def main(argv=None):
+    args, device = count_arguments(argv, __doc__.splitlines()[0], batch_size=2)
     print(f'device={device} batch={args.batch_size} img={args.img_size} block='
           f'{BLOCK[0]}.{BLOCK[1]} (top-level aten calls; forward / backward)')
     header = (f'{"model":<20}{"step":<11}{"fwd ops":>9}{"bwd ops":>9}{"fwd kernels":>13}'
