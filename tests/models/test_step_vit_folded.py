@@ -166,3 +166,37 @@ def test_cait_talking_heads_fold_the_scales_too():
         CaiT(
             arch=dict(embed_dims=32, num_layers=2, num_heads=4), img_size=32, patch_size=8,
             fused='yes')
+
+
+def test_swin_window_attention_folds_attn_scale():
+    # shifted windows (the additive mask) in the odd blocks; FeatScale stays a layer in Swin
+    from mmstiff.models.backbones.step_swin import StepSwin
+    torch.manual_seed(0)
+    folded = StepSwin(
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64, window_size=4,
+        out_indices=(0, 1), drop_path_rate=0., attn_scale_layers='all', feat_scale_layers=[1])
+    with torch.no_grad():
+        for name, p in folded.named_parameters():
+            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
+                p.normal_(std=0.7)
+    folded = folded.double().train()
+    reference = set_fused(copy.deepcopy(folded), False)
+    ref_calls, fold_calls = layer_calls(reference), layer_calls(folded)
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 64, 64, dtype=torch.double)
+
+    def run(model):  # both stages' outputs in the loss: every block gets a gradient
+        outs = model(x)
+        sum(o.pow(2).mean() for o in outs).backward()
+        return outs, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    want, want_grads = run(reference)
+    got, got_grads = run(folded)
+    assert ref_calls.count('AttnScale') == 4 and 'AttnScale' not in fold_calls
+    assert fold_calls == ['FeatScale']
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert got_grads.keys() == want_grads.keys()
+    assert sum('omega' in name for name in want_grads) == 4
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
+                                   msg=name)

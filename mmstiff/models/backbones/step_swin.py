@@ -11,6 +11,8 @@ from mmpretrain.models.utils.attention import ShiftWindowMSA, WindowMSA
 
 from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
+from mmstiff.models.layers.scaled_projection import folded_scales, projected_output
+from mmstiff.models.steps import check_fused, set_fused
 from mmstiff.models.utils import select_layers
 from mmstiff.registry import MODELS
 
@@ -46,6 +48,10 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
 
     def __init__(self, embed_dims, window_size, num_heads, attn_scale=False, **kwargs):
         super().__init__(embed_dims, window_size, num_heads, **kwargs)
+        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale folded into the
+        #: output projection where it can be (:func:`folded_scales`), or False: a layer of its
+        #: own
+        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
 
     def relative_position_bias(self):
@@ -75,9 +81,12 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
                 self._store_attn_map(attn.reshape(B_, self.num_heads, N, N))
             out = self.attn_drop(attn) @ v
         else:  # eval, or no attention dropout
-            out = self.attn_scale(attn @ v, v)
+            out = attn @ v
+        fold_attn, _ = folded_scales(self, explicit)
+        if self.attn_scale is not None and not explicit and not fold_attn:
+            out = self.attn_scale(out, v)
         x = out.reshape(B_, H, N, -1).transpose(1, 2).reshape(B_, N, C)
-        return self.proj_drop(self.proj(x))
+        return projected_output(self, x, v.reshape(B_, H, N, -1), fold_attn)
 
 
 class StepShiftWindowMSA(ShiftWindowMSA):
@@ -116,19 +125,26 @@ class StepSwin(SwinTransformer):
         arch (str | dict): as :class:`SwinTransformer`, e.g. ``'small'``.
         attn_scale_layers: blocks with AttnScale (ω per head, init 0). Default None.
         feat_scale_layers: blocks with FeatScale (s, t per channel, init 0). Default None.
+        fused (str | bool): ``'auto'`` (default) or True: AttnScale folded into the window
+            attention's output projection in training (True: always), or False: applied as a
+            layer of its own (docs/methods.md §7, "Folded into the projection"). FeatScale acts
+            on the merged windows and stays a layer.
         **kwargs: the other arguments of :class:`SwinTransformer`.
 
     Attention maps per block and head, shape (batch · windows, H, n, n), are available through
     :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
     """
 
-    def __init__(self, arch='tiny', attn_scale_layers=None, feat_scale_layers=None, **kwargs):
+    def __init__(self, arch='tiny', attn_scale_layers=None, feat_scale_layers=None, fused='auto',
+                 **kwargs):
+        fused = check_fused(fused)
         super().__init__(arch=arch, **kwargs)
         blocks = [block for stage in self.stages for block in stage.blocks]
         attn_scale = select_layers('attn_scale_layers', attn_scale_layers, len(blocks))
         feat_scale = select_layers('feat_scale_layers', feat_scale_layers, len(blocks))
         for i, block in enumerate(blocks):
             block.attn = self._rebuild_attention(block.attn, i in attn_scale, i in feat_scale)
+        set_fused(self, fused)
 
     def train(self, mode=True):
         """Upstream ``train`` (frozen stages, ``norm_eval``), returning the module as

@@ -121,7 +121,7 @@ def folded_scales(attention, explicit=False):
             not foldable_projection(attention.proj):
         return False, False
     attn = getattr(attention, 'attn_scale', None)
-    feat = attention.feat_scale
+    feat = getattr(attention, 'feat_scale', None)
     fold_attn = attn is not None and not explicit and not has_module_hooks(attn)
     dropout = attention.training and getattr(attention.proj_drop, 'p', 0) > 0
     fold_feat = feat is not None and not dropout and not has_module_hooks(feat)
@@ -133,14 +133,14 @@ def projected_output(attention, x, v=None, fold_attn=False, fold_feat=False):
     applied unless ``fold_attn``: the projection and its dropout, then FeatScale, with
     AttnScale (from the values ``v``, (B, H, N, K / H)) and FeatScale folded into the
     projection as :func:`folded_scales` decided."""
+    feat = getattr(attention, 'feat_scale', None)
     if fold_attn or fold_feat:
         attn = dict(omega=attention.attn_scale.omega, v_mean=token_mean(v)) if fold_attn else {}
-        feat = attention.feat_scale
-        feat = dict(dc_scale=feat.dc_scale, hc_scale=feat.hc_scale) if fold_feat else {}
+        scales = dict(dc_scale=feat.dc_scale, hc_scale=feat.hc_scale) if fold_feat else {}
         proj = attention.proj
-        x = attention.proj_drop(scaled_projection(x, proj.weight, proj.bias, **attn, **feat))
+        x = attention.proj_drop(scaled_projection(x, proj.weight, proj.bias, **attn, **scales))
     else:
         x = attention.proj_drop(attention.proj(x))
-    if attention.feat_scale is not None and not fold_feat:
-        x = attention.feat_scale(x)
+    if feat is not None and not fold_feat:
+        x = feat(x)
     return x
