@@ -46,12 +46,13 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
     that dropout acts on ``Â``).
     """
 
+    #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale folded into the
+    #: output projection where it can be (:func:`folded_scales`), or False: a layer of its
+    #: own
+    fold_scales = 'auto'
+
     def __init__(self, embed_dims, window_size, num_heads, attn_scale=False, **kwargs):
         super().__init__(embed_dims, window_size, num_heads, **kwargs)
-        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale folded into the
-        #: output projection where it can be (:func:`folded_scales`), or False: a layer of its
-        #: own
-        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
 
     def relative_position_bias(self):

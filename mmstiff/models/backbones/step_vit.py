@@ -94,15 +94,16 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         feat_scale (bool): add per-channel s, t. Default False.
     """
 
+    #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
+    #: into the output projection where they can be (:func:`folded_scales`), or False: applied
+    #: as layers of their own (the reference)
+    fold_scales = 'auto'
+
     def __init__(self, embed_dims, num_heads, attn_scale=False, feat_scale=False, **kwargs):
         if kwargs.get('qk_scale') is not None:
             raise ValueError(f"qk_scale={kwargs['qk_scale']!r} is not supported; expected "
                              'None (the scale is head_dims ** -0.5)')
         super().__init__(embed_dims, num_heads, **kwargs)
-        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
-        #: into the output projection where they can be (:func:`folded_scales`), or False: applied
-        #: as layers of their own (the reference)
-        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 

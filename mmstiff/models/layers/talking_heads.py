@@ -30,6 +30,11 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         feat_scale (bool): add per-channel s, t on the projected output. Default False.
     """
 
+    #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
+    #: into the output projection where they can be
+    #: (:func:`~.scaled_projection.folded_scales`), or False: layers of their own
+    fold_scales = 'auto'
+
     def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.,
                  attn_scale=False, feat_scale=False):
         super().__init__()
@@ -48,10 +53,6 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         self.attn_drop = float(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
-        #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale and FeatScale folded
-        #: into the output projection where they can be
-        #: (:func:`~.scaled_projection.folded_scales`), or False: layers of their own
-        self.fold_scales = 'auto'
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 

@@ -28,16 +28,17 @@ class ValueBranch(MultiheadAttention):
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
+    #: ``'auto'``, True or False (the backbone's ``fused``): FeatScale folded into the
+    #: output projection where it can be (:func:`~.scaled_projection.folded_scales`), or
+    #: False: a layer of its own
+    fold_scales = 'auto'
+
     def __init__(self, embed_dims, num_heads, attn_drop=0., proj_drop=0.,
                  dropout_layer=dict(type='Dropout', drop_prob=0.), qkv_bias=True,
                  layer_scale_init_value=0., feat_scale=False, init_cfg=None):
         super().__init__(embed_dims, num_heads, attn_drop=attn_drop, proj_drop=proj_drop,
                          dropout_layer=dropout_layer, qkv_bias=qkv_bias,
                          layer_scale_init_value=layer_scale_init_value, init_cfg=init_cfg)
-        #: ``'auto'``, True or False (the backbone's ``fused``): FeatScale folded into the
-        #: output projection where it can be (:func:`~.scaled_projection.folded_scales`), or
-        #: False: a layer of its own
-        self.fold_scales = 'auto'
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
     def value(self, h):
