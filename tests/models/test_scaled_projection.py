@@ -94,12 +94,20 @@ def test_half_precision_projection_keeps_its_dtype_under_autocast():
     torch.testing.assert_close(got.float(), layered(**args), rtol=0.05, atol=0.05)
 
 
-def test_head_scale_must_come_with_the_values_mean():
+def test_bad_input_is_refused_by_name():
     args = inputs()
+    a, weight, omega = args['a'], args['weight'], args['omega']
+    v_mean = args['v'].mean(dim=1)
     with pytest.raises(ValueError, match='omega given, v_mean None'):
-        scaled_projection(args['a'], args['weight'], omega=args['omega'])
+        scaled_projection(a, weight, omega=omega)
     with pytest.raises(ValueError, match='dc_scale given, hc_scale None'):
-        scaled_projection(args['a'], args['weight'], dc_scale=args['dc_scale'])
+        scaled_projection(a, weight, dc_scale=args['dc_scale'])
+    with pytest.raises(ValueError, match=r'a has 5 channels .* expected the projection\'s 6'):
+        scaled_projection(a[..., :5], weight)
+    with pytest.raises(ValueError, match=r'omega has shape \(4,\); .* H dividing the 6'):
+        scaled_projection(a, weight, omega=torch.zeros(4), v_mean=v_mean)
+    with pytest.raises(ValueError, match='v_mean has 5 values per sample; expected 6'):
+        scaled_projection(a, weight, omega=omega, v_mean=v_mean[:, :5])
 
 
 def test_only_a_plain_linear_without_hooks_is_folded():

@@ -75,8 +75,18 @@ def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=No
     if (omega is None) != (v_mean is None):
         raise ValueError('omega and v_mean are given together (AttnScale) or not at all; got '
                          f'omega {_given(omega)}, v_mean {_given(v_mean)}')
+    columns = weight.shape[1]
+    if a.shape[-1] != columns:
+        raise ValueError(f'a has {a.shape[-1]} channels (shape {tuple(a.shape)}); expected the '
+                         f"projection's {columns} input columns")
     if omega is not None:
+        if omega.dim() != 1 or columns % omega.shape[0]:
+            raise ValueError(f'omega has shape {tuple(omega.shape)}; expected one entry per '
+                             f'head, (H,), with H dividing the {columns} input columns')
         v_mean = v_mean.reshape(v_mean.shape[0], -1)
+        if v_mean.shape[1] != columns:
+            raise ValueError(f'v_mean has {v_mean.shape[1]} values per sample; expected '
+                             f'{columns}, one per input column')
     a_mean = token_mean(a) if has_feat else None
     scaled, beta = scaled_weights(weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
     out = F.linear(a, scaled)
