@@ -1,5 +1,5 @@
-"""StepViT's AttnScale and FeatScale folded into the output projection (``fused`` 'auto' and
-True) against the layers applied on their own (``fused=False``)."""
+"""AttnScale and FeatScale folded into the attention's output projection (``fused`` 'auto' and
+True) against the layers applied on their own (``fused=False``): StepViT, CaiT, StepSwin."""
 import copy
 
 import pytest
@@ -31,7 +31,8 @@ def images(batch=3):
 
 
 def layer_calls(model):
-    """Counts the forward calls of every AttnScale and FeatScale layer of ``model``."""
+    """The names of the AttnScale and FeatScale layers of ``model`` whose forward runs from now
+    on, one entry per call (filled as the model runs)."""
     calls = []
     for m in model.modules():
         if isinstance(m, (AttnScale, FeatScale)):
