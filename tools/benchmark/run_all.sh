@@ -185,11 +185,13 @@ else
 fi
 if [[ $tests -eq 1 ]]; then
   # the fused step's kernels and a ResNet-50 on both CUDA paths against the CPU reference,
-  # and the hooks' kernels against the CPU's operators (about a tenth of the CUDA tests: what a
-  # short GPU session checks first)
+  # the hooks' kernels against the CPU's operators, and the folded AttnScale and FeatScale
+  # under autocast (about a tenth of the CUDA tests: what a short GPU session checks first)
+  step_tests='takes_the_triton or triton_step_equals or equal_the_cpu_reference'
+  step_tests+=' or _kernel_on_cuda or folded_scales'
   add tests_cuda_step "$PYTHON" -m pytest tests/cuda/test_fused_step_cuda.py \
-    tests/cuda/test_hooks.py -q -p no:cacheprovider --durations=5 \
-    -k 'takes_the_triton or triton_step_equals or equal_the_cpu_reference or _kernel_on_cuda'
+    tests/cuda/test_hooks.py tests/cuda/test_layers.py -q -p no:cacheprovider --durations=5 \
+    -k "$step_tests"
   add tests_cuda "$PYTHON" -m pytest tests/cuda -q -p no:cacheprovider
 fi
 
