@@ -121,6 +121,9 @@ def test_only_a_plain_linear_without_hooks_is_folded():
     hooked = copy.deepcopy(proj)
     hooked.register_forward_hook(lambda *args: None)
     assert not foldable_projection(hooked)
+    hooked = copy.deepcopy(proj)
+    hooked.register_full_backward_hook(lambda *args: None)
+    assert not foldable_projection(hooked)
 
 
 def test_token_mean_and_its_gradient_are_a_mean_s():

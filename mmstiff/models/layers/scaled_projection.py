@@ -105,8 +105,10 @@ def _given(t):
 
 
 def has_module_hooks(module):
-    """Whether forward hooks or pre-hooks are registered on ``module``."""
-    return bool(module._forward_hooks or module._forward_pre_hooks)
+    """Whether forward or backward hooks (or pre-hooks) are registered on ``module``: a call
+    the fold would leave out."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
 
 
 def foldable_projection(proj):
