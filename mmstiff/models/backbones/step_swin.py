@@ -41,9 +41,10 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
     """mmpretrain's :class:`WindowMSA` with optional AttnScale (per-head ω, init 0).
 
     Without AttnScale and while no attention map is recorded, the upstream forward runs
-    unchanged. With AttnScale, the upstream attention ``A V`` plus the closed form; ``Â`` itself
-    is formed only while recording attention maps, or in training with attention dropout (so
-    that dropout acts on ``Â``).
+    unchanged. With AttnScale, the upstream attention ``A V`` plus the closed form, folded into
+    the output projection in training (``fold_scales``); ``Â`` itself is formed only while
+    recording attention maps, or in training with attention dropout (so that dropout acts on
+    ``Â``).
     """
 
     #: ``'auto'``, True or False (the backbone's ``fused``): AttnScale folded into the

@@ -82,7 +82,8 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
     """mmpretrain's :class:`MultiheadAttention` with optional AttnScale and FeatScale.
 
     The fused ``scaled_dot_product_attention`` stays in use; AttnScale is applied to its output
-    in closed form (docs/methods.md §6). The explicit-matrix path (``Â`` materialised) is taken only
+    in closed form (docs/methods.md §6), and in training folded with FeatScale into the output
+    projection (``fold_scales``; docs/methods.md §7). The explicit-matrix path (``Â`` materialised) is taken only
     while attention maps are recorded, or in training with attention dropout and AttnScale (so
     that dropout acts on ``Â``, as in the paper). FeatScale acts on the projected output before
     LayerScale and drop-path (docs/methods.md §7).
