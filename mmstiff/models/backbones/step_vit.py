@@ -83,10 +83,10 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
 
     The fused ``scaled_dot_product_attention`` stays in use; AttnScale is applied to its output
     in closed form (docs/methods.md §6), and in training folded with FeatScale into the output
-    projection (``fold_scales``; docs/methods.md §7). The explicit-matrix path (``Â`` materialised) is taken only
-    while attention maps are recorded, or in training with attention dropout and AttnScale (so
-    that dropout acts on ``Â``, as in the paper). FeatScale acts on the projected output before
-    LayerScale and drop-path (docs/methods.md §7).
+    projection (``fold_scales``; docs/methods.md §7). The explicit-matrix path (``Â``
+    materialised) is taken only while attention maps are recorded, or in training with
+    attention dropout and AttnScale (so that dropout acts on ``Â``, as in the paper). FeatScale
+    acts on the projected output before LayerScale and drop-path (docs/methods.md §7).
 
     Args:
         embed_dims (int), num_heads (int), **kwargs: as :class:`MultiheadAttention`
