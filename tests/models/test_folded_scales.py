@@ -14,14 +14,20 @@ ARCH = dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64)
 SMALL = dict(arch=ARCH, img_size=32, patch_size=8)  # 16 patches (+ 1 class token)
 
 
+def randomise_scales(model):
+    """``model`` with random ω, s and t (all 0 at init, where the fold is the plain
+    projection)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
+                p.normal_(std=0.7)
+    return model
+
+
 def pair(**kwargs):
     """``(reference, folded)``: the same StepViT with random ω, s, t, unfolded and folded."""
     torch.manual_seed(0)
-    folded = StepViT(**SMALL, **kwargs)
-    with torch.no_grad():
-        for name, p in folded.named_parameters():
-            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
-                p.normal_(std=0.7)
+    folded = randomise_scales(StepViT(**SMALL, **kwargs))
     return set_fused(copy.deepcopy(folded), False), folded
 
 
@@ -47,6 +53,15 @@ def outputs_and_grads(model, x):
     return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
+def assert_equal_in_float64(got, want, got_grads, want_grads):
+    """Outputs and the same parameters' gradients equal to float64 rounding."""
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
+                                   msg=name)
+
+
 @pytest.mark.parametrize('mode', ['train', 'eval'])
 @pytest.mark.parametrize(
     'switches',
@@ -68,11 +83,7 @@ def test_folded_equals_the_layers_outputs_and_every_gradient(switches, mode):
     want, want_grads = outputs_and_grads(reference, x)
     got, got_grads = outputs_and_grads(folded, x)
     assert ref_calls and not fold_calls  # the folded model never ran the layers themselves
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    assert got_grads.keys() == want_grads.keys()
-    for name in want_grads:
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
-                                   msg=name)
+    assert_equal_in_float64(got, want, got_grads, want_grads)
 
 
 def test_feat_scale_is_not_folded_across_an_active_dropout():
@@ -147,22 +158,14 @@ def test_cait_talking_heads_fold_the_scales_too():
     folded = CaiT(
         arch=dict(embed_dims=32, num_layers=2, num_heads=4), img_size=32, patch_size=8,
         attn_scale_layers='all', feat_scale_layers=[1], layer_scale_init_value=0.5)
-    with torch.no_grad():
-        for name, p in folded.named_parameters():
-            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
-                p.normal_(std=0.7)
-    folded = folded.double().train()
+    folded = randomise_scales(folded).double().train()
     reference = set_fused(copy.deepcopy(folded), False)
     ref_calls, fold_calls = layer_calls(reference), layer_calls(folded)
     x = images().double()
     want, want_grads = outputs_and_grads(reference, x)
     got, got_grads = outputs_and_grads(folded, x)
     assert sorted(ref_calls) == ['AttnScale', 'AttnScale', 'FeatScale'] and fold_calls == []
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    assert got_grads.keys() == want_grads.keys()
-    for name in want_grads:
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
-                                   msg=name)
+    assert_equal_in_float64(got, want, got_grads, want_grads)
     with pytest.raises(ValueError, match="fused='yes'"):
         CaiT(
             arch=dict(embed_dims=32, num_layers=2, num_heads=4), img_size=32, patch_size=8,
@@ -176,11 +179,7 @@ def test_swin_window_attention_folds_attn_scale():
     folded = StepSwin(
         arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 4)), img_size=64, window_size=4,
         out_indices=(0, 1), drop_path_rate=0., attn_scale_layers='all', feat_scale_layers=[1])
-    with torch.no_grad():
-        for name, p in folded.named_parameters():
-            if name.split('.')[-1] in ('omega', 'dc_scale', 'hc_scale'):
-                p.normal_(std=0.7)
-    folded = folded.double().train()
+    folded = randomise_scales(folded).double().train()
     reference = set_fused(copy.deepcopy(folded), False)
     ref_calls, fold_calls = layer_calls(reference), layer_calls(folded)
     torch.manual_seed(3)
@@ -195,9 +194,5 @@ def test_swin_window_attention_folds_attn_scale():
     got, got_grads = run(folded)
     assert ref_calls.count('AttnScale') == 4 and 'AttnScale' not in fold_calls
     assert fold_calls == ['FeatScale']
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    assert got_grads.keys() == want_grads.keys()
     assert sum('omega' in name for name in want_grads) == 4
-    for name in want_grads:
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-9, atol=1e-12,
-                                   msg=name)
+    assert_equal_in_float64(got, want, got_grads, want_grads)

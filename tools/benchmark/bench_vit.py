@@ -113,13 +113,11 @@ def build_models(img_size, device, names=None, fused=('auto', )):
         if switches is None:
             models[name] = reference.to(device)
             continue
-        for choice in fused:
+        for choice in fused if switches else fused[:1]:  # no switch: nothing to fold
             model = Classifier(
                 StepViT(arch='deit-small', img_size=img_size, fused=choice, **switches))
             model.load_state_dict(reference.state_dict(), strict=False)
-            label = name if choice == fused[0] or not switches else f'{name}, layers'
-            if label not in models:
-                models[label] = model.to(device)
+            models[name if choice == fused[0] else f'{name}, layers'] = model.to(device)
     return models
 
 
