@@ -78,12 +78,17 @@ def pending_norms(sums, step=None):
     return PendingNorms(sums, step)
 
 
-def norms_of_pending(pending):
+def norms_of_pending(pending, step_means=False):
     """The :class:`StiffnessNorms` of each of ``pending`` (:class:`PendingNorms`), in order.
 
     Steps whose sums have one shape and device and whose Δ_t has one form (none, the same
     number, or tensors of one shape) are computed together: their sums stacked, then one
     reduction over the channels for all of them. The values are those of each step alone.
+
+    With ``step_means``, each item is ``(norms, mean)`` instead, ``mean`` being the ``(B,)``
+    per-sample mean of a tensor Δ_t over its channels
+    (:func:`~mmstiff.analysis.mean_step_size`), taken from the same stacked Δ with one
+    reduction per group, or None for a Δ_t that is not a tensor.
     """
     groups = OrderedDict()  # (sums' shape, device, Δ's form) -> indices into pending
     for i, item in enumerate(pending):
@@ -92,6 +97,7 @@ def norms_of_pending(pending):
         key = (tuple(item.sums.moved.shape), item.sums.moved.device, form)
         groups.setdefault(key, []).append(i)
     norms = [None] * len(pending)
+    means = [None] * len(pending)
     for (_, _, form), indices in groups.items():
         items = [pending[i] for i in indices]
         k = len(items)
@@ -107,9 +113,13 @@ def norms_of_pending(pending):
             part = _stack([p.sums.moved for p in items]).sqrt() / step
             part.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
             slopes = torch.linalg.vector_norm(part, dim=-1)
+            if step_means and not isinstance(form, float):
+                batch = items[0].sums.moved.shape[0]
+                for i, mean in zip(indices, step.mean(dim=-1).expand(k, batch).unbind()):
+                    means[i] = mean
         for i, slope, state in zip(indices, slopes.unbind(), states.unbind()):
             norms[i] = StiffnessNorms(slope, state)
-    return norms
+    return list(zip(norms, means)) if step_means else norms
 
 
 def stiffness_norms_from_sums(sums, step=None):

@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmstiff.analysis import (StiffnessNorms, norms_of_pending, pending_norms, stiffness_norms,
-                              stiffness_norms_from_sums)
+from mmstiff.analysis import (StiffnessNorms, mean_step_size, norms_of_pending, pending_norms,
+                              stiffness_norms, stiffness_norms_from_sums)
 from mmstiff.utils.step_sums import StepSums
 
 #: aten ops that launch no kernel (views)
-VIEWS = {'unsqueeze', 'unbind', 'slice', 'select', 'view', 'reshape', 'detach', 'alias'}
+VIEWS = {'unsqueeze', 'unbind', 'slice', 'select', 'view', 'reshape', 'detach', 'alias', 'expand'}
 
 
 def sums_of(x_t, x_next, layout):
@@ -65,6 +65,29 @@ def test_the_norms_of_many_steps_together_equal_those_from_their_states():
         torch.testing.assert_close(g.state, e.state, rtol=1e-5, atol=1e-6)
 
 
+def test_the_step_means_taken_with_the_norms_equal_mean_step_size():
+    """With ``step_means``, each tensor Δ_t's per-sample mean over its channels, as
+    mean_step_size takes it from the step alone (a shared Δ broadcast to the batch); None for
+    no Δ or a number; the norms as without."""
+    items, steps = [], []
+    for seed in range(2):
+        for case, (shape, layout) in enumerate(CASES):
+            x_t, x_next = state_pair(shape, 10 * seed + case)
+            for step in steps_for(shape, layout, seed):
+                items.append(pending_norms(sums_of(x_t, x_next, layout), step))
+                steps.append((step, shape[0]))
+    plain = norms_of_pending(items)
+    got = norms_of_pending(items, step_means=True)
+    assert len(got) == len(items)
+    for (norms, mean), alone, (step, batch) in zip(got, plain, steps):
+        assert torch.equal(norms.slope, alone.slope) and torch.equal(norms.state, alone.state)
+        if not torch.is_tensor(step):
+            assert mean is None
+            continue
+        assert mean.shape == (batch, )
+        torch.testing.assert_close(mean, mean_step_size(step, batch), rtol=1e-6, atol=1e-7)
+
+
 def test_one_step_alone_gives_the_same_norms():
     x_t, x_next = state_pair((3, 4, 5, 5), 0)
     sums = sums_of(x_t, x_next, 'nchw')
@@ -103,6 +126,10 @@ def test_each_group_of_equal_shapes_costs_one_stacked_computation():
     # per group: stack, sum, sqrt of the states; stack of the sums, sqrt, stack of the steps,
     # div, nan_to_num_, norm
     assert len(counter.ops) == 4 * 9, counter.ops
+    with OpCounter() as counter:
+        norms_of_pending(items, step_means=True)
+    # and Δ's per-sample means: one mean of the stacked steps per group, not one per step
+    assert len(counter.ops) == 4 * 10 and counter.ops.count('mean') == 4, counter.ops
 
 
 def test_a_saturated_step_counts_zero_and_a_per_element_step_is_refused():

@@ -40,7 +40,8 @@ class StepStiffness(NamedTuple):
 class PendingStep(NamedTuple):
     """A recorded step whose NSI norms wait for :meth:`StiffnessHook.compact`: its sums of
     squares and Δ_t (:class:`~mmstiff.analysis.PendingNorms`), and what
-    :class:`StepStiffness` keeps besides the norms."""
+    :class:`StepStiffness` keeps besides the norms: ``step_size`` is None for a tensor Δ_t,
+    whose per-sample mean :meth:`StiffnessHook.compact` takes with the norms."""
     norms: PendingNorms
     step_size: Optional[torch.Tensor]
     step_varies: bool
@@ -113,16 +114,17 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         # of squares are there (a fused step's own pass, or the NSI kernel over the states on
         # the GPU), the norms wait for compact(), which takes those of every step of the
         # iteration at once; else the norms from the states, with PyTorch's operators. The
-        # norms are divided for all steps at once in summarise_rows.
+        # norms are divided for all steps at once in summarise_rows. A tensor Δ_t's
+        # per-sample mean waits for compact() too, taken from the stacked Δ the norms divide by.
         step = record.step
-        step_size = None
-        if step is not None:
-            step_size = mean_step_size(step, record.x_t.shape[0], record.x_t.device)
         varies = torch.is_tensor(step)
         sums = record.sums
         if sums is None:
             sums = kernel_step_sums(record.x_t, record.x_next, step)
         pending = None if sums is None else pending_norms(sums, step)
+        step_size = None
+        if step is not None and not (pending is not None and varies):
+            step_size = mean_step_size(step, record.x_t.shape[0], record.x_t.device)
         if pending is not None:
             return PendingStep(pending, step_size, varies)
         norms = stiffness_norms(record.x_t, record.x_next, step, scratch=self._scratch)
@@ -138,12 +140,11 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         ]
         if not pending:
             return outputs
-        norms = iter(norms_of_pending(pending))
+        results = iter(norms_of_pending(pending, step_means=True))
         resolved = OrderedDict()
         for name, calls in steps.items():
             resolved[name] = [
-                StepStiffness(*next(norms), c.step_size, c.step_varies) if isinstance(
-                    c, PendingStep) else c for c in calls
+                _resolve(c, *next(results)) if isinstance(c, PendingStep) else c for c in calls
             ]
         return dict(outputs, **{TRAJECTORY: resolved})
 
@@ -264,6 +265,13 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             if metric in ('mu', 'ratio', 'tns') or (self.log_blocks and metric == 'nsi'):
                 items.append(f'{key}: {value:.4g}')
         return '  '.join(items)
+
+
+def _resolve(pending, norms, step_mean):
+    """The :class:`StepStiffness` of a :class:`PendingStep` given its norms and, for a tensor
+    Δ_t, its per-sample mean from :func:`~mmstiff.analysis.norms_of_pending`."""
+    step_size = pending.step_size if pending.step_size is not None else step_mean
+    return StepStiffness(norms.slope, norms.state, step_size, pending.step_varies)
 
 
 @functools.lru_cache(maxsize=8)
