@@ -10,7 +10,7 @@ from .blocks import (ResidualBlock, block_kind, find_blocks, is_residual_block, 
 from .frequency import (FrequencySummary, as_maps, delta_log_amplitude, delta_log_amplitudes,
                         diagonal_end_bins, diagonal_frequencies, frequency_summary, frequency_sums,
                         high_frequency_ratio, log_amplitude_profile, log_amplitude_spectrum,
-                        tokens_to_maps)
+                        operator_frequency_summary, tokens_to_maps)
 from .noise import frequency_band_mask, frequency_band_noise, normalised_frequency_radius
 from .scratch import ScratchBuffer
 from .similarity import (attention_column_cosine_similarity, attention_spectral_response,
@@ -44,5 +44,5 @@ __all__ += [
     'BlockTaps', 'diagonal_end_bins', 'delta_log_amplitudes', 'frequency_summary',
     'FrequencySummary', 'softmax_column_cosine_similarity', 'ScratchBuffer', 'kernel_step_sums',
     'PendingNorms', 'norms_of_pending', 'pending_norms', 'frequency_sums', 'SpectrumSums',
-    'high_frequency_ratio_of'
+    'high_frequency_ratio_of', 'operator_frequency_summary'
 ]

@@ -266,6 +266,12 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
     sums = frequency_sums(x, num_extra_tokens, grid, convention)
     if sums is not None:
         return FrequencySummary(high_frequency_ratio_of(sums.squares), sums.end_bins)
+    return operator_frequency_summary(x, num_extra_tokens, grid, convention)
+
+
+def operator_frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
+    """:func:`frequency_summary` with PyTorch's operators on any device, for a caller that
+    asked :func:`frequency_sums` already and got None (the same values as the kernel's)."""
     x = x.float()
     side = _summary_side(x, num_extra_tokens, grid)
     if x.dim() == 4:

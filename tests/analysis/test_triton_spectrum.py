@@ -225,3 +225,24 @@ def test_a_kernel_that_cannot_be_built_leaves_the_summary_to_pytorch(monkeypatch
     for summary in (got, again):
         torch.testing.assert_close(summary.hf_ratio, expected.hf_ratio)
         torch.testing.assert_close(summary.end_bins, expected.end_bins)
+
+
+def test_the_hook_asks_for_the_kernel_once_per_state(monkeypatch):
+    """Where the kernel gives no sums (here: off CUDA), the FrequencyHook takes PyTorch's path
+    without asking a second time, and gets frequency_summary's values."""
+    from mmstiff.analysis import frequency
+    from mmstiff.engine.hooks import FrequencyHook
+    asked = []
+
+    def counted(x):
+        asked.append(tuple(x.shape))
+        return spectrum_sums_apply(x)
+
+    monkeypatch.setattr(frequency, 'spectrum_sums_apply', counted)
+    x = _state((2, 3, 4, 4))
+    metrics = FrequencyHook(interval=1)._state_metrics(x)
+    assert asked == [(2, 3, 4, 4)]
+    expected = frequency_summary(x)
+    assert metrics.hf_squares is None
+    torch.testing.assert_close(metrics.hf_ratio, expected.hf_ratio)
+    torch.testing.assert_close(metrics.end_bins, expected.end_bins)

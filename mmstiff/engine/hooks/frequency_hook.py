@@ -16,8 +16,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similarity,
-                              delta_log_amplitudes, frequency_summary, frequency_sums,
-                              high_frequency_ratio_of, softmax_column_cosine_similarity,
+                              delta_log_amplitudes, frequency_sums, high_frequency_ratio_of,
+                              operator_frequency_summary, softmax_column_cosine_similarity,
                               token_cosine_similarity)
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
@@ -158,7 +158,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         sums = frequency_sums(x, self.num_extra_tokens, grid)
         if sums is not None:  # the GPU's kernel: the ratio waits for the write
             return StateFrequency(None, sums.end_bins, token_cos, hf_squares=sums.squares)
-        hf_ratio, bins = frequency_summary(x, self.num_extra_tokens, grid)
+        hf_ratio, bins = operator_frequency_summary(x, self.num_extra_tokens, grid)
         return StateFrequency(hf_ratio, bins, token_cos)
 
     def reduce_step(self, record):
