@@ -566,9 +566,15 @@ def test_count_step_kernels_counts_what_the_hooks_add(run_tool):
     assert rows['ResNet-50', 'reference'][:2] == (1, 1)
     assert rows['ResNet-50', 'fused'][:2] == (0, 0)
     for name in ('ResNet-50', 'SE-ResNet-50', 'StepNet-ResNet-50'):
-        # an adapted step adds the mean of its Δ per sample, on both paths
-        assert rows[name, 'fused'][0] == (0 if name == 'ResNet-50' else 1)
+        # an adapted step's mean Δ per sample waits for compact() with its norms: nothing
+        # per block on either path
+        assert rows[name, 'fused'][0] == 0 and rows[name, 'reference'][:2] == (1, 1)
         assert rows[name, 'reference'][2] - rows[name, 'fused'][2] == 16
+        if name != 'ResNet-50':
+            # compact() per stage, with a step size: 7 kernels more than Δ_t = 1's 3 (the
+            # sums' stack and square root, the steps' stack, the division, nan_to_num, the
+            # norm, and the steps' mean), ResNet-50's 4 stages
+            assert rows[name, 'fused'][2] - rows['ResNet-50', 'fused'][2] == 4 * 7
         # a FrequencyHook: the frequency sums kernel for each of the 17 states (the input and
         # the 16 blocks' outputs), and the recorder's ReLU of the 4 projected shortcuts
         assert rows[name, 'reference'][3] == rows[name, 'fused'][3] == 17 + 4
