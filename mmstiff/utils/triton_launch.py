@@ -50,15 +50,22 @@ def as_bnc(x, layout):
     raise ValueError(f'x has shape {tuple(shape)}; expected (B, C, H, W) for layout nchw')
 
 
+#: the values a program's tile of a pass holds: with a few float32 accumulators of that size
+#: (the step's backward: two) a program of 4 warps keeps its values in registers on sm_80 and
+#: sm_90, where twice as many spill to local memory (``tools/benchmark/kernel_resources.py``)
+TILE_VALUES = 2048
+
+
 @functools.lru_cache(maxsize=1024)
 def state_blocks(n, c, stride_n, stride_c):
-    """Tile sizes (BLOCK_N, BLOCK_C) of a pass over a (B, N, C) state: long along the axis that
-    is contiguous in memory (cached: a network launches the same few shapes again and again)."""
+    """Tile sizes (BLOCK_N, BLOCK_C) of a pass over a (B, N, C) state, :data:`TILE_VALUES` values
+    at most: long along the axis that is contiguous in memory (cached: a network launches the
+    same few shapes again and again)."""
     if stride_c == 1 and stride_n != 1:  # channels innermost (tokens, channels-last)
         block_c = min(64, next_power_of_2(c))
-        return min(next_power_of_2(n), 4096 // block_c), block_c
+        return min(next_power_of_2(n), TILE_VALUES // block_c), block_c
     block_n = min(1024, next_power_of_2(n))
-    return block_n, max(1, min(next_power_of_2(c), 2048 // block_n))
+    return block_n, max(1, min(next_power_of_2(c), TILE_VALUES // block_n))
 
 
 class OptionalKernel:

@@ -239,8 +239,9 @@ def test_triton_step_runs_a_backbone():
     [
         (5, 32, 8, torch.float32),
         (3, 16, 4, torch.float32),  # blocks padded to tl.dot's 16
-        (70, 70, 8, torch.float32),  # two sample blocks forward, two channel shares backward
-        (20, 600, 40, torch.float32),  # three channel shares backward
+        (70, 70, 8, torch.float32),  # five sample blocks, three channel blocks backward
+        (20, 600, 40, torch.float32),  # ten channel blocks for the hidden gradient
+        (33, 96, 72, torch.float32),  # two blocks of units for the weights, three of 32
         (5, 32, 8, torch.float16),
         (5, 32, 8, torch.bfloat16),
     ])

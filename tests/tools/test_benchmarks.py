@@ -488,11 +488,11 @@ def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
         assert step.state_blocks(3136, 256, 1, 3136) == (8, 32)
         assert sums.state_blocks(49, 2048, 2048, 1) == (8, 32)
     assert step.state_blocks(3136, 256, 1, 3136) == (1024, 2)  # restored
-    assert sums.state_blocks(49, 2048, 2048, 1) == (64, 64)
+    assert sums.state_blocks(49, 2048, 2048, 1) == (32, 64)  # TILE_VALUES: 2048
     import mmstiff.analysis.triton_spectrum as spectrum
     with bench.forced_tile((8, 32)):
         assert spectrum.state_blocks(49, 2048, 2048, 1) == (8, 32)
-    assert spectrum.state_blocks(49, 2048, 2048, 1) == (64, 64)
+    assert spectrum.state_blocks(49, 2048, 2048, 1) == (32, 64)
 
 
 def test_bench_kernels_compares_the_outputs_of_two_tiles(monkeypatch):
@@ -578,3 +578,41 @@ def test_count_step_kernels_counts_what_the_hooks_add(run_tool):
         # a FrequencyHook: the frequency sums kernel for each of the 17 states (the input and
         # the 16 blocks' outputs), and the recorder's ReLU of the 4 projected shortcuts
         assert rows[name, 'reference'][3] == rows[name, 'fused'][3] == 17 + 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TRITON, reason='needs triton (it ships with torch on Linux)')
+def test_kernel_resources_prints_each_launch_of_a_kernel(run_tool):
+    proc = run_tool('tools/benchmark/kernel_resources.py', '--kernel', '_se_gate', '--batch-size',
+                    '64', timeout=600)
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith('_se_gate')]
+    # the gate of ResNet-50's first and last stage and of ViT-S: (64, C/16) hidden layers
+    assert sorted(row[1] for row in rows) == ['64x128', '64x16', '64x24']
+    for row in rows:
+        channels = {'64x16': 256, '64x128': 2048, '64x24': 384}[row[1]]
+        programs, warps, registers, spill = map(int, row[2:6])
+        assert programs == (64 // 16) * -(-channels // 64)  # 16 samples x 64 channels a program
+        assert warps == 4 and 0 < registers <= 255 and spill == 0
+    assert proc.stdout.rstrip().endswith(f'0 of {len(rows)} launches spill registers')
+
+
+@pytest.mark.slow
+def test_kernel_resources_refuses_bad_arguments(run_tool):
+    proc = run_tool('tools/benchmark/kernel_resources.py', '--kernel', '_no_such', check=False,
+                    timeout=300)
+    assert proc.returncode != 0 and "--kernel '_no_such' names no kernel" in proc.stderr
+    proc = run_tool('tools/benchmark/kernel_resources.py', '--batch-size', '0', check=False,
+                    timeout=300)
+    assert proc.returncode != 0 and '--batch-size 0 is not a batch' in proc.stderr
+
+
+def test_resident_warps_follow_the_register_and_shared_memory_budget():
+    resources = load_script('tools/benchmark/kernel_resources.py')
+    # 255 registers round up to 256 a thread, 8192 a warp: 2 programs of 4 warps in 64K
+    assert resources.resident_warps(255, 4, 0, 90) == 8
+    # 32 registers: 16 programs of 4 warps by registers, the 64-warp cap
+    assert resources.resident_warps(32, 4, 0, 90) == 64
+    # 48.5 KiB of shared memory each (+1 KiB reserved): 4 programs in sm_90's 228 KiB
+    assert resources.resident_warps(32, 4, 49664, 90) == 16
+    # sm_80's 164 KiB: 3
+    assert resources.resident_warps(32, 4, 49664, 80) == 12

@@ -3,7 +3,7 @@ batch (the adaptors' and the folded BN's kernels). Triton itself and the launch 
 kernel file shares are in :mod:`mmstiff.utils.triton_launch`."""
 import functools
 
-from mmstiff.utils.triton_launch import HAS_TRITON, next_power_of_2, tl, triton
+from mmstiff.utils.triton_launch import HAS_TRITON, TILE_VALUES, next_power_of_2, tl, triton
 
 if HAS_TRITON:
 
@@ -22,9 +22,10 @@ else:  # pragma: no cover - triton ships with CUDA builds of torch
 @functools.lru_cache(maxsize=1024)
 def column_blocks(batch, channels):
     """``(BLOCK_B, BLOCK_C)`` of a program that holds a block of channels over the whole batch
-    (about 4096 values): the (B, C) passes of the adaptors and of the folded BN (cached)."""
+    (:data:`~mmstiff.utils.triton_launch.TILE_VALUES` values where the batch allows): the (B, C)
+    passes of the adaptors and of the folded BN (cached)."""
     block_b = next_power_of_2(batch)
-    return block_b, max(1, min(next_power_of_2(channels), 4096 // block_b))
+    return block_b, max(1, min(next_power_of_2(channels), TILE_VALUES // block_b))
 
 
 class ColumnKernels:

@@ -243,9 +243,9 @@ class TritonStepKernels:
                 (self, '_moments_backward', 'moments_backward'), (self.phi, '_forward', 'phi'),
                 (self.phi, '_backward', 'phi_backward'), (self.phi, '_se_hidden', 'se_hidden'),
                 (self.phi, '_se_gate', 'se_gate'),
-                (self.phi, '_se_excitation', 'se_backward_excitation'),
-                (self.phi, '_se_squeeze', 'se_backward_squeeze'), (self.fold, '_forward', 'fold'),
-                (self.fold, '_backward', 'fold_backward')]
+                (self.phi, '_se_hidden_backward', 'se_backward_hidden'),
+                (self.phi, '_se_squeeze_backward', 'se_backward_squeeze'),
+                (self.fold, '_forward', 'fold'), (self.fold, '_backward', 'fold_backward')]
 
     def pool(self, state, residual, layout):
         return self._pooled(state, residual, layout, moments=False)[:2]
