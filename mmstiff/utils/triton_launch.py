@@ -52,7 +52,8 @@ def as_bnc(x, layout):
 
 #: the values a program's tile of a pass holds: with a few float32 accumulators of that size
 #: (the step's backward: two) a program of 4 warps keeps its values in registers on sm_80 and
-#: sm_90, where twice as many spill to local memory (``tools/benchmark/kernel_resources.py``)
+#: sm_90, where some passes spilled to local memory with tiles of 4096
+#: (``tools/benchmark/kernel_resources.py``)
 TILE_VALUES = 2048
 
 
