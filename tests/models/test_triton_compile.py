@@ -79,3 +79,17 @@ def test_a_kernel_that_spills_is_seen_spilling():
     assert resources.resources(compiled)['spill'] > 0
     assert resources.resources(small)['spill'] == 0
     assert resources.resources(small)['warps'] == 1
+
+
+def test_the_largest_batch_a_column_program_holds_compiles_without_spills():
+    """StepNet's and the folded BN's (B, C) passes hold a block of channels over the whole batch:
+    at :attr:`ColumnKernels.MAX_BATCH` samples (one channel a program) they still fit."""
+    from mmstiff.models.steps.triton_columns import ColumnKernels
+    launches = [(fn, args, kwargs) for fn, args, kwargs in _distinct(
+        resources.launches_of_the_fused_step(torch.float32, (ColumnKernels.MAX_BATCH, )))
+                if fn.__name__.startswith(('_phi', '_fold'))]
+    assert {kwargs['BLOCK_B'] for _, _, kwargs in launches} == {ColumnKernels.MAX_BATCH}
+    assert len(launches) >= 4
+    for fn, args, kwargs in launches:
+        usage = resources.resources(resources.compile_launch(fn, args, kwargs, 90))
+        assert usage['spill'] == 0, (fn.__name__, kwargs, usage)

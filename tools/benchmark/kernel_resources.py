@@ -60,6 +60,14 @@ class Recorder:
         return launch
 
 
+def _empty(*shape, dtype=torch.float32):
+    """A tensor of this shape and dtype on the meta device: the launchers read shapes, strides
+    and dtypes only, so the inventory allocates nothing at any batch."""
+    if len(shape) == 1 and isinstance(shape[0], tuple):
+        shape = shape[0]
+    return torch.empty(shape, dtype=dtype, device='meta')
+
+
 @contextlib.contextmanager
 def recording(slots, launches):
     """Inside it, each ``getattr(owner, attribute)`` of ``slots`` is a :class:`Recorder`."""
@@ -87,10 +95,10 @@ def launches_of_the_fused_step(dtype, batches=(64, 2)):
 
 
 def _launch_the_passes(kernels, batch, shape, layout, dtype):
-    x = torch.empty(shape, dtype=dtype)
+    x = _empty(shape, dtype=dtype)
     channels = shape[1] if layout == 'nchw' else shape[2]
-    step = torch.empty(batch, channels, dtype=torch.float32)
-    norm = torch.empty(channels), torch.empty(channels)  # the folded BN's (a, b)
+    step = _empty(batch, channels, dtype=torch.float32)
+    norm = _empty(channels), _empty(channels)  # the folded BN's (a, b)
     kernels.pool(x, x, layout)
     kernels.pool(None, x, layout)
     kernels.moments(x, x, layout)
@@ -103,32 +111,31 @@ def _launch_the_passes(kernels, batch, shape, layout, dtype):
         kernels.measured_step(x, step, x, relu, layout, relu, norm=norm)
         kernels.step_backward(x, x if relu else None, x, step, relu, layout, True)
         kernels.step_backward(x, x if relu else None, x, step, relu, layout, True, norm=norm)
-    coefficients = torch.empty(batch, channels, dtype=dtype)  # the moments' c0 and c1
+    coefficients = _empty(batch, channels, dtype=dtype)  # the moments' c0 and c1
     kernels.moments_backward(x, x, coefficients, coefficients, layout)
     kernels.moments_backward(x, x, coefficients, None, layout)
-    u = torch.empty(batch, channels, dtype=dtype)
-    vector = torch.empty(channels)
+    u = _empty(batch, channels, dtype=dtype)
+    vector = _empty(channels)
     for batch_stats, factor in ((True, 0.1), (False, None)):
-        kernels.phi.phi_forward(u, u, torch.empty(channels, 2), vector, vector, vector, vector,
+        kernels.phi.phi_forward(u, u, _empty(channels, 2), vector, vector, vector, vector,
                                 vector.clone(), vector.clone(), batch_stats, factor, 1e-5, 1.0)
-        kernels.phi.phi_backward(u, u, u, torch.empty(channels, 2), vector, vector, vector, vector,
+        kernels.phi.phi_backward(u, u, u, _empty(channels, 2), vector, vector, vector, vector,
                                  vector, vector, batch_stats, 1.0)
-    mean = torch.empty(batch, channels)
+    mean = _empty(batch, channels)
     for batch_stats, factor, affine in ((True, 0.1, True), (False, None, True), (True, None,
                                                                                  False)):
         params = (vector, vector) if affine else (None, None)
         kernels.fold.fold_forward(mean, mean, *params, vector.clone(), vector.clone(), batch_stats,
                                   factor, 1e-5, 4 * batch, dtype)
-        parts = torch.empty(2, batch, channels)
+        parts = _empty(2, batch, channels)
         for grad_state in (u, None):  # StepNet's pooled x_t; SE pools none
             kernels.fold.fold_backward(parts, u, mean, params[0], vector, vector, batch_stats, 0.25,
                                        dtype, grad_state, 1 / 49)
     squeeze = max(8, channels // 16)
-    w1, w2 = torch.empty(squeeze, channels), torch.empty(channels, squeeze)
-    kernels.phi.se_forward(u, w1, torch.empty(squeeze), w2, vector, 1.0)
+    w1, w2 = _empty(squeeze, channels), _empty(channels, squeeze)
+    kernels.phi.se_forward(u, w1, _empty(squeeze), w2, vector, 1.0)
     kernels.phi.se_backward(
-        torch.empty(batch, channels), u, torch.empty(batch, squeeze), torch.empty(batch, channels),
-        w1, w2, 1.0)
+        _empty(batch, channels), u, _empty(batch, squeeze), _empty(batch, channels), w1, w2, 1.0)
 
 
 def launches_of_the_norms(dtype, batches=(64, 2)):
@@ -138,8 +145,8 @@ def launches_of_the_norms(dtype, batches=(64, 2)):
     with recording([(triton_sums, '_state_sums_kernel')], launches):
         for batch in batches:
             for shape in [(batch, 256, 56, 56), (batch, 2048, 7, 7), (batch, 197, 384)]:
-                x_next = torch.empty(shape, dtype=dtype)
-                for x_t in (x_next, torch.empty(shape)):
+                x_next = _empty(shape, dtype=dtype)
+                for x_t in (x_next, _empty(shape)):
                     triton_sums.state_sums(x_t, x_next)
                     if len(shape) == 4:
                         triton_sums.state_sums(
@@ -155,9 +162,9 @@ def launches_of_the_spectrum(dtype, batches=(8, 2)):
         for batch in batches:
             for shape, extra in [((batch, 256, 56, 56), 0), ((batch, 2048, 7, 7), 0),
                                  ((batch, 197, 384), 1)]:
-                x = torch.empty(shape, dtype=dtype)
+                x = _empty(shape, dtype=dtype)
                 side = shape[-1] if len(shape) == 4 else 14
-                rows = torch.empty(3, side * side)
+                rows = _empty(3, side * side)
                 triton_spectrum.spectrum_sums(x, rows, extra)
                 if len(shape) == 4:
                     triton_spectrum.spectrum_sums(

@@ -32,8 +32,10 @@ class ColumnKernels:
     """Base of the Triton kernel sets of (B, C) passes whose programs each hold a block of
     channels over the whole batch (:func:`column_blocks`); refuses to build without Triton."""
 
-    #: the largest batch one program holds (larger batches take the PyTorch passes or modules)
-    MAX_BATCH = 4096
+    #: the largest batch one program holds (larger batches take the PyTorch passes or modules):
+    #: :data:`~mmstiff.utils.triton_launch.TILE_VALUES` (one channel of 4096 samples spilled
+    #: StepNet's backward to local memory; ``tools/benchmark/kernel_resources.py``)
+    MAX_BATCH = TILE_VALUES
 
     def __init__(self):
         if not HAS_TRITON:
