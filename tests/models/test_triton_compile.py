@@ -3,7 +3,7 @@ sums') compiles for the GPUs it is meant for, without one, and keeps its values 
 
 The interpreter tests (test_triton_step.py) check what the kernels compute; they do not check
 that Triton's GPU compiler takes them (the interpreter runs constructs the compiler refuses,
-and the other way round), nor what the compiled kernel costs. Here each launcher runs on CPU
+and the other way round), nor what the compiled kernel costs. Here each launcher runs on meta
 tensors with its kernels replaced by recorders of their launch arguments, for ResNet-50's and
 ViT's shapes at batch 64 and 2 (``tools/benchmark/kernel_resources.py``), and every recorded
 launch is compiled ahead of time to a cubin for sm_90 (H100, H200; float32 and bfloat16 inputs)
