@@ -3,10 +3,10 @@ diagnostics, compiled for a GPU on a machine without one.
 
 Each launcher of the fused step's passes (``TritonStepKernels``: the pooling, the step, its
 backward, the folded BN's and the adaptors' (B, C) passes), of the NSI sums and of the frequency
-sums runs on meta tensors (shapes, no memory) of ResNet-50's and ViT-S's shapes with its kernels
-replaced by recorders of their launches; every distinct launch (kernel, argument types, constexprs) is then compiled
-ahead of time for the chosen compute capability with the ptxas that ships with Triton, and its
-cubin read with Triton's ``cuobjdump``. Per launch it prints:
+sums runs on meta tensors (shapes, no memory) of ResNet-50's and ViT-S's shapes with its
+kernels replaced by recorders of their launches; every distinct launch (kernel, argument types,
+constexprs) is then compiled ahead of time for the chosen compute capability with the ptxas that
+ships with Triton, and its cubin read with Triton's ``cuobjdump``. Per launch it prints:
 
 * ``programs``: the launch grid's size (an H100 / H200 has 132 SMs, an A100 108);
 * ``warps``: the program's warps; ``regs``: registers per thread;
