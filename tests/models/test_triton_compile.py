@@ -29,13 +29,8 @@ TARGETS = {90: 227 * 1024, 80: 163 * 1024}
 
 
 def _distinct(launches):
-    """One launch per (kernel, argument types, constexprs): what the compiler sees."""
-    seen = {}
-    for fn, _, args, kwargs in launches:
-        key = (fn.__name__, tuple(resources._type(a) if a is not None else None
-                                  for a in args), tuple(sorted(kwargs.items())))
-        seen.setdefault(key, (fn, args, kwargs))
-    return list(seen.values())
+    """One launch per kernel, argument types and constexprs (whatever its grid)."""
+    return [(fn, args, kwargs) for fn, _, args, kwargs in resources.distinct(launches, False)]
 
 
 @pytest.mark.parametrize('dtype, capability', [(torch.float32, 90), (torch.bfloat16, 90),

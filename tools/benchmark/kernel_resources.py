@@ -189,13 +189,18 @@ def _type(value):
     return 'fp32'
 
 
-def distinct(launches):
-    """One launch per (kernel, argument types, constexprs, grid): what the compiler sees, and
+def compile_key(fn, args, kwargs):
+    """What the compiler sees of a launch: the kernel, its arguments' types, its constexprs."""
+    return (fn.__name__, tuple(_type(a) if a is not None else None
+                               for a in args), tuple(sorted(kwargs.items())))
+
+
+def distinct(launches, by_grid=True):
+    """One launch per :func:`compile_key` and (``by_grid``) grid: what the compiler sees, and
     how many programs run it."""
     seen = {}
     for fn, grid, args, kwargs in launches:
-        key = (fn.__name__, tuple(_type(a) if a is not None else None
-                                  for a in args), tuple(sorted(kwargs.items())), grid)
+        key = compile_key(fn, args, kwargs) + ((grid, ) if by_grid else ())
         seen.setdefault(key, (fn, grid, args, kwargs))
     return list(seen.values())
 
@@ -254,15 +259,18 @@ def resident_warps(registers, warps, shared, capability):
 
 def table(dtype, capability, batches, kernel=''):
     """``[(kernel, grid, args, constexprs, resources)]`` of every distinct launch (of the kernels
-    whose name contains ``kernel``)."""
-    rows = []
+    whose name contains ``kernel``); each kernel compiled once for all the grids it runs on."""
+    rows, compiled = [], {}
     for fn, grid, args, kwargs in distinct(every_launch(dtype, batches)):
         if kernel not in fn.__name__:
             continue
-        usage = resources(compile_launch(fn, args, kwargs, capability))
-        usage['resident'] = resident_warps(usage['registers'], usage['warps'], usage['shared'],
-                                           capability)
-        rows.append((fn, grid, args, kwargs, usage))
+        key = compile_key(fn, args, kwargs)
+        if key not in compiled:
+            usage = resources(compile_launch(fn, args, kwargs, capability))
+            usage['resident'] = resident_warps(usage['registers'], usage['warps'], usage['shared'],
+                                               capability)
+            compiled[key] = usage
+        rows.append((fn, grid, args, kwargs, compiled[key]))
     return rows
 
 

@@ -157,18 +157,17 @@ if HAS_TRITON:
                                 POOLED_B, POOLED_S, POOLED_C)
 
 
-#: the forward's tiles, (samples, squeeze units, channels) of a program and the block of its
-#: loop: the hidden layer per 16 samples and 16 units (channels in blocks of 64); the gate per 16
-#: samples and 64 channels (units in blocks of 32). At batch 64 a ResNet-50 block's forward runs
-#: 4 x S/16 and 4 x C/64 programs, where one program per 64 samples would leave the GPU idle
-HIDDEN_FORWARD_TILES, GATE_TILES = (16, 16, 64), (16, 32, 64)
-#: the backward's tiles, (samples, squeeze units, channels) of a program and the block of its
-#: loop: the hidden gradient per 16 samples and 16 units (channels in blocks of 64); the weights
-#: per 32 channels and 64 units (samples in blocks of 16); the pooled input per 16 samples and
-#: 64 channels (units in blocks of 32). Every operand of a product stays within 2048 values,
-#: which an sm_80 / sm_90 program of 4 warps holds in registers: a program that holds the whole
-#: batch spills kilobytes per thread to local memory (``tools/benchmark/kernel_resources.py``)
-HIDDEN_TILES, WEIGHT_TILES, POOLED_TILES = (16, 16, 64), (16, 64, 32), (16, 32, 64)
+#: the passes' tiles, (samples, squeeze units, channels) of a program and the block of its loop:
+#: the hidden layer and its gradient per 16 samples and 16 units (channels in blocks of 64); the
+#: gate per 16 samples and 64 channels (units in blocks of 32); the weights' gradients per 32
+#: channels and 64 units (samples in blocks of 16); the pooled input's per 16 samples and 64
+#: channels (units in blocks of 32). At batch 64 a ResNet-50 block's forward runs 4 x S/16 and
+#: 4 x C/64 programs, where one program per 64 samples would leave the GPU idle. Every operand
+#: of a product stays within 2048 values, which an sm_80 / sm_90 program of 4 warps holds in
+#: registers: a program that holds the whole batch spills kilobytes per thread to local memory
+#: (``tools/benchmark/kernel_resources.py``)
+HIDDEN_TILES, GATE_TILES = (16, 16, 64), (16, 32, 64)
+WEIGHT_TILES, POOLED_TILES = (16, 64, 32), (16, 32, 64)
 
 
 class TritonSEPhiKernels:
@@ -191,7 +190,7 @@ class TritonSEPhiKernels:
         p = p if p.is_contiguous() else p.contiguous()
         step = torch.empty_like(p, dtype=torch.promote_types(p.dtype, w2.dtype))
         hidden = torch.empty(batch, squeeze, dtype=torch.float32, device=p.device)
-        tile_b, tile_s, tile_c = HIDDEN_FORWARD_TILES
+        tile_b, tile_s, tile_c = HIDDEN_TILES
         grid = (cdiv(batch, tile_b), cdiv(squeeze, tile_s))
         self._se_hidden[grid](p, w1, b1, hidden, batch, channels, squeeze, BLOCK_B=tile_b,
                               BLOCK_S=tile_s, BLOCK_C=tile_c)
