@@ -76,15 +76,22 @@ def test_a_kernel_that_spills_is_seen_spilling():
     assert resources.resources(small)['warps'] == 1
 
 
-def test_the_largest_batch_a_column_program_holds_compiles_without_spills():
+@pytest.mark.parametrize('batch', [256, 512, 2048])
+def test_large_batches_a_column_program_holds_compile_without_spills(batch):
     """StepNet's and the folded BN's (B, C) passes hold a block of channels over the whole batch:
-    at :attr:`ColumnKernels.MAX_BATCH` samples (one channel a program) they still fit."""
+    at 256 and 512 samples (8 and 4 channels a program: the folded BN's backward launches 8 warps
+    there) and at :attr:`ColumnKernels.MAX_BATCH` (one channel a program) they still fit."""
     from mmstiff.models.steps.triton_columns import ColumnKernels
+    assert ColumnKernels.MAX_BATCH == 2048
     launches = [(fn, args, kwargs) for fn, args, kwargs in _distinct(
-        resources.launches_of_the_fused_step(torch.float32, (ColumnKernels.MAX_BATCH, )))
+        resources.launches_of_the_fused_step(torch.float32, (batch, )))
                 if fn.__name__.startswith(('_phi', '_fold'))]
-    assert {kwargs['BLOCK_B'] for _, _, kwargs in launches} == {ColumnKernels.MAX_BATCH}
+    assert {kwargs['BLOCK_B'] for _, _, kwargs in launches} == {batch}
     assert len(launches) >= 4
     for fn, args, kwargs in launches:
         usage = resources.resources(resources.compile_launch(fn, args, kwargs, 90))
         assert usage['spill'] == 0, (fn.__name__, kwargs, usage)
+        assert usage['warps'] == kwargs.get('num_warps', 4), (fn.__name__, kwargs, usage)
+    assert any(
+        kwargs.get('num_warps') == 8 for fn, _, kwargs in launches
+        if fn.__name__ == '_fold_backward_kernel')

@@ -407,7 +407,7 @@ def test_triton_folded_norm_equals_the_bn_module(adaptor_cls, train):
 
 
 @interpreted
-@pytest.mark.parametrize('batch, channels', [(5, 6), (1, 6), (70, 70), (3, 600)])
+@pytest.mark.parametrize('batch, channels', [(5, 6), (1, 6), (70, 70), (3, 600), (300, 20)])
 @pytest.mark.parametrize('batch_stats, factor, affine', [(True, 0.1, True), (True, None, True),
                                                          (False, None, True), (True, 0.1, False)])
 def test_triton_fold_passes_equal_torch_passes(batch, channels, batch_stats, factor, affine):

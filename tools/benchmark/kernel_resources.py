@@ -43,6 +43,8 @@ DTYPES = {torch.float32: 'fp32', torch.float16: 'fp16', torch.bfloat16: 'bf16'}
 SHARED = {90: (227 * 1024, 228 * 1024), 80: (163 * 1024, 164 * 1024)}
 #: an SM's registers and resident warps and programs (sm_80 and sm_90 alike)
 SM_REGISTERS, SM_WARPS, SM_PROGRAMS = 65536, 64, 32
+#: a launch's keywords that are compiler options, not the kernel's arguments
+LAUNCH_OPTIONS = ('num_warps', 'num_stages')
 
 
 class Recorder:
@@ -207,10 +209,15 @@ def distinct(launches, by_grid=True):
 
 def compile_launch(fn, args, kwargs, capability, num_warps=None):
     """The kernel ``fn`` compiled for ``capability`` (90: sm_90) as this launch would compile it
-    on such a GPU (``num_warps``: Triton's default, 4, where None)."""
+    on such a GPU (``num_warps``: the launch's, else Triton's default, 4). The launch options
+    among ``kwargs`` (``num_warps``, ``num_stages``) go to the compiler, the rest are arguments."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    kwargs = dict(kwargs)
+    options = {name: kwargs.pop(name) for name in LAUNCH_OPTIONS if name in kwargs}
+    if num_warps is not None:
+        options['num_warps'] = num_warps
     values = dict(zip(fn.arg_names, args), **kwargs)
     signature, constexprs = {}, {}
     for index, param in enumerate(fn.params):
@@ -221,9 +228,8 @@ def compile_launch(fn, args, kwargs, capability, num_warps=None):
         else:
             signature[param.name] = _type(value)
     return triton.compile(
-        ASTSource(fn=fn, signature=signature,
-                  constexprs=constexprs), target=GPUTarget('cuda', capability, 32),
-        options=None if num_warps is None else dict(num_warps=num_warps))
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+        target=GPUTarget('cuda', capability, 32), options=options or None)
 
 
 def _cuobjdump():

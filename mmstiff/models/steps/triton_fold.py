@@ -136,15 +136,14 @@ class TritonFoldKernels(ColumnKernels):
             grad_state = grad_state.contiguous()
             scaled = torch.empty_like(grad_state)
         block_b, block_c = column_blocks(batch, channels)
-        self._backward[(cdiv(
-            channels,
-            block_c), )](parts.contiguous(), grad_pooled.contiguous(), mean,
-                         weight if affine else mu, mu, rstd, base, base if slope is None else slope,
-                         grad_weight if affine else mu, grad_bias if affine else mu,
-                         mu if grad_state is None else grad_state,
-                         mu if scaled is None else scaled, batch, channels, float(inv_n),
-                         float(inv_state), BATCH_STATS=batch_stats, AFFINE=affine,
-                         GRAD_STATE=grad_state is not None, BLOCK_B=block_b, BLOCK_C=block_c)
+        # from 256 samples a program, 4 warps spilled a value to local memory (kernel_resources.py)
+        self._backward[(cdiv(channels, block_c), )](
+            parts.contiguous(), grad_pooled.contiguous(), mean, weight if affine else mu, mu, rstd,
+            base, base if slope is None else slope, grad_weight if affine else mu,
+            grad_bias if affine else mu, mu if grad_state is None else grad_state,
+            mu if scaled is None else scaled, batch, channels, float(inv_n), float(inv_state),
+            BATCH_STATS=batch_stats, AFFINE=affine, GRAD_STATE=grad_state is not None,
+            BLOCK_B=block_b, BLOCK_C=block_c, num_warps=8 if block_b >= 256 else 4)
         if affine:
             grad_weight, grad_bias = (
                 g if g.dtype == weight.dtype else g.to(weight.dtype)
