@@ -209,8 +209,9 @@ def distinct(launches, by_grid=True):
 
 def compile_launch(fn, args, kwargs, capability, num_warps=None):
     """The kernel ``fn`` compiled for ``capability`` (90: sm_90) as this launch would compile it
-    on such a GPU (``num_warps``: the launch's, else Triton's default, 4). The launch options
-    among ``kwargs`` (``num_warps``, ``num_stages``) go to the compiler, the rest are arguments."""
+    on such a GPU. The launch options among ``kwargs`` (``num_warps``, ``num_stages``) go to the
+    compiler, the rest are arguments; ``num_warps``, where given, overrides the launch's (Triton's
+    default is 4)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
