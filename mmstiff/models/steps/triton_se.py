@@ -24,19 +24,27 @@ if HAS_TRITON:
                        mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
 
     @triton.jit
+    def _times_weights_t(x_ptr, w_ptr, rows, outs, row_ok, out_ok, K, BLOCK_ROWS: tl.constexpr,
+                         BLOCK_OUTS: tl.constexpr, BLOCK_K: tl.constexpr):
+        """``x[rows] @ w[outs]ᵀ`` of a row-major (·, K) input and a (·, K) weight (a linear
+        layer's), over K in blocks of ``BLOCK_K``, in float32."""
+        out = tl.zeros((BLOCK_ROWS, BLOCK_OUTS), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            ks = start + tl.arange(0, BLOCK_K)
+            k_ok = ks < K
+            out += tl.dot(
+                _tile(x_ptr, rows, ks, row_ok, k_ok, K),
+                tl.trans(_tile(w_ptr, outs, ks, out_ok, k_ok, K)), input_precision='ieee')
+        return out
+
+    @triton.jit
     def _se_hidden_kernel(p_ptr, w1_ptr, b1_ptr, h_ptr, B, C, S, BLOCK_B: tl.constexpr,
                           BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
         # a block of samples x a block of squeeze units: relu(p w1ᵀ + b1), over every channel
         bs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
         ss = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
         b_ok, s_ok = bs < B, ss < S
-        hidden = tl.zeros((BLOCK_B, BLOCK_S), dtype=tl.float32)
-        for start in range(0, C, BLOCK_C):
-            cs = start + tl.arange(0, BLOCK_C)
-            c_ok = cs < C
-            p = _tile(p_ptr, bs, cs, b_ok, c_ok, C)
-            w1_t = _tile(w1_ptr, ss, cs, s_ok, c_ok, C)  # (S, C) block
-            hidden += tl.dot(p, tl.trans(w1_t), input_precision='ieee')
+        hidden = _times_weights_t(p_ptr, w1_ptr, bs, ss, b_ok, s_ok, C, BLOCK_B, BLOCK_S, BLOCK_C)
         b1 = tl.load(b1_ptr + ss, mask=s_ok, other=0.0).to(tl.float32)
         hidden = tl.maximum(hidden + b1[None, :], 0.0)
         tl.store(h_ptr + bs[:, None] * S + ss[None, :], hidden, mask=b_ok[:, None] & s_ok[None, :])
@@ -49,13 +57,7 @@ if HAS_TRITON:
         bs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
         cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         b_ok, c_ok = bs < B, cs < C
-        z = tl.zeros((BLOCK_B, BLOCK_C), dtype=tl.float32)
-        for start in range(0, S, BLOCK_S):
-            ss = start + tl.arange(0, BLOCK_S)
-            s_ok = ss < S
-            hidden = _tile(h_ptr, bs, ss, b_ok, s_ok, S)
-            w2 = _tile(w2_ptr, cs, ss, c_ok, s_ok, S)  # (C, S) block
-            z += tl.dot(hidden, tl.trans(w2), input_precision='ieee')
+        z = _times_weights_t(h_ptr, w2_ptr, bs, cs, b_ok, c_ok, S, BLOCK_B, BLOCK_C, BLOCK_S)
         b2 = tl.load(b2_ptr + cs, mask=c_ok, other=0.0).to(tl.float32)
         step = scale * tl.sigmoid(z + b2[None, :])
         tl.store(d_ptr + bs[:, None] * C + cs[None, :], step.to(d_ptr.dtype.element_ty),
