@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import torch
 
-from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks, tl,
-                                         triton)
+from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks,
+                                         tile_warps, tl, triton)
 
 #: where the kernel runs (CUDA; CPU tensors in the interpreter when forced), and not after a
 #: failed launch
@@ -129,7 +129,8 @@ def spectrum_sums(x, rows, num_extra_tokens=0):
     squares = torch.empty((2, batch, c), dtype=torch.float32, device=x.device)
     block_n, block_c = state_blocks(n, c, sx[1], sx[2])
     _spectrum_sums_kernel[(batch, cdiv(c, block_c))](x, weights, bins, squares, n, c, *sx,
-                                                     BLOCK_N=block_n, BLOCK_C=block_c)
+                                                     BLOCK_N=block_n, BLOCK_C=block_c,
+                                                     num_warps=tile_warps(block_n, block_c))
     return SpectrumSums(squares, bins)
 
 

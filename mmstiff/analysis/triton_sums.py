@@ -19,8 +19,8 @@ warned about once and the PyTorch passes take over for the rest of the process
 import torch
 
 from mmstiff.utils.step_sums import StepSums
-from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks, tl,
-                                         triton)
+from mmstiff.utils.triton_launch import (HAS_TRITON, OptionalKernel, as_bnc, cdiv, state_blocks,
+                                         tile_warps, tl, triton)
 
 #: where the kernel runs (CUDA; CPU tensors in the interpreter when forced), and not after a
 #: failed launch
@@ -85,5 +85,6 @@ def state_sums(x_t, x_next):
     sums = torch.empty((2, batch, c), dtype=torch.float32, device=x.device)
     block_n, block_c = state_blocks(n, c, sx[1], sx[2])
     _state_sums_kernel[(batch, cdiv(c, block_c))](x, y, sums[0], sums[1], n, c, *sx, *sy,
-                                                  BLOCK_N=block_n, BLOCK_C=block_c)
+                                                  BLOCK_N=block_n, BLOCK_C=block_c,
+                                                  num_warps=tile_warps(block_n, block_c))
     return StepSums(sums[0], sums[1], layout)

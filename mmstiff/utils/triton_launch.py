@@ -51,10 +51,25 @@ def as_bnc(x, layout):
 
 
 #: the values a program's tile of a pass holds: with a few float32 accumulators of that size
-#: (the step's backward: two) a program of 4 warps keeps its values in registers on sm_80 and
-#: sm_90, where some passes spilled to local memory with tiles of 4096
+#: (the step's backward: two) a program keeps its values in registers on sm_80 and sm_90, where
+#: some passes spilled to local memory with tiles of 4096
 #: (``tools/benchmark/kernel_resources.py``)
 TILE_VALUES = 2048
+
+
+def tile_warps(rows, columns, full=8):
+    """The warps of a program whose tile is ``rows × columns`` (``BLOCK_N × BLOCK_C`` or
+    ``BLOCK_B × BLOCK_C``): ``full`` (8) for a full tile of :data:`TILE_VALUES` values or more,
+    4 below.
+
+    The usual rule for Triton reductions (8 warps from 2048 values). With 4 warps, a full
+    tile's kernels took 150–255 registers a thread, so an SM held 8–16 of their warps; with
+    Triton 3.6 the step's backward with a folded BN spilled 8–24 bytes a thread to local
+    memory, and so did StepNet's backward at 2048 samples. With 8 warps (16 for StepNet's
+    backward) they take 40–170 registers, spill nothing, and an SM holds twice the warps
+    (``tools/benchmark/kernel_resources.py``, with Triton 3.6 and 3.8).
+    """
+    return full if rows * columns >= TILE_VALUES else 4
 
 
 @functools.lru_cache(maxsize=1024)

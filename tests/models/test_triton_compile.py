@@ -51,6 +51,7 @@ def test_every_launch_compiles_for_the_gpu(dtype, capability):
         assert compiled.asm['cubin'], fn.__name__
         usage = resources.resources(compiled)
         assert usage['shared'] <= TARGETS[capability], (fn.__name__, kwargs, usage)
+        assert usage['warps'] == kwargs.get('num_warps', 4), (fn.__name__, kwargs, usage)
         if usage['spill']:
             spilled.append((fn.__name__, kwargs, usage))
     assert not spilled, spilled
@@ -76,16 +77,19 @@ def test_a_kernel_that_spills_is_seen_spilling():
     assert resources.resources(small)['warps'] == 1
 
 
-@pytest.mark.parametrize('batch', [256, 512, 2048])
-def test_large_batches_a_column_program_holds_compile_without_spills(batch):
+@pytest.mark.parametrize('batch, dtype', [(256, torch.float32), (512, torch.float32),
+                                          (2048, torch.float32), (2048, torch.bfloat16)])
+def test_large_batches_a_column_program_holds_compile_without_spills(batch, dtype):
     """StepNet's and the folded BN's (B, C) passes hold a block of channels over the whole batch:
-    at 256 and 512 samples (8 and 4 channels a program: the folded BN's backward launches 8 warps
-    there) and at :attr:`ColumnKernels.MAX_BATCH` (one channel a program) they still fit."""
+    at 256 and 512 samples (8 and 4 channels a program; 8 warps, 16 for StepNet's backward) and
+    at :attr:`ColumnKernels.MAX_BATCH` (one channel a program) they still fit."""
     from mmstiff.models.steps.triton_columns import ColumnKernels
     assert ColumnKernels.MAX_BATCH == 2048
-    launches = [(fn, args, kwargs) for fn, args, kwargs in _distinct(
-        resources.launches_of_the_fused_step(torch.float32, (batch, )))
-                if fn.__name__.startswith(('_phi', '_fold'))]
+    launches = [
+        (fn, args, kwargs)
+        for fn, args, kwargs in _distinct(resources.launches_of_the_fused_step(dtype, (batch, )))
+        if fn.__name__.startswith(('_phi', '_fold'))
+    ]
     assert {kwargs['BLOCK_B'] for _, _, kwargs in launches} == {batch}
     assert len(launches) >= 4
     for fn, args, kwargs in launches:

@@ -450,9 +450,10 @@ def test_bench_kernels_passes_compute_the_step_they_name(monkeypatch):
 def test_bench_kernels_times_the_triton_kernels_in_the_interpreter(run_tool):
     proc = run_tool('tools/benchmark/bench_kernels.py', '--batch-size', '2', '--base-channels', '2',
                     '--img-size', '16', '--calls', '1', '--repeats', '1', '--dtype', 'bf16',
-                    '--tiles', '16x4', env=dict(TRITON_INTERPRET='1',
-                                                OMP_NUM_THREADS='1'), timeout=600)
+                    '--tiles', '16x4', '--warps', '2', env=dict(TRITON_INTERPRET='1',
+                                                                OMP_NUM_THREADS='1'), timeout=600)
     table, sweep = proc.stdout.split('\ntiles (BLOCK_N x BLOCK_C)')
+    sweep, warps = sweep.split('\nwarps a program')
     header, rows = _kernel_rows(table)
     assert 'PyTorch µs' in header and 'Triton µs' in header
     for state, name, cells in rows:
@@ -472,6 +473,14 @@ def test_bench_kernels_times_the_triton_kernels_in_the_interpreter(run_tool):
         default, tile, *times, fastest = cells
         assert tile.startswith('(') and float(default) > 0 and len(times) == 1, (state, name)
         assert float(times[0]) > 0 and fastest in ('default', '16x4')
+    lines = warps.splitlines()
+    assert lines[1].split() == ['state', 'pass', 'default', '2w', 'fastest']
+    swept_warps = [(line[36:66].strip(), line[66:].split()) for line in lines[3:]]
+    assert [name for name, _ in swept_warps] == [name for _, name, _ in swept]
+    for name, (default, warps, *times, fastest) in swept_warps:
+        # the default: what tile_warps gives the tile state_blocks picks (4 at these sizes)
+        assert warps == '(4w)' and float(default) > 0 and float(times[0]) > 0, name
+        assert fastest in ('default', '2w')
 
 
 def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
@@ -493,6 +502,36 @@ def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
     with bench.forced_tile((8, 32)):
         assert spectrum.state_blocks(49, 2048, 2048, 1) == (8, 32)
     assert spectrum.state_blocks(49, 2048, 2048, 1) == (32, 64)
+
+
+def test_bench_kernels_warps_are_checked_and_forced(monkeypatch):
+    bench = _bench_kernels(monkeypatch)
+    assert bench.parse_warps('4, 8') == [4, 8]
+    for bad in ('3', '0', '64', 'w4', ''):
+        with pytest.raises(ValueError, match=f'--warps {bad!r} is not supported'):
+            bench.parse_warps(bad)
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--warps', '6'])
+    import mmstiff.analysis.triton_spectrum as spectrum
+    import mmstiff.analysis.triton_sums as sums
+    import mmstiff.models.steps.triton_step as step
+    modules = (step, sums, spectrum)
+    with bench.forced_warps(2):
+        assert [m.tile_warps(1024, 2) for m in modules] == [2, 2, 2]
+    assert [m.tile_warps(1024, 2) for m in modules] == [8, 8, 8]  # restored
+    with bench.forced_warps(None):
+        assert step.tile_warps(16, 4) == 4
+
+
+def test_bench_kernels_refuses_a_sweep_without_the_triton_kernels(monkeypatch, capsys):
+    """On the CPU without the interpreter there are no Triton kernels to sweep: refused before
+    the first pass is timed."""
+    bench = _bench_kernels(monkeypatch)
+    monkeypatch.setattr(bench, 'kernel_sets', lambda device: {'PyTorch': object()})
+    for option in (['--warps', '4,8'], ['--tiles', '64x16']):
+        with pytest.raises(SystemExit, match=f'{option[0]} times the Triton kernels'):
+            bench.main(option)
+        assert capsys.readouterr().out == ''
 
 
 def test_bench_kernels_compares_the_outputs_of_two_tiles(monkeypatch):
@@ -585,6 +624,8 @@ def test_count_step_kernels_counts_what_the_hooks_add(run_tool):
 def test_kernel_resources_prints_each_launch_of_a_kernel(run_tool):
     proc = run_tool('tools/benchmark/kernel_resources.py', '--kernel', '_se_gate', '--batch-size',
                     '64', timeout=600)
+    import triton
+    assert proc.stdout.startswith(f'sm_90 dtype=float32 batches=[64] triton={triton.__version__}')
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith('_se_gate')]
     # the gate of ResNet-50's first and last stage and of ViT-S: (64, C/16) hidden layers
     assert sorted(row[1] for row in rows) == ['64x128', '64x16', '64x24']

@@ -20,6 +20,8 @@ those it would have to reach to match the kernel.
 (``BLOCK_N x BLOCK_C``, powers of two) in place of the ones ``state_blocks`` picks, and prints
 per state and pass the default tile's time, each candidate's, and the fastest: the measurement
 a change of ``state_blocks`` needs (each tile compiles each kernel anew: a minute or so).
+``--warps 4,8`` does the same with the warps per program in place of those ``tile_warps``
+picks (for the tiles ``state_blocks`` picks).
 
 On the CPU the Triton column needs ``TRITON_INTERPRET=1`` (Triton's interpreter: the figures
 then say nothing of a GPU; the tests use it to check the script runs).
@@ -27,9 +29,11 @@ then say nothing of a GPU; the tests use it to check the script runs).
 Usage:
     python tools/benchmark/bench_kernels.py --device cuda --dtype bf16
     python tools/benchmark/bench_kernels.py --device cuda --tiles 64x64,128x32,256x16,64x16
+    python tools/benchmark/bench_kernels.py --device cuda --warps 4,8
 """
 import argparse
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -40,13 +44,15 @@ import torch
 from bench_launch import TorchKernelSet
 
 from mmstiff.apis.cli import positive_int
-from mmstiff.utils.triton_launch import HAS_TRITON, state_blocks
+from mmstiff.utils.triton_launch import HAS_TRITON, state_blocks, tile_warps
 
 #: the modules whose launchers pick their tiles with ``state_blocks``
 TILED_MODULES = ('mmstiff.models.steps.triton_step', 'mmstiff.analysis.triton_sums',
                  'mmstiff.analysis.triton_spectrum')
 #: the largest tile a candidate may have (elements per program and tensor)
 MAX_TILE = 16384
+#: the warps per program a candidate may have (powers of two: what Triton compiles)
+WARPS = (1, 2, 4, 8, 16, 32)
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -179,12 +185,26 @@ def time_call(fn, calls, repeats, device):
 def forced_tile(tile):
     """Inside it, every launcher of :data:`TILED_MODULES` takes ``tile`` (``(BLOCK_N,
     BLOCK_C)``) for every state; None: the tiles ``state_blocks`` picks."""
-    if tile is None:
+    with _forced('state_blocks', tile):
+        yield
+
+
+@contextlib.contextmanager
+def forced_warps(warps):
+    """Inside it, every launcher of :data:`TILED_MODULES` launches ``warps`` warps a program,
+    whatever its tile; None: the warps ``tile_warps`` picks."""
+    with _forced('tile_warps', warps):
+        yield
+
+
+@contextlib.contextmanager
+def _forced(name, value):
+    if value is None:
         yield
         return
     with contextlib.ExitStack() as stack:
         for module in TILED_MODULES:
-            stack.enter_context(mock.patch(f'{module}.state_blocks', lambda *shape: tile))
+            stack.enter_context(mock.patch(f'{module}.{name}', lambda *shape: value))
         yield
 
 
@@ -205,6 +225,21 @@ def parse_tiles(text):
     return tiles
 
 
+def parse_warps(text):
+    """``'4,8'`` -> ``[4, 8]``; ``ValueError`` naming a count Triton cannot launch."""
+    counts = []
+    for item in text.split(','):
+        try:
+            warps = int(item.strip())
+        except ValueError:
+            warps = 0
+        if warps not in WARPS:
+            raise ValueError(f'--warps {item.strip()!r} is not supported; expected warps per '
+                             f'program among {", ".join(map(str, WARPS))} (e.g. 4,8)')
+        counts.append(warps)
+    return counts
+
+
 def same_outputs(got, expected):
     """Whether a pass gave the same outputs (tensors, possibly nested in tuples) with another
     tile: equal up to the order of the float32 sums, and the rounding to the states' dtype."""
@@ -217,15 +252,16 @@ def same_outputs(got, expected):
             and torch.allclose(got.float(), expected.float(), rtol=tol, atol=tol))
 
 
-def sweep_tiles(found, tiles, kernels, args, device):
-    """Print, per state and Triton pass, the default tiles' time, each candidate's and the
+def sweep(found, candidates, kernels, args, device, title, default_of):
+    """Print, per state and Triton pass, the default launch's time, each candidate's and the
     fastest (µs per call); a candidate whose outputs differ from the default's is not timed
-    (``wrong``)."""
+    (``wrong``). ``candidates``: ``[(label, context)]``, ``context()`` forcing the candidate;
+    ``default_of(n, c, stride_n, stride_c)``: what the launchers pick for a state, as text."""
     print()
-    print(f'tiles (BLOCK_N x BLOCK_C) for the Triton passes; µs per call ({args.calls} calls, '
-          f'median of {args.repeats}); default: what state_blocks picks')
+    print(f'{title} for the Triton passes; µs per call ({args.calls} calls, '
+          f'median of {args.repeats}); default: what the launchers pick')
     header = f'{"state":<36}{"pass":<30}{"default":>16}'
-    header += ''.join(f'{f"{n}x{c}":>11}' for n, c in tiles) + f'{"fastest":>11}'
+    header += ''.join(f'{label:>11}' for label, _ in candidates) + f'{"fastest":>11}'
     print(header)
     print('-' * len(header))
     for label, layout, tensors in found:
@@ -233,25 +269,37 @@ def sweep_tiles(found, tiles, kernels, args, device):
         n, c = (x.shape[2] * x.shape[3], x.shape[1]) if layout == 'nchw' else x.shape[1:]
         strides = x.stride()
         stride_n, stride_c = ((strides[3], strides[1]) if layout == 'nchw' else strides[1:])
-        default = state_blocks(n, c, stride_n, stride_c)
+        default = default_of(n, c, stride_n, stride_c)
         for row, (_, call) in passes(layout, tensors).items():
             if row.startswith('aten'):
                 continue
             times, wrong = {}, set()
             expected = call(kernels)
-            for tile in [None] + tiles:
-                with forced_tile(tile):
+            for name, context in [('default', contextlib.nullcontext)] + candidates:
+                with context():
                     if not same_outputs(call(kernels), expected):
-                        wrong.add(tile)  # a tile the kernel cannot take: not timed
+                        wrong.add(name)  # a launch the kernel cannot take: not timed
                         continue
-                    times[tile] = time_call(lambda: call(kernels), args.calls, args.repeats, device)
-            best = min(times, key=times.get)
-            best_name = 'default' if best is None else f'{best[0]}x{best[1]}'
-            line = f'{label:<36}{row:<30}{times[None]:>9.2f} ({default[0]}x{default[1]})'
-            line += ''.join(f'{"wrong":>11}' if t in wrong else f'{times[t]:>11.2f}'
-                            for t in tiles) + f'{best_name:>11}'
+                    times[name] = time_call(lambda: call(kernels), args.calls, args.repeats, device)
+            line = f'{label:<36}{row:<30}{times["default"]:>9.2f} ({default})'
+            line += ''.join(f'{"wrong":>11}' if name in wrong else f'{times[name]:>11.2f}'
+                            for name, _ in candidates) + f'{min(times, key=times.get):>11}'
             print(line)
             label = ''
+
+
+def sweep_tiles(found, tiles, kernels, args, device):
+    """:func:`sweep` over tiles (``[(BLOCK_N, BLOCK_C)]``)."""
+    candidates = [(f'{n}x{c}', functools.partial(forced_tile, (n, c))) for n, c in tiles]
+    sweep(found, candidates, kernels, args, device, 'tiles (BLOCK_N x BLOCK_C)',
+          lambda *state: 'x'.join(map(str, state_blocks(*state))))
+
+
+def sweep_warps(found, counts, kernels, args, device):
+    """:func:`sweep` over the warps per program (on the tiles ``state_blocks`` picks)."""
+    candidates = [(f'{w}w', functools.partial(forced_warps, w)) for w in counts]
+    sweep(found, candidates, kernels, args, device, 'warps a program',
+          lambda *state: f'{tile_warps(*state_blocks(*state))}w')
 
 
 def parse_args(argv=None):
@@ -267,12 +315,16 @@ def parse_args(argv=None):
     parser.add_argument('--repeats', type=positive_int, default=5)
     parser.add_argument('--tiles', default=None,
                         help='BLOCK_NxBLOCK_C,...: also time the Triton passes with each tile')
+    parser.add_argument('--warps', default=None,
+                        help='W,...: also time the Triton passes with W warps a program')
     args = parser.parse_args(argv)
-    if args.tiles is not None:
-        try:
+    try:
+        if args.tiles is not None:
             args.tiles = parse_tiles(args.tiles)
-        except ValueError as error:
-            parser.error(str(error))
+        if args.warps is not None:
+            args.warps = parse_warps(args.warps)
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -283,6 +335,10 @@ def main(argv=None):
         raise SystemExit('--device cuda was given but CUDA is not available')
     dtype = DTYPES[args.dtype]
     sets = kernel_sets(device)
+    for option in ('tiles', 'warps'):
+        if getattr(args, option) and 'Triton' not in sets:
+            raise SystemExit(f'--{option} times the Triton kernels: it needs --device cuda (or '
+                             'TRITON_INTERPRET=1 on the CPU)')
     clock = 'CUDA events' if device.type == 'cuda' else 'wall time'
     print(f'device={device} dtype={args.dtype} batch={args.batch_size} '
           f'calls={args.calls} repeats={args.repeats}; µs per call ({clock}, median), GB/s over '
@@ -311,10 +367,9 @@ def main(argv=None):
                 print(line)
                 label = ''
         if args.tiles:
-            if 'Triton' not in sets:
-                raise SystemExit('--tiles times the Triton kernels: it needs --device cuda (or '
-                                 'TRITON_INTERPRET=1 on the CPU)')
             sweep_tiles(found, args.tiles, sets['Triton'], args, device)
+        if args.warps:
+            sweep_warps(found, args.warps, sets['Triton'], args, device)
 
 
 if __name__ == '__main__':

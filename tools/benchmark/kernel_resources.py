@@ -317,8 +317,9 @@ def main(argv=None):
     if not rows:
         raise SystemExit(f'error: --kernel {args.kernel!r} names no kernel of the fused step or '
                          'the diagnostics (e.g. _step_kernel, _se_)')
+    import triton
     print(f'sm_{args.capability} dtype={args.dtype} batches={args.batch_size} '
-          f'({len(rows)} distinct launches)')
+          f'triton={triton.__version__} ({len(rows)} distinct launches)')
     print(f'{"kernel":<32}{"first tensor":<16}{"programs":>9}{"warps":>6}{"regs":>6}'
           f'{"spill B":>9}{"smem KiB":>9}{"warps/SM":>9}  constexprs')
     spilled = 0

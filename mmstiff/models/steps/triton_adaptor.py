@@ -7,7 +7,7 @@ float32; (B, C) tensors contiguous.
 """
 import torch
 
-from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tl, triton
+from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tile_warps, tl, triton
 from .triton_columns import ColumnKernels, column_blocks, column_tile
 
 if HAS_TRITON:
@@ -116,7 +116,7 @@ class TritonPhiKernels(ColumnKernels):
                                          channels, 0.0 if factor is None else float(factor), unbias,
                                          float(eps), float(scale), BATCH_STATS=batch_stats,
                                          UPDATE=batch_stats and factor is not None, BLOCK_B=block_b,
-                                         BLOCK_C=block_c)
+                                         BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c))
         return step, mean, rstd
 
     def phi_backward(self, grad, u, p, weight, gamma, beta, ie_weight, ie_bias, mean, rstd,
@@ -128,11 +128,14 @@ class TritonPhiKernels(ColumnKernels):
             torch.empty(channels, dtype=torch.float32, device=u.device) for _ in range(4))
         block_b, block_c = column_blocks(batch, channels)
         grid = (cdiv(channels, block_c), )
+        # a full tile: with 8 warps ptxas held some launches to 80 registers a thread and
+        # spilled 8 bytes (bfloat16 at 2048 samples; sm_80 at 512 with Triton 3.6); 16 take
+        # 49-64 registers and spill nothing (tools/benchmark/kernel_resources.py)
         grads = grad_u, grad_p, grad_weight, grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias
         self._backward[grid](grad, u, p, weight, gamma,
                              beta, ie_weight, ie_bias, mean, rstd, *grads, batch, channels,
                              float(scale), BATCH_STATS=batch_stats, BLOCK_B=block_b,
-                             BLOCK_C=block_c)
+                             BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c, full=16))
         return (grad_u, grad_p,
                 *(_as(g, like)
                   for g, like in ((grad_weight, weight), (grad_gamma, gamma), (grad_beta, beta),

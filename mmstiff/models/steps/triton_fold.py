@@ -10,7 +10,7 @@ pooled x_t's gradient scaled for its values. Sums in float32 whatever the input 
 """
 import torch
 
-from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tl, triton
+from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tile_warps, tl, triton
 from .triton_columns import ColumnKernels, column_blocks, column_tile
 
 if HAS_TRITON:
@@ -119,7 +119,7 @@ class TritonFoldKernels(ColumnKernels):
             running_var if running_var is not None else mean, affine, pooled, mu, rstd, batch,
             channels, float(factor) if update else 0.0, count / (count - 1) if count > 1 else 1.0,
             float(eps), BATCH_STATS=batch_stats, UPDATE=update, AFFINE=has_affine, BLOCK_B=block_b,
-            BLOCK_C=block_c)
+            BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c))
         return affine, pooled, mu, rstd
 
     def fold_backward(self, parts, grad_pooled, mean, weight, mu, rstd, batch_stats, inv_n, dtype,
@@ -136,14 +136,13 @@ class TritonFoldKernels(ColumnKernels):
             grad_state = grad_state.contiguous()
             scaled = torch.empty_like(grad_state)
         block_b, block_c = column_blocks(batch, channels)
-        # from 256 samples a program, 4 warps spilled a value to local memory (kernel_resources.py)
         self._backward[(cdiv(channels, block_c), )](
             parts.contiguous(), grad_pooled.contiguous(), mean, weight if affine else mu, mu, rstd,
             base, base if slope is None else slope, grad_weight if affine else mu,
             grad_bias if affine else mu, mu if grad_state is None else grad_state,
             mu if scaled is None else scaled, batch, channels, float(inv_n), float(inv_state),
             BATCH_STATS=batch_stats, AFFINE=affine, GRAD_STATE=grad_state is not None,
-            BLOCK_B=block_b, BLOCK_C=block_c, num_warps=8 if block_b >= 256 else 4)
+            BLOCK_B=block_b, BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c))
         if affine:
             grad_weight, grad_bias = (
                 g if g.dtype == weight.dtype else g.to(weight.dtype)

@@ -17,7 +17,8 @@ tensors (the tests).
 """
 import torch
 
-from mmstiff.utils.triton_launch import HAS_TRITON, as_bnc, cdiv, state_blocks, tl, triton
+from mmstiff.utils.triton_launch import (HAS_TRITON, as_bnc, cdiv, state_blocks, tile_warps, tl,
+                                         triton)
 from .step_kernels import state_dtype
 from .triton_adaptor import TritonPhiKernels
 from .triton_fold import TritonFoldKernels
@@ -262,7 +263,8 @@ class TritonStepKernels:
         block_n, block_c = state_blocks(n, c, sf[1], sf[2])
         self._pool[(batch, cdiv(c, block_c))](x, f, xm, fm, fm if fv is None else fv, n, c, *sx,
                                               *sf, 1.0 / n, POOL_X=state is not None,
-                                              MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c)
+                                              MOMENTS=moments, BLOCK_N=block_n, BLOCK_C=block_c,
+                                              num_warps=tile_warps(block_n, block_c))
         return (None if state is None else xm), fm, fv
 
     def moments_backward(self, grad, y, base, slope, layout):
@@ -276,7 +278,8 @@ class TritonStepKernels:
         slope = slope.contiguous() if has_slope else base
         grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
         self._moments_backward[grid](g, y, base, slope, out, n, c, *sg, *sy, *so, SLOPE=has_slope,
-                                     BLOCK_N=block_n, BLOCK_C=block_c)
+                                     BLOCK_N=block_n, BLOCK_C=block_c,
+                                     num_warps=tile_warps(block_n, block_c))
         return out
 
     def step(self, shortcut, step, f, relu, layout, norm=None):
@@ -290,7 +293,8 @@ class TritonStepKernels:
         a, d = (s, s) if norm is None else norm
         grid = (batch, cdiv(c, block_c), cdiv(n, block_n))
         self._step[grid](x, s, f, a, d, out, n, c, *sx, *sf, *so, HAS_STEP=step is not None,
-                         RELU=relu, HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+                         RELU=relu, HAS_NORM=norm is not None, BLOCK_N=block_n, BLOCK_C=block_c,
+                         num_warps=tile_warps(block_n, block_c))
         return out
 
     def measured_step(self, shortcut, step, f, relu, layout, state_relu, norm=None):
@@ -307,7 +311,8 @@ class TritonStepKernels:
         self._measured[(batch, cdiv(c, block_c))](x, s, f, a, d, out, moved, state, n, c, *sx, *sf,
                                                   *so, HAS_STEP=step is not None, RELU=relu,
                                                   STATE_RELU=state_relu, HAS_NORM=norm is not None,
-                                                  BLOCK_N=block_n, BLOCK_C=block_c)
+                                                  BLOCK_N=block_n, BLOCK_C=block_c,
+                                                  num_warps=tile_warps(block_n, block_c))
         return out, moved, state
 
     def step_backward(self, grad, out, f, step, relu, layout, need_step_grad, norm=None):
@@ -336,7 +341,8 @@ class TritonStepKernels:
                                     block_c))](g, like, f, s, a, d, grad_x, grad_f, written, pa, pd,
                                                n, c, *sg, *so, *sf, HAS_STEP=step is not None,
                                                RELU=relu, STEP_GRAD=need_step_grad, HAS_NORM=norm
-                                               is not None, BLOCK_N=block_n, BLOCK_C=block_c)
+                                               is not None, BLOCK_N=block_n, BLOCK_C=block_c,
+                                               num_warps=tile_warps(block_n, block_c))
         if norm is None:
             return grad_x, grad_f, grad_step
         return grad_x, grad_f, None if parts is None else (grad_step, parts)
