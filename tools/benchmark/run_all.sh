@@ -150,7 +150,7 @@ if [[ $device == cuda ]]; then
   # the tiles a change of state_blocks would pick from, and the warps a program of tile_warps
   # (a few minutes: each tile and warp count compiles anew)
   add bench_kernels_tiles "$PYTHON" $bench/bench_kernels.py "${kernels[@]}" --dtype bf16 \
-    --repeats 3 --tiles 64x64,128x32,256x16,64x16,256x8,512x4,1024x4 --warps 4,8,16
+    --repeats 3 --tiles 64x64,128x32,256x16,64x16,256x8,512x4,1024x4 --warps 4,16
 fi
 if [[ $device == cuda ]]; then
   add profile_step_bf16 "$PYTHON" $bench/profile_step.py "${profile[@]}" --amp bf16
