@@ -62,12 +62,12 @@ def tile_warps(rows, columns, full=8):
     ``BLOCK_B × BLOCK_C``): ``full`` (8) for a full tile of :data:`TILE_VALUES` values or more,
     4 below.
 
-    The usual rule for Triton reductions (8 warps from 2048 values). With 4 warps, a full
-    tile's kernels took 150–255 registers a thread, so an SM held 8–16 of their warps; with
-    Triton 3.6 the step's backward with a folded BN spilled 8–24 bytes a thread to local
-    memory, and so did StepNet's backward at 2048 samples. With 8 warps (16 for StepNet's
-    backward) they take 40–170 registers, spill nothing, and an SM holds twice the warps
-    (``tools/benchmark/kernel_resources.py``, with Triton 3.6 and 3.8).
+    The usual rule for Triton reductions (8 warps from 2048 values). With 4 warps, the
+    reductions over a full tile took 115–255 registers a thread, so an SM held 8–16 of their
+    warps; with Triton 3.6 the step's backward with a folded BN spilled 8–24 bytes a thread to
+    local memory, and so did StepNet's backward at 2048 samples. With 8 warps (16 for
+    StepNet's backward) they take 40–170 registers, spill nothing, and an SM holds about twice
+    the warps (``tools/benchmark/kernel_resources.py``, with Triton 3.6 and 3.8).
     """
     return full if rows * columns >= TILE_VALUES else 4
 
