@@ -518,6 +518,8 @@ def test_bench_kernels_warps_are_checked_and_forced(monkeypatch):
     modules = (step, sums, spectrum)
     with bench.forced_warps(2):
         assert [m.tile_warps(1024, 2) for m in modules] == [2, 2, 2]
+        # a launcher that asks for more warps on a full tile is forced too
+        assert [m.tile_warps(1024, 2, full=16) for m in modules] == [2, 2, 2]
     assert [m.tile_warps(1024, 2) for m in modules] == [8, 8, 8]  # restored
     with bench.forced_warps(None):
         assert step.tile_warps(16, 4) == 4

@@ -204,7 +204,7 @@ def _forced(name, value):
         return
     with contextlib.ExitStack() as stack:
         for module in TILED_MODULES:
-            stack.enter_context(mock.patch(f'{module}.{name}', lambda *shape: value))
+            stack.enter_context(mock.patch(f'{module}.{name}', lambda *shape, **options: value))
         yield
 
 
