@@ -9,6 +9,12 @@ to change and makes ``import mmdet`` raise :class:`UnusablePackageError` (an ``I
 this process, where it could not succeed anyway, so that classification keeps working.
 :func:`missing_dependency` turns the ``ImportError`` a detection run meets into one line that
 names the package to install. docs/install.md, "mmcv or mmcv-lite".
+
+:func:`check_core_stack`, run first by ``import mmstiff``, finds (without importing) the packages
+every run needs (torch, mmengine, mmcv, mmpretrain; none of which ``pip install mmstiff`` brings
+in all cases: torch is the user's) and raises :class:`~mmstiff.errors.MissingDependencyError`
+naming the missing ones and the command that installs each, printed by a tool as one ``error:``
+line.
 """
 import importlib.abc
 import importlib.machinery
@@ -20,12 +26,24 @@ import re
 import sys
 import warnings
 
+from .errors import MissingDependencyError
+
 #: what to install for detection (the ``det`` extra of setup.py)
 DET_INSTALL_HINT = 'pip install "mmstiff[det]"'
 #: mmcv with its compiled ops, in the range mmdet 3.x accepts (docs/install.md says how)
 MMCV_OPS_HINT = ('pip uninstall mmcv-lite, then install mmcv>=2.0.0rc4,<2.2.0 with its compiled '
                  'ops (mim install "mmcv>=2.0.0rc4,<2.2.0", or build it: docs/install.md)')
 MMCV_DISTRIBUTIONS = ('mmcv', 'mmcv-lite', 'mmcv-full')
+#: ``(module, what it is, the command that installs it)`` of every package a run needs, in the
+#: order they are installed (requirements/runtime.txt, requirements/mminstall.txt)
+CORE_PACKAGES = (
+    ('torch', 'PyTorch', 'pip install torch torchvision (the build for your CUDA version; '
+     'docs/install.md lists the tested versions)'),
+    ('mmengine', 'MMEngine', 'pip install "mmengine>=0.8.3,<1.0.0"'),
+    ('mmcv', 'MMCV', 'pip install "mmcv-lite>=2.0.0,<2.2.0" (or mmcv with its compiled ops, for '
+     'detection: docs/install.md)'),
+    ('mmpretrain', 'MMPretrain', 'pip install "mmpretrain>=1.2.0,<2.0.0"'),
+)
 
 
 class DetStackWarning(UserWarning):
@@ -182,6 +200,9 @@ def missing_dependency(exc, what='this'):
             # MMEngine's `mmdet::` bases raise it without a name: 'mmdet is not installed, ...'
             unnamed = re.match(r'(\w+) is not installed', str(exc))
             name = exc.name or (unnamed.group(1) if unnamed else '')
+            core = {module: command for module, _, command in CORE_PACKAGES}
+            if name in core:  # the package itself, not a module of it
+                return f'{what} needs {name}, which is not installed: {core[name]}'
             if name.split('.')[0] == 'mmdet':
                 return f'{what} needs mmdet, which is not installed: {DET_INSTALL_HINT}'
             if name.startswith(('mmcv._ext', 'mmcv.ops')):
@@ -203,3 +224,51 @@ def import_detection_class(module, name, what):
         if message is None:
             raise
         raise ImportError(message) from None
+
+
+def _importable(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder refusing it, a half-removed module
+        return False
+
+
+def missing_core_packages():
+    """``(module, what, install command)`` of every package of :data:`CORE_PACKAGES` that Python
+    cannot find (found without importing it)."""
+    return [package for package in CORE_PACKAGES if not _importable(package[0])]
+
+
+def missing_core_line(missing):
+    """One line naming the missing packages and the command that installs each."""
+    names = ', '.join(f'{what} ({module})' for module, what, _ in missing)
+    commands = '; '.join(command for _, _, command in missing)
+    return (f'mmstiff needs {names}, which {"is" if len(missing) == 1 else "are"} not '
+            f'installed in this Python ({sys.executable}): {commands}')
+
+
+def _one_line_hook(previous):
+    """A ``sys.excepthook`` that prints a :class:`MissingDependencyError` left uncaught as one
+    ``error:`` line (its traceback with ``MMSTIFF_DEBUG=1``) and passes anything else on."""
+
+    def hook(kind, value, tb):
+        if isinstance(value, MissingDependencyError) and \
+                os.environ.get('MMSTIFF_DEBUG', '') in ('', '0'):
+            print(f'error: {value}', file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    hook.one_line = True
+    return hook
+
+
+def check_core_stack():
+    """Raise :class:`~mmstiff.errors.MissingDependencyError` naming what to install when a
+    package of :data:`CORE_PACKAGES` is missing; a process that does not catch it (a tool,
+    ``python -c 'import mmstiff'``) ends with that one line and exit status 1."""
+    missing = missing_core_packages()
+    if not missing:
+        return
+    if not getattr(sys.excepthook, 'one_line', False):
+        sys.excepthook = _one_line_hook(sys.excepthook)
+    raise MissingDependencyError(missing_core_line(missing))

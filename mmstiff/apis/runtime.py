@@ -13,6 +13,7 @@ import torch
 from mmengine.config import Config, ConfigDict
 
 from mmstiff.dependencies import missing_dependency
+from mmstiff.errors import MmstiffError
 from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
 from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from mmstiff.utils.checkpoint import (CheckpointError, check_resume_checkpoint,
@@ -28,7 +29,7 @@ METRIC_DUMP_SUFFIXES = ('.json', '.yaml', '.yml')
 PREDICTION_DUMP_SUFFIXES = ('.pkl', '.pickle')
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, MmstiffError):
     """A config or command-line value the tools cannot run with."""
 
 

@@ -15,12 +15,14 @@ import pickle
 
 import numpy as np
 
+from mmstiff.errors import MmstiffError
+
 #: The array reconstruction function and scalar constructor, whatever numpy calls their module.
 _RECONSTRUCT = np.ndarray.__reduce__(np.zeros(0))[0]
 _SCALAR = np.float64(0).__reduce__()[0]
 
 
-class UnsafePickleError(pickle.UnpicklingError):
+class UnsafePickleError(pickle.UnpicklingError, MmstiffError):
     """A pickle that refers to a global outside :data:`ALLOWED_GLOBALS`, or calls one of the
     restricted ones otherwise than plain data needs."""
 

@@ -11,6 +11,8 @@ import os
 import os.path as osp
 import socket
 
+from mmstiff.errors import MmstiffError
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -22,7 +24,7 @@ LOCK_NAME = '.lock'
 _HELD = {}
 
 
-class WorkDirLockedError(RuntimeError):
+class WorkDirLockedError(RuntimeError, MmstiffError):
     """The work dir is held by another training run."""
 
 

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch.nn.modules.module import _IncompatibleKeys
 
+from mmstiff.errors import MmstiffError
+
 #: What the allow-listed ``getattr`` may return: the statistics methods a ``HistoryBuffer``
 #: pickles its state with.
 HISTORY_BUFFER_METHODS = ('min', 'max', 'current', 'mean')
@@ -28,7 +30,7 @@ LIST_LIMIT = 10
 REFUSALS = ('global', 'reduce', 'Can only', 'allow-list', 'blocked')
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ValueError, MmstiffError):
     """A checkpoint file that cannot be used as it is; the message names the file."""
 
 

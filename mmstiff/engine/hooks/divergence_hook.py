@@ -13,6 +13,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 
 from mmstiff.analysis.blocks import step_sources
+from mmstiff.errors import MmstiffError
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
 
@@ -25,7 +26,7 @@ DEFAULT_INTERVAL = 50
 WEIGHT_ENTRIES = ('state_dict', 'ema_state_dict')
 
 
-class DivergenceError(RuntimeError):
+class DivergenceError(RuntimeError, MmstiffError):
     """Training diverged: a loss, a step size or a weight is not finite."""
 
 

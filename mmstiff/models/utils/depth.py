@@ -6,9 +6,10 @@ written against either (``except KeyError`` around an upstream ResNet, ``except 
 around mmstiff) catches it, and its ``str()`` is the plain message (a ``KeyError`` alone
 would print it quoted).
 """
+from mmstiff.errors import MmstiffError
 
 
-class UnsupportedDepthError(KeyError, ValueError):
+class UnsupportedDepthError(KeyError, ValueError, MmstiffError):
     """``depth`` is not one the backbone can build (a ``KeyError`` and a ``ValueError``)."""
 
     def __str__(self):
