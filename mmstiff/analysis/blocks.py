@@ -1,14 +1,17 @@
 """Which modules of a network are Euler steps, and how to read their states (docs/methods.md §0).
 
 Blocks are found by class (a class attribute ``residual_kind``, the upstream classes listed
-here by name, or :func:`register_block_type`) or by a predicate; step sizes are the outputs of
-the modules whose class sets ``step_source`` (the adaptors) and of the SE gates. Nothing here
-imports a model. The three kinds of block and their states are in docs/diagnostics.md, "Which
-modules are steps".
+here by name, the :class:`~mmstiff.analysis.step_specs.BlockSpec` tables of
+:mod:`mmstiff.analysis.zoo`, :func:`register_block_type`, a hook's ``block_types``) or by a
+predicate; step sizes are the outputs of the modules whose class sets ``step_source`` (the
+adaptors), of the SE gates, and what a spec names (layer scale). Nothing here imports a model.
+The kinds of block and their states are in docs/diagnostics.md, "Which modules are steps".
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import torch.nn as nn
+
+from .step_specs import BlockSpec, Step, check_spec
 
 BLOCK_KINDS = ('conv', 'preact', 'transformer')
 #: names of a conv block's projection shortcut, tried in order.
@@ -40,10 +43,12 @@ _GATE_NAMES = dict(UPSTREAM_GATES)  # 'module.QualName' -> gate name
 
 
 class ResidualBlock(NamedTuple):
-    """A residual block found in a network: its module name, the module and its kind."""
+    """A residual block found in a network: its module name, the module, its kind and, for a
+    block read by its taps, its :class:`~mmstiff.analysis.step_specs.BlockSpec`."""
     name: str
     module: nn.Module
     kind: str
+    spec: Optional[BlockSpec] = None
 
 
 def _check_module_class(cls):
@@ -54,19 +59,30 @@ def _check_module_class(cls):
 
 def register_block_type(cls, kind='conv'):
     """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'``,
-    ``'preact'`` or ``'transformer'``); see the module docstring for what each kind reads.
+    ``'preact'`` or ``'transformer'``, or a :class:`~mmstiff.analysis.step_specs.BlockSpec`
+    of its steps); see the module docstring for what each kind reads.
 
     For block classes that declare nothing themselves (:data:`RESIDUAL_KIND_ATTR`); returns
     ``cls``. ``cls`` may also be given by its full name (``'package.module.Block'``), for a
     class of a package the caller does not import.
     """
-    if kind not in BLOCK_KINDS:
-        raise ValueError(f'kind={kind!r} is not supported; expected one of {BLOCK_KINDS}')
+    kind = check_block_kind(kind, f'register_block_type({cls!r})')
     if isinstance(cls, str) and '.' in cls:
         _BLOCK_NAMES[cls] = kind
     else:
         _BLOCK_TYPES[_check_module_class(cls)] = kind
     return cls
+
+
+def check_block_kind(kind: Any, where: str = 'kind') -> Any:
+    """``kind`` if it is one of :data:`BLOCK_KINDS` or a valid ``BlockSpec``, else
+    ``ValueError`` naming ``where`` and the value."""
+    if isinstance(kind, BlockSpec):
+        return check_spec(kind)
+    if kind not in BLOCK_KINDS:
+        raise ValueError(f'{where}: kind={kind!r} is not supported; expected one of '
+                         f'{BLOCK_KINDS} or a BlockSpec')
+    return kind
 
 
 def register_step_type(cls):
@@ -92,15 +108,52 @@ def _full_name(cls):
     return f'{cls.__module__}.{cls.__qualname__}'
 
 
-def block_kind(module):
-    """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
+def _declared(module, declared=None):
+    """What ``module``'s class is declared as: a kind, a ``BlockSpec`` or None. Walks the MRO,
+    the nearest class first; at each class ``declared`` (``{class name or full name: kind}``,
+    a config's ``block_types``) comes first, then :func:`register_block_type`, the zoo's specs,
+    the upstream names and the class's own :data:`RESIDUAL_KIND_ATTR`."""
+    from .zoo import zoo_specs  # the tables import nothing heavy, but only when asked
+    specs = zoo_specs()
     for cls in type(module).__mro__:
+        full = _full_name(cls)
+        if declared:
+            kind = declared.get(full) or declared.get(cls.__name__)
+            if kind:
+                return kind
         kind = (
-            _BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(_full_name(cls))
+            _BLOCK_TYPES.get(cls) or _BLOCK_NAMES.get(full) or specs.get(full)
             or cls.__dict__.get(RESIDUAL_KIND_ATTR))
         if kind:
             return kind
     return None
+
+
+def _residual_here(module, spec):
+    """Whether this instance of a spec's class makes its residual addition."""
+    if spec.residual is None:
+        return True
+    if callable(spec.residual):
+        return bool(spec.residual(module))
+    return bool(getattr(module, spec.residual, False))
+
+
+def block_reading(module, declared=None):
+    """``(kind, spec)`` of ``module``: its kind (:data:`BLOCK_KINDS`) and the ``BlockSpec`` it
+    is read by (None for the three built-in readings), or ``(None, None)`` if it is no
+    residual block (an inverted residual whose shapes change is none). ``declared``: a
+    config's ``block_types`` (``{class name: kind | BlockSpec}``), searched first."""
+    kind = _declared(module, declared)
+    if not isinstance(kind, BlockSpec):
+        return kind or None, None
+    if not _residual_here(module, kind):
+        return None, None
+    return ('conv' if len(kind.steps) == 1 else 'transformer'), kind
+
+
+def block_kind(module):
+    """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
+    return block_reading(module)[0]
 
 
 def is_residual_block(module):
@@ -132,32 +185,82 @@ def second_norm_of(layer):
     return _first_submodule(layer, SECOND_NORM_NAMES)
 
 
-def find_blocks(model, is_block=None):
-    """:class:`ResidualBlock` ``(name, module, kind)`` records of the residual blocks of
+def find_blocks(model, is_block=None, block_types=None):
+    """:class:`ResidualBlock` ``(name, module, kind, spec)`` records of the residual blocks of
     ``model``, outermost first.
 
     Blocks nested inside a found block are not listed again.
 
     Args:
         model (nn.Module): any network (a backbone, a classifier, a detector).
-        is_block (callable, optional): ``module -> kind | None`` (or a bool, read as
-            ``'conv'``), replacing the class-based :func:`block_kind`.
+        is_block (callable, optional): ``module -> kind | BlockSpec | None`` (or a bool, read
+            as ``'conv'``), replacing the class-based :func:`block_reading`.
+        block_types (dict, optional): ``{class name or full name: kind | BlockSpec}`` declared
+            by a config, searched before everything else (:func:`block_types_of`).
     """
+    declared = block_types_of(block_types)
     found = []
     inside = []
     for name, module in model.named_modules():
         if any(name.startswith(prefix + '.') for prefix in inside):
             continue
-        kind = is_block(module) if is_block is not None else block_kind(module)
-        if kind is True:
-            kind = 'conv'
-        if kind:
-            if kind not in BLOCK_KINDS:
+        if is_block is not None:
+            kind = is_block(module)
+            kind = 'conv' if kind is True else kind
+            if kind and not isinstance(kind, BlockSpec) and kind not in BLOCK_KINDS:
                 raise ValueError(f'is_block returned {kind!r} for {name!r}; expected one of '
-                                 f'{BLOCK_KINDS}, True, or a false value')
-            found.append(ResidualBlock(name, module, kind))
+                                 f'{BLOCK_KINDS}, a BlockSpec, True, or a false value')
+            spec = None
+            if isinstance(kind, BlockSpec):
+                spec = check_spec(kind)
+                kind = 'conv' if len(spec.steps) == 1 else 'transformer'
+        else:
+            kind, spec = block_reading(module, declared)
+        if kind:
+            found.append(ResidualBlock(name, module, kind, spec))
             inside.append(name)
     return found
+
+
+def block_types_of(block_types):
+    """The ``{class name: kind | BlockSpec}`` of a config's ``block_types``: a dict whose
+    values are kinds, ``BlockSpec``s or dicts of a spec's fields (``steps`` as dicts of
+    :class:`~mmstiff.analysis.step_specs.Step` fields), or a list of class names (each
+    ``'conv'``). ``ValueError`` naming the entry otherwise."""
+    if block_types is None:
+        return None
+    if isinstance(block_types, (list, tuple)):
+        block_types = {name: 'conv' for name in block_types}
+    if not isinstance(block_types, dict):
+        raise ValueError(f'block_types={block_types!r} is not supported; expected a dict '
+                         "{class name: kind}, e.g. dict(ConvNeXtBlock='conv')")
+    declared = {}
+    for name, kind in block_types.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f'block_types has the key {name!r}; expected a class name')
+        if isinstance(kind, dict):
+            kind = _spec_from_dict(name, kind)
+        declared[name] = check_block_kind(kind, f'block_types[{name!r}]')
+    return declared
+
+
+def _spec_from_dict(name, fields):
+    """A ``BlockSpec`` from a config dict ``dict(steps=[dict(name=, start=, end=, scale=)],
+    residual=...)``."""
+    fields = dict(fields)
+    unknown = set(fields) - {'steps', 'residual', 'family', 'note'}
+    if unknown:
+        raise ValueError(f'block_types[{name!r}] has the keys {sorted(unknown)}; expected steps, '
+                         'residual, family, note')
+    steps = []
+    for step in fields.pop('steps', [{}]):
+        try:
+            steps.append(Step(**step))
+        except TypeError:
+            raise ValueError(f'block_types[{name!r}]: step {step!r} is not supported; expected '
+                             'a dict of name, start, end, scale') from None
+    fields.setdefault('family', name.rpartition('.')[2])
+    return BlockSpec(cls=name, steps=tuple(steps), **fields)
 
 
 def _se_gate_modules(block):

@@ -19,6 +19,8 @@ import torch.nn as nn
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from mmstiff.utils.step_sums import StepSums, close_step_sums, is_step_block, open_step_sums
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
+from .spec_taps import SpecReader
+from .unknown_model import no_block_message
 
 LEVELS = ('block', 'branch', 'both')
 #: names of the two Euler steps of a transformer layer, in order.
@@ -92,9 +94,10 @@ def _detach(value):
 class _Frame:
     """Per-block scratch space for one forward pass of that block."""
 
-    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps', 'request')
+    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps', 'request', 'block')
 
-    def __init__(self, batch, x_in, request=None):
+    def __init__(self, batch, x_in, request=None, block=None):
+        self.block = block
         self.batch = batch
         self.x_in = x_in
         self.shortcut = None
@@ -162,13 +165,20 @@ class TrajectoryRecorder(RecorderBase):
             ``x_{t+1} - x_t`` and ``x_t`` they compute in their own pass
             (:attr:`StepRecord.sums`; a reducer that needs only the NSI's norms reads them
             instead of the states). Default False.
+        block_types (dict, optional): ``{class name: kind | BlockSpec | spec dict}``, block
+            classes declared by a config, searched before the built-in tables
+            (:func:`~mmstiff.analysis.blocks.block_types_of`).
 
     Raises:
-        ValueError: a bad ``level`` or ``select``, or a selection that matches no block.
+        ValueError: a bad ``level`` or ``select``, a model with no block the recorder knows
+            (the message names its most frequent module classes and the ``block_types`` line
+            to add), a block whose spec names a submodule it lacks, or a selection that
+            matches no block.
     """
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True, num_samples=None, on_pass_end=None, step_sums=False):
+                 read_se_gates=True, num_samples=None, on_pass_end=None, step_sums=False,
+                 block_types=None):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
@@ -184,15 +194,20 @@ class TrajectoryRecorder(RecorderBase):
         self.read_se_gates = read_se_gates
         self.step_sums = bool(step_sums)
         selected = select if callable(select) else _pattern_predicate(select)
-        blocks = find_blocks(model, is_block)
+        blocks = find_blocks(model, is_block, block_types)
         if not blocks:
-            raise ValueError(f'{type(model).__name__} has no residual block the recorder knows; '
-                             'register its block class with mmstiff.analysis.register_block_type '
-                             'or pass is_block=')
+            raise ValueError(no_block_message(model))
         self.blocks = [block for block in blocks if selected(block.name)]
         if not self.blocks:
             raise ValueError(f'select={select!r} matches none of the blocks '
                              f'{[block.name for block in blocks]}')
+        n = self.num_samples
+        # the blocks read by their spec: their taps resolved once, here
+        self._readers = {
+            block.name: SpecReader(block.name, block.module, block.spec,
+                                   lambda x: x.detach() if n is None else x.detach()[:n])
+            for block in self.blocks if block.spec is not None
+        }
         # the submodules each block's hooks go on, looked up once (start() runs per iteration)
         self._taps = [self._block_taps(block.module, block.kind) for block in self.blocks]
         self.outputs = OrderedDict()
@@ -219,6 +234,9 @@ class TrajectoryRecorder(RecorderBase):
         """Names of the records one forward pass produces, in trajectory order."""
         names = []
         for block in self.blocks:
+            if block.name in self._readers:
+                names.extend(self._readers[block.name].record_names(self.level))
+                continue
             if block.kind == 'transformer' and self.level in ('branch', 'both'):
                 names.extend(f'{block.name}.{branch}' for branch in BRANCH_NAMES)
             if block.kind != 'transformer' or self.level in ('block', 'both'):
@@ -230,9 +248,13 @@ class TrajectoryRecorder(RecorderBase):
         if self.active:
             return self
         for module, before, hook in self._module_hooks:
-            self._handles.append(
-                module.register_forward_pre_hook(hook) if before else module.
-                register_forward_hook(hook))
+            if before == 'kwargs':
+                handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+            elif before:
+                handle = module.register_forward_pre_hook(hook)
+            else:
+                handle = module.register_forward_hook(hook)
+            self._handles.append(handle)
         return self
 
     def stop(self):
@@ -242,7 +264,7 @@ class TrajectoryRecorder(RecorderBase):
         self._handles = []
         for frame in self._frames.values():
             if frame is not None and frame.request is not None:
-                close_step_sums(frame.request)
+                close_step_sums(frame.request, frame.block)
         self._frames.clear()
         return self
 
@@ -270,6 +292,10 @@ class TrajectoryRecorder(RecorderBase):
         def add(module, before, hook):
             hooks.append((module, before, opaque_to_compiler(hook)))
 
+        if name in self._readers:
+            self._spec_hooks(self._readers[name], add)
+            return hooks
+
         shortcut, act, norm = taps.shortcut, taps.activation, taps.second_norm
         n = self.num_samples
 
@@ -294,15 +320,15 @@ class TrajectoryRecorder(RecorderBase):
             x = _first_tensor(args)
             stale = frames.get(name)
             if stale is not None and stale.request is not None:
-                close_step_sums(stale.request)
-            request = open_step_sums(state_act) if sums_steps and x is not None else None
-            frames[name] = None if x is None else _Frame(x.shape[0], cut(x), request)
+                close_step_sums(stale.request, module)
+            request = open_step_sums(state_act, module) if sums_steps and x is not None else None
+            frames[name] = None if x is None else _Frame(x.shape[0], cut(x), request, module)
 
         def leave(module, args, output):
             frame = frames.pop(name, None)
             sums = None
             if frame is not None and frame.request is not None:
-                close_step_sums(frame.request)
+                close_step_sums(frame.request, module)
                 sums = frame.request.complete(sums_steps)
                 sums = sums and [s.first(n) for s in sums]
             out = _first_tensor(output)
@@ -349,6 +375,32 @@ class TrajectoryRecorder(RecorderBase):
 
             add(source, False, on_step)
         return hooks
+
+    def _spec_hooks(self, reader, add):
+        """Add (``add(module, before, hook)``) the hooks that record a block by its spec
+        (:mod:`.spec_taps`)."""
+        for module, kind, hook in reader.hooks():
+            add(module, 'kwargs' if kind == 'pre' else False, hook)
+
+        def leave(module, args, output):
+            steps = reader.leave(output)
+            if steps is None:
+                return
+            name = reader.name
+            if len(steps) == 1:
+                only = steps[0]
+                self._keep(StepRecord(name, name, 'block', only.x_t, only.x_next, only.delta))
+                return
+            names = set(reader.record_names(self.level))
+            for step in steps:
+                record = f'{name}.{step.step.name}'
+                if record in names:
+                    self._keep(StepRecord(record, name, step.step.name, step.x_t, step.x_next,
+                                          step.delta))
+            if name in names:
+                self._keep(StepRecord(name, name, 'block', steps[0].x_t, steps[-1].x_next, None))
+
+        add(reader.block, False, leave)
 
     def _sums_request(self, block, kind, taps):
         """``(steps, state_act)``: how many fused steps of a block give the sums of its
@@ -417,10 +469,12 @@ def _pattern_predicate(select):
 
 def stage_of(name):
     """The stage of a block name: everything before its last dot (``'layer1.0'`` -> ``'layer1'``,
-    ``'layers.3.msa'`` -> ``'layers'``); ``''`` for a top-level block."""
-    for branch in BRANCH_NAMES:
-        if name.endswith('.' + branch):
-            name = name[:-len(branch) - 1]
+    ``'layers.3.msa'`` -> ``'layers'``); ``''`` for a top-level block. A step's name after its
+    block's (``msa``, ``mlp`` or another lowercase word after an index) is dropped first."""
+    block, _, last = name.rpartition('.')
+    if last in BRANCH_NAMES or (last.isalpha() and last.islower()
+                                and block.rpartition('.')[2].isdigit()):
+        name = block
     return name.rpartition('.')[0]
 
 

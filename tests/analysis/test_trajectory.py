@@ -211,10 +211,11 @@ def test_custom_block_registration_and_predicate():
             return x + 0.5 * x
 
     net = nn.Sequential(Scale(), nn.ReLU(), Scale())
-    with pytest.raises(ValueError, match='register its block class'):
+    with pytest.raises(ValueError, match=r"most frequent module classes .* Scale \(2\).*"
+                       r"block_types=dict\(Scale='conv'\)"):
         TrajectoryRecorder(net)
     blocks = find_blocks(net, is_block=lambda m: isinstance(m, Scale))
-    assert [name for name, _, kind in blocks] == ['0', '2'] and blocks[0][2] == 'conv'
+    assert [block.name for block in blocks] == ['0', '2'] and blocks[0].kind == 'conv'
     register_block_type(Scale, 'conv')
     x = torch.rand(4, 3) + 0.1
     with TrajectoryRecorder(net, reduce=lambda r: neural_stiffness_index(r.x_t, r.x_next)) as rec:
@@ -361,7 +362,7 @@ def test_swin_blocks_are_two_euler_steps_with_window_attention_maps():
     from mmstiff.analysis import AttentionRecorder
     swin = _tiny_swin()
     x = torch.randn(2, 3, 64, 64)
-    names = [name for name, _, kind in find_blocks(swin) if kind == 'transformer']
+    names = [block.name for block in find_blocks(swin) if block.kind == 'transformer']
     assert names == [f'stages.{i}.blocks.{j}' for i in range(2) for j in range(2)]
     block = swin.stages[0].blocks[1]  # a shifted-window block
     inputs = {}

@@ -17,6 +17,7 @@ from mmengine.logging import HistoryBuffer, print_log
 from mmengine.model import is_model_wrapper
 
 from mmstiff.analysis import TrajectoryRecorder
+from mmstiff.analysis.blocks import block_types_of
 from mmstiff.analysis.trajectory import LEVELS
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
@@ -54,6 +55,9 @@ class TrajectoryDiagnosticHook(Hook):
         level (str): ``'block'``, ``'branch'`` (the MSA and MLP steps of transformer layers
             separately) or ``'both'``.
         prefix (str): first component of the logged names.
+        block_types (dict | list, optional): block classes of a model the built-in tables do
+            not know, ``{class name: 'conv' | 'preact' | 'transformer' | dict(steps=[...])}``
+            (docs/diagnostics.md, "Which modules are steps"); checked when the hook is built.
     """
 
     priority = 'NORMAL'
@@ -69,8 +73,11 @@ class TrajectoryDiagnosticHook(Hook):
     #: (:attr:`~mmstiff.analysis.StepRecord.sums`), asked of the steps by the recorder
     step_sums = False
 
-    def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix=''):
+    def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix='',
+                 block_types=None):
         self.interval = check_positive_int('interval', interval)
+        block_types_of(block_types)  # a bad entry stops the config build, naming it
+        self.block_types = block_types
         self.blocks = check_patterns('blocks', blocks)
         if module is not None and not isinstance(module, str):
             raise ValueError(f'module={module!r} is not supported; expected None or an '
@@ -125,7 +132,8 @@ class TrajectoryDiagnosticHook(Hook):
         :meth:`extra_recorders`."""
         trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
                                         select=self.blocks, num_samples=self.num_samples,
-                                        on_pass_end=self.end_pass, step_sums=self.step_sums)
+                                        on_pass_end=self.end_pass, step_sums=self.step_sums,
+                                        block_types=self.block_types)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders

@@ -104,6 +104,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             the Fourier transform of token states; read from the recorded module's
             ``num_extra_tokens`` when None (mmpretrain ViTs), else 0.
         attention (bool): also log M_attn of transformer layers. Default True.
+        block_types (dict, optional): block classes the built-in tables do not know
+            (``dict(MyBlock='conv')``; docs/diagnostics.md, "Which modules are steps").
 
     Example:
         >>> custom_hooks = [dict(type='mmstiff.FrequencyHook', interval=100)]
@@ -112,9 +114,9 @@ class FrequencyHook(TrajectoryDiagnosticHook):
     optional_metrics = ('dlogamp', 'token_cos', 'attn_cos')
 
     def __init__(self, interval=100, blocks=None, module='backbone', level='branch', num_samples=8,
-                 num_extra_tokens=None, attention=True):
+                 num_extra_tokens=None, attention=True, block_types=None):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='freq')
+                         prefix='freq', block_types=block_types)
         self.num_samples = check_positive_int('num_samples', num_samples)
         self.num_extra_tokens = check_non_negative_int('num_extra_tokens', num_extra_tokens,
                                                        optional=True)

@@ -91,6 +91,8 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             only; the cost of a recorded iteration shrinks in proportion, the statistics over
             the batch (TNS, the NSI-Δ correlation) get noisier. None (default): the whole
             batch.
+        block_types (dict, optional): block classes the built-in tables do not know
+            (``dict(MyBlock='conv')``; docs/diagnostics.md, "Which modules are steps").
 
     Example:
         >>> custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=50)]
@@ -101,9 +103,9 @@ class StiffnessHook(TrajectoryDiagnosticHook):
     step_sums = True
 
     def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
-                 log_blocks=False, num_samples=None):
+                 log_blocks=False, num_samples=None, block_types=None):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='stiffness')
+                         prefix='stiffness', block_types=block_types)
         self.log_blocks = bool(log_blocks)
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         # the difference x_{t+1} - x_t of every step of a recorded pass is written here
