@@ -10,8 +10,8 @@ user's when
   package, or the ``tools/`` beside it): the checks of the library raise plain ``ValueError``,
   ``KeyError`` and ``FileNotFoundError`` with a message naming the field and the value, and an
   ``int('x')`` or a missing dict key inside mmstiff stays a bug, or
-* it carries such an exception: raised ``from`` it, or rebuilt from it while handling it as
-  MMEngine's ``build_from_cfg`` does (``type(e)(f'class `X` in ...: {e}')``), or
+* it carries such an exception: raised ``from`` it, or rebuilt from it while handling it, its
+  message holding the first one's (``type(e)(f'Failed to import ...: {e}')``), or
 * it is an ``ImportError`` of a missing or unusable package
   (:func:`mmstiff.dependencies.missing_dependency`).
 
@@ -23,8 +23,6 @@ import re
 
 #: the exception classes a ``raise`` statement in mmstiff uses for a user's mistake
 ON_PURPOSE = (ValueError, KeyError, FileNotFoundError)
-#: MMEngine's registry function that rebuilds an exception raised while building an object
-REBUILDERS = ('build_from_cfg', )
 
 
 class MmstiffError(Exception):
@@ -70,18 +68,14 @@ def raised_on_purpose(exc):
     if site is None:
         return False
     path, _, line = site
-    return osp.abspath(path).startswith(project_folders()) and re.match(r'raise\b', line) is not None
+    in_project = osp.abspath(path).startswith(project_folders())
+    return in_project and re.match(r'raise\b', line) is not None
 
 
 def _rebuilt_from(outer, inner):
-    """Whether ``outer`` was raised while handling ``inner`` as a new form of it: its message
-    holds ``inner``'s, or MMEngine's ``build_from_cfg`` raised it."""
-    if inner is None:
-        return False
-    if str(inner) and str(inner) in str(outer):
-        return True
-    tb = _innermost_frame(outer)
-    return tb is not None and tb.tb_frame.f_code.co_name in REBUILDERS
+    """Whether ``outer`` was raised while handling ``inner`` as a new form of it (its message
+    holds ``inner``'s)."""
+    return inner is not None and bool(str(inner)) and str(inner) in str(outer)
 
 
 def user_error(exc):
@@ -110,14 +104,15 @@ def message_of(exc):
     return ' '.join(text.split()) or type(exc).__name__
 
 
-def error_line(exc):
-    """``'error: ...'`` for an exception that is the user's (module docstring), else None."""
+def error_line(exc, what='this config'):
+    """``'error: ...'`` for an exception that is the user's (module docstring), else None;
+    ``what`` names what needed a missing package (``'this config needs mmdet, ...'``)."""
     found = user_error(exc)
     if found is not None:
         return f'error: {message_of(found)}'
     if isinstance(exc, ImportError):
         from .dependencies import missing_dependency
-        missing = missing_dependency(exc, 'this run')
+        missing = missing_dependency(exc, what)
         if missing is not None:
             return f'error: {missing}'
     return None

@@ -11,14 +11,13 @@ crash-safe, a diverged run (non-finite loss) stops with exit status 1, and ``--r
 nothing to resume is an error instead of a silent new run (docs/reliability.md, "Resuming").
 """
 import argparse
-import sys
 
+from mmstiff.tool_main import run_tool  # first: a missing torch or mmengine is one error line
+
+# isort: split
 from mmengine.config import DictAction
 
-from mmstiff.apis.runtime import ConfigError, build_runner, cfg_option, shutdown_distributed
-from mmstiff.dependencies import missing_dependency
-from mmstiff.engine import DivergenceError
-from mmstiff.utils.checkpoint import CheckpointError
+from mmstiff.apis.runtime import build_runner, cfg_option, shutdown_distributed
 
 
 def parse_args(argv=None):
@@ -54,36 +53,28 @@ def parse_args(argv=None):
         'source you trust (a pickle can run code). By default checkpoints load weights-only')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
+    parser.add_argument(
+        '--skip-data-checks', action='store_true',
+        help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
+        'and CIFAR files; they take seconds on COCO-sized files); the config key '
+        'skip_data_checks=True does the same')
+    parser.add_argument(
+        '--debug', action='store_true',
+        help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "
+        'the same); by default it ends in one error: line')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
+    """Train; a user's mistake raises an error that :func:`mmstiff.tool_main.run_tool` prints
+    as one ``error:`` line (a bad config or flag, a dataset file that fails its checks, a
+    checkpoint refused, a diverged run)."""
     args = parse_args(argv)
-    try:
-        runner = build_runner(args, mode='train')
-    except ConfigError as err:
-        sys.exit(f'error: {err}')
-    try:
-        runner.train()
-    except DivergenceError as err:  # already in the log; no traceback for a diverged run
-        sys.exit(f'error: {err}')
-    except CheckpointError as err:  # --resume / load_from refused before the first iteration
-        sys.exit(f'error: {err}')
+    runner = build_runner(args, mode='train')
+    runner.train()
     shutdown_distributed()
 
 
-def exit_if_missing_dependency(err):
-    """Exit with one line naming the package to install when ``err`` comes from a detection
-    import that cannot work here (mmdet missing or unusable, mmcv without its compiled ops)."""
-    message = missing_dependency(err, 'this config')
-    if message is not None:
-        sys.exit(f'error: {message}')
-
-
 if __name__ == '__main__':
-    try:
-        main()
-    except ImportError as err:
-        exit_if_missing_dependency(err)
-        raise
+    run_tool(main)

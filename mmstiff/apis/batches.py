@@ -2,7 +2,7 @@
 first batches through the model's data preprocessor, with a progress bar."""
 import sys
 
-from .runtime import ConfigError
+from .runtime import ConfigError, preflight_data
 
 
 def build_loader(cfg, split, batch_size=None):
@@ -13,6 +13,7 @@ def build_loader(cfg, split, batch_size=None):
     loader_cfg = cfg.get(field)
     if not loader_cfg:
         raise ConfigError(f'the config has no {field}; pick another --split')
+    preflight_data(cfg, (field, ))
     loader_cfg = loader_cfg.copy()
     if batch_size is not None:
         loader_cfg['batch_size'] = batch_size

@@ -62,7 +62,17 @@ def analysis_parser(description, num_batches=10):
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default=None,
                         type=cfg_option, help='override config settings, key=value')
     add_checkpoint_args(parser, 'analyse')
+    add_debug_arg(parser)
     return parser
+
+
+def add_debug_arg(parser):
+    """``--debug``, listed in the help; :func:`mmstiff.tool_main.run_tool` takes it off the
+    command line before the tool parses it."""
+    parser.add_argument(
+        '--debug', action='store_true',
+        help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "
+        'the same); by default it ends in one error: line')
 
 
 def add_device_arg(parser):

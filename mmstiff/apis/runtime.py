@@ -13,9 +13,9 @@ import torch
 from mmengine.config import Config, ConfigDict
 
 from mmstiff.dependencies import missing_dependency
-from mmstiff.errors import MmstiffError
 from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
 from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
+from mmstiff.errors import MmstiffError
 from mmstiff.utils.checkpoint import (CheckpointError, check_resume_checkpoint,
                                       install_checkpoint_loader, load_checkpoint_into)
 
@@ -360,6 +360,17 @@ def init_cpu_distributed(cfg):
     return cfg
 
 
+def preflight_data(cfg, fields=DATALOADERS):
+    """The data checks of :mod:`mmstiff.datasets.preflight` on the dataloaders ``fields``, before
+    anything is built: a failed one raises its ``DataCheckError``; warnings go to stderr as
+    ``warning:`` lines."""
+    import sys
+
+    from mmstiff.datasets.preflight import check_data
+    for line in check_data(cfg, fields):
+        print(f'warning: {line}', file=sys.stderr, flush=True)
+
+
 def prepare_runner_cfg(cfg, args, mode):
     """Everything a tool does to ``cfg`` before ``Runner.from_cfg``; ``mode`` is train or test."""
     if mode == 'train':
@@ -370,6 +381,8 @@ def prepare_runner_cfg(cfg, args, mode):
         raise ValueError(f"mode={mode!r}; expected 'train' or 'test'")
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+    if getattr(args, 'skip_data_checks', False):
+        cfg.skip_data_checks = True
     check_config(cfg, mode)
     if mode == 'train':
         install_safeguards(cfg)
@@ -418,6 +431,7 @@ def build_runner(args, mode):
     install_checkpoint_loader(trust=trust)
     cfg = load_config(args.config)
     prepare_runner_cfg(cfg, args, mode)
+    preflight_data(cfg, DATALOADERS[:2] if mode == 'train' else DATALOADERS[2:])
     note = None
     if mode == 'train':
         try:

@@ -111,7 +111,7 @@ def test_coco_config_builds_the_checked_dataset():
 
 def test_box_drop_reasons_follow_mmdet():
     pytest.importorskip('mmdet')
-    from mmstiff.datasets.coco import CATEGORY, OUTSIDE, SIZE, box_drop_reason
+    from mmstiff.datasets.coco_boxes import CATEGORY, OUTSIDE, SIZE, box_drop_reason
     img = dict(width=100, height=50)
 
     def ann(bbox, area=10, cat=1, **kw):

@@ -20,13 +20,13 @@ positions per channel averaged over channels (class tokens left out). Writes
 """
 import functools
 import os.path as osp
-import sys
 
 from mmstiff.apis.analysis_output import dump_json, finite
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.analysis_setup import instrument_setup
 from mmstiff.apis.batches import preprocessed_batches
 from mmstiff.apis.cli import add_instrument_args, analysis_parser
 from mmstiff.apis.trained_model import backbone_of
+from mmstiff.tool_main import run_tool
 
 
 def parse_args(argv=None):
@@ -115,7 +115,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)

@@ -17,9 +17,10 @@ import os.path as osp
 import sys
 
 from mmstiff.apis.analysis_output import dump_json, send_figures
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
 from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
+from mmstiff.tool_main import run_tool
 
 DEFAULT_FREQS = [round(0.1 * i, 1) for i in range(11)]
 
@@ -107,7 +108,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)

@@ -32,13 +32,13 @@ that power iteration mixes; see docs/methods.md §12). Writes
 * ``hessian_spectrum.png``: the density of the max eigenvalues over the batches.
 """
 import os.path as osp
-import sys
 
 from mmstiff.apis.analysis_output import dump_json, finite
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.analysis_setup import instrument_setup
 from mmstiff.apis.batches import preprocessed_batches
 from mmstiff.apis.cli import add_instrument_args, add_loss_args, analysis_parser, positive_int
 from mmstiff.apis.training_loss import decay_summary, training_loss, weight_decays
+from mmstiff.tool_main import run_tool
 
 BATCH_SIZE = 16  # the paper's
 BINS = 40
@@ -239,7 +239,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)

@@ -25,13 +25,13 @@ filter (Li et al., the default). Writes
   (``--dim 2``).
 """
 import os.path as osp
-import sys
 
 from mmstiff.apis.analysis_output import dump_json, finite
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, instrument_setup
+from mmstiff.apis.analysis_setup import instrument_setup
 from mmstiff.apis.batches import preprocessed_batches
 from mmstiff.apis.cli import add_instrument_args, add_loss_args, analysis_parser
 from mmstiff.apis.training_loss import decay_summary, training_loss, weight_decays
+from mmstiff.tool_main import run_tool
 
 #: parameters whose direction is 0 by default, as in the How-do-ViTs authors' landscapes:
 #: position embeddings and relative position bias tables.
@@ -172,7 +172,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)

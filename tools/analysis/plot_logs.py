@@ -28,6 +28,7 @@ import os.path as osp
 import sys
 
 from mmstiff.apis.analysis_output import dump_json
+from mmstiff.tool_main import run_tool
 
 #: metric group -> (y-axis label, title)
 GROUPS = {
@@ -57,9 +58,10 @@ DIAGNOSTIC_HOOKS = ('StiffnessHook', 'FrequencyHook', 'HessianHook')
 
 
 def find_log(path):
-    """The JSON log a user means by ``path`` (a file, a run folder or a work dir)."""
+    """The JSON log a user means by ``path`` (a file, a run folder or a work dir); MMEngine's
+    text log ``<run>/<timestamp>.log`` stands for the ``vis_data/scalars.json`` beside it."""
     if osp.isfile(path):
-        return path
+        return path if path.endswith('.json') or read_rows(path) else json_log_of_text(path)
     if not osp.isdir(path):
         sys.exit(f'error: {path!r} is neither a JSON log nor a folder')
     candidates = glob.glob(osp.join(path, 'vis_data', 'scalars.json'))
@@ -67,6 +69,19 @@ def find_log(path):
     if not candidates:
         sys.exit(f'error: no vis_data/scalars.json under {path!r}')
     return max(candidates, key=osp.getmtime)
+
+
+def json_log_of_text(path):
+    """The JSON log of the run whose text log (no JSON rows) is ``path``: the
+    ``vis_data/scalars.json`` beside it, else an error naming the file it needs."""
+    beside = osp.join(osp.dirname(osp.abspath(path)), 'vis_data', 'scalars.json')
+    if osp.isfile(beside):
+        print(f'note: {path} is a text log; reading the JSON log of the same run, {beside}',
+              file=sys.stderr)
+        return beside
+    sys.exit(f'error: {path} is a text log, not the JSON log this tool reads: it plots '
+             f'vis_data/scalars.json of the run (MMEngine writes it beside the text log; none '
+             f'at {beside}); pass that file, the run folder or the work dir')
 
 
 def read_rows(path):
@@ -250,4 +265,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -310,6 +310,11 @@ class CaiT(BaseBackbone):
             raise ValueError(f'arch={arch!r} is not supported; expected a preset name or a '
                              f'dict with keys {ARCH_KEYS} and optionally '
                              f'{tuple(ARCH_DEFAULTS)}')
+        for key in ARCH_KEYS:
+            value = arch[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f'arch[{key!r}]={value!r} is not supported; expected a positive '
+                                 f'int (arch={dict(arch)!r})')
         return dict(ARCH_DEFAULTS, **arch)
 
     def _check_out_indices(self, out_indices):
