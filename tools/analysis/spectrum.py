@@ -21,13 +21,13 @@ steps of transformer layers separately) writes
 """
 import math
 import os.path as osp
-import sys
 
 from mmstiff.apis.analysis_output import dump_json, finite, send_figures
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
 from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
 from mmstiff.apis.trained_model import backbone_of
+from mmstiff.tool_main import run_tool
 
 INPUT = 'input'
 
@@ -208,7 +208,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)

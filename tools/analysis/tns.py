@@ -16,13 +16,13 @@ Records every residual step of the backbone on the first N batches and writes
   adaptor (Appendix D), when the network has step-size adaptors.
 """
 import os.path as osp
-import sys
 
 from mmstiff.apis.analysis_output import dump_json, finite, send_figures
-from mmstiff.apis.analysis_setup import TOOL_ERRORS, setup
+from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
 from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
 from mmstiff.apis.trained_model import backbone_of
+from mmstiff.tool_main import run_tool
 
 HEATMAP_SAMPLES = 64
 
@@ -125,7 +125,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except TOOL_ERRORS as err:
-        sys.exit(f'error: {err}')
+    run_tool(main)
