@@ -106,8 +106,22 @@ def attention_modules(model, select=None):
         if not isinstance(attn, nn.Module):
             continue
         window = getattr(attn, 'w_msa', None)  # Swin: the window attention inside the shift
-        found.append(AttentionModule(block.name, window if isinstance(window, nn.Module) else attn))
+        attn = window if isinstance(window, nn.Module) else attn
+        if block.spec is not None and not readable_attention(attn):
+            continue  # a zoo layer whose attention computes its maps in a way not read here
+        found.append(AttentionModule(block.name, attn))
     return found
+
+
+def readable_attention(attn):
+    """Whether :class:`AttentionRecorder` can read the maps of ``attn``: it stores them, gives
+    ``attention_map(x)``, has a softmax module, or a fused ``qkv`` projection with
+    ``num_heads``."""
+    return (hasattr(attn, 'keep_attn_map') and callable(getattr(attn, '_store_attn_map', None))
+            or callable(getattr(attn, 'attention_map', None))
+            or isinstance(getattr(attn, 'softmax', None), nn.Softmax)
+            or isinstance(getattr(attn, 'qkv', None), nn.Module)
+            and isinstance(getattr(attn, 'num_heads', None), int))
 
 
 def _scale_of(attn):

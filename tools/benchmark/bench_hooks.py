@@ -49,6 +49,9 @@ Models (``--arch``, ``--depth``):
   The default is the CIFAR ResNet-18 as ``resnet18_8xb16_cifar10`` trains it (64 base
   channels, batch 16 per GPU).
 * ``resnet``: mmpretrain's ImageNet ``ResNet`` of ``--depth`` 18, 34, 50, 101 or 152.
+* ``convnext``, ``mobilenetv2``: mmpretrain's ConvNeXt-atto (12 blocks, layer scale read as
+  the step size) and MobileNetV2 (10 inverted residuals that add their input), read by the
+  zoo's block tables; ``--depth`` and the widths do not apply.
 * ``vit``: mmpretrain's ``VisionTransformer`` with DeiT-S's 6 heads and MLP ratio 4,
   ``--depth`` layers of width ``--embed-dims``: by default 24 layers of width 96 on 32x32
   images in 4x4 patches (a deep, narrow DeiT-S); ``--depth 12 --embed-dims 384 --img-size 224
@@ -90,9 +93,17 @@ BASELINE = 'no hook'
 CIFAR_DEPTHS = (18, 34, 50, 101, 152)
 PREACT_DEPTH = 164
 IMAGENET_DEPTHS = (18, 34, 50, 101, 152)
-ARCHS = ('cifar', 'resnet', 'vit')
+ARCHS = ('cifar', 'resnet', 'vit', 'convnext', 'mobilenetv2')
 #: per architecture: default depth, width (base channels or embedding width), image size
-ARCH_DEFAULTS = {'cifar': (18, 64, 32), 'resnet': (50, 64, 224), 'vit': (24, 96, 32)}
+ARCH_DEFAULTS = {
+    'cifar': (18, 64, 32),
+    'resnet': (50, 64, 224),
+    'vit': (24, 96, 32),
+    'convnext': (0, 0, 32),
+    'mobilenetv2': (0, 0, 32)
+}
+#: the zoo architectures: mmpretrain's named arch, read by the block tables (no --depth)
+ZOO_ARCHS = {'convnext': 'ConvNeXt-atto', 'mobilenetv2': 'MobileNetV2 (widen factor 1)'}
 
 
 class Classifier(nn.Module):
@@ -120,6 +131,13 @@ def build_model(args):
             patch_size=args.patch_size, out_type='cls_token')
         return (Classifier(backbone, width),
                 f'ViT ({args.depth} layers, width {width}, 6 heads, patch {args.patch_size})')
+    if args.arch == 'convnext':
+        from mmpretrain.models.backbones import ConvNeXt
+        backbone = ConvNeXt(arch='atto')
+        return Classifier(backbone, ConvNeXt.arch_settings['atto']['channels'][-1]), ZOO_ARCHS[args.arch]
+    if args.arch == 'mobilenetv2':
+        from mmpretrain.models.backbones import MobileNetV2
+        return Classifier(MobileNetV2(), 1280), ZOO_ARCHS[args.arch]
     width = args.base_channels
     if args.arch == 'resnet':
         from mmpretrain.models.backbones import ResNet
@@ -321,7 +339,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--arch', choices=ARCHS, default='cifar',
         help="'cifar' (ResNet_CIFAR; --depth 164: pre-activation ResNet-164), "
-        "'resnet' (ImageNet ResNet) or 'vit' (a DeiT-S-style ViT)")
+        "'resnet' (ImageNet ResNet), 'vit' (a DeiT-S-style ViT), 'convnext' (ConvNeXt-atto) or "
+        "'mobilenetv2' (MobileNetV2)")
     parser.add_argument(
         '--depth', type=int, default=None,
         help=f'cifar: one of {CIFAR_DEPTHS + (PREACT_DEPTH, )} (default 18); '
