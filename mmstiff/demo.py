@@ -10,6 +10,8 @@ import os.path as osp
 import runpy
 import sys
 
+from mmstiff.tool_main import run_tool
+
 
 def demo_script():
     """The path of ``demo.py`` among the tools of this mmstiff.
@@ -32,7 +34,12 @@ def demo_argv(args):
     return list(args) if given & {'--data-root', '--quick'} else ['--quick', *args]
 
 
-if __name__ == '__main__':
+def main():
+    """Run the demo script with the command line of ``python -m mmstiff.demo``."""
     script = demo_script()
     sys.argv = [script, *demo_argv(sys.argv[1:])]
     runpy.run_path(script, run_name='__main__')
+
+
+if __name__ == '__main__':
+    run_tool(main)

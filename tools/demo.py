@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from mmstiff.tool_main import run_tool
+
 TOOLS = osp.dirname(osp.abspath(__file__))
 #: the checkout, or ``mmstiff/.mim`` of an installed package: configs/ lies beside tools/
 ROOT = osp.dirname(TOOLS)
@@ -93,7 +95,9 @@ def run(cmd):
     env = dict(os.environ)
     env.setdefault('OMP_NUM_THREADS', '1')
     print('+', ' '.join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=env)
+    status = subprocess.run(cmd, env=env).returncode
+    if status:  # the tool has said why (one error: line, or its traceback)
+        raise SystemExit(status)
 
 
 def latest(pattern):
@@ -181,4 +185,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

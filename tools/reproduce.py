@@ -59,6 +59,7 @@ from mmstiff.studies.plan import (adopt_published_runs, adopt_reused_runs, check
 from mmstiff.studies.rebuild import entry_from_folder
 from mmstiff.studies.spec import REPO, repo_relative
 from mmstiff.studies.state import DONE, PENDING, STATE_FILE, RunnerLock, StudyState
+from mmstiff.tool_main import run_tool
 
 PACKAGES = ('torch', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet')
 _print_lock = threading.Lock()
@@ -451,4 +452,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))

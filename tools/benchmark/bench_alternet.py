@@ -17,6 +17,9 @@ Usage:
 """
 import argparse
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 import torch.nn as nn
 from mmpretrain.models.backbones import ResNet, ResNet_CIFAR
@@ -96,4 +99,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

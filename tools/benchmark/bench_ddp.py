@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 
 BASELINE = 'no hook'
@@ -238,4 +241,4 @@ def _ratio(result):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -40,6 +40,9 @@ import statistics
 import time
 from unittest import mock
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 from bench_launch import TorchKernelSet
 
@@ -373,4 +376,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

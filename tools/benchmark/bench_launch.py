@@ -31,6 +31,9 @@ import argparse
 import statistics
 import time
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 
 from mmstiff.apis.benchmark import counting_kernels, synchronize
@@ -211,4 +214,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -54,6 +54,9 @@ Usage (CPU defaults finish in a couple of minutes on 2 cores; compiled, a few mo
 """
 import argparse
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 import torch.nn as nn
 
@@ -237,4 +240,4 @@ def settings_line(args):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

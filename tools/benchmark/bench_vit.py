@@ -42,6 +42,9 @@ import functools
 import statistics
 import time
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import numpy as np
 import torch
 import torch.nn as nn
@@ -303,4 +306,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

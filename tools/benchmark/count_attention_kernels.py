@@ -18,6 +18,9 @@ MSA output):
 Usage:
     python tools/benchmark/count_attention_kernels.py [--device cpu|cuda] [--batch-size 8]
 """
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 from count_step_kernels import count, count_arguments
 
@@ -72,4 +75,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -36,6 +36,9 @@ import argparse
 import contextlib
 import math
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 
 from mmstiff.apis.benchmark import counting_analysis_kernels, counting_kernels
@@ -207,4 +210,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -32,6 +32,9 @@ import re
 import subprocess
 import tempfile
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 
 from mmstiff.analysis import triton_spectrum, triton_sums
@@ -334,4 +337,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -26,6 +26,9 @@ import argparse
 import collections
 import statistics
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 from bench_step_resnet import (BASELINE, FUSED_CHOICES, add_precision_arguments, add_width_argument,
                                model_builders, settings_line)
@@ -135,4 +138,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)
