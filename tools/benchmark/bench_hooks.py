@@ -82,6 +82,9 @@ import sys
 import tempfile
 import time
 
+from mmstiff.tool_main import run_tool  # first: a missing torch is one error line
+
+# isort: split
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -522,4 +525,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)
