@@ -43,11 +43,12 @@ def _first_tensor(value):
 
 
 def _channels(value, layout, dim):
-    """A per-channel step size ``(C,)`` laid out against a ``dim``-dimensional state."""
-    value = value.detach()
-    if layout == 'channels_first' and dim > 2:
+    """A per-channel step size ``(C,)`` laid out against a ``dim``-dimensional state, with a
+    leading batch axis of 1: ``(1, C, 1, 1)`` (channels first) or ``(1, 1, C)`` (last)."""
+    value = value.detach().reshape(-1)
+    if layout == 'channels_first':
         return value.reshape(1, -1, *([1] * (dim - 2)))
-    return value
+    return value.reshape(*([1] * (dim - 1)), -1)
 
 
 class SpecReader:
