@@ -25,6 +25,7 @@ import os.path as osp
 from mmstiff.apis.analysis_output import dump_json, finite, send_figures
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
+from mmstiff.apis.block_types_arg import add_block_types_arg, block_types_for
 from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
 from mmstiff.apis.trained_model import backbone_of
 from mmstiff.tool_main import run_tool
@@ -83,7 +84,7 @@ def _grid(backbone):
     return tuple(grid) if isinstance(grid, (tuple, list)) and len(grid) == 2 else None
 
 
-def analyse(model, batches, convention='exact'):
+def analyse(model, batches, convention='exact', block_types=None):
     import torch
 
     from mmstiff.analysis import (AttentionRecorder, TrajectoryRecorder,
@@ -112,7 +113,9 @@ def analyse(model, batches, convention='exact'):
         response = attention_spectral_response(attn).mean(dim=1).sum(dim=0)  # heads, samples
         entry['response'] = response if entry['response'] is None else entry['response'] + response
 
-    recorders = [TrajectoryRecorder(backbone, reduce=reduce, level='branch')]
+    recorders = [
+        TrajectoryRecorder(backbone, reduce=reduce, level='branch', block_types=block_types)
+    ]
     try:
         recorders.append(AttentionRecorder(backbone, reduce=reduce_attention))
     except ValueError:
@@ -191,9 +194,11 @@ def main(argv=None):
         help="diagonal of the log-amplitude profile: 'exact' ends at the "
         "Nyquist bin 1.0π (default), 'paper' takes the How-do-ViTs authors' "
         'points and labels (docs/methods.md §8)')
+    add_block_types_arg(parser)
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = setup(args, 'spectrum')
-    states, layers = analyse(model, iterate(model, loader, args.num_batches), args.convention)
+    states, layers = analyse(model, iterate(model, loader, args.num_batches), args.convention,
+                             block_types_for(args, cfg))
     files = plot(out_dir, states, layers)
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   convention=args.convention, states=states, attention=layers,

@@ -20,6 +20,8 @@ import os.path as osp
 from mmstiff.apis.analysis_output import dump_json, finite, send_figures
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
+from mmstiff.apis.block_families import block_families, families_label
+from mmstiff.apis.block_types_arg import add_block_types_arg, block_types_for
 from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
 from mmstiff.apis.trained_model import backbone_of
 from mmstiff.tool_main import run_tool
@@ -27,7 +29,7 @@ from mmstiff.tool_main import run_tool
 HEATMAP_SAMPLES = 64
 
 
-def analyse(model, batches):
+def analyse(model, batches, block_types=None):
     import torch
 
     from mmstiff.analysis import (TrajectoryRecorder, mean_step_size, neural_stiffness_index,
@@ -40,7 +42,8 @@ def analyse(model, batches):
         return nsi, step
 
     backbone = backbone_of(model)
-    recorder = TrajectoryRecorder(backbone, reduce=reduce, level='branch')
+    recorder = TrajectoryRecorder(backbone, reduce=reduce, level='branch',
+                                  block_types=block_types)
     with torch.no_grad(), recorder:
         for inputs, _ in batches:
             backbone(inputs)
@@ -73,6 +76,9 @@ def analyse(model, batches):
             num_steps=len(cols), mu=finite(trajectory_mean(zeta).mean()),
             ratio=finite(stiffness_ratio(zeta).mean()), tns=finite(tns_per_trajectory(zeta).mean()),
             tns_std=finite(tns_per_trajectory(zeta).std()) if len(zeta) > 1 else None)
+    families = block_families(recorder)
+    for name, entry in blocks.items():
+        entry.update(families.get(name.rpartition('.')[0] if name not in families else name, {}))
     return names, nsi, steps, blocks, trajectories
 
 
@@ -92,7 +98,8 @@ def plot(out_dir, names, nsi, steps, blocks, trajectories):
         series['mean step size Δ'] = [blocks[n].get('step_mean') or float('nan') for n in names]
     files.append(
         plots.per_block_lines(names, series, osp.join(out_dir, 'nsi_per_block.png'),
-                              ylabel='value (dimensionless)', title='NSI and step size per block'))
+                              ylabel='value (dimensionless)',
+                              title=f'NSI and step size per block ({families_label(blocks)})'))
     adaptive = {
         n: (nsi[:, names.index(n)], s)
         for n, s in steps.items() if float(s.double().std()) > 0
@@ -106,10 +113,11 @@ def main(argv=None):
     parser = analysis_parser(__doc__.strip().splitlines()[0])
     add_device_arg(parser)
     add_visualizer_arg(parser)
+    add_block_types_arg(parser)
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = setup(args, 'tns')
-    names, nsi, steps, blocks, trajectories = analyse(model, iterate(model, loader,
-                                                                     args.num_batches))
+    names, nsi, steps, blocks, trajectories = analyse(
+        model, iterate(model, loader, args.num_batches), block_types_for(args, cfg))
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   num_samples=int(nsi.shape[0]), blocks=blocks, trajectories=trajectories,
                   network_tns=trajectories['network']['tns'])
