@@ -74,24 +74,27 @@ CASES = {
     # cannot build it; its blocks are those of CSPDarkNet, CSPResNet and CSPResNeXt
     'mmpretrain.CSPNet':
     dict(skip='CSPNet is not in the MODELS registry (an abstract base)'),
-    'mmpretrain.RepVGG':
-    dict(cfg=dict(arch='A0'), input=_SMALL),
-    'mmpretrain.MobileOne':
-    dict(cfg=dict(arch='s0'), input=_SMALL),
-    'mmpretrain.DenseNet':
-    dict(cfg=dict(arch=dict(growth_rate=8, depths=[2, 2], init_channels=16)), input=_SMALL),
-    'mmpretrain.InceptionV3':
-    dict(cfg=dict(num_classes=10), input=(1, 3, 75, 75)),
     'mmpretrain.ShuffleNetV1':
     dict(cfg=dict(groups=3, widen_factor=0.5), input=_SMALL),
+    # the non-residual backbones (NON_RESIDUAL), built to check that no block is found
+    'mmpretrain.RepVGG':
+    dict(cfg=dict(arch='A0'), input=_SMALL, non_residual_check=True),
+    'mmpretrain.MobileOne':
+    dict(cfg=dict(arch='s0'), input=_SMALL, non_residual_check=True),
+    'mmpretrain.DenseNet':
+    dict(
+        cfg=dict(arch=dict(growth_rate=8, depths=[2, 2], init_channels=16)), input=_SMALL,
+        non_residual_check=True),
+    'mmpretrain.InceptionV3':
+    dict(cfg=dict(num_classes=10), input=(1, 3, 75, 75), non_residual_check=True),
     'mmpretrain.ShuffleNetV2':
-    dict(cfg=dict(widen_factor=0.5), input=_SMALL),
+    dict(cfg=dict(widen_factor=0.5), input=_SMALL, non_residual_check=True),
     'mmpretrain.LeNet5':
-    dict(cfg=dict(), input=(1, 1, 32, 32)),
+    dict(cfg=dict(), input=(1, 1, 32, 32), non_residual_check=True),
     'mmpretrain.AlexNet':
-    dict(cfg=dict(), input=(1, 3, 64, 64)),
+    dict(cfg=dict(), input=(1, 3, 64, 64), non_residual_check=True),
     'mmpretrain.VGG':
-    dict(cfg=dict(depth=11), input=_SMALL),
+    dict(cfg=dict(depth=11), input=_SMALL, non_residual_check=True),
 }
 
 
