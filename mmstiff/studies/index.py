@@ -20,6 +20,9 @@ def _primary(numbers):
     d = j.difference
     if d is None or d.low is None:
         return j.category, '–', '–'
+    if o.is_correlation:
+        return (j.category, f'Spearman ρ({code(o.metric)}, {code(o.correlate_with)}): '
+                f'{d.difference:+.2f} [{d.low:.2f}, {d.high:.2f}]', f'ρ = {j.mde:.2f}')
     scale = (d.high - d.low) / 2 if d.high != d.low else None
     return (j.category, f'{code(o.metric)} {o.variant} − {o.baseline or 0}: '
             f'{fmt_signed(d.difference, scale)} {fmt_interval(d.low, d.high, scale)}',

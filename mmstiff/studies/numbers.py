@@ -8,14 +8,15 @@ from .errors import StudyError
 from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
 from .outcome import judge
 from .state import DONE
-from .statistics import (bh_q_values, correlation, mean_interval, minimum_detectable_effect,
-                         one_sample_difference, seeds_for_effect, sign_counts, tost_p_value,
-                         welch_difference)
+from .statistics import (Difference, bh_q_values, correlation, mean_interval,
+                         minimum_detectable_effect, one_sample_difference,
+                         pairs_for_rank_correlation, rank_correlation, rank_correlation_mde,
+                         seeds_for_effect, sign_counts, tost_p_value, welch_difference)
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
 POWER = 0.8
-VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
+VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q', 'primary')
 
 
 def trajectory_correlations(record):
@@ -120,8 +121,53 @@ class StudyNumbers:
         d = self.differences.get((label, baseline), {}).get(metric)
         return None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA, POWER)
 
+    def run_pairs(self, x_metric, y_metric):
+        """``[(label, seed, x, y)]`` of every finished run that has both metrics (derived ones
+        included), in variant then seed order."""
+        out = []
+        for label in self.labels:
+            x, y = dict(self.values[label].get(x_metric,
+                                               [])), dict(self.values[label].get(y_metric, []))
+            out += [(label, r['seed'], x[r['seed']], y[r['seed']]) for r in self.done[label]
+                    if r['seed'] in x and r['seed'] in y]
+        return out
+
+    def _link(self):
+        o = self.outcome
+        if not o.link:
+            return None
+        pairs = [(r['record']['metrics'][o.metric], r['record']['metrics'][o.link])
+                 for label in self.labels for r in self.done[label]
+                 if o.metric in r['record']['metrics'] and o.link in r['record']['metrics']]
+        if not pairs:
+            return None
+        return correlation([p[0] for p in pairs], [p[1] for p in pairs], CONFIDENCE)
+
+    def _primary_correlation(self):
+        """Spearman's ρ between the outcome's two metrics across every finished run, judged
+        from its Fisher-z interval; the MDE is the ρ these many runs find with 80% power."""
+        o = self.outcome
+        pairs = self.run_pairs(o.metric, o.correlate_with)
+        rho = rank_correlation([p[2]
+                                for p in pairs], [p[3]
+                                                  for p in pairs], CONFIDENCE) if pairs else None
+        if rho is None or rho.low is None:
+            d = None
+        else:
+            d = Difference(rho.r, rho.low, rho.high, None, None, None, rho.p_value, CONFIDENCE)
+        mde = rank_correlation_mde(len(pairs), ALPHA, POWER)
+        judgement = judge(o, d, mde, None, ALPHA)
+        if d is None:
+            judgement = judgement._replace(reason='fewer than 4 finished runs with both metrics, '
+                                           'or no spread in one of them')
+        return dict(judgement=judgement, correlation=rho, pairs=pairs,
+                    runs_for_margin=pairs_for_rank_correlation(o.margin, ALPHA, POWER),
+                    seeds_for_margin=None, link=self._link(), signs=None)
+
     def _primary(self):
         o = self.outcome
+        if o.is_correlation:
+            return self._primary_correlation()
         sb = self.summary[o.variant].get(o.metric)
         if o.baseline is None:  # against 0: the one-sample t
             values = [v for _, v in self.values[o.variant].get(o.metric, [])]
@@ -138,14 +184,7 @@ class StudyNumbers:
                 sa.std, sb.std, o.margin, ALPHA, POWER)
         tost = None if d is None or d.std_error is None else tost_p_value(d, o.margin)
         judgement = judge(o, d, mde, tost, ALPHA)
-        link = None
-        if o.link:
-            pairs = [(r['record']['metrics'][o.metric], r['record']['metrics'][o.link])
-                     for label in self.labels for r in self.done[label]
-                     if o.metric in r['record']['metrics'] and o.link in r['record']['metrics']]
-            if pairs:
-                link = correlation([p[0] for p in pairs], [p[1] for p in pairs], CONFIDENCE)
-        return dict(judgement=judgement, seeds_for_margin=seeds, link=link, signs=signs)
+        return dict(judgement=judgement, seeds_for_margin=seeds, link=self._link(), signs=signs)
 
     def verdict_namespace(self):
         """The values a verdict template can use (docs/studies.md), as strings."""
@@ -172,7 +211,29 @@ class StudyNumbers:
                         ns[name].setdefault(label, {}).setdefault(baseline, {})[metric] = text
                         if i == 0:
                             ns[name][label][metric] = text
+        ns['primary'] = self.primary_namespace()
         return ns
+
+    def primary_namespace(self):
+        """``{primary[effect]}``, ``{primary[ci]}``, ``{primary[p]}``, ``{primary[mde]}``,
+        ``{primary[n]}`` of the declared outcome (the difference, or ρ and the runs it pools)."""
+        if self.primary is None:
+            return {}
+        j = self.primary['judgement']
+        d = j.difference
+        if d is None or d.low is None:
+            return {}
+        scale = (d.high - d.low) / 2 if d.high != d.low else None
+        if self.outcome.is_correlation:
+            n = len(self.primary['pairs'])
+            effect, mde = f'{d.difference:+.2f}', f'{j.mde:.2f}' if j.mde is not None else '–'
+            ci = f'[{d.low:.2f}, {d.high:.2f}]'
+        else:
+            n = self.summary[self.outcome.variant][self.outcome.metric].n
+            effect, mde, ci = fmt_signed(d.difference,
+                                         scale), fmt(j.mde,
+                                                     scale), fmt_interval(d.low, d.high, scale)
+        return dict(effect=effect, ci=ci, p=fmt_p(d.p_value), mde=mde, n=str(n))
 
 
 class _VerdictFormatter(string.Formatter):

@@ -2,7 +2,10 @@
 
 A study file's ``outcome`` names one metric, one comparison (variant − baseline), the direction
 the claim predicts and the smallest effect of interest; :func:`judge` turns the observed
-difference into *held*, *did not hold* or *inconclusive* (rules: docs/studies.md).
+difference into *held*, *did not hold* or *inconclusive* (rules: docs/studies.md). An outcome
+with ``correlate_with`` in place of ``comparison`` is a correlation across runs: Spearman's ρ
+between ``metric`` and ``correlate_with`` over every finished run of every variant, judged by
+the same rules with ρ's interval in place of the difference's.
 """
 import re
 from typing import NamedTuple, Optional
@@ -11,7 +14,14 @@ from .errors import StudyError
 
 DIRECTIONS = ('greater', 'less', 'equivalent')
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = 'held', 'did not hold', 'inconclusive', 'not run'
-FIELDS = {'metric': True, 'comparison': True, 'direction': True, 'margin': True, 'link': False}
+FIELDS = {
+    'metric': True,
+    'comparison': False,  # required unless correlate_with is given
+    'correlate_with': False,
+    'direction': True,
+    'margin': True,
+    'link': False
+}
 #: phrases that assert a category, by the category they assert
 _ASSERTS = {
     HELD: re.compile(r'(?<!not )(?<!whether it )\b(held|confirmed)\b', re.I),
@@ -33,13 +43,21 @@ class Outcome(NamedTuple):
         margin (float): the smallest effect of interest, in the metric's units (> 0).
         link (str | None): a metric whose correlation with ``metric`` over every finished run
             is reported beside it (e.g. accuracy for a stiffness outcome).
+        correlate_with (str | None): set, the outcome is Spearman's ρ between ``metric`` and
+            this metric across every finished run of every variant (``variant`` and
+            ``baseline`` are None; ``margin``: the smallest ρ of interest, below 1).
     """
     metric: str
-    variant: str
+    variant: Optional[str]
     baseline: Optional[str]
     direction: str
     margin: float
     link: Optional[str] = None
+    correlate_with: Optional[str] = None
+
+    @property
+    def is_correlation(self):
+        return self.correlate_with is not None
 
 
 class Judgement(NamedTuple):
@@ -70,6 +88,12 @@ def parse_outcome(value, variants):
     if not isinstance(metric, str) or '/' not in metric:
         raise StudyError(f'outcome.metric={metric!r}; expected a metric name of the results '
                          "page, e.g. 'test/accuracy/top1'")
+    if value.get('correlate_with') is not None:
+        return _correlation_outcome(value, metric)
+    if value.get('comparison') is None:
+        raise StudyError("outcome misses 'comparison'; expected comparison=[variant, baseline] "
+                         "(a difference of means) or correlate_with=METRIC (a correlation "
+                         'across runs)')
     comparison = value['comparison']
     if (isinstance(comparison, str) or not isinstance(comparison, (list, tuple))
             or len(comparison) not in (1, 2)):
@@ -96,8 +120,33 @@ def parse_outcome(value, variants):
     return Outcome(metric, variant, baseline, direction, float(margin), link)
 
 
+def _correlation_outcome(value, metric):
+    """The :class:`Outcome` of a correlation across runs (``correlate_with`` given)."""
+    other = value['correlate_with']
+    if not isinstance(other, str) or '/' not in other or other == metric:
+        raise StudyError(f'outcome.correlate_with={other!r}; expected a metric name of the '
+                         f'results page other than outcome.metric={metric!r}')
+    if value.get('comparison') is not None:
+        raise StudyError(f'outcome sets both comparison={value["comparison"]!r} and '
+                         f'correlate_with={other!r}; a correlation across runs pools every '
+                         'variant, so it takes no comparison')
+    direction = value['direction']
+    if direction not in ('greater', 'less'):
+        raise StudyError(f'outcome.direction={direction!r}; a correlation outcome takes '
+                         "'greater' (ρ > 0) or 'less' (ρ < 0)")
+    margin = value['margin']
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < 1:
+        raise StudyError(f'outcome.margin={margin!r}; expected the smallest |ρ| of interest, '
+                         'a number in (0, 1)')
+    link = value.get('link')
+    if link is not None and (not isinstance(link, str) or '/' not in link):
+        raise StudyError(f'outcome.link={link!r}; expected a metric name or None')
+    return Outcome(metric, None, None, direction, float(margin), link, other)
+
+
 def judge(outcome, difference, mde, tost_p, alpha=0.05):
-    """The :class:`Judgement` of ``difference`` (a Welch ``Difference`` at 1 − ``alpha``).
+    """The :class:`Judgement` of ``difference`` (a Welch ``Difference`` at 1 − ``alpha``, or,
+    for a correlation outcome, the ρ and interval of a ``Correlation`` in its fields).
 
     greater (less mirrored): *held* when the interval lies above 0; *did not hold* when it
     lies below the margin (a gain of the margin or more is ruled out); else *inconclusive*.

@@ -33,6 +33,10 @@ def outcome_line(outcome):
         return ('- **Declared outcome:** none (the study file declares no primary outcome; '
                 'every comparison on this page is exploratory).')
     o = outcome
+    if o.is_correlation:
+        return (f'- **Declared outcome:** Spearman ρ between {code(o.metric)} and '
+                f'{code(o.correlate_with)} across every finished run of every variant: ρ '
+                f'{WORDS[o.direction]} 0, smallest effect of interest |ρ| = {fmt(o.margin)}.')
     against = o.baseline or '0'
     claim = (f'equivalent within ±{fmt(o.margin)}' if o.direction == 'equivalent' else
              f'{o.variant} {WORDS[o.direction]} {against}, smallest effect of interest '
@@ -52,11 +56,57 @@ def _why(outcome, judgement, scale):
     return j.reason
 
 
+def _link_line(numbers):
+    o, link = numbers.outcome, numbers.primary['link']
+    if link is None:
+        return []
+    text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], '
+            f'{p_text(link.p_value)}'
+            if link.low is not None else 'undefined (fewer than 3 runs or no spread)')
+    return [
+        f'- **Link:** Pearson {text} between {code(o.metric)} and '
+        f'{code(o.link)} over the {link.n} finished runs of every variant.'
+    ]
+
+
+def correlation_lines(numbers):
+    """The verdict lines of a correlation outcome: ρ with its interval, the runs it pools, the
+    ρ those runs could detect and the runs that would detect the margin."""
+    o, primary = numbers.outcome, numbers.primary
+    j, pairs = primary['judgement'], primary['pairs']
+    per_variant = ', '.join(f'{label} {sum(1 for p in pairs if p[0] == label)}'
+                            for label in numbers.labels)
+    if j.category == NOT_RUN:
+        return [
+            f'- **Verdict: {NOT_RUN}** ({j.reason}; runs with both metrics: '
+            f'{per_variant}).'
+        ]
+    d = j.difference
+    if j.category == INCONCLUSIVE:
+        why = f'{j.reason}; the ρ it could have detected: {j.mde:.2f}'
+    elif j.category == NOT_HELD:
+        why = f'{j.reason}; it rules out ρ beyond {j.ruled_out:+.2f} in the claimed direction'
+    else:
+        why = j.reason
+    runs = primary['runs_for_margin']
+    return [
+        f'- **Verdict: {j.category}** ({why}).',
+        f'- **Effect:** Spearman ρ = {d.difference:+.2f}, 95% CI [{d.low:.2f}, {d.high:.2f}] '
+        f'(Fisher z, SE √(1.06 / (n − 3)); {p_text(d.p_value)}) over n = {len(pairs)} runs '
+        f'({per_variant}).',
+        f'- **Minimum detectable effect:** ρ = {j.mde:.2f} ({POWER:.0%} power, two-sided '
+        f'α = {ALPHA:.2f}, {len(pairs)} runs); runs to detect |ρ| = {fmt(o.margin)}: '
+        f'{runs if runs else "more than 100000"}.',
+    ] + _link_line(numbers)
+
+
 def primary_lines(numbers):
     """The verdict category, the effect with its interval, the MDE, the signs, the link."""
     o, primary = numbers.outcome, numbers.primary
     if o is None:
         return []
+    if o.is_correlation:
+        return correlation_lines(numbers)
     j = primary['judgement']
     if j.category == NOT_RUN:
         return [f'- **Verdict: {NOT_RUN}** ({j.reason}).']
@@ -81,14 +131,7 @@ def primary_lines(numbers):
     if o.direction == 'equivalent':
         lines.append(f'- **Equivalence (TOST against ±{fmt(o.margin)}):** '
                      f'{p_text(j.tost_p)}.')
-    link = primary['link']
-    if link is not None:
-        text = (f'r = {link.r:.2f}, 95% CI [{link.low:.2f}, {link.high:.2f}], '
-                f'{p_text(link.p_value)}'
-                if link.low is not None else 'undefined (fewer than 3 runs or no spread)')
-        lines.append(f'- **Link:** Pearson {text} between {code(o.metric)} and '
-                     f'{code(o.link)} over the {link.n} finished runs of every variant.')
-    return lines
+    return lines + _link_line(numbers)
 
 
 def category(numbers):

@@ -84,7 +84,7 @@ RUN_FIELDS = {
     'after': False
 }
 CLAIM_FIELDS = {'quote': True, 'source': True, 'tested': False}
-VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q')
+VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q', 'primary')
 NAME_PATTERN = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 #: set by the runner from the seeds; a study may not set it through cfg_options
 SEED_KEY = 'randomness.seed'

@@ -1,6 +1,8 @@
-"""Inference over the seeds of a study: Welch intervals, TOST, power, Benjamini–Hochberg.
+"""Inference over the seeds of a study: Welch intervals, TOST, power, Benjamini–Hochberg, and
+rank correlations across runs.
 
-Every distribution comes from SciPy (Student's t, Pearson's r, the BH step-up); the formulas
+Every distribution comes from SciPy (Student's t, Pearson's r, Spearman's ρ, the normal, the BH
+step-up); the formulas
 and the choices (two-sided 95 %, power 80 %) are in docs/methods.md §13 and docs/studies.md.
 Pure functions on sequences of floats.
 """
@@ -35,7 +37,8 @@ class Difference(NamedTuple):
 
 
 class Correlation(NamedTuple):
-    """Pearson's r of ``n`` pairs with its Fisher-z interval and two-sided p-value."""
+    """A correlation (Pearson's r or Spearman's ρ) of ``n`` pairs with its Fisher-z interval and
+    two-sided p-value."""
     n: int
     r: float
     low: Optional[float]
@@ -175,3 +178,56 @@ def correlation(x, y, confidence=0.95):
     return Correlation(
         len(x), float(result.statistic), float(interval.low), float(interval.high),
         float(result.pvalue))
+
+
+#: Fieller, Hartley & Pearson (1957): the variance of atanh(ρ̂) of Spearman's ρ̂ is about
+#: 1.06 / (n - 3) (Pearson's r: 1 / (n - 3))
+SPEARMAN_Z_VARIANCE = 1.06
+
+
+def _spearman_z_se(n):
+    return math.sqrt(SPEARMAN_Z_VARIANCE / (n - 3))
+
+
+def rank_correlation(x, y, confidence=0.95):
+    """:class:`Correlation` of Spearman's ρ of the paired values ``x``, ``y``.
+
+    ρ and its two-sided p-value from :func:`scipy.stats.spearmanr`; the interval is Fisher's z
+    with the standard error ``sqrt(1.06 / (n - 3))`` of Fieller, Hartley & Pearson (1957):
+    ``tanh(atanh ρ ± z_{(1+confidence)/2} · se)``. Below 4 pairs, or without spread in either
+    variable, ρ is NaN and the other fields None; a ρ of ±1 gives the point interval.
+    """
+    _check_confidence(confidence)
+    x, y = _floats(x, 'x'), _floats(y, 'y')
+    if len(x) != len(y):
+        raise ValueError(f'x has {len(x)} values and y {len(y)}; expected pairs')
+    if len(x) < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return Correlation(len(x), math.nan, None, None, None)
+    result = stats.spearmanr(x, y)
+    rho = float(result.statistic)
+    if abs(rho) >= 1.0:
+        return Correlation(len(x), rho, rho, rho, float(result.pvalue))
+    half = stats.norm.ppf((1 + confidence) / 2) * _spearman_z_se(len(x))
+    z = math.atanh(rho)
+    return Correlation(len(x), rho, math.tanh(z - half), math.tanh(z + half), float(result.pvalue))
+
+
+def rank_correlation_mde(n, alpha=0.05, power=0.8):
+    """The true Spearman ρ that a two-sided level-``alpha`` test of ρ = 0 on ``n`` pairs finds
+    with probability ``power`` (Fisher z, :func:`rank_correlation`'s standard error):
+    ``tanh((z_{1-α/2} + z_{power}) · sqrt(1.06 / (n - 3)))``; None below 4 pairs."""
+    if n < 4:
+        return None
+    return math.tanh((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * _spearman_z_se(n))
+
+
+def pairs_for_rank_correlation(effect, alpha=0.05, power=0.8, limit=100000):
+    """The fewest pairs whose :func:`rank_correlation_mde` is at most ``effect`` (0 < effect
+    < 1); None beyond ``limit``."""
+    if not 0 < effect < 1:
+        return None
+    z = (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / math.atanh(effect)
+    n = max(4, math.ceil(3 + SPEARMAN_Z_VARIANCE * z * z))
+    while rank_correlation_mde(n, alpha, power) > effect:  # guard against rounding at the edge
+        n += 1
+    return n if n <= limit else None
