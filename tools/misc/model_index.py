@@ -35,7 +35,8 @@ PAPERS = dict(
     alternet=dict(Title='How Do Vision Transformers Work?', URL='https://arxiv.org/abs/2202.06709'),
 )
 
-#: collection name -> (paper, architecture, which configs: a regex on the config's stem)
+#: collection name -> (paper, architecture, which configs: a regex on the config's stem, or None
+#: for a collection of FOLDER_COLLECTIONS)
 COLLECTIONS = {
     'StepNet': ('stepnet', ['StepNet', 'ResNet', 'Pre-activation ResNet'], r'^(preact-)?resnet\d+'),
     'StepNet ViT': ('stepnet', ['StepNet', 'Vision Transformer'], r'^vit-lite'),
@@ -47,7 +48,16 @@ COLLECTIONS = {
     'AlterNet':
     ('alternet', ['AlterNet', 'Local Multi-Head Self-Attention',
                   'Pre-activation ResNet'], r'^alternet'),
+    # the configs of one folder (FOLDER_COLLECTIONS), no rule on the name
+    'Fashion-MNIST zoo':
+    ('stepnet',
+     ['ResNet', 'Vision Transformer', 'ConvNeXt', 'MobileNetV2', 'EfficientNet',
+      'PoolFormer'], None),
 }
+
+#: config folder -> its collection, for folders whose configs share a study rather than a
+#: paper's method (their names would otherwise match a method's rule, e.g. ``resnet18``)
+FOLDER_COLLECTIONS = {'zoo': 'Fashion-MNIST zoo'}
 
 #: training-data tag of a config name -> (dataset, input size (H, W))
 DATASETS = {
@@ -56,6 +66,7 @@ DATASETS = {
     'cifar100': ('CIFAR-100', (32, 32)),
     'stl10': ('STL-10', (96, 96)),
     'fashion-mnist': ('Fashion-MNIST', (28, 28)),
+    'fashion-mnist-6400': ('Fashion-MNIST', (28, 28)),  # its first 6,400 training images
     'coco': ('COCO', (800, 1333)),
 }
 
@@ -113,8 +124,10 @@ def config_files():
     return found
 
 
-def collection_of(stem):
-    matches = [name for name, (_, _, rule) in COLLECTIONS.items() if re.match(rule, stem)]
+def collection_of(stem, folder=None):
+    if folder in FOLDER_COLLECTIONS:
+        return FOLDER_COLLECTIONS[folder]
+    matches = [name for name, (_, _, rule) in COLLECTIONS.items() if rule and re.match(rule, stem)]
     if len(matches) != 1:
         raise ValueError(f'config {stem!r} matches the collections {matches}; expected exactly '
                          'one: extend COLLECTIONS in tools/misc/model_index.py')
@@ -206,7 +219,8 @@ def model_entry(config, measured, results=None):
     if batch:
         metadata['Batch Size'] = batch
     metadata.update(FLOPs=flops, Parameters=params)
-    entry = {'Name': stem, 'In Collection': collection_of(stem), 'Metadata': metadata}
+    folder = osp.basename(osp.dirname(config))
+    entry = {'Name': stem, 'In Collection': collection_of(stem, folder), 'Metadata': metadata}
     if stem in PAPER_RESULTS:
         metric, value, where = PAPER_RESULTS[stem]
         entry['Results'] = [{
