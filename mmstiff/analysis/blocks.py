@@ -238,9 +238,14 @@ def block_types_of(block_types):
     for name, kind in block_types.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f'block_types has the key {name!r}; expected a class name')
-        if isinstance(kind, dict):
-            kind = _spec_from_dict(name, kind)
-        declared[name] = check_block_kind(kind, f'block_types[{name!r}]')
+        try:
+            if isinstance(kind, dict):
+                kind = _spec_from_dict(name, kind)
+            declared[name] = check_block_kind(kind, f'block_types[{name!r}]')
+        except ValueError as error:
+            where = f'block_types[{name!r}]'
+            raise ValueError(error if str(error).startswith(where) else f'{where}: {error}') \
+                from None
     return declared
 
 

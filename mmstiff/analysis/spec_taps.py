@@ -81,27 +81,29 @@ class SpecReader:
             if tap.path:
                 self._subs[tap.path] = _submodule(name, block, tap.path, f'the tap {tap.kind}')
         self._params = {}
-        for scale in self._scales:
+        for i, scale in enumerate(self._scales):
             if scale is None:
                 continue
             if scale.kind == 'output':
                 self._subs[scale.path] = _submodule(name, block, scale.path, 'its step size')
-            elif scale.kind == 'layer_scale':
-                module = _submodule(name, block, scale.path, 'its layer scale')
-                weight = getattr(module, 'weight', None)
-                if not torch.is_tensor(weight):
-                    raise ValueError(f'block {name}: the layer scale {scale.path!r} '
-                                     f'({type(module).__name__}) has no weight tensor')
-                layout = getattr(module, 'data_format', 'channels_last')
-                self._params[scale.path] = (module, 'weight', layout)
+                continue
+            if scale.kind == 'layer_scale':
+                owner = _submodule(name, block, scale.path, 'its layer scale')
+                attr = 'weight'
+                layout = getattr(owner, 'data_format', 'channels_last')
             else:
                 owner_path, _, attr = scale.path.rpartition('.')
                 owner = _submodule(name, block, owner_path, 'its step size') if owner_path \
                     else block
-                if not torch.is_tensor(getattr(owner, attr, None)):
-                    raise ValueError(f'block {name} ({type(block).__name__}) has no tensor '
+                layout = scale.layout
+                if not hasattr(owner, attr):
+                    raise ValueError(f'block {name} ({type(block).__name__}) has no attribute '
                                      f'{scale.path!r}, which its spec reads its step size from')
-                self._params[scale.path] = (owner, attr, scale.layout)
+            if not torch.is_tensor(getattr(owner, attr, None)):
+                # layer scale switched off (None, or an nn.Identity in its place): Δ = 1
+                self._scales[i] = None
+                continue
+            self._params[scale.path] = (owner, attr, layout)
         self._values: Optional[Dict[str, torch.Tensor]] = None
         self._calls: Dict[str, int] = {}
 

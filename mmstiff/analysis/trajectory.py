@@ -202,10 +202,13 @@ class TrajectoryRecorder(RecorderBase):
             raise ValueError(f'select={select!r} matches none of the blocks '
                              f'{[block.name for block in blocks]}')
         n = self.num_samples
+
+        def cut(x):
+            return x.detach() if n is None else x.detach()[:n]
+
         # the blocks read by their spec: their taps resolved once, here
         self._readers = {
-            block.name: SpecReader(block.name, block.module, block.spec,
-                                   lambda x: x.detach() if n is None else x.detach()[:n])
+            block.name: SpecReader(block.name, block.module, block.spec, cut)
             for block in self.blocks if block.spec is not None
         }
         # the submodules each block's hooks go on, looked up once (start() runs per iteration)
@@ -395,8 +398,8 @@ class TrajectoryRecorder(RecorderBase):
             for step in steps:
                 record = f'{name}.{step.step.name}'
                 if record in names:
-                    self._keep(StepRecord(record, name, step.step.name, step.x_t, step.x_next,
-                                          step.delta))
+                    self._keep(
+                        StepRecord(record, name, step.step.name, step.x_t, step.x_next, step.delta))
             if name in names:
                 self._keep(StepRecord(name, name, 'block', steps[0].x_t, steps[-1].x_next, None))
 

@@ -211,8 +211,9 @@ def test_custom_block_registration_and_predicate():
             return x + 0.5 * x
 
     net = nn.Sequential(Scale(), nn.ReLU(), Scale())
-    with pytest.raises(ValueError, match=r"most frequent module classes .* Scale \(2\).*"
-                       r"block_types=dict\(Scale='conv'\)"):
+    with pytest.raises(
+            ValueError, match=r"most frequent module classes .* Scale \(2\).*"
+            r"block_types=dict\(Scale='conv'\)"):
         TrajectoryRecorder(net)
     blocks = find_blocks(net, is_block=lambda m: isinstance(m, Scale))
     assert [block.name for block in blocks] == ['0', '2'] and blocks[0].kind == 'conv'

@@ -3,6 +3,7 @@ capture of their blocks' inputs and outputs, for the registry walk (test_zoo.py)
 import glob
 import importlib.util
 import os.path as osp
+import re
 
 import torch
 
@@ -46,13 +47,38 @@ def registry_backbones():
 
 
 def build_backbone(key, case):
-    """The backbone ``key`` (``'scope.Name'``) built from its case, in eval mode."""
+    """The backbone ``key`` (``'scope.Name'``) built from its case, in eval mode, after the
+    case's ``setup`` (a callable with no argument: state some backbones read, e.g. a sparse
+    mask) where it has one. A class its package exports without registering it is built from
+    the class."""
     scope, _, name = key.partition('.')
     registry = importlib.import_module(f'{scope}.registry').MODELS
     torch.manual_seed(0)
-    model = registry.build(dict(type=name, **case.get('cfg', {})))
+    cfg = case.get('cfg', {})
+    if registry.get(name) is None:
+        package = dict(SCOPES)[scope]
+        model = getattr(importlib.import_module(package), name)(**cfg)
+    else:
+        model = registry.build(dict(type=name, **cfg))
     model.eval()  # some backbones override train() without returning self
+    _randomise_layer_scales(model)
+    if case.get('setup') is not None:
+        case['setup']()
     return model
+
+
+#: the leaf names of layer-scale parameters (a learned per-channel step size)
+LAYER_SCALE = re.compile(r'(^|\.)(gamma\w*|layer_scale\w*|(ls|gamma)\d\.weight)$')
+
+
+def _randomise_layer_scales(model):
+    """Layer scales start at 1e-6 to 1e-2 in most zoo models, so the step is tiny beside the
+    state; drawn in [0.3, 1.2] instead, a wrong reading of f or Δ cannot hide in the rounding."""
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 1 and LAYER_SCALE.search(name):
+                param.copy_(0.3 + 0.9 * torch.rand(param.shape, generator=gen))
 
 
 def case_input(case):

@@ -150,7 +150,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         """The :class:`StateFrequency` of one state (the recorder kept its first
         ``num_samples`` samples): a few small tensors, no transfer to the host."""
         grid = token_cos = None
-        if x.dim() == 3:
+        if x.dim() == 3 and x.shape[1] > 1:  # one token (a pooled stage) has no pair
             token_cos = token_cosine_similarity(x)
             num_patches = x.shape[1] - self.num_extra_tokens
             grid = self._grids.get(num_patches, False)
