@@ -1,7 +1,8 @@
 """The smallest instance of every mmdet 3.3 backbone, and its steps recomputed by hand.
 
 ``CASES['mmdet.<Name>']``: the config (without ``type``) and the input shape of a backbone small
-enough to run one forward pass on a CPU in well under a second. ``BRANCHES[cls][step]``:
+enough to run one forward pass on a CPU in well under a second (``non_residual_check``: built
+to check that a backbone declared non-residual has no block). ``BRANCHES[cls][step]``:
 ``(block, x, args, kwargs) -> (delta, f)``, the branch of each step of the classes
 :mod:`mmstiff.analysis.zoo.mmdet` describes, written from the block's own submodules the way
 the upstream forward computes it (eval mode: dropout and drop path are identities).
@@ -40,7 +41,9 @@ CASES = {
     'mmdet.ResNeXt':
     dict(cfg=_det(depth=50, base_channels=16, groups=4, base_width=4), input=(2, 3, 32, 32)),
     'mmdet.SSDVGG':
-    dict(cfg=_det(depth=11, out_feature_indices=(13, 24)), input=(2, 3, 32, 32)),
+    dict(
+        cfg=_det(depth=11, out_feature_indices=(13, 24)), input=(2, 3, 32, 32),
+        non_residual_check=True),
     'mmdet.HRNet':
     dict(cfg=_det(extra=_HRNET_EXTRA), input=(2, 3, 32, 32)),
     'mmdet.MobileNetV2':
