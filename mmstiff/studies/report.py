@@ -217,14 +217,17 @@ def write_page(results_dir, study, strict=True, draw=None):
         study (Study): the checked study file.
         strict (bool): refuse a verdict that cannot be filled in or contradicts the category.
         draw (callable | None): ``draw(labels, done, out_dir) -> [(file, caption)]`` writes the
-            figures (:func:`mmstiff.visualization.study_figures.draw_study_figures`); None
+            figures (:func:`mmstiff.visualization.study_figures.draw_study_figures`; for a
+            correlation outcome it also gets ``correlation=(metric, correlate_with)``); None
             keeps the page without figures.
     """
     runs_data = read_runs(results_dir, study.name)
     out_dir = osp.join(results_dir, study.name)
     numbers = StudyNumbers(runs_data, study.outcome)
     checked_verdict(study.verdict, numbers, strict)  # a bad verdict fails before any writing
-    figures = draw(numbers.labels, numbers.done, out_dir) if draw else []
+    o = numbers.outcome
+    extra = dict(correlation=(o.metric, o.correlate_with)) if o and o.is_correlation else {}
+    figures = draw(numbers.labels, numbers.done, out_dir, **extra) if draw else []
     for stale in glob.glob(osp.join(out_dir, '*.png')):
         if draw and osp.basename(stale) not in {f for f, _ in figures}:
             os.remove(stale)

@@ -94,3 +94,33 @@ def overlay_profiles(series, path, xlabel, ylabel, title, colors=None, hline=Non
         ax.set_xticklabels([names[t] for t in ticks], rotation=90, fontsize=7)
     _finish(ax, len(series), xlabel, ylabel, title)
     return _save(fig, path)
+
+
+def scatter_runs(points, path, xlabel, ylabel, title, colors=None):
+    """One point per run, one colour per variant: two metrics of every finished run (the
+    declared correlation of a study). The x axis is logarithmic when every x is positive and
+    they span more than two decades (a rank correlation does not depend on the scale).
+
+    Args:
+        points (dict[str, list[tuple]]): variant label -> ``(x, y)`` of each of its runs.
+        path (str): the PNG to write.
+        xlabel, ylabel, title (str): axis labels (with units) and title.
+        colors (dict[str, str], optional): variant label -> matplotlib colour.
+
+    Returns:
+        str: ``path``.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    xs = [x for pairs in points.values() for x, _ in pairs]
+    for i, (label, pairs) in enumerate(points.items()):
+        ax.scatter([x for x, _ in pairs], [y for _, y in pairs], color=_color(colors, label, i),
+                   s=22, label=f'{label} ({len(pairs)})')
+    if xs and min(xs) > 0 and max(xs) / min(xs) > 100:
+        ax.set_xscale('log')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if points:
+        ax.legend(fontsize=8, loc='best', title='variant (runs)', title_fontsize=8)
+    return _save(fig, path)

@@ -5,7 +5,7 @@ each figure shows the mean over seeds ± one standard deviation per variant (doc
 """
 import os.path as osp
 
-from .overlays import overlay_curves, overlay_profiles
+from .overlays import overlay_curves, overlay_profiles, scatter_runs
 
 #: figure file -> (profile names by preference, y label, title, x label, reference line)
 PROFILE_FIGURES = {
@@ -59,17 +59,40 @@ def _x_label(runs, kind, name):
     return ''
 
 
-def draw_study_figures(labels, done, out_dir):
+def correlation_points(labels, done, x_metric, y_metric):
+    """``{label: [(x, y)]}``: the two metrics of every finished run that has both."""
+    points = {}
+    for label in labels:
+        pairs = [(r['record']['metrics'][x_metric], r['record']['metrics'][y_metric])
+                 for r in done[label]
+                 if x_metric in r['record']['metrics'] and y_metric in r['record']['metrics']]
+        if pairs:
+            points[label] = pairs
+    return points
+
+
+def draw_study_figures(labels, done, out_dir, correlation=None):
     """Overlay figures of a study's finished runs in ``out_dir``; returns ``[(file, caption)]``.
 
     Args:
         labels (list[str]): the variants, in table order (one colour each).
         done (dict[str, list[dict]]): the finished runs of each variant (runs.json entries).
         out_dir (str): where the PNG files go.
+        correlation (tuple[str, str], optional): the metrics of a correlation outcome; first
+            figure: every run's pair of them.
     """
     colors = {label: f'C{i % 10}' for i, label in enumerate(labels)}
     runs = [r for label in labels for r in done[label]]
     figures = []
+    if correlation:
+        x_metric, y_metric = correlation
+        points = correlation_points(labels, done, x_metric, y_metric)
+        if points:
+            file = f'{x_metric}_vs_{y_metric}'.replace('/', '_') + '.png'
+            scatter_runs(points, osp.join(out_dir, file), x_metric, y_metric,
+                         f'{y_metric} against {x_metric}, one point per run', colors=colors)
+            figures.append((file, f'{y_metric} against {x_metric} for every finished run (the '
+                            'declared correlation)'))
     curves = sorted({c for r in runs for c in r['record']['curves']})
     val_curves = [c for c in curves if c.startswith('val/')]
     chosen = [c for c in val_curves if any(k in c for k in CURVE_KEYWORDS)] or val_curves

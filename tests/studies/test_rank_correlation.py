@@ -189,3 +189,19 @@ def test_the_zoo_study_declares_its_correlation():
     # the MDE and the runs for the margin that the study file states
     assert f'{rank_correlation_mde(runs):.2f}' == '0.63'
     assert pairs_for_rank_correlation(o.margin) == 90
+
+
+def test_the_correlation_figure_shows_every_run_with_both_metrics(tmp_path):
+    from mmstiff.visualization.study_figures import correlation_points, draw_study_figures
+    data = runs_data([0.01, 0.1, 1.0, 2.0, 3.0, 4.0], [70, 71, 72, 80, 81, 82])
+    del data['runs'][4]['record']['metrics']['tns/network']  # b/seed1 has no TNS
+    done = {label: [r for r in data['runs'] if r['variant'] == label] for label in ('a', 'b')}
+    points = correlation_points(['a', 'b'], done, 'tns/network', 'test/accuracy/top1')
+    assert points == {'a': [(0.01, 70), (0.1, 71), (1.0, 72)], 'b': [(2.0, 80), (4.0, 82)]}
+    figures = draw_study_figures(['a', 'b'], done, str(tmp_path),
+                                 correlation=('tns/network', 'test/accuracy/top1'))
+    assert figures[0][0] == 'tns_network_vs_test_accuracy_top1.png'
+    assert (tmp_path / figures[0][0]).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    # without a correlation outcome the figure is not drawn
+    assert all(f != figures[0][0]
+               for f, _ in draw_study_figures(['a', 'b'], done, str(tmp_path / 'x')))
