@@ -127,6 +127,34 @@ SPECS = [
                         'param:ls2.gamma:channels_last'),
         note='timm\'s pre-norm ViT block (TIMMBackbone with a vit_* / deit_* model); its '
         'LayerScale ls1 / ls2 (init_values) is Δ, Δ = 1 where they are nn.Identity'),
+    BlockSpec(
+        'timm.models.resnet.BasicBlock', 'timm ResNet', steps=(Step(), ),
+        residual=lambda m: m.downsample is None,
+        note='post-activation: x -> act2(x + branch(x)), the whole move as for ResNet; an SE '
+        'module (timm SE-ResNets) stays inside f; blocks with a downsample shortcut are not '
+        'read (x_t would be the activation of the projection)'),
+    BlockSpec('timm.models.resnet.Bottleneck', 'timm ResNet', steps=(Step(), ),
+              residual=lambda m: m.downsample is None,
+              note='post-activation bottleneck x -> act3(x + branch(x)), read as BasicBlock'),
+    BlockSpec(
+        'timm.models.convnext.ConvNeXtBlock', 'timm ConvNeXt',
+        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first'), ),
+        residual=lambda m: type(m.shortcut).__name__ == 'Identity',
+        note='x + gamma * mlp(norm(dwconv(x))), gamma (layer scale) as Δ; blocks whose '
+        'shortcut is a downsampling module are not read'),
+    BlockSpec(
+        'timm.models._efficientnet_blocks.InvertedResidual', 'timm EfficientNet / MobileNet',
+        steps=(Step(), ), residual='has_skip',
+        note='x + branch(x) where it keeps its shape; the SE gates the expansion before the '
+        'projection, so it is inside f (Δ = 1)'),
+    BlockSpec(
+        'timm.models._efficientnet_blocks.DepthwiseSeparableConv', 'timm EfficientNet / MobileNet',
+        steps=(Step(), ), residual='has_skip',
+        note='x + pw(se(dw(x))) where it keeps its shape; the SE is before the pointwise '
+        'projection: inside f (Δ = 1)'),
+    BlockSpec('timm.models._efficientnet_blocks.EdgeResidual', 'timm EfficientNet / MobileNet',
+              steps=(Step(), ), residual='has_skip',
+              note='fused-MBConv x + pwl(se(conv_exp(x))) where it keeps its shape; SE inside f'),
 ]
 
 NON_RESIDUAL = {}

@@ -190,7 +190,43 @@ def _ca_mlp(b, x):
     return torch.cat([b.gamma2 * b.ffn.layers(x[:, :1]), x[:, 1:]], dim=1)
 
 
+def _timm_basic(b, x):
+    """timm's post-activation basic block, the whole move: act2(x + branch(x)) - x."""
+    h = b.aa(b.act1(b.drop_block(b.bn1(b.conv1(x)))))
+    h = b.bn2(b.conv2(h))
+    return b.act2(x + (h if b.se is None else b.se(h))) - x
+
+
+def _timm_bottleneck(b, x):
+    """timm's post-activation bottleneck, the whole move: act3(x + branch(x)) - x."""
+    h = b.act1(b.bn1(b.conv1(x)))
+    h = b.aa(b.act2(b.drop_block(b.bn2(b.conv2(h)))))
+    h = b.bn3(b.conv3(h))
+    return b.act3(x + (h if b.se is None else b.se(h))) - x
+
+
+def _timm_convnext(b, x):
+    """(Δ, f) of timm's ConvNeXt block: its gamma (channels first), mlp(norm(dwconv(x)))."""
+    delta = None if b.gamma is None else b.gamma.reshape(1, -1, 1, 1)
+    h = b.conv_dw(x)
+    if b.use_conv_mlp:
+        return delta, b.mlp(b.norm(h))
+    return delta, b.mlp(b.norm(h.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+
+
+def _timm_inverted_residual(b, x):
+    h = x if b.conv_s2d is None else b.bn_s2d(b.conv_s2d(x))
+    h = b.se(b.aa(b.bn2(b.conv_dw(b.bn1(b.conv_pw(h))))))
+    return b.bn3(b.conv_pwl(h))
+
+
+def _timm_depthwise_separable(b, x):
+    h = x if b.conv_s2d is None else b.bn_s2d(b.conv_s2d(x))
+    return b.bn2(b.conv_pw(b.se(b.aa(b.bn1(b.conv_dw(h))))))
+
+
 _BB = 'mmpretrain.models.backbones.'
+_TIMM_EFFICIENTNET = 'timm.models._efficientnet_blocks.'
 _LN_STEPS = {
     'msa': lambda b, x, a, k: (_weight(b.attn.gamma1), _mha(b.attn, b.ln1(x))),
     'mlp': lambda b, x, a, k: (_weight(b.ffn.gamma2), b.ffn.layers(b.ln2(x))),
@@ -281,5 +317,23 @@ BRANCHES = {
     'timm.models.vision_transformer.Block': {
         'msa': lambda b, x, a, k: (_weight(b.ls1), b.attn(b.norm1(x))),
         'mlp': lambda b, x, a, k: (_weight(b.ls2), b.mlp(b.norm2(x))),
+    },
+    'timm.models.resnet.BasicBlock': {
+        'block': lambda b, x, a, k: (None, _timm_basic(b, x)),
+    },
+    'timm.models.resnet.Bottleneck': {
+        'block': lambda b, x, a, k: (None, _timm_bottleneck(b, x)),
+    },
+    'timm.models.convnext.ConvNeXtBlock': {
+        'block': lambda b, x, a, k: _timm_convnext(b, x),
+    },
+    _TIMM_EFFICIENTNET + 'InvertedResidual': {
+        'block': lambda b, x, a, k: (None, _timm_inverted_residual(b, x)),
+    },
+    _TIMM_EFFICIENTNET + 'DepthwiseSeparableConv': {
+        'block': lambda b, x, a, k: (None, _timm_depthwise_separable(b, x)),
+    },
+    _TIMM_EFFICIENTNET + 'EdgeResidual': {
+        'block': lambda b, x, a, k: (None, b.bn2(b.conv_pwl(b.se(b.aa(b.bn1(b.conv_exp(x))))))),
     },
 }
