@@ -9,12 +9,15 @@ traceback. ``--debug`` anywhere on the command line (taken off before the tool p
 setting passes on to the tools a tool starts (the demo's, the study runner's).
 
 In a distributed run (``RANK`` / ``SLURM_PROCID`` / ``OMPI_COMM_WORLD_RANK`` above 0) only rank 0
-prints the line; every rank exits with status 1. Nothing is removed on the way out: the
-checkpoints and logs written so far stay, and the work-dir lock goes with the process.
+prints the line; every rank exits with status 1, the others :data:`RANK_GRACE_S` later, so that
+a launcher that stops every process at the first failure (torchrun) lets rank 0 print first.
+Nothing is removed on the way out: the checkpoints and logs written so far stay, and the work-dir
+lock goes with the process.
 """
 import logging
 import os
 import sys
+import time
 import traceback
 
 from .errors import error_line
@@ -24,6 +27,8 @@ DEBUG_FLAG = '--debug'
 DEBUG_ENV = 'MMSTIFF_DEBUG'
 #: the environment variables the launchers give each process its global rank in
 RANK_VARIABLES = ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+#: how long a rank above 0 waits before it exits on a user's mistake
+RANK_GRACE_S = 2.0
 
 
 def take_debug_flag(argv):
@@ -75,6 +80,8 @@ def report(exc, line, debug):
         except Exception:  # the line matters more than the log
             pass
         print(line, file=sys.stderr, flush=True)
+    else:
+        time.sleep(RANK_GRACE_S)
 
 
 def run_tool(main, argv=None):

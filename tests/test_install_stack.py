@@ -90,6 +90,12 @@ class Venv:
         code = 'import os, mmstiff; print(os.path.dirname(mmstiff.__file__))'
         return osp.join(self.py('-W', 'ignore', '-c', code).stdout.strip(), '.mim')
 
+    def mim_dir_without_import(self):
+        """The installed package's ``.mim`` folder, found without importing mmstiff."""
+        code = ('import importlib.util, os; '
+                "print(os.path.dirname(importlib.util.find_spec('mmstiff').origin))")
+        return osp.join(self.py('-c', code).stdout.strip(), '.mim')
+
     def classify(self):
         config = osp.join(self.mim_dir(), 'configs', DEMO)
         proc = self.py('-c', CLASSIFY, config, cwd=self.root)
@@ -194,3 +200,34 @@ def test_mim_installs_without_downgrading_setuptools(user):
     found = user.root / 'search.json'
     user.run(str(user.root / 'venv' / 'bin' / 'mim'), 'search', 'mmstiff', '--json', str(found))
     assert osp.splitext(osp.basename(DEMO))[0] in found.read_text()
+
+
+@pytest.fixture(scope='module')
+def no_torch(tmp_path_factory):
+    """A clean virtualenv following the README's Install lines without installing torch:
+    mmcv-lite, then mmstiff from the checkout (which declares no torch)."""
+    if shutil.which('git') is None:
+        pytest.skip('git is needed to list the files of the checkout')
+    root = tmp_path_factory.mktemp('no_torch')
+    venv = Venv(root)
+    venv.pip('install', '-q', 'mmcv-lite>=2.0.0,<2.2.0')
+    venv.pip('install', '-q', copy_checkout(str(root / 'src')))
+    assert 'torch' not in venv.versions()
+    return venv
+
+
+@pytest.mark.parametrize('command', [
+    ('-c', 'import mmstiff'),
+    ('-m', 'mmstiff.demo'),
+    ('TOOL', 'train.py', 'x.py'),
+    ('TOOL', 'analysis/tns.py', 'x.py', 'x.pth'),
+])
+def test_without_torch_every_entry_point_says_what_to_install(no_torch, command):
+    if command[0] == 'TOOL':
+        command = (osp.join(no_torch.mim_dir_without_import(), 'tools', command[1]), *command[2:])
+    proc = no_torch.py(*command, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith('error: mmstiff needs PyTorch (torch), which is not installed')
+    assert 'pip install torch torchvision' in lines[-1]

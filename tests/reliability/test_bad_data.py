@@ -20,6 +20,7 @@ from script_modules import load_script  # tests/
 
 from mmstiff.apis.runtime import ConfigError, load_config, prepare_runner_cfg
 from mmstiff.datasets import CIFAR10, STL10, FashionMNIST
+from mmstiff.datasets.coco_boxes import SIZE
 from mmstiff.testing import write_cifar, write_coco, write_mnist, write_stl10
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -69,12 +70,12 @@ def test_coco_boxes_of_zero_or_negative_size_are_counted_and_reported(tmp_path, 
     monkeypatch.setattr(coco, 'print_log', lambda msg, **kw: logged.append((msg, kw)))
     dataset = build_coco(root)
     assert type(dataset).__name__ == 'CocoDataset' and isinstance(dataset, coco.CocoDataset)
-    assert dataset.dropped_boxes == {coco.SIZE: 3}
+    assert dataset.dropped_boxes == {SIZE: 3}
     kept = sum(len(dataset.get_data_info(i)['instances']) for i in range(len(dataset)))
     assert kept == len(annotations) - 3
     (message, kw), = logged
     assert message.startswith(f'{dataset.ann_file}: dropped 3 of {len(annotations)} boxes: '
-                              f'3 with {coco.SIZE} (e.g. annotation id {annotations[0]["id"]})')
+                              f'3 with {SIZE} (e.g. annotation id {annotations[0]["id"]})')
     assert kw['level'] == 30
 
     # the boxes kept are exactly mmdet's
@@ -111,7 +112,7 @@ def test_coco_config_builds_the_checked_dataset():
 
 def test_box_drop_reasons_follow_mmdet():
     pytest.importorskip('mmdet')
-    from mmstiff.datasets.coco_boxes import CATEGORY, OUTSIDE, SIZE, box_drop_reason
+    from mmstiff.datasets.coco_boxes import CATEGORY, OUTSIDE, box_drop_reason
     img = dict(width=100, height=50)
 
     def ann(bbox, area=10, cat=1, **kw):
