@@ -17,8 +17,13 @@ fi
 if [[ ${NODE_RANK:-0} == 0 ]]; then
   "$PYTHON" "$ROOT/tools/misc/check_port.py" "${MASTER_ADDR:-127.0.0.1}" "${PORT:-29500}" || exit 2
 fi
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-exec "$PYTHON" -m torch.distributed.run \
-  --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
-  --nproc_per_node="$NPROCS" --master_port="${PORT:-29500}" \
-  "$ROOT/tools/$TOOL" "$@" --launcher pytorch
+# a user's mistake ends in rank 0's one error: line, without torchrun's report after it
+# (tools/misc/torchrun_report.py; any other failure keeps the report)
+set +e
+{ PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PYTHON" -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --nproc_per_node="$NPROCS" --master_port="${PORT:-29500}" \
+    "$ROOT/tools/$TOOL" "$@" --launcher pytorch 2>&1 1>&3 3>&- \
+  | "$PYTHON" "$ROOT/tools/misc/torchrun_report.py" >&2; } 3>&1
+exit "${PIPESTATUS[0]}"
