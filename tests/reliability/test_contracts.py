@@ -187,3 +187,16 @@ def test_zero_init_residual_zeroes_the_same_norms_as_upstream(ours, upstream):
         if k.endswith('.weight') and v.ndim == 1 and not v.any() and 'step_adaptor' not in k
     }
     assert zero and ours_zero == zero
+
+
+@pytest.mark.parametrize('key, value', [('num_layers', 0), ('num_heads', 0), ('embed_dims', -8)])
+def test_cait_names_an_arch_value_out_of_range(key, value):
+    """A depth of 0 is named as the depth (not as an out_indices problem it leads to)."""
+    from mmstiff.models.backbones import CaiT
+    arch = dict(embed_dims=32, num_layers=2, num_heads=2)
+    arch[key] = value
+    with pytest.raises(ValueError) as err:
+        CaiT(arch=arch, img_size=32, patch_size=8)
+    assert str(err.value).startswith(f"arch['{key}']={value} is not supported; expected a "
+                                     'positive int')
+    assert 'out_indices' not in str(err.value)
