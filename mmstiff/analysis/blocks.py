@@ -28,15 +28,19 @@ UPSTREAM_BLOCKS = {
     'mmpretrain.models.backbones.resnet.Bottleneck': 'conv',
     'mmdet.models.backbones.resnet.BasicBlock': 'conv',
     'mmdet.models.backbones.resnet.Bottleneck': 'conv',
-    'mmpretrain.models.backbones.vision_transformer.TransformerEncoderLayer': 'transformer',
     'mmpretrain.models.backbones.swin_transformer.SwinBlock': 'transformer',
     'mmdet.models.backbones.swin.SwinBlock': 'transformer',
+}
+#: mmstiff's own block classes that extend an upstream class the zoo reads by a spec, but are
+#: read by their kind (their adaptors are their step sizes), by full name -> kind.
+MMSTIFF_BLOCKS = {
+    'mmstiff.models.backbones.step_vit.StepTransformerEncoderLayer': 'transformer',
 }
 #: upstream SE layers, by full name -> the name of their gate submodule (output = Δ_t).
 UPSTREAM_GATES = {'mmpretrain.models.utils.se_layer.SELayer': 'conv2'}
 
 _BLOCK_TYPES = {}  # class -> kind
-_BLOCK_NAMES = dict(UPSTREAM_BLOCKS)  # 'module.QualName' -> kind
+_BLOCK_NAMES = dict(UPSTREAM_BLOCKS, **MMSTIFF_BLOCKS)  # 'module.QualName' -> kind
 _STEP_TYPES = []  # classes whose forward output is a step size
 _GATE_TYPES = {}  # class -> name of its submodule whose output is a step size (SE gates)
 _GATE_NAMES = dict(UPSTREAM_GATES)  # 'module.QualName' -> gate name

@@ -7,7 +7,7 @@ step when the block's forward ends. A tap that the pass did not reach, or a step
 states differ in shape, raises ``ValueError`` naming the block: such a block is not read as
 its spec says, and its numbers would not mean what they seem to.
 """
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -34,12 +34,12 @@ def _submodule(block_name, block, path, what):
                          'steps")') from None
 
 
-def _first_tensor(value):
-    if torch.is_tensor(value):
-        return value
-    if isinstance(value, (tuple, list)) and value and torch.is_tensor(value[0]):
-        return value[0]
-    return None
+def first_tensor(value):
+    """``value`` if a tensor, else the first tensor of a (nested) tuple or list's first items
+    (a block that takes its branches' states as a list, as TridentNet's does), else None."""
+    while isinstance(value, (tuple, list)) and value:
+        value = value[0]
+    return value if torch.is_tensor(value) else None
 
 
 def _channels(value, layout, dim):
@@ -137,7 +137,7 @@ class SpecReader:
     def _enter(self, module, args, kwargs):
         self._values = {}
         self._calls = {}
-        self._keep('in', _first_tensor(args))
+        self._keep('in', first_tensor(args))
 
     def _sub_enter(self, path):
 
@@ -149,7 +149,7 @@ class SpecReader:
                 if tap.path != path or tap.call != call:
                     continue
                 if tap.kind == 'input':
-                    value = _first_tensor(args)
+                    value = first_tensor(args)
                     if value is None and kwargs:
                         value = next((v for v in kwargs.values() if torch.is_tensor(v)), None)
                     self._keep(text, value)
@@ -166,9 +166,9 @@ class SpecReader:
             call = self._calls.get(path, 0)
             for text, tap in self._taps.items():
                 if tap.kind == 'output' and tap.path == path and tap.call == call:
-                    self._keep(text, _first_tensor(output))
+                    self._keep(text, first_tensor(output))
             if call == 1:
-                self._keep(f'scale:{path}', _first_tensor(output))
+                self._keep(f'scale:{path}', first_tensor(output))
 
         return leave
 
@@ -178,9 +178,9 @@ class SpecReader:
         values, self._values = self._values, None
         if values is None:
             return None
-        out = _first_tensor(output)
-        if out is not None:
-            values['out'] = self._cut(out)
+        out = first_tensor(output)
+        if out is not None:  # a copy: the next block may add into its input in place (TNT)
+            values['out'] = self._cut(out).clone()
         steps = []
         for step, scale in zip(self.steps, self._scales):
             x_t, x_next = self._state(values, step, step.start), self._state(values, step, step.end)
@@ -216,9 +216,4 @@ class SpecReader:
         return _channels(getattr(owner, attr), layout, x_t.dim())
 
 
-def readers_for(blocks: Sequence, cut: Callable) -> Dict[str, SpecReader]:
-    """``{block name: SpecReader}`` of the blocks (``ResidualBlock``) that carry a spec."""
-    return {b.name: SpecReader(b.name, b.module, b.spec, cut) for b in blocks if b.spec is not None}
-
-
-__all__ = ['SpecReader', 'SpecStep', 'readers_for']
+__all__ = ['SpecReader', 'SpecStep', 'first_tensor']

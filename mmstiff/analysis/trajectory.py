@@ -19,7 +19,7 @@ import torch.nn as nn
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from mmstiff.utils.step_sums import StepSums, close_step_sums, is_step_block, open_step_sums
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
-from .spec_taps import SpecReader
+from .spec_taps import SpecReader, first_tensor
 from .unknown_model import no_block_message
 
 LEVELS = ('block', 'branch', 'both')
@@ -73,14 +73,6 @@ class BlockTaps(NamedTuple):
 def keep_record(record):
     """The default reducer: keep the record itself (detached tensors; memory grows per call)."""
     return record
-
-
-def _first_tensor(value):
-    if torch.is_tensor(value):
-        return value
-    if isinstance(value, (tuple, list)) and value and torch.is_tensor(value[0]):
-        return value[0]
-    return None
 
 
 def _detach(value):
@@ -312,7 +304,7 @@ class TrajectoryRecorder(RecorderBase):
             # (and one module hook fewer for the forward pass to dispatch)
 
             def leave_plain(module, args, output):
-                x, out = _first_tensor(args), _first_tensor(output)
+                x, out = first_tensor(args), first_tensor(output)
                 if x is not None and out is not None:
                     self._keep(StepRecord(name, name, 'block', cut(x), cut(out), None))
 
@@ -320,7 +312,7 @@ class TrajectoryRecorder(RecorderBase):
             return hooks
 
         def enter(module, args):
-            x = _first_tensor(args)
+            x = first_tensor(args)
             stale = frames.get(name)
             if stale is not None and stale.request is not None:
                 close_step_sums(stale.request, module)
@@ -334,7 +326,7 @@ class TrajectoryRecorder(RecorderBase):
                 close_step_sums(frame.request, module)
                 sums = frame.request.complete(sums_steps)
                 sums = sums and [s.first(n) for s in sums]
-            out = _first_tensor(output)
+            out = first_tensor(output)
             if frame is None or out is None:
                 return
             self._emit(name, kind, frame, cut(out), sums)
@@ -346,7 +338,7 @@ class TrajectoryRecorder(RecorderBase):
 
             def on_shortcut(module, args, output):
                 frame = frames.get(name)
-                out = _first_tensor(output)
+                out = first_tensor(output)
                 if frame is not None and out is not None:
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
@@ -357,7 +349,7 @@ class TrajectoryRecorder(RecorderBase):
 
             def on_mid(module, args):
                 frame = frames.get(name)
-                x = _first_tensor(args)
+                x = first_tensor(args)
                 if frame is not None and x is not None and frame.mid is None:
                     frame.mid = cut(x)
                     frame.phase = 1

@@ -54,11 +54,12 @@ def build_backbone(key, case):
     scope, _, name = key.partition('.')
     registry = importlib.import_module(f'{scope}.registry').MODELS
     torch.manual_seed(0)
-    cfg = case.get('cfg', {})
-    if registry.get(name) is None:
+    cfg = dict(case.get('cfg', {}))
+    if registry.get(key) is None:
         package = dict(SCOPES)[scope]
         model = getattr(importlib.import_module(package), name)(**cfg)
-    else:
+    else:  # in the registry of its own scope, whatever the default scope is
+        cfg.setdefault('_scope_', scope)
         model = registry.build(dict(type=name, **cfg))
     model.eval()  # some backbones override train() without returning self
     _randomise_layer_scales(model)

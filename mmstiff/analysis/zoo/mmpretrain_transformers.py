@@ -29,6 +29,11 @@ _HIVIT_STEPS = _pre_norm('input:norm2', 'param:gamma_1:channels_last',
 
 SPECS = [
     BlockSpec(
+        _BB + 'vision_transformer.TransformerEncoderLayer', 'ViT',
+        steps=_pre_norm('input:ln2', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2'),
+        note='x + attn(ln1(x)), then + ffn(ln2(.)); with layer scale (EVA, DINOv2 configs) the '
+        'LayerScale gamma1 / gamma2 are Δ, without it (an nn.Identity there) Δ = 1'),
+    BlockSpec(
         _BB + 'deit3.DeiT3TransformerEncoderLayer', 'DeiT3',
         steps=_pre_norm('kwarg:ffn:identity', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2'),
         note='both branches read ln1 (ln2 is never called): the middle state is the identity '
@@ -157,4 +162,9 @@ SPECS = [
               note='fused-MBConv x + pwl(se(conv_exp(x))) where it keeps its shape; SE inside f'),
 ]
 
-NON_RESIDUAL = {}
+NON_RESIDUAL = {
+    'mmpretrain.RevVisionTransformer':
+    'its reversible layers move each of two streams by a function of the other '
+    '(y1 = x1 + F(x2), y2 = x2 + G(y1)), so neither stream is an Euler step of its own state, '
+    'and the layers pass the pair as two tensors',
+}

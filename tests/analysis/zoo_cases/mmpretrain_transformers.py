@@ -62,7 +62,7 @@ CASES = {
             arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2]), window_size=4,
             out_indices=(1, )), input=(2, 3, 32, 32)),
     'mmpretrain.RevVisionTransformer':
-    dict(cfg=dict(arch=_VIT, **_TINY), input=(2, 3, 32, 32)),
+    dict(cfg=dict(arch=_VIT, **_TINY), input=(2, 3, 32, 32), non_residual_check=True),
     'mmpretrain.MixMIMTransformer':
     dict(
         cfg=dict(
@@ -242,6 +242,7 @@ _DAVIT_CPE = {
 }
 
 BRANCHES = {
+    _BB + 'vision_transformer.TransformerEncoderLayer': _LN_STEPS,
     _BB + 'deit3.DeiT3TransformerEncoderLayer': {
         'msa': lambda b, x, a, k: (_weight(b.attn.gamma1), _mha(b.attn, b.ln1(x))),
         'mlp': lambda b, x, a, k: (_weight(b.ffn.gamma2), b.ffn.layers(b.ln1(x))),
