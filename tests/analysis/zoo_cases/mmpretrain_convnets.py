@@ -9,6 +9,7 @@ post-activation: ``act(shortcut + Δ ⊙ branch)``) have no entry: their states 
 against the blocks' inputs and outputs.
 """
 import torch
+from mmpretrain.models.backbones import cspnet as _cspnet
 
 
 def _all_pixels_active():
@@ -72,8 +73,16 @@ CASES = {
     dict(cfg=dict(depth=50), input=_SMALL),
     # the abstract base of the three above: exported, but not registered, so the registry
     # cannot build it; its blocks are those of CSPDarkNet, CSPResNet and CSPResNeXt
+    # the base class the CSP backbones build on, not registered: built from the class with a
+    # one-convolution stem and two Darknet stages
     'mmpretrain.CSPNet':
-    dict(skip='CSPNet is not in the MODELS registry (an abstract base)'),
+    dict(
+        cfg=dict(
+            arch=dict(block_fn=_cspnet.DarknetBottleneck, in_channels=(8, 16),
+                      out_channels=(16, 32), num_blocks=(1, 2), expand_ratio=(2, 1),
+                      bottle_ratio=(2, 1), has_downsampler=True, down_growth=True),
+            stem_fn=lambda channels: torch.nn.Conv2d(channels, 8, 3, padding=1), out_indices=(1, )),
+        input=(2, 3, 32, 32)),
     'mmpretrain.ShuffleNetV1':
     dict(cfg=dict(groups=3, widen_factor=0.5), input=_SMALL),
     # the non-residual backbones (NON_RESIDUAL), built to check that no block is found
