@@ -300,3 +300,17 @@ def test_upstream_mnist_with_a_short_label_file_stops_before_the_runner(tmp_path
                     check=False)
     assert_one_line(proc, 'test_dataloader.dataset', labels, 'holds 19 labels but',
                     'holds 20 images', 'mmstiff.MNIST / mmstiff.FashionMNIST')
+
+
+@pytest.mark.slow
+def test_the_demo_stops_with_the_line_of_the_tool_that_failed(tmp_path):
+    """``python -m mmstiff.demo`` whose training meets a bad hook option (raised while the Runner
+    builds the hooks): train.py's one line is the last, the demo adds no traceback of its own."""
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO)
+    env.pop('MMSTIFF_DEBUG', None)
+    proc = subprocess.run([
+        sys.executable, '-m', 'mmstiff.demo', '--work-dir', 'w', '--cfg-options',
+        'custom_hooks.0.interval=0'
+    ], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert_one_line(proc, 'interval', '0')
+    assert 'CalledProcessError' not in proc.stderr
