@@ -137,7 +137,8 @@ def build_model(args):
     if args.arch == 'convnext':
         from mmpretrain.models.backbones import ConvNeXt
         backbone = ConvNeXt(arch='atto')
-        return Classifier(backbone, ConvNeXt.arch_settings['atto']['channels'][-1]), ZOO_ARCHS[args.arch]
+        width = ConvNeXt.arch_settings['atto']['channels'][-1]
+        return Classifier(backbone, width), ZOO_ARCHS[args.arch]
     if args.arch == 'mobilenetv2':
         from mmpretrain.models.backbones import MobileNetV2
         return Classifier(MobileNetV2(), 1280), ZOO_ARCHS[args.arch]
@@ -389,8 +390,12 @@ def parse_args(argv=None):
     if depths is not None and args.depth not in depths:
         parser.error(f'--depth {args.depth} is not supported with --arch {args.arch}; '
                      f'expected one of {depths}')
-    for field in ('depth', 'base_channels', 'embed_dims', 'patch_size', 'batch_size', 'img_size',
-                  'repeats', 'iters', 'log_interval'):
+    if args.arch in ZOO_ARCHS and args.depth:
+        parser.error(f'--depth {args.depth} does not apply to --arch {args.arch} '
+                     f'({ZOO_ARCHS[args.arch]})')
+    sized = ('depth', ) if args.arch not in ZOO_ARCHS else ()
+    for field in sized + ('base_channels', 'embed_dims', 'patch_size', 'batch_size', 'img_size',
+                          'repeats', 'iters', 'log_interval'):
         if getattr(args, field) < 1:
             parser.error(f'--{field.replace("_", "-")} {getattr(args, field)} is not '
                          'supported; expected a positive integer')
