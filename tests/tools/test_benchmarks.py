@@ -48,8 +48,8 @@ def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
 @pytest.mark.parametrize('arch', ['convnext', 'mobilenetv2'])
 def test_bench_hooks_times_the_zoo_architectures(arch, run_tool):
     proc = run_tool('tools/benchmark/bench_hooks.py', '--arch', arch, '--batch-size', '2',
-                    '--img-size', '32', '--repeats', '3', '--iters', '2', '--warmup', '1',
-                    '--only', '@1', '--log-interval', '2', timeout=300)
+                    '--img-size', '32', '--repeats', '3', '--iters', '2', '--warmup', '1', '--only',
+                    '@1', '--log-interval', '2', timeout=300)
     times = _rows(proc.stdout.split('peak (MiB)')[0], ('no hook', 'StiffnessHook'))
     assert times['no hook'][1] == 1.0 and times['StiffnessHook @1'][2] > 0
     refused = run_tool('tools/benchmark/bench_hooks.py', '--arch', arch, '--depth', '18',
