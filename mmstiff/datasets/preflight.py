@@ -8,7 +8,8 @@ For every dataset of the config's dataloaders (through ``ConcatDataset`` / ``Rep
   while it loads (:func:`check_coco_file`);
 * mmpretrain's ``MNIST`` / ``FashionMNIST`` (and mmstiff's): the IDX headers, sizes, label
   counts and label range of the split the dataset will read (the same checks as
-  ``mmstiff.MNIST``), and a ``split`` that disagrees with ``test_mode``;
+  ``mmstiff.MNIST``); a ``split`` that disagrees with ``test_mode`` is an error for mmstiff's
+  types and a warning for upstream's (mmpretrain reads the files by ``test_mode``);
 * mmpretrain's ``CIFAR10`` / ``CIFAR100`` (and mmstiff's): every file of the split unpickled
   with the restricted unpickler and checked as ``mmstiff.CIFAR10`` checks it.
 
@@ -244,30 +245,37 @@ def _prefix_root(dataset):
     return _join(dataset.get('data_root') or '', prefix) or dataset.get('data_root') or ''
 
 
-def _split(dataset):
+def _split(dataset, upstream):
+    """``(split read, warnings)``: the files mmpretrain reads are chosen by ``test_mode``; a
+    ``split`` that disagrees is an error for mmstiff's types (as they raise it) and a warning for
+    upstream's (whose configs often leave ``test_mode`` unset)."""
     split = dataset.get('split', 'train')
     test_mode = bool(dataset.get('test_mode', False))
-    if split in ('train', 'test') and (split == 'test') != test_mode:
-        raise ValueError(
-            f'split={split!r} with test_mode={test_mode!r}: mmpretrain reads the files by '
-            f"test_mode, so this would read the {'test' if test_mode else 'training'} files; "
-            f"expected test_mode={split == 'test'} for split={split!r}")
-    return 'test' if test_mode else 'train'
+    read = 'test' if test_mode else 'train'
+    if split not in ('train', 'test') or split == read:
+        return read, []
+    problem = (f'split={split!r} with test_mode={test_mode!r}: mmpretrain reads the files by '
+               f"test_mode, so this {'would read' if not upstream else 'reads'} the "
+               f"{'test' if test_mode else 'training'} files; expected "
+               f"test_mode={split == 'test'} for split={split!r}")
+    if not upstream:
+        raise ValueError(problem)
+    return read, [f'{problem} ({CHECKED_TYPES["idx"]} refuse this)']
 
 
-def _check_idx(dataset):
+def _check_idx(dataset, upstream):
     from .fashion_mnist import SPLIT_FILES
     from .mnist import check_idx_split
     root = _prefix_root(dataset)
     if '://' in root:
         return []
-    split = _split(dataset)
+    split, warnings = _split(dataset, upstream)
     missing = [n for n in SPLIT_FILES[split] if not osp.isfile(osp.join(root, n))]
     if missing and dataset.get('download', True):
-        return []  # mmpretrain downloads them
+        return warnings  # mmpretrain downloads them
     classes = _classes(dataset, 'MNIST', 'mmpretrain.datasets')
     check_idx_split(root, split, num_classes=len(classes) or None)
-    return []
+    return warnings
 
 
 def _check_cifar(dataset, cls_name):
@@ -310,7 +318,7 @@ def check_dataset(field, dataset, scope):
         if kind == 'coco':
             return _check_coco(dataset)
         if kind == 'idx':
-            return _check_idx(dataset)
+            return _check_idx(dataset, upstream)
         return _check_cifar(dataset, str(dataset.get('type')))
     except (ValueError, FileNotFoundError) as exc:
         text = exc.args[0] if exc.args else str(exc)
