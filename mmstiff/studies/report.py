@@ -85,7 +85,8 @@ def correlation_lines(numbers):
     if j.category == INCONCLUSIVE:
         why = f'{j.reason}; the ρ it could have detected: {j.mde:.2f}'
     elif j.category == NOT_HELD:
-        why = f'{j.reason}; it rules out ρ beyond {j.ruled_out:+.2f} in the claimed direction'
+        bound = (f'above {d.high:+.2f}' if o.direction == 'greater' else f'below {d.low:+.2f}')
+        why = f'{j.reason}; it rules out ρ {bound}'
     else:
         why = j.reason
     runs = primary['runs_for_margin']

@@ -153,6 +153,18 @@ def test_page_lines_of_a_correlation_outcome():
     assert (ns['effect'], ns['n'], ns['mde']) == ('+0.66', '6', f'{mde:.2f}')
 
 
+@pytest.mark.parametrize('direction, top1, bound', [
+    ('greater', [6, 5, 4, 3, 2, 1], 'above -1.00'),
+    ('less', [1, 2, 3, 4, 5, 6], 'below +1.00'),
+])
+def test_a_correlation_that_did_not_hold_says_what_it_rules_out(direction, top1, bound):
+    outcome = parse_outcome(dict(GOOD, direction=direction), VARIANTS)
+    numbers = StudyNumbers(runs_data([1, 2, 3, 4, 5, 6], top1), outcome)
+    assert primary_lines(numbers)[0] == (
+        '- **Verdict: did not hold** (the interval excludes an effect of the margin 0.3 in the '
+        f'claimed direction; it rules out ρ {bound}).')
+
+
 def test_too_few_runs_is_not_run():
     outcome = parse_outcome(GOOD, VARIANTS)
     data = runs_data([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6])
