@@ -89,9 +89,12 @@ def softmax_column_cosine_similarity(attn, eps=1e-12):
 
 
 class AttentionModule(NamedTuple):
-    """The attention module of a transformer layer, under the layer's name."""
+    """The attention module of a transformer layer, under the layer's name; ``lenient`` for a
+    zoo layer, whose maps are read only where its ``qkv`` gives ``(B, N, 3C)`` tokens (windowed
+    or grid attention gives other shapes, and those maps are left out)."""
     name: str
     module: nn.Module
+    lenient: bool = False
 
 
 def attention_modules(model, select=None):
@@ -109,7 +112,7 @@ def attention_modules(model, select=None):
         attn = window if isinstance(window, nn.Module) else attn
         if block.spec is not None and not readable_attention(attn):
             continue  # a zoo layer whose attention computes its maps in a way not read here
-        found.append(AttentionModule(block.name, attn))
+        found.append(AttentionModule(block.name, attn, block.spec is not None))
     return found
 
 
@@ -163,7 +166,7 @@ class AttentionRecorder(RecorderBase):
         self._module_hooks = []
         self._map_sinks = []
         for found in self.modules:
-            self._add_hooks(found.name, found.module)
+            self._add_hooks(found.name, found.module, found.lenient)
 
     @property
     def active(self):
@@ -199,8 +202,9 @@ class AttentionRecorder(RecorderBase):
         with torch.no_grad():
             self.outputs.setdefault(name, []).append(self.reduce(name, attn.detach()))
 
-    def _add_hooks(self, name, attn):
-        """Make the hooks that read the maps of one attention module."""
+    def _add_hooks(self, name, attn, lenient=False):
+        """Make the hooks that read the maps of one attention module (``lenient``: skip a
+        ``qkv`` output that is not ``(B, N, 3C)``)."""
 
         def add(module, before, hook):
             self._module_hooks.append((module, before, opaque_to_compiler(hook)))
@@ -244,6 +248,8 @@ class AttentionRecorder(RecorderBase):
         self.softmax_layers.add(name)
 
         def on_qkv(module, args, output):
+            if lenient and output.dim() != 3:
+                return
             with torch.no_grad():
                 self._keep(name, attention_from_qkv(first(output.detach()), num_heads, scale))
 

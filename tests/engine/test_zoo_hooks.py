@@ -26,8 +26,10 @@ from zoo_walk import build_backbone, load_cases, registry_backbones  # noqa: E40
 from mmstiff.analysis.zoo import non_residual  # noqa: E402
 
 CASES, _ = load_cases()
-HOOKS = [dict(type='mmstiff.StiffnessHook', interval=1), dict(type='mmstiff.FrequencyHook',
-                                                              interval=1)]
+HOOKS = [
+    dict(type='mmstiff.StiffnessHook', interval=1),
+    dict(type='mmstiff.FrequencyHook', interval=1)
+]
 NUM_CLASSES = 3
 
 
@@ -49,7 +51,8 @@ class ZooClassifier(BaseModel):
         self.head = nn.Linear(width, NUM_CLASSES)
 
     def forward(self, inputs, labels=None, mode='tensor'):
-        logits = self.head(_pooled(self.backbone(inputs)))
+        # TridentNet trains its branches as one batch (branches x samples): the first branch's
+        logits = self.head(_pooled(self.backbone(inputs)))[:inputs.shape[0]]
         if mode == 'loss':
             return dict(loss=F.cross_entropy(logits, labels))
         return logits
@@ -86,6 +89,9 @@ def test_hooks_through_a_runner_on_every_recognised_backbone(key, tmp_path):
     case = CASES.get(key)
     if case is None or case.get('skip'):
         pytest.skip((case or {}).get('skip', 'no case'))
+    if case.get('setup') is not None:
+        pytest.skip('a sparse encoder trains only inside masked pretraining, which sets its mask '
+                    'per batch; the registry walk checks its steps in eval mode')
     if key.startswith('mmdet.'):
         pytest.importorskip('mmdet')
     backbone = build_backbone(key, case)
@@ -94,16 +100,12 @@ def test_hooks_through_a_runner_on_every_recognised_backbone(key, tmp_path):
     images = torch.randn(4, *shape[1:], generator=torch.Generator().manual_seed(0))
     labels = torch.arange(4) % NUM_CLASSES
     runner = Runner(
-        model=ZooClassifier(backbone, images[:2]),
-        work_dir=str(tmp_path),
-        train_dataloader=DataLoader(TensorDataset(images, labels), batch_size=2),
-        train_cfg=dict(by_epoch=False, max_iters=2),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
-        custom_hooks=HOOKS,
+        model=ZooClassifier(backbone, images[:2]), work_dir=str(tmp_path),
+        train_dataloader=DataLoader(TensorDataset(images, labels),
+                                    batch_size=2), train_cfg=dict(by_epoch=False, max_iters=2),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)), custom_hooks=HOOKS,
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1), checkpoint=None),
-        randomness=dict(seed=0),
-        default_scope='mmengine',
-        experiment_name=key.replace('.', '_'))
+        randomness=dict(seed=0), default_scope='mmengine', experiment_name=key.replace('.', '_'))
     runner.train()
     _assert_per_block(_scalars(tmp_path), key)
 
@@ -141,9 +143,8 @@ DET_BACKBONES = {
     'mmpretrain-convnext':
     ("dict(_delete_=True, type='mmpretrain.ConvNeXt', arch='atto', out_indices=(0, 1, 2, 3), "
      'gap_before_final_norm=False)', [40, 80, 160, 320]),
-    'mmdet-pvtv2':
-    ("dict(_delete_=True, type='mmdet.PyramidVisionTransformerV2', embed_dims=32, "
-     'num_layers=[1, 1, 1, 1])', [32, 64, 160, 256]),
+    'mmdet-pvtv2': ("dict(_delete_=True, type='mmdet.PyramidVisionTransformerV2', embed_dims=32, "
+                    'num_layers=[1, 1, 1, 1])', [32, 64, 160, 256]),
 }
 
 
