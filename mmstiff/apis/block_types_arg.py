@@ -1,18 +1,9 @@
-"""``--block-types``: the analysis tools' way to declare block classes the tables do not know."""
-import argparse
+"""The ``block_types`` of an analysis tool's run: ``--block-types`` (the option is in
+:mod:`mmstiff.apis.cli`) and the config's hooks."""
 from typing import Optional
 
 #: the mmstiff hooks whose ``block_types`` a config may carry (the tools take them over)
 _HOOKS = ('StiffnessHook', 'FrequencyHook')
-
-
-def add_block_types_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--block-types CLASS=KIND ...`` to an analysis tool's parser."""
-    parser.add_argument(
-        '--block-types', nargs='+', default=None, metavar='CLASS=KIND',
-        help="block classes of the model that the built-in tables do not know, each "
-        "CLASS=conv|preact|transformer (e.g. ConvNeXtBlock=conv); the config's StiffnessHook / "
-        'FrequencyHook block_types are taken too')
 
 
 def _parse(items):
@@ -26,7 +17,7 @@ def _parse(items):
     return declared
 
 
-def block_types_for(args: argparse.Namespace, cfg=None) -> Optional[dict]:
+def block_types_for(args, cfg=None) -> Optional[dict]:
     """The ``block_types`` of a tool run: those of the config's mmstiff hooks, then those of
     ``--block-types`` (which win), checked; None if neither declares any."""
     from mmstiff.analysis.blocks import block_types_of
@@ -39,4 +30,4 @@ def block_types_for(args: argparse.Namespace, cfg=None) -> Optional[dict]:
     return declared or None
 
 
-__all__ = ['add_block_types_arg', 'block_types_for']
+__all__ = ['block_types_for']

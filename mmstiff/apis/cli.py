@@ -155,3 +155,13 @@ def check_compile_mode(parser, args):
     if args.compile_mode == 'reduce-overhead' and device.type != 'cuda':
         parser.error(f'--compile-mode reduce-overhead is not supported with --device '
                      f'{args.device}; expected cuda (it replays CUDA graphs)')
+
+
+def add_block_types_arg(parser):
+    """Add ``--block-types CLASS=KIND ...`` to an analysis tool's parser (read with
+    :func:`mmstiff.apis.block_types_arg.block_types_for`)."""
+    parser.add_argument(
+        '--block-types', nargs='+', default=None, metavar='CLASS=KIND',
+        help="block classes of the model that the built-in tables do not know, each "
+        "CLASS=conv|preact|transformer (e.g. ConvNeXtBlock=conv); the config's StiffnessHook / "
+        'FrequencyHook block_types are taken too')

@@ -25,8 +25,9 @@ import os.path as osp
 from mmstiff.apis.analysis_output import dump_json, finite, send_figures
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
-from mmstiff.apis.block_types_arg import add_block_types_arg, block_types_for
-from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
+from mmstiff.apis.block_types_arg import block_types_for
+from mmstiff.apis.cli import (add_block_types_arg, add_device_arg, add_visualizer_arg,
+                              analysis_parser)
 from mmstiff.apis.trained_model import backbone_of
 from mmstiff.tool_main import run_tool
 

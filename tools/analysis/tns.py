@@ -21,8 +21,9 @@ from mmstiff.apis.analysis_output import dump_json, finite, send_figures
 from mmstiff.apis.analysis_setup import setup
 from mmstiff.apis.batches import iterate
 from mmstiff.apis.block_families import block_families, families_label
-from mmstiff.apis.block_types_arg import add_block_types_arg, block_types_for
-from mmstiff.apis.cli import add_device_arg, add_visualizer_arg, analysis_parser
+from mmstiff.apis.block_types_arg import block_types_for
+from mmstiff.apis.cli import (add_block_types_arg, add_device_arg, add_visualizer_arg,
+                              analysis_parser)
 from mmstiff.apis.trained_model import backbone_of
 from mmstiff.tool_main import run_tool
 
@@ -42,8 +43,7 @@ def analyse(model, batches, block_types=None):
         return nsi, step
 
     backbone = backbone_of(model)
-    recorder = TrajectoryRecorder(backbone, reduce=reduce, level='branch',
-                                  block_types=block_types)
+    recorder = TrajectoryRecorder(backbone, reduce=reduce, level='branch', block_types=block_types)
     with torch.no_grad(), recorder:
         for inputs, _ in batches:
             backbone(inputs)
@@ -116,8 +116,9 @@ def main(argv=None):
     add_block_types_arg(parser)
     args = parser.parse_args(argv)
     cfg, model, loader, out_dir = setup(args, 'tns')
-    names, nsi, steps, blocks, trajectories = analyse(
-        model, iterate(model, loader, args.num_batches), block_types_for(args, cfg))
+    names, nsi, steps, blocks, trajectories = analyse(model, iterate(model, loader,
+                                                                     args.num_batches),
+                                                      block_types_for(args, cfg))
     result = dict(config=args.config, checkpoint=args.checkpoint, split=args.split,
                   num_samples=int(nsi.shape[0]), blocks=blocks, trajectories=trajectories,
                   network_tns=trajectories['network']['tns'])
