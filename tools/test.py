@@ -20,7 +20,7 @@ from mmstiff.tool_main import run_tool  # first: a missing torch or mmengine is 
 # isort: split
 from mmengine.config import DictAction
 
-from mmstiff.apis.cli import add_checkpoint_args
+from mmstiff.apis.cli import add_checkpoint_args, add_run_args
 from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, build_runner, cfg_option,
                                   shutdown_distributed)
 
@@ -39,18 +39,7 @@ def build_parser():
         help='override settings in the config, key=value pairs such as '
         'test_dataloader.batch_size=32')
     add_checkpoint_args(parser, 'evaluate')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
-                        help='job launcher')
-    parser.add_argument(
-        '--skip-data-checks', action='store_true',
-        help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
-        'and CIFAR files; they take seconds on COCO-sized files); the config key '
-        'skip_data_checks=True does the same')
-    parser.add_argument(
-        '--debug', action='store_true',
-        help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "
-        'the same); by default it ends in one error: line')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_run_args(parser)
     return parser
 
 

@@ -17,6 +17,7 @@ from mmstiff.tool_main import run_tool  # first: a missing torch or mmengine is 
 # isort: split
 from mmengine.config import DictAction
 
+from mmstiff.apis.cli import add_run_args
 from mmstiff.apis.runtime import build_runner, cfg_option, shutdown_distributed
 
 
@@ -51,18 +52,7 @@ def parse_args(argv=None):
         '--trust-checkpoint', action='store_true',
         help='unpickle the --resume / load_from checkpoint in full; only for files from a '
         'source you trust (a pickle can run code). By default checkpoints load weights-only')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
-                        help='job launcher')
-    parser.add_argument(
-        '--skip-data-checks', action='store_true',
-        help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
-        'and CIFAR files; they take seconds on COCO-sized files); the config key '
-        'skip_data_checks=True does the same')
-    parser.add_argument(
-        '--debug', action='store_true',
-        help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "
-        'the same); by default it ends in one error: line')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_run_args(parser)
     return parser.parse_args(argv)
 
 

@@ -165,3 +165,20 @@ def add_block_types_arg(parser):
         help="block classes of the model that the built-in tables do not know, each "
         "CLASS=conv|preact|transformer (e.g. ConvNeXtBlock=conv); the config's StiffnessHook / "
         'FrequencyHook block_types are taken too')
+
+
+def add_run_args(parser):
+    """Add what ``tools/train.py`` and ``tools/test.py`` share about the run itself:
+    ``--launcher``, ``--skip-data-checks``, ``--debug`` and the launcher's ``--local-rank``."""
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
+    parser.add_argument(
+        '--skip-data-checks', action='store_true',
+        help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
+        'and CIFAR files; they take seconds on COCO-sized files); the config key '
+        'skip_data_checks=True does the same')
+    parser.add_argument(
+        '--debug', action='store_true',
+        help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "
+        'the same); by default it ends in one error: line')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
