@@ -29,7 +29,7 @@ def backbone_pair(adaptor, kernels, train, batch=4, base_channels=8, **kwargs):
         net.train(train)
         x = images.detach().clone().requires_grad_()
         # the backward inside the block too: with_cp recomputes the blocks there
-        with forced_step_kernels(forced) if forced else contextlib.nullcontext():
+        with forced_step_kernels(forced, net) if forced else contextlib.nullcontext():
             out = net(x)[-1]
             (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         grads = [x.grad] + [p.grad for p in net.parameters() if p.grad is not None]

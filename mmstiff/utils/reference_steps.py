@@ -1,34 +1,47 @@
 """A switch to the reference residual step for code that differentiates twice.
 
 The fused step's autograd Functions (docs/methods.md §0, "The fused step") have first
-derivatives only: their backward passes are kernels, and the statistics they save (the pooled
-means, the folded BN's moments) carry no graph. A Hessian-vector product through them would
-lose the second-order terms, so their backward passes refuse to build a graph
-(:func:`first_order`), and code that needs second derivatives runs the blocks' reference step
-inside :func:`reference_steps` (every ``fused`` choice alike), which computes the same values
-through PyTorch's own operators.
-Models and the analysis meet here, in the lowest layer, so neither imports the other.
+derivatives only: their backward passes refuse to build a graph (:func:`first_order`). Code
+that needs second derivatives runs the model inside :func:`reference_steps`, which computes
+the same values through PyTorch's own operators. Models and the analysis meet here, in the
+lowest layer, so neither imports the other.
 """
 import functools
 from contextlib import contextmanager
 
 import torch
 
-_DEPTH = [0]  # the enclosing reference_steps blocks
+_DEPTH = [0]  # the enclosing reference_steps() blocks that name no module
 
 
 @contextmanager
-def reference_steps():
-    """Within the block, every residual step of mmstiff's backbones is the reference step."""
-    _DEPTH[0] += 1
+def reference_steps(*modules):
+    """Within the block, the step blocks of ``modules`` take the reference step (their
+    ``take_step`` is its ``reference``, restored after). Without modules, every fused step
+    of the process takes it: the form for callers that hold no model (the Hessian tools)."""
+    blocks = [m for module in modules for m in module.modules() if 'take_step' in m.__dict__]
+    saved = [m.take_step for m in blocks]
+    _DEPTH[0] += not modules
     try:
+        for m in blocks:
+            m.take_step = getattr(m.take_step, 'reference', m.take_step)
         yield
     finally:
-        _DEPTH[0] -= 1
+        _DEPTH[0] -= not modules
+        for m, step in zip(blocks, saved):
+            m.take_step = step
+
+
+def exporting() -> bool:
+    """Whether the model is being exported or scripted (``torch.onnx.export``,
+    ``torch.export``, TorchScript), where the blocks take the reference step and the attention
+    layers their unfolded scales, whatever ``fused`` says."""
+    return torch.jit.is_scripting() or torch.jit.is_tracing() \
+        or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
 def reference_steps_forced():
-    """Whether a :func:`reference_steps` block is open."""
+    """Whether a :func:`reference_steps` block without modules is open."""
     return _DEPTH[0] > 0
 
 

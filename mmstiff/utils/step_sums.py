@@ -1,12 +1,11 @@
 """Sums of squares a fused residual step can hand to a trajectory recorder (docs/methods.md §0,
 "The fused step"; the NSI they give: §5).
 
-A recorder that needs only the norms of a step asks for them by opening a
-:class:`StepSumsRequest` when a block's forward pass starts; every residual step of the block
-then appends its :class:`StepSums` (or None where it cannot give them: the reference step, an
-activation or a rescaling the step does not see) to each open request, and the recorder closes
-it when the block's forward pass ends. Models and recorders meet here, in the lowest layer, so
-neither imports the other.
+A recorder that needs only the norms of a block's steps opens a :class:`StepSumsRequest` on
+the block when its forward pass starts (:func:`open_step_sums` sets it as the block's
+``step_sums_request``); each fused step of the block appends its :class:`StepSums` to it (the
+reference step gives none), and the recorder closes it when the block's forward pass ends.
+Models and recorders meet here, in the lowest layer, so neither imports the other.
 """
 from typing import NamedTuple
 
@@ -46,7 +45,7 @@ class StepSumsRequest:
             (a post-activation block's projected shortcut), not the shortcut itself.
 
     Attributes:
-        sums (list): what each step of the block gave, in order (a :class:`StepSums` or None).
+        sums (list): the :class:`StepSums` the block's steps gave, in order.
     """
 
     __slots__ = ('state_act', 'sums')
@@ -56,31 +55,22 @@ class StepSumsRequest:
         self.sums = []
 
     def complete(self, count):
-        """The sums of the block's ``count`` steps, or None unless exactly ``count`` steps gave
-        them."""
+        """The sums of the block's ``count`` steps, or None unless each of them gave its sums."""
         if len(self.sums) != count or any(s is None for s in self.sums):
             return None
         return list(self.sums)
 
 
-_OPEN = []  # the open requests, innermost last
-
-
-def open_step_sums(state_act=False):
-    """Open and return a :class:`StepSumsRequest` (close it with :func:`close_step_sums`)."""
+def open_step_sums(state_act=False, block=None):
+    """A new :class:`StepSumsRequest`, set as ``block``'s ``step_sums_request`` (its steps give
+    their sums to it until :func:`close_step_sums`); with ``block`` None no step sees it."""
     request = StepSumsRequest(state_act)
-    _OPEN.append(request)
+    if block is not None:
+        block.step_sums_request = request
     return request
 
 
-def close_step_sums(request):
-    """Close ``request`` (no effect if it is not open)."""
-    for i in range(len(_OPEN) - 1, -1, -1):
-        if _OPEN[i] is request:
-            del _OPEN[i]
-            return
-
-
-def open_requests():
-    """The open requests, innermost last (a step gives its sums to each)."""
-    return _OPEN
+def close_step_sums(request, block=None):
+    """Take ``request`` off ``block`` (no effect where the block holds another request)."""
+    if block is not None and getattr(block, 'step_sums_request', None) is request:
+        block.step_sums_request = None

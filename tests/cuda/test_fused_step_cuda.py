@@ -8,10 +8,11 @@ import torch
 import torch.nn as nn
 from float64_reference import assert_no_farther  # tests/
 from hook_scalars import hook_scalars  # tests/
+from step_calls import residual_update  # tests/
 
 from mmstiff.models.backbones import StepResNet, StepViT
-from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, forced_step_kernels, residual_update,
-                                  set_fused, step_kernels)
+from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, choose_step, forced_step_kernels,
+                                  reference_step, set_fused)
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.triton_step import TritonStepKernels
 
@@ -21,10 +22,12 @@ SE = dict(type='mmstiff.SEAdaptor')
 
 
 def test_true_takes_the_triton_kernels_on_cuda_and_auto_the_reference():
-    x = torch.zeros(1, device='cuda')
-    assert isinstance(step_kernels(x, True), TritonStepKernels)
-    assert step_kernels(x, 'auto') is None  # measured faster on an H200
-    assert step_kernels(x, False) is None
+    net = StepResNet(18, base_channels=4, stem_channels=4, fused=True).cuda()
+    assert isinstance(net.layer1[0].take_step.kernels, TritonStepKernels)  # chosen at the move
+    cuda = torch.device('cuda')
+    assert isinstance(choose_step(True, cuda).kernels, TritonStepKernels)
+    assert choose_step('auto', cuda) is reference_step  # measured faster on an H200
+    assert choose_step(False, cuda) is reference_step
 
 
 @pytest.mark.parametrize('layout, shape', [('nchw', (8, 64, 14, 14)), ('nchw', (4, 256, 7, 7)),
@@ -136,7 +139,7 @@ def test_both_cuda_steps_equal_the_cpu_reference(adaptor, channels_last):
     expected = _train_step(copy.deepcopy(cpu), images, None, channels_last)
     for fused, kernels in ((False, None), (True, None), (True, TorchStepKernels)):
         net = set_fused(copy.deepcopy(cpu).cuda(), fused)
-        with forced_step_kernels(kernels) if kernels else contextlib.nullcontext():
+        with forced_step_kernels(kernels, net) if kernels else contextlib.nullcontext():
             got = _train_step(net, images.cuda(), None, channels_last)
         what = f'fused={fused}, kernels={kernels and kernels.name}, channels_last={channels_last}'
         assert_no_farther([got[0], *got[1]], [expected[0], *expected[1]], [exact[0], *exact[1]],
@@ -166,7 +169,6 @@ def test_fused_vit_equals_reference(dtype):
 def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
     import copy
 
-    from mmstiff.models.steps.stepnet_phi import phi_kernels_in
     from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
     torch.manual_seed(0)
     reference = StepNetAdaptor(64).cuda().train()
@@ -180,8 +182,7 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
     for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):
-            with phi_kernels_in(kernels):
-                step = adaptor.step_from_pooled(uu, pp)
+            step = adaptor.step_from_pooled(uu, pp, phi=kernels)
         weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
@@ -193,7 +194,6 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
 def test_se_phi_kernels_equal_the_adaptor_modules(batch, channels):
     import copy
 
-    from mmstiff.models.steps.stepnet_phi import phi_kernels_in
     torch.manual_seed(0)
     reference = SEAdaptor(channels).cuda().train()
     with torch.no_grad():
@@ -206,8 +206,7 @@ def test_se_phi_kernels_equal_the_adaptor_modules(batch, channels):
     with torch.backends.cudnn.flags(allow_tf32=False):
         for adaptor, kernels in ((reference, None), (fused, TritonStepKernels().phi)):
             pp = p.clone().requires_grad_()
-            with phi_kernels_in(kernels):
-                step = adaptor.step_from_pooled(None, pp)
+            step = adaptor.step_from_pooled(None, pp, phi=kernels)
             weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
             grads = torch.autograd.grad((step * weights).sum(), [pp, *adaptor.parameters()])
             results.append([step, *grads])

@@ -1,13 +1,11 @@
 """The fused residual step against the reference step (docs/methods.md §0, "The fused step")."""
-import types
-
 import pytest
 import torch
 import torch.nn as nn
+from step_calls import residual_update  # tests/
 
-from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, check_fused, residual_update,
-                                  step_kernels)
-from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
+from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, check_fused, choose_step, reference_step
+from mmstiff.models.steps.fused_step import EulerUpdate, FusedStep, PoolStates
 from mmstiff.models.steps.step_kernels import TorchStepKernels
 from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
 
@@ -80,18 +78,35 @@ def test_fused_step_of_a_single_sample_uses_the_running_statistics():
     assert torch.equal(got_buffers[0], torch.zeros(8))  # unchanged running mean
 
 
-def test_step_kernels_choose_by_device_and_setting():
-    x = torch.zeros(1)
-    assert step_kernels(x, False) is None
-    assert step_kernels(x, 'auto') is None  # the CPU keeps the reference by default
-    assert step_kernels(x, True) is TorchStepKernels
-    # a CUDA state (step_kernels reads only its device): True takes the Triton kernels, 'auto'
-    # the reference, measured faster on an H200 (docs/benchmarks.md)
-    cuda_state = types.SimpleNamespace(is_cuda=True)
-    assert step_kernels(cuda_state, 'auto') is None
-    assert step_kernels(cuda_state, False) is None
-    if HAS_TRITON:
-        assert isinstance(step_kernels(cuda_state, True), TritonStepKernels)
+def test_the_step_is_chosen_by_device_and_setting():
+    cpu, cuda = torch.device('cpu'), torch.device('cuda')
+    for device in (cpu, cuda):  # 'auto' is the reference (docs/benchmarks.md)
+        assert choose_step(False, device) is reference_step
+        assert choose_step('auto', device) is reference_step
+    fused = choose_step(True, cpu, layout='nlc')
+    assert isinstance(fused, FusedStep) and fused.kernels is TorchStepKernels
+    assert fused.layout == 'nlc' and fused.compiled is TorchStepKernels
+    if HAS_TRITON:  # a CUDA block takes the Triton kernels (choose_step reads only the device)
+        assert isinstance(choose_step(True, cuda).kernels, TritonStepKernels)
+    kernels = object()  # forced kernels take 'auto' too, not False
+    assert choose_step('auto', cpu, kernels).kernels is kernels
+    assert choose_step('auto', cpu, kernels).compiled is None
+    assert choose_step(False, cpu, kernels) is reference_step
+
+
+def test_a_block_chooses_its_step_when_fused_is_set_and_when_it_moves():
+    from mmstiff.models.backbones import StepResNet
+    net = StepResNet(18, base_channels=4, stem_channels=4, fused=True)
+    block = net.layer1[0]
+    assert isinstance(block.take_step, FusedStep) and block.take_step.kernels is TorchStepKernels
+    block.fused = 'auto'
+    assert block.take_step is reference_step
+    block.fused = True
+    before = block.take_step
+    net.double()  # a move re-chooses the step of a fused block
+    assert isinstance(block.take_step, FusedStep) and block.take_step is not before
+    with pytest.raises(ValueError, match='fused='):
+        block.fused = 'on'
 
 
 @pytest.mark.parametrize('bad', ['on', 'AUTO', 1, 0, None, 'true'])

@@ -10,12 +10,14 @@ import pytest
 import torch
 import torch.nn as nn
 from hook_scalars import hook_scalars  # tests/
+from step_calls import residual_update  # tests/
 
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.models.backbones import PreActStepResNet, StepResNet, StepResNet_CIFAR, StepViT
-from mmstiff.models.steps import StepNetAdaptor, residual_update, set_fused
+from mmstiff.models.steps import StepNetAdaptor, set_fused
 from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.utils.step_sums import StepSums, close_step_sums, open_requests, open_step_sums
+from mmstiff.utils.step_sums import (StepSums, StepSumsRequest, close_step_sums, is_step_block,
+                                     open_step_sums)
 
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
 SE = dict(type='mmstiff.SEAdaptor', squeeze_channels=4)
@@ -93,7 +95,7 @@ def test_stiffness_hook_values_are_the_same_with_fused_on_and_off(name):
         for a, b in zip(from_states, from_sums):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7, msg=name_)
     assert given == (len(spy.outputs) if BACKBONES[name][2] else 0)
-    assert not open_requests()  # every request closed with its block
+    assert not _open_requests(fused)  # every request closed with its block
     # the reference step gives none
     spy = TrajectoryRecorder(reference, level='branch', step_sums=True)
     with torch.no_grad(), spy:
@@ -166,13 +168,18 @@ def test_torch_measured_step_is_the_explicit_formula(layout, shape, relu, state_
     torch.testing.assert_close(state.double(), (x_t**2).sum(dim=axes), rtol=1e-6, atol=1e-6)
 
 
-def _given(fn):
-    """What one residual step gives an open request (its list of sums)."""
-    request = open_step_sums()
-    try:
-        fn()
-    finally:
-        close_step_sums(request)
+def _open_requests(model):
+    """The requests the step blocks of ``model`` hold."""
+    return [
+        m.step_sums_request for m in model.modules()
+        if is_step_block(m) and m.step_sums_request is not None
+    ]
+
+
+def _given(fn, state_act=False):
+    """What one residual step gives a request passed to it (its list of sums)."""
+    request = StepSumsRequest(state_act)
+    fn(request)
     return request.sums
 
 
@@ -180,21 +187,35 @@ def test_steps_that_are_not_the_recorded_step_give_no_sums():
     torch.manual_seed(0)
     adaptor = StepNetAdaptor(4).train()
     x, f = torch.randn(2, 4, 3, 3), torch.randn(2, 4, 3, 3)
-    [given] = _given(lambda: residual_update(x, f, adaptor, 'nchw', True, act=nn.ReLU()))
+    [given
+     ] = _given(lambda r: residual_update(x, f, adaptor, 'nchw', True, act=nn.ReLU(), request=r))
     assert isinstance(given, StepSums) and given.moved.shape == (2, 4)
     cases = [
-        lambda: residual_update(x, f, adaptor, 'nchw', False, act=nn.ReLU()),  # reference
-        lambda: residual_update(x, f, adaptor, 'nchw', True, act=nn.GELU()),  # act outside
-        lambda: residual_update(x, f, adaptor, 'nchw', True, shortcut=x + 1),  # not x_t
-        lambda: residual_update(x, f, adaptor, 'nchw', True, measurable=False),
-    ]
+        lambda r: residual_update(x, f, adaptor, 'nchw', False, act=nn.ReLU(), request=r),
+        lambda r: residual_update(x, f, adaptor, 'nchw', True, act=nn.GELU(), request=r),
+        lambda r: residual_update(x, f, adaptor, 'nchw', True, shortcut=x + 1, request=r),
+        lambda r: residual_update(x, f, adaptor, 'nchw', True, measurable=False, request=r),
+    ]  # the reference step, an activation outside the step, a shortcut not x_t, a rescaling
     for case in cases:
-        assert _given(case) == [None]
+        assert _given(case) == []
     # the recorder's x_t is the ReLU of the shortcut, but the step applies no ReLU
-    request = open_step_sums(state_act=True)
-    residual_update(x, f, adaptor, 'nchw', True)
-    close_step_sums(request)
-    assert request.sums == [None]
+    assert _given(lambda r: residual_update(x, f, adaptor, 'nchw', True, request=r), True) == []
+
+
+def test_a_request_lives_on_its_block_from_open_to_close():
+    _, fused, _ = _pair('resnet18-plain', torch.float32)
+    block, other = fused.layer1[0], fused.layer1[1]
+    request = open_step_sums(block=block)
+    assert block.step_sums_request is request and other.step_sums_request is None
+    stale = StepSumsRequest()
+    close_step_sums(stale, block)  # another request: the block keeps its own
+    assert block.step_sums_request is request
+    with torch.no_grad():
+        fused(torch.randn(2, 3, 32, 32))
+    assert [type(s) for s in request.sums] == [StepSums]  # only the block's own step gave
+    close_step_sums(request, block)
+    assert block.step_sums_request is None
+    assert open_step_sums().sums == []  # no block: no step sees it
 
 
 def test_norms_from_sums_handle_a_saturated_step_and_refuse_a_per_element_step():
@@ -223,6 +244,6 @@ def test_stopping_a_recorder_closes_its_open_requests():
     recorder = TrajectoryRecorder(fused, step_sums=True).start()
     with pytest.raises(ZeroDivisionError):
         fused(torch.randn(1, 3, size, size))
-    assert open_requests()
+    assert _open_requests(fused)
     recorder.stop()
-    assert not open_requests()
+    assert not _open_requests(fused)

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from step_calls import residual_update  # tests/
 
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, fused_step, residual_update
+from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, fused_step
 from mmstiff.models.steps.fused_step import NormMoments
 from mmstiff.models.steps.norm_fold import (TorchFoldKernels, batch_moments, foldable_norm,
                                             norm_affine)
@@ -272,8 +273,7 @@ def test_the_folded_backward_is_the_triton_passes_alone(train):
         fold_backward(parts, *args)
     x = torch.randn(2, 4, 3, 3)  # no gradient: no accumulation of x_t's paths
     y = torch.randn(2, 4, 3, 3, requires_grad=True)
-    with fused_step.forced_step_kernels(kernels):
-        out = residual_update(x, y, adaptor, 'nchw', True, act=nn.ReLU(), norm=norm)
+    out = residual_update(x, y, adaptor, 'nchw', True, kernels, act=nn.ReLU(), norm=norm)
     grad = torch.ones_like(out)
     with Computing() as computing:
         out.backward(grad)

@@ -7,8 +7,8 @@ import torch
 
 from mmstiff.analysis.hessian import double_backward_kernels, loss_hessian
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import set_fused, step_kernels
-from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps import reference_step, set_fused
+from mmstiff.models.steps.fused_step import FusedStep
 from mmstiff.utils.reference_steps import reference_steps, reference_steps_forced
 
 ADAPTORS = {
@@ -32,14 +32,26 @@ def _hvp(net, images, vector=None):
 
 
 def test_the_switch_nests_and_takes_every_choice_to_the_reference():
-    state = torch.randn(2, 3, 4, 4)
-    assert step_kernels(state, True) is TorchStepKernels and not reference_steps_forced()
+    assert not reference_steps_forced()
     with reference_steps():
         with reference_steps():
             assert reference_steps_forced()
         assert reference_steps_forced()
-        assert [step_kernels(state, fused) for fused in (True, 'auto', False)] == [None] * 3
-    assert not reference_steps_forced() and step_kernels(state, True) is TorchStepKernels
+    assert not reference_steps_forced()
+
+
+def test_the_switch_on_a_model_sets_its_blocks_to_the_reference_step_and_back():
+    net = _net(ADAPTORS['stepnet'], True)
+    other = _net(ADAPTORS['stepnet'], True)
+    blocks = [net.layer1[0], net.layer4[1]]
+    assert all(isinstance(b.take_step, FusedStep) for b in blocks)
+    with reference_steps(net):
+        with reference_steps(net):
+            assert all(b.take_step is reference_step for b in blocks)
+        assert all(b.take_step is reference_step for b in blocks)
+        assert not reference_steps_forced()  # nothing process-wide
+        assert isinstance(other.layer1[0].take_step, FusedStep)  # another model keeps its step
+    assert all(isinstance(b.take_step, FusedStep) for b in blocks)
 
 
 @pytest.mark.parametrize('adaptor', list(ADAPTORS.values()), ids=list(ADAPTORS))
@@ -64,6 +76,8 @@ def test_inside_the_hessian_tools_a_fused_model_has_the_reference_hessian(adapto
     with double_backward_kernels():
         got = _hvp(fused, images)
     torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-4 * reference.abs().max())
+    with reference_steps(fused):  # the switch on the model: the same
+        torch.testing.assert_close(_hvp(fused, images), got)
     assert reference.abs().max() > 0
     set_fused(fused, True)  # and outside it the fused step is back
     with pytest.raises(RuntimeError, match='no second derivative'):

@@ -16,7 +16,7 @@ from fused_backbone_pair import backbone_pair  # tests/
 from mmstiff.models.steps import SEAdaptor
 from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, plain_units, se_phi_mode
 from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import TorchPhiKernels, phi_kernels_in
+from mmstiff.models.steps.stepnet_phi import TorchPhiKernels
 
 
 def _adaptor(channels=32, start='paper', **kwargs):
@@ -36,8 +36,7 @@ def _run(adaptor, kernels, p):
         step = adaptor.conv2(adaptor.conv1(p[:, :, None, None])) * adaptor.step_scale
         step = step.view(-1, 1, adaptor.channels) if adaptor.layout == 'nlc' else step
     else:
-        with phi_kernels_in(kernels):
-            step = adaptor.step_from_pooled(None, p)
+        step = adaptor.step_from_pooled(None, p, phi=kernels)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     return [step, *torch.autograd.grad((step * weights).sum(), [p, *adaptor.parameters()])]
 

@@ -59,7 +59,7 @@ def test_a_train_step_reads_nothing_back_to_the_host(name, path, monkeypatch):
         if kernels is None:
             _train_step(backbone, images, optimizer)
         else:
-            with forced_step_kernels(kernels):
+            with forced_step_kernels(kernels, backbone):
                 _train_step(backbone, images, optimizer)
     assert ops.reads == []
 

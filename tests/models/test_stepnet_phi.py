@@ -13,7 +13,7 @@ from fused_backbone_pair import backbone_pair  # tests/
 
 from mmstiff.models.steps import StepNetAdaptor
 from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import StepNetPhi, TorchPhiKernels, phi_kernels_in, phi_mode
+from mmstiff.models.steps.stepnet_phi import StepNetPhi, TorchPhiKernels, phi_mode
 
 #: (momentum, adaptor in train mode, its BN in train mode, batch)
 MODES = [(0.1, True, True, 5), (None, True, True, 5), (0.1, False, False, 5), (0.1, True, False, 5),
@@ -38,8 +38,7 @@ def _run(adaptor, kernels, u, p, calls=2):
     """Δ of the last of ``calls`` calls, the gradients of (u, p, parameters) and the buffers."""
     u, p = u.clone().requires_grad_(), p.clone().requires_grad_()
     for _ in range(calls):
-        with phi_kernels_in(kernels):
-            step = adaptor.step_from_pooled(u, p)
+        step = adaptor.step_from_pooled(u, p, phi=kernels)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     grads = torch.autograd.grad((step * weights).sum(), [u, p, *adaptor.parameters()])
     return [step, *grads, *[b.clone() for b in adaptor.buffers()]]

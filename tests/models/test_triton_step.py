@@ -10,18 +10,17 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+from step_calls import residual_update  # tests/
 from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, forced_step_kernels, residual_update,
-                                  set_fused)
+from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, forced_step_kernels, set_fused
 from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
 from mmstiff.models.steps.norm_fold import TorchFoldKernels
 from mmstiff.models.steps.se_phi import TorchSEPhiKernels
 from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import phi_kernels_in
 from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
 from mmstiff.models.steps.triton_fold import TritonFoldKernels
 from mmstiff.models.steps.triton_se import TritonSEPhiKernels
@@ -139,7 +138,7 @@ def test_triton_steps_give_the_stiffness_hook_its_values():
         hook = StiffnessHook(interval=1)
         recorders = hook.build_recorders(net)
         spy = TrajectoryRecorder(net, reduce=_both_norms, step_sums=True)
-        with torch.no_grad(), forced_step_kernels(TritonStepKernels()):
+        with torch.no_grad(), forced_step_kernels(TritonStepKernels(), net):
             for recorder in [*recorders.values(), spy]:
                 recorder.start()
             net(images)
@@ -188,8 +187,7 @@ def test_triton_phi_equals_the_adaptor_modules(momentum, train, norm_train, batc
     for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):  # the running statistics blend twice
-            with phi_kernels_in(kernels):
-                step = adaptor.step_from_pooled(uu, pp)
+            step = adaptor.step_from_pooled(uu, pp, phi=kernels)
         weights = torch.linspace(-1, 1, step.numel()).view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
@@ -205,8 +203,8 @@ def test_triton_step_of_an_adaptor_equals_the_reference():
     results = []
     for fused in (False, True):
         xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
-        with forced_step_kernels(TritonStepKernels()):
-            out = residual_update(xx, ff, adaptor, 'nchw', fused, act=nn.ReLU())
+        out = residual_update(xx, ff, adaptor, 'nchw', fused, act=nn.ReLU(),
+                              kernels=TritonStepKernels())
         grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
         results.append([out, *grads])
     for a, b in zip(*results):
@@ -223,7 +221,7 @@ def test_triton_step_runs_a_backbone():
         torch.manual_seed(0)
         net = StepResNet(18, base_channels=4, stem_channels=4,
                          adaptor=dict(type='mmstiff.StepNetAdaptor'), fused=fused).train()
-        with forced_step_kernels(TritonStepKernels()):
+        with forced_step_kernels(TritonStepKernels(), net):
             out = net(images)[-1]
         out.sum().backward()
         outputs.append([out, net.conv1.weight.grad])
@@ -281,8 +279,8 @@ def test_triton_se_step_of_an_adaptor_equals_the_reference(start, layout):
     results = []
     for fused in (False, True):
         xx, ff = x.clone().requires_grad_(), f.clone().requires_grad_()
-        with forced_step_kernels(TritonStepKernels()):
-            out = residual_update(xx, ff, adaptor, layout, fused, act=nn.ReLU())
+        out = residual_update(xx, ff, adaptor, layout, fused, act=nn.ReLU(),
+                              kernels=TritonStepKernels())
         grads = torch.autograd.grad(out.square().sum(), [xx, ff, *adaptor.parameters()])
         results.append([out, *grads])
     for a, b in zip(*results):
@@ -397,8 +395,8 @@ def test_triton_folded_norm_equals_the_bn_module(adaptor_cls, train):
     for fused in (False, True):
         a, n = copy.deepcopy(adaptor).train(train), copy.deepcopy(norm).train(train)
         xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
-        with forced_step_kernels(TritonStepKernels()):
-            out = residual_update(xx, yy, a, 'nchw', fused, act=nn.ReLU(), norm=n)
+        out = residual_update(xx, yy, a, 'nchw', fused, act=nn.ReLU(), norm=n,
+                              kernels=TritonStepKernels())
         params = [*a.parameters(), *n.parameters()]
         grads = torch.autograd.grad(out.square().sum(), [xx, yy, *params])
         results.append([out, *grads, *[b.clone() for b in n.buffers()]])

@@ -132,7 +132,7 @@ class OnKernels(nn.Module):
         self.model, self.kernels = model, kernels
 
     def forward(self, x):
-        with forced_step_kernels(self.kernels):
+        with forced_step_kernels(self.kernels, self.model):
             return self.model(x)
 
 

@@ -109,10 +109,16 @@ def count(run, device, full_size=None):
     return len(aten), launching, triton_launches, kernels, passes
 
 
-def measure(adaptor, fused, args, device):
-    """The counts of one backbone (see the module docstring)."""
+def measure(adaptor, fused, args, device, kernels=None):
+    """The counts of one backbone (see the module docstring), its fused steps on ``kernels``
+    where given."""
     torch.manual_seed(0)
     net = StepResNet(50, adaptor=adaptor, fused=fused).to(device).train()
+    with forced_step_kernels(kernels, net) if kernels else contextlib.nullcontext():
+        return _measure(net, args, device)
+
+
+def _measure(net, args, device):
     stage, index = BLOCK
     block = getattr(net, stage)[index]
     channels = block.conv3.out_channels
@@ -197,8 +203,8 @@ def main(argv=None):
     for name, adaptor in VARIANTS.items():
         for fused in (False, True):
             if fused and device.type == 'cpu':
-                with forced_step_kernels(counting_kernels(TritonStepKernels())):
-                    fwd, bwd, net, rec, net_rec, net_freq = measure(adaptor, True, args, device)
+                fwd, bwd, net, rec, net_rec, net_freq = measure(
+                    adaptor, True, args, device, counting_kernels(TritonStepKernels()))
             else:
                 fwd, bwd, net, rec, net_rec, net_freq = measure(adaptor, fused, args, device)
             launches = f'{fwd[2]}/{bwd[2]}'

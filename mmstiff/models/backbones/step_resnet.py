@@ -11,28 +11,26 @@ parameters (``layerI.J.step_adaptor.*``) missing.
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
-from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, build_adaptor,
+from mmstiff.models.steps import (StepBlock, adaptor_placement, adaptor_with_norm, build_adaptor,
                                   check_adaptor_norm, check_fused, init_keeping_starts,
-                                  release_adaptor_statistics, residual_update, resolve_adaptor,
-                                  set_fused, step_kernels, unfrozen_res_layers)
+                                  release_adaptor_statistics, resolve_adaptor, set_fused,
+                                  unfrozen_res_layers)
 from mmstiff.models.steps.norm import check_norm_cfg
 from mmstiff.models.utils import check_depth
 from mmstiff.registry import MODELS
 
 
-class StepBlockMixin:
-    """The Euler step shared by the step blocks: ``act(x_t + Δ_t ⊙ f)``.
+class StepBlockMixin(StepBlock):
+    """The Euler step shared by the convolutional step blocks: ``act(x_t + Δ_t ⊙ f)``.
 
-    A post-activation block implements :meth:`residual_branch` (``f``) and inherits the
-    forward pass; the pre-activation blocks have their own forward and use
-    :meth:`residual_step` only.
+    A post-activation block implements :meth:`residual_body` (``f`` before its last norm) and
+    inherits the forward pass; the pre-activation blocks have their own forward and use
+    :meth:`residual_step` only. The step itself is ``take_step`` (:class:`StepBlock`).
 
     A block gets its adaptor from :func:`attach_adaptors`; without one, ``step_adaptor`` is
     None and the block computes the plain ``x_t + f``, exactly the upstream ResNet block.
     """
 
-    #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
-    fused = 'auto'
     #: whether the fused step may fold the branch's last BN (False: the BN runs as a module
     #: and the step keeps f; for measuring the fold against the unfolded fused step)
     fold_norm = True
@@ -48,11 +46,11 @@ class StepBlockMixin:
         return last_conv.out_channels
 
     def residual_step(self, x_t, f, act=None, norm=None):
-        """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); the fused
-        step or the reference as ``fused`` says (:func:`mmstiff.models.steps.residual_update`);
-        with ``norm``, f is its input (the fused step may fold it)."""
-        return residual_update(x_t, f, self.step_adaptor, 'nchw', self.fused, act=act,
-                               drop_path=getattr(self, 'drop_path', None), norm=norm)
+        """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); with
+        ``norm``, f is its input (the fused step may fold it)."""
+        drop_path = getattr(self, 'drop_path', None)
+        return self.take_step(x_t, f, self.step_adaptor, act=act, drop_path=drop_path, norm=norm,
+                              request=self.step_sums_request)
 
     def residual_body(self, x):  # pragma: no cover - abstract
         """The residual branch of the block input ``x`` up to the input of its last norm."""
@@ -70,9 +68,7 @@ class StepBlockMixin:
         return y if norm is None else norm(y)
 
     def forward(self, x):
-        """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling (the fused step
-        applies the activation itself, and the branch's last norm where it folds it)."""
-        fused_act = step_kernels(x, self.fused) is not None
+        """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling."""
 
         def _inner_forward(x):
             y = self.residual_body(x)
@@ -80,13 +76,11 @@ class StepBlockMixin:
             norm = self.last_norm
             if norm is not None and not self.fold_norm:
                 y, norm = norm(y), None
-            return self.residual_step(identity, y, self.relu if fused_act else None, norm=norm)
+            return self.residual_step(identity, y, self.relu, norm=norm)
 
         if self.with_cp and x.requires_grad:
-            out = cp.checkpoint(_inner_forward, x, use_reentrant=False)
-        else:
-            out = _inner_forward(x)
-        return out if fused_act else self.relu(out)
+            return cp.checkpoint(_inner_forward, x, use_reentrant=False)
+        return _inner_forward(x)
 
 
 def attach_adaptors(res_layer, adaptor, flags):
@@ -198,10 +192,9 @@ class StepResNet(StepPlacementMixin, ResNet):
         adaptor_norm_cfg (dict, optional): the norm layer of the adaptors that have one
             (StepNet), e.g. ``dict(type='SyncBN')``. None (default): the backbone's
             ``norm_cfg`` (docs/methods.md §3, "The adaptor's normalisation").
-        fused (str | bool): ``'auto'`` (default; the path measured faster on the device: the
-            reference step on the CPU and on CUDA so far, docs/benchmarks.md), True (fused:
-            Triton's kernels on CUDA, PyTorch's elsewhere) or False (the reference step); the
-            same values either way (docs/methods.md §0, "The fused step").
+        fused (str | bool): ``'auto'`` (default) or False: the reference step; True: the fused
+            step (:func:`~mmstiff.models.steps.choose_step`), with the same values
+            (docs/methods.md §0, "The fused step").
         **kwargs: every other argument of mmpretrain's ``ResNet``.
 
     The adaptor sits after the last norm of the residual branch, before the add, and sees the

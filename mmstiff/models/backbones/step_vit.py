@@ -21,8 +21,7 @@ from mmstiff.models.layers.aug_shortcut import AugmentedShortcut
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.scaled_projection import folded_scales, projected_output
 from mmstiff.models.layers.value_branch import ValueBranch
-from mmstiff.models.steps import (build_adaptor, check_fused, residual_update, resolve_adaptor,
-                                  set_fused)
+from mmstiff.models.steps import StepBlock, build_adaptor, check_fused, resolve_adaptor, set_fused
 from mmstiff.models.utils import select_layers
 from mmstiff.registry import MODELS
 
@@ -138,7 +137,7 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         return attn @ v
 
 
-class StepTransformerEncoderLayer(TransformerEncoderLayer):
+class StepTransformerEncoderLayer(StepBlock, TransformerEncoderLayer):
     """One ViT block as two Euler steps, with the switches of :class:`StepViT`.
 
     Args:
@@ -157,8 +156,7 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
             ``x' = scale · (x + Σ_i σ(LN(x) Θ_i) + Δ ⊙ f)``.
     """
 
-    #: ``'auto'``, True or False: the fused step or the reference (set by the backbone)
-    fused = 'auto'
+    step_layout = 'nlc'
 
     def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value=0.,
                  drop_rate=0., attn_drop_rate=0., drop_path_rate=0., num_fcs=2, qkv_bias=True,
@@ -213,8 +211,8 @@ class StepTransformerEncoderLayer(TransformerEncoderLayer):
 
     def _euler_step(self, x, h, f, adaptor, aug):
         shortcut = x if aug is None else x + aug(h)
-        x_next = residual_update(x, f, adaptor, 'nlc', self.fused, shortcut=shortcut,
-                                 measurable=self.aug_scale == 1.0)
+        x_next = self.take_step(x, f, adaptor, shortcut=shortcut, request=self.step_sums_request,
+                                measurable=self.aug_scale == 1.0)
         return x_next * self.aug_scale if self.aug_scale != 1.0 else x_next
 
     def forward(self, x):

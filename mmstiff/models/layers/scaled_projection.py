@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmstiff.utils.reference_steps import exporting
 from .scaled_weights import scaled_weights
 
 
@@ -123,14 +124,15 @@ def folded_scales(attention, explicit=False):
 
     Neither with ``fold_scales`` False, nor with ``'auto'`` where no graph is recorded (no
     backward pass follows: forward, the fold passes over the tokens as often as the layers and
-    adds its weight-sized work), nor into a projection other than a plain linear layer
-    (:func:`foldable_projection`), nor a layer with hooks of its own (they would not be
-    called); AttnScale not where the attention matrix was formed (``explicit``: ``Â`` is
-    there already); FeatScale not across an active dropout after the projection.
+    adds its weight-sized work), nor under export
+    (:func:`~mmstiff.utils.reference_steps.exporting`), nor into a projection other than a
+    plain linear layer (:func:`foldable_projection`), nor a layer with hooks of its own (they
+    would not be called); AttnScale not where the attention matrix was formed (``explicit``:
+    ``Â`` is there already); FeatScale not across an active dropout after the projection.
     """
     choice = attention.fold_scales
     if choice is False or (choice == 'auto' and not torch.is_grad_enabled()) or \
-            not foldable_projection(attention.proj):
+            not foldable_projection(attention.proj) or exporting():
         return False, False
     attn = getattr(attention, 'attn_scale', None)
     feat = getattr(attention, 'feat_scale', None)

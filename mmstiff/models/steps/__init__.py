@@ -4,10 +4,10 @@ from .base import (ADAPTOR_NORMS, STARTS, ConstantStep, StepAdaptor, adaptor_wit
                    build_adaptor, check_adaptor_norm, check_start, init_keeping_starts,
                    learns_statistics, release_adaptor_statistics, resolve_adaptor,
                    unfrozen_res_layers)
-from .fused_step import (FUSED, check_fused, forced_step_kernels, residual_update, set_fused,
-                         step_kernels)
 from .placement import adaptor_placement
 from .se import SEAdaptor
+from .step import (FUSED, StepBlock, check_fused, choose_step, forced_step_kernels, reference_step,
+                   set_fused)
 from .stepnet import StepNetAdaptor, grouped_pointwise, interleave_states
 
 __all__ = ['StepAdaptor', 'ConstantStep', 'apply_step', 'pool_state']
@@ -20,5 +20,6 @@ __all__ += [
     'learns_statistics', 'release_adaptor_statistics', 'unfrozen_res_layers'
 ]
 __all__ += [
-    'FUSED', 'check_fused', 'forced_step_kernels', 'residual_update', 'set_fused', 'step_kernels'
+    'FUSED', 'StepBlock', 'check_fused', 'choose_step', 'forced_step_kernels', 'reference_step',
+    'set_fused'
 ]

@@ -12,7 +12,6 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
 from mmstiff.utils.layout import check_layout, pool_state
 from .starts import check_saved_start, mismatched_entries, record_start
-from .step_kernels import as_state_dtype
 
 #: keys of an adaptor config that the backbone fills in for each block.
 BUILD_KEYS = ('channels', 'layout')
@@ -84,20 +83,24 @@ class StepAdaptor(BaseModule):
     #: whether :meth:`step_from_pooled` reads the pooled x_t (False: only the pooled f)
     pools_state = False
 
-    def forward(self, x_t, f, pooled=None):
+    def forward(self, x_t, f, pooled=None, phi=None):
         """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
         ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself (f
-        is then None where the fused step folded the branch's last BN and never formed f)."""
+        is then None where the fused step folded the branch's last BN and never formed f),
+        and ``phi``, the fused step's kernels for its (B, C) arithmetic (None: its modules)."""
         if not self.from_pooled:  # pragma: no cover - abstract
             raise NotImplementedError
         if pooled is None:
             state = pool_state(x_t, self.layout, keepdim=False) if self.pools_state else None
             pooled = state, pool_state(f, self.layout, keepdim=False)
-        return self.step_from_pooled(*pooled)
+        if phi is None:
+            return self.step_from_pooled(*pooled)
+        return self.step_from_pooled(*pooled, phi=phi)
 
-    def step_from_pooled(self, state, residual):  # pragma: no cover - abstract
+    def step_from_pooled(self, state, residual, phi=None):  # pragma: no cover - abstract
         """Δ_t (broadcastable against ``f``) from the (B, C) means of x_t (None where
-        :attr:`pools_state` is False) and of f over the pooled axes."""
+        :attr:`pools_state` is False) and of f over the pooled axes; ``phi``: kernels for the
+        (B, C) arithmetic, which an adaptor may use (None: its modules)."""
         raise NotImplementedError
 
     def reset_start(self):
@@ -218,11 +221,25 @@ class ConstantStep(StepAdaptor):
         return f'step={self.step}, layout={self.layout!r}'
 
 
+def state_dtype(shortcut, f):
+    """The dtype of ``x_{t+1}``: that of ``shortcut + f``, whatever Δ's dtype (a step size
+    computed in float32 under autocast does not promote a half-precision residual stream)."""
+    if shortcut.dtype == f.dtype:  # no operator call in the common case
+        return f.dtype
+    return torch.promote_types(shortcut.dtype, f.dtype)
+
+
+def as_state_dtype(step, shortcut, f):
+    """``step`` in :func:`state_dtype` (itself, without an operator call, where it is already)."""
+    dtype = state_dtype(shortcut, f)
+    return step if step.dtype == dtype else step.to(dtype)
+
+
 def apply_step(x_t, step, f):
     """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1.
 
     The update keeps the states' precision: a tensor Δ is cast to the dtype of ``x_t + f``
-    (:func:`~.step_kernels.state_dtype`), so that a step size computed in float32 (a norm
+    (:func:`state_dtype`), so that a step size computed in float32 (a norm
     layer's output under autocast) does not turn a half-precision residual stream into float32.
     """
     if isinstance(step, float) and step == 1.0:

@@ -1,113 +1,25 @@
-"""The fused residual step ``x_{t+1} = act(x_t + Δ_t ⊙ f)`` (docs/methods.md §0, "The fused step").
+"""The fused residual step: ``act(x_t + Δ_t ⊙ f)`` in three memory-bound passes
+(docs/methods.md §0, "The fused step"), taken by a block with ``fused=True``.
 
-The reference step is the adaptor's forward on the full tensors (two poolings), then
-``addcmul`` and the activation, each with its own autograd node. The fused step computes the
-same values in three memory-bound passes (:mod:`.step_kernels`):
-
-1. :class:`PoolStates`: one pass reads x_t and f and writes their (B, C) means; its backward is
-   a broadcast view of the pooled gradients (no pass of its own);
-2. the adaptor's (B, C) arithmetic, in the adaptor's call (``adaptor(x_t, f, pooled=...)``, so
-   the hooks on it see Δ as in the reference): a StepNet adaptor with ``groups = C`` and a plain
-   BN in one pass each way on the kernel set's ``phi`` (:mod:`.stepnet_phi`), every other
-   adaptor through its own modules (its norm layer, statistics and their hooks unchanged);
-3. :class:`EulerUpdate`: one pass writes ``act(shortcut + Δ ⊙ f)``; its backward is one pass
-   that writes the gradients of the shortcut and f and Δ's per-channel sums ``Σ g' ⊙ f``, and
-   keeps for it only f, Δ and (under a ReLU) the output, which the next block keeps anyway.
-   Where a trajectory recorder asks (:mod:`mmstiff.utils.step_sums`), the same pass also
-   writes the per-(B, C) sums of squares of ``x_{t+1} - x_t`` and of x_t, the NSI's norms.
-
-Where the block passes its branch's last norm (``norm=``) and it is a plain BN, the step folds
-it (:mod:`.norm_fold`): :class:`NormMoments` pools x_t and gives the branch output y's
-per-sample moments in pass 1, the BN's statistics and ``f = a ⊙ y + b`` come from those, and
-:class:`EulerUpdate` applies the affine as it loads y, so f is neither written nor kept;
-backward, :class:`NormMoments` writes y's whole gradient (the step's share and the moments') in
-one pass.
-
-The passes are Triton kernels on CUDA (:mod:`.triton_step`) and PyTorch operations elsewhere.
-``fused`` selects the path: True, False (the reference) or ``'auto'``, the path measured
-faster on the device: the reference on the CPU and on CUDA alike today (docs/benchmarks.md, "The
-fused residual step": on an H200 the Triton step is slower than the reference). Inside
-``torch.compile`` the fused step is PyTorch's passes, compiled with the model into the
-compiler's own kernels (``'auto'``: the reference, which the compiler fuses too).
+:class:`PoolStates` pools x_t and f in one pass; the adaptor computes Δ_t from the (B, C)
+means in its own module call (StepNet's and SE's arithmetic in one pass each way on kernels
+that have it); :class:`EulerUpdate` writes ``act(shortcut + Δ ⊙ f)`` in one pass, and its
+backward in one more. With the branch's last BN given, :class:`NormMoments` folds it
+(:mod:`.norm_fold`): f is neither written nor kept. The passes are Triton kernels on CUDA
+(:mod:`.triton_step`) and PyTorch's (:mod:`.step_kernels`) elsewhere; under export, scripting
+and :func:`~mmstiff.utils.reference_steps.reference_steps` the step is the reference step.
 """
 import math
-from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
 
-from mmstiff.utils.reference_steps import first_order, reference_steps_forced
-from mmstiff.utils.step_sums import StepSums, is_step_block, open_requests
-from .base import apply_step
+from mmstiff.utils.reference_steps import exporting, first_order, reference_steps_forced
+from mmstiff.utils.step_sums import StepSums
 from .norm_fold import fold_kernels, foldable_norm, norm_mode
+from .step import reference_step
 from .step_kernels import TorchStepKernels, broadcast_step
-from .stepnet_phi import phi_kernels_in
 from .triton_step import HAS_TRITON, TritonStepKernels
-
-#: values of a backbone's ``fused`` argument
-FUSED = ('auto', True, False)
-
-_TRITON = []  # the TritonStepKernels, made at the first fused step on CUDA
-_FORCED = []  # kernel sets of the enclosing forced_step_kernels blocks
-
-
-def check_fused(fused):
-    """``fused`` if it is one of :data:`FUSED`; ValueError naming it otherwise."""
-    if fused is not True and fused is not False and not (isinstance(fused, str)
-                                                         and fused == 'auto'):
-        raise ValueError(f'fused={fused!r} is not supported; expected one of {FUSED} '
-                         "('auto': the path measured faster on the device, True: the fused "
-                         'step, False: the reference)')
-    return fused
-
-
-def step_kernels(x, fused):
-    """The kernel set of the fused step for the state ``x``, or None for the reference step.
-
-    True: Triton's on CUDA (with Triton installed), PyTorch's elsewhere; ``'auto'``: the path
-    measured faster on ``x``'s device, which is the reference (None) on every device so far
-    (on an H200 the Triton step costs more than the reference, docs/benchmarks.md); False,
-    or any choice inside :func:`~mmstiff.utils.reference_steps.reference_steps`: None.
-    Inside :func:`forced_step_kernels`, ``'auto'`` and True take the kernels given there.
-    Inside ``torch.compile``, True takes PyTorch's passes, which the compiler turns into its own
-    kernels (the folded BN included), and ``'auto'`` the reference, forced kernels or not.
-    """
-    if fused is False or reference_steps_forced():
-        return None
-    if torch.compiler.is_compiling():
-        return TorchStepKernels if fused is True else None
-    if _FORCED:
-        return _FORCED[-1]
-    if fused != 'auto' and x.is_cuda and HAS_TRITON:
-        if not _TRITON:
-            _TRITON.append(TritonStepKernels())
-        return _TRITON[0]
-    return TorchStepKernels if fused is True else None
-
-
-@contextmanager
-def forced_step_kernels(kernels):
-    """Within the block, every step whose ``fused`` is not False (``'auto'`` included) is the
-    fused step on ``kernels``: e.g. the Triton kernels on CPU tensors in Triton's interpreter
-    (tests), or stand-ins that count kernel launches (``tools/benchmark``)."""
-    _FORCED.append(kernels)
-    try:
-        yield kernels
-    finally:
-        _FORCED.pop()
-
-
-def set_fused(module, fused):
-    """Give every step block of ``module`` (:func:`~mmstiff.utils.step_sums.is_step_block`)
-    the choice ``fused`` (checked by :func:`check_fused`), and every attention layer that can
-    fold AttnScale and FeatScale into its projection (a ``fold_scales`` switch) the same."""
-    check_fused(fused)
-    for m in module.modules():
-        if is_step_block(m):
-            m.fused = fused
-        if hasattr(m, 'fold_scales'):
-            m.fold_scales = fused
-    return module
 
 
 class PoolStates(torch.autograd.Function):
@@ -246,8 +158,7 @@ def adaptive_step(adaptor, x_t, f, layout, kernels):
         pooled = PoolStates.apply(x_t, f, layout, kernels)
     else:
         pooled = None, PoolStates.apply(None, f, layout, kernels)
-    with phi_kernels_in(getattr(kernels, 'phi', None)):
-        step = adaptor(x_t, f, pooled=pooled)
+    step = adaptor(x_t, f, pooled=pooled, phi=getattr(kernels, 'phi', None))
     return step.reshape(f.shape[0], -1)
 
 
@@ -263,8 +174,7 @@ def folded_step(adaptor, x_t, y, norm, layout, kernels):
                                norm.running_var, batch_stats, factor, norm.eps, layout, kernels,
                                fold_kernels(kernels, y.shape[0]))
     pooled, (affine, pooled_f, y) = (None, folded) if state is None else (folded[0], folded[1:])
-    with phi_kernels_in(getattr(kernels, 'phi', None)):
-        step = adaptor(x_t, None, pooled=(pooled, pooled_f))
+    step = adaptor(x_t, None, pooled=(pooled, pooled_f), phi=getattr(kernels, 'phi', None))
     return step.reshape(y.shape[0], -1), affine, y
 
 
@@ -274,71 +184,73 @@ def _inactive(drop_path):
         or getattr(drop_path, 'drop_prob', None) == 0
 
 
-def residual_update(x_t, f, adaptor, layout, fused, act=None, drop_path=None, shortcut=None,
-                    measurable=True, norm=None):
-    """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
-
-    The fused step where :func:`step_kernels` gives kernels and the adaptor computes Δ_t from
-    pooled states (or there is none); the reference step otherwise, with the same values.
-    Where a recorder opened a :class:`~mmstiff.utils.step_sums.StepSumsRequest`, the step gives
-    it its :class:`~mmstiff.utils.step_sums.StepSums` from the step's own pass (fused step) or
-    None (reference step, or a step whose output is not ``x_{t+1}`` of a step from x_t).
+class FusedStep:
+    """The fused step on one kernel set, called as :func:`~.step.reference_step` is.
 
     Args:
-        x_t (Tensor): the state the adaptor reads; also the shortcut unless ``shortcut`` is set.
-        f (Tensor): the residual branch output.
-        adaptor (StepAdaptor | None): the block's step-size adaptor.
-        layout (str): ``'nchw'`` or ``'nlc'``.
-        fused: ``'auto'``, True or False (:data:`FUSED`).
-        act (nn.Module, optional): the activation after the add; an ``nn.ReLU`` is fused.
-        drop_path (nn.Module, optional): applied to f after the adaptor read it.
-        shortcut (Tensor, optional): the term f is added to, where it is not x_t.
-        measurable (bool): whether the returned tensor is the state after the step (False where
-            the caller transforms it further, e.g. rescales it). Default True.
-        norm (nn.Module, optional): the branch's last norm layer, ``f`` then being its input:
-            the fused step with an adaptor folds an ``nn.BatchNorm2d`` into its passes
-            (:mod:`.norm_fold`: f is neither written nor kept); otherwise f is ``norm(f)``.
+        kernels: the kernel set (:class:`TorchStepKernels`, a :class:`TritonStepKernels`, or
+            stand-ins).
+        compiled: the kernels inside ``torch.compile``: PyTorch's passes for a block with
+            ``fused=True`` (the compiler fuses them into its own kernels), None (the reference
+            step) for one whose kernels were only forced.
+        layout (str): the block's states, ``'nchw'`` or ``'nlc'``.
     """
-    requests = open_requests()
-    shortcut = x_t if shortcut is None else shortcut
-    kernels = step_kernels(f, fused)
-    poolable = adaptor is None or getattr(adaptor, 'from_pooled', False)
-    folds = norm is not None and kernels is not None and adaptor is not None and poolable \
-        and _inactive(drop_path) and foldable_norm(norm, f)
-    if norm is not None and not folds:
-        f, norm = norm(f), None
-    if kernels is None or not poolable:
-        _give(requests, None)
-        step = 1.0 if adaptor is None else adaptor(x_t, f)
-        if drop_path is not None:
-            f = drop_path(f)
-        out = apply_step(shortcut, step, f)
-        return out if act is None else act(out)
-    affine = None
-    if folds:
-        step, affine, f = folded_step(adaptor, x_t, f, norm, layout, kernels)
-    else:
-        step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
-    if drop_path is not None and not folds:
-        f = drop_path(f)
-    relu = type(act) is nn.ReLU
-    state_relu = None
-    if requests and measurable and shortcut is x_t and (act is None or relu):
-        state_relu = requests[-1].state_act
-        if state_relu and not relu:
-            state_relu = None  # x_t is the block's activation of the shortcut: not ours
-    if state_relu is None:
-        _give(requests, None)
-        out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, None, affine)
-    else:
-        out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, state_relu,
-                                              affine)
-        sums = StepSums(moved.detach(), state.detach(), layout)
-        for request in requests:
-            request.sums.append(sums if request.state_act == state_relu else None)
-    return act(out) if act is not None and not relu else out
 
+    def __init__(self, kernels, compiled=None, layout='nchw'):
+        self.kernels, self.compiled, self.layout = kernels, compiled, layout
 
-def _give(requests, sums):
-    for request in requests:
-        request.sums.append(sums)
+    @classmethod
+    def on(cls, device: torch.device, kernels=None, compiled: bool = True,
+           layout: str = 'nchw') -> 'FusedStep':
+        """The fused step for a block on ``device``: on ``kernels`` if given, else Triton's
+        for CUDA (with Triton installed) and PyTorch's elsewhere."""
+        if kernels is None:
+            cuda = torch.device(device).type == 'cuda' and HAS_TRITON
+            kernels = TritonStepKernels() if cuda else TorchStepKernels
+        return cls(kernels, TorchStepKernels if compiled else None, layout)
+
+    #: the step :func:`~mmstiff.utils.reference_steps.reference_steps` puts in its place
+    reference = staticmethod(reference_step)
+
+    def __deepcopy__(self, memo):
+        return self  # holds no tensor: a copied block shares its kernels
+
+    def __call__(self, x_t: torch.Tensor, f: torch.Tensor, adaptor=None, act=None, drop_path=None,
+                 shortcut=None, norm=None, request=None, measurable: bool = True) -> torch.Tensor:
+        """:func:`~.step.reference_step`'s values through the fused passes; where the block is
+        recorded (``request``) and the output is the state after a step from x_t
+        (``measurable``), the step gives ``request`` its
+        :class:`~mmstiff.utils.step_sums.StepSums` from its own pass."""
+        kernels = self.kernels
+        if exporting() or reference_steps_forced():
+            kernels = None
+        elif torch.compiler.is_compiling():
+            kernels = self.compiled
+        poolable = adaptor is None or getattr(adaptor, 'from_pooled', False)
+        if kernels is None or not poolable:
+            return reference_step(x_t, f, adaptor, act, drop_path, shortcut, norm)
+        layout, shortcut = self.layout, x_t if shortcut is None else shortcut
+        folds = norm is not None and adaptor is not None and _inactive(drop_path) \
+            and foldable_norm(norm, f)
+        if norm is not None and not folds:
+            f, norm = norm(f), None
+        affine = None
+        if folds:
+            step, affine, f = folded_step(adaptor, x_t, f, norm, layout, kernels)
+        else:
+            step = None if adaptor is None else adaptive_step(adaptor, x_t, f, layout, kernels)
+            if drop_path is not None:
+                f = drop_path(f)
+        relu = type(act) is nn.ReLU
+        state_relu = None
+        if request is not None and measurable and shortcut is x_t and (act is None or relu):
+            state_relu = request.state_act
+            if state_relu and not relu:
+                state_relu = None  # x_t is the block's activation of the shortcut: not ours
+        if state_relu is None:
+            out = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels, None, affine)
+        else:
+            out, moved, state = EulerUpdate.apply(shortcut, step, f, relu, layout, kernels,
+                                                  state_relu, affine)
+            request.sums.append(StepSums(moved.detach(), state.detach(), layout))
+        return act(out) if act is not None and not relu else out

@@ -1,20 +1,12 @@
 """The residual branch's last BN folded into the fused step (docs/methods.md §0, "The branch's
 last BN folded into the step").
 
-A post-activation block ends its branch in a BN: ``f = γ (y − μ) / sqrt(σ² + ε) + β`` of the
-last convolution's output y. Per channel that is an affine map ``f = a ⊙ y + b``, with
-``a = γ / sqrt(σ² + ε)`` and ``b = β − a μ``, so the fused step can apply it as it loads y:
-
-* the (B, C) means of f the adaptor reads are ``a ⊙ mean(y) + b``;
-* the batch statistics (μ, σ²) combine the per-sample means and variances of y over the pooled
-  axes (:func:`batch_moments`);
-* the step writes ``act(x_t + Δ ⊙ (a ⊙ y + b))`` and never writes f.
-
-f is then neither written nor kept for the backward: the step keeps y, which BN keeps in the
-reference too. Everything here works on (B, C) and (C,) tensors; the passes over full-size
-tensors are the kernel sets' ``moments`` and ``step`` (:mod:`.step_kernels`), and
-:class:`~.fused_step.NormMoments` joins the moments' pass with the (B, C) pass of
-:class:`TorchFoldKernels` (or its Triton twin, :mod:`.triton_fold`).
+Per channel a BN is ``f = a ⊙ y + b`` of the last convolution's output y, with
+``a = γ / sqrt(σ² + ε)`` and ``b = β − a μ``: the step applies it as it loads y, the adaptor
+reads ``a ⊙ mean(y) + b``, the batch statistics come from y's per-sample moments
+(:func:`batch_moments`), and f is neither written nor kept. Everything here works on (B, C) and
+(C,) tensors; the full-size passes are the kernel sets' ``moments`` and ``step``, joined with
+:class:`TorchFoldKernels` (or :mod:`.triton_fold`) by :class:`~.fused_step.NormMoments`.
 """
 import torch
 import torch.nn as nn

@@ -22,7 +22,6 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
 from .se_phi import SEPhi, plain_units, se_excitation, se_phi_mode, unit_weights
-from .stepnet_phi import active_phi_kernels
 
 
 @MODELS.register_module()
@@ -75,17 +74,16 @@ class SEAdaptor(StepAdaptor):
 
     from_pooled = True
 
-    def step_from_pooled(self, state, residual):
+    def step_from_pooled(self, state, residual, phi=None):
         """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read.
 
-        Inside a fused step whose kernels have SE's (B, C) passes, one computation each way
-        where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md §0);
-        elsewhere two matrix products where the units are plain and unhooked
+        With ``phi``, kernels that have SE's (B, C) passes (the fused step's), one computation
+        each way where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md
+        §0); elsewhere two matrix products where the units are plain and unhooked
         (:func:`~mmstiff.models.steps.se_phi.se_excitation`), else the units themselves.
         """
-        kernels = active_phi_kernels()
-        if se_phi_mode(self, residual.shape[0], kernels):
-            step = SEPhi.apply(residual, *unit_weights(self), self.step_scale, kernels)
+        if se_phi_mode(self, residual.shape[0], phi):
+            step = SEPhi.apply(residual, *unit_weights(self), self.step_scale, phi)
         elif plain_units(self):
             step = se_excitation(residual, *unit_weights(self), self.step_scale)
         else:

@@ -1,49 +1,17 @@
-"""The three memory-bound passes of a residual step, in PyTorch (docs/methods.md §0, "The fused
-step").
+"""The full-size passes of the fused step in PyTorch (docs/methods.md §0, "The fused step"):
+the fused step on the CPU and the reference of the Triton kernels (:mod:`.triton_step`).
 
-A residual step ``x_{t+1} = act(shortcut + Δ ⊙ f)`` whose Δ (B, C) comes from pooled states
-reads and writes the full-size tensors in three places only:
-
-* ``pool``: the means of x_t and f over the pooled axes (one read of each);
-* ``moments``: ``pool`` of x_t and the branch's output y before its last norm, with y's
-  variances too (the folded norm, :mod:`.norm_fold`); ``moments_backward`` writes y's
-  gradient, the step's share plus the moments' (one read of each, one write);
-* ``step``: ``act(shortcut + Δ ⊙ f)`` (one read of each, one write); with ``norm=(a, b)``
-  (C,) float32, f is ``a ⊙ y + b`` of the y given (the folded norm, f never written);
-* ``measured_step``: ``step`` that also writes per (B, C) the sums of squares over the pooled
-  axes of ``x_{t+1} - x_t`` and of ``x_t`` (``x_t`` the shortcut, or its ReLU), which a
-  trajectory recorder reads instead of its own passes over the states;
-* ``step_backward``: from the output gradient g, the gradients ``g'`` (of the shortcut),
-  ``Δ ⊙ g'`` (of f) and ``Σ g' ⊙ f`` per (B, C) (of Δ), with ``g' = g`` masked by ``out > 0``
-  under a ReLU; with ``norm``, ``Δ ⊙ a ⊙ g'`` (of y), Δ's gradient ``a Σ g' ⊙ y + b Σ g'``
-  and the per-sample parts ``Δ Σ g' ⊙ y``, ``Δ Σ g'`` of a's and b's (:func:`folded_grads`),
-  stacked in one (2, B, C) tensor whose sums over the batch are both gradients (the folded
-  BN's backward pass sums it).
-
-Between the first two, a StepNet adaptor's (B, C) arithmetic runs as one pass each way on a
-kernel set's ``phi`` where it has one (:mod:`.stepnet_phi`; the Triton set). This set has none:
-on the CPU the adaptor's modules compute it. :class:`TorchStepKernels` is the PyTorch
-expression of these passes: the reference for the Triton kernels of :mod:`.triton_step` and
-the fused path where those do not run (the CPU). Every kernel set takes ``layout`` ``'nchw'``
-(B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes.
+``pool`` (the (B, C) means of x_t and f), ``moments`` (with y's variances, for the folded BN,
+:mod:`.norm_fold`) and ``moments_backward``, ``step`` (``act(shortcut + Δ ⊙ f)``, with
+``norm=(a, b)``: f is ``a ⊙ y + b``), ``measured_step`` (``step`` and the (B, C) sums of squares
+of ``x_{t+1} - x_t`` and x_t a recorder reads) and ``step_backward``. Every kernel set takes
+``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes; this one has no
+``phi``: on the CPU the adaptors' modules compute their (B, C) arithmetic.
 """
 import torch
 
 from mmstiff.utils.layout import POOLED_AXES, pool_state
-
-
-def state_dtype(shortcut, f):
-    """The dtype of ``x_{t+1}``: that of ``shortcut + f``, whatever Δ's dtype (a step size
-    computed in float32 under autocast does not promote a half-precision residual stream)."""
-    if shortcut.dtype == f.dtype:  # no operator call in the common case
-        return f.dtype
-    return torch.promote_types(shortcut.dtype, f.dtype)
-
-
-def as_state_dtype(step, shortcut, f):
-    """``step`` in :func:`state_dtype` (itself, without an operator call, where it is already)."""
-    dtype = state_dtype(shortcut, f)
-    return step if step.dtype == dtype else step.to(dtype)
+from .base import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
 
 
 def wide(t):

@@ -27,7 +27,7 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
 from .norm import build_pooled_iebn, build_pooled_norm, distributed
-from .stepnet_phi import StepNetPhi, active_phi_kernels, phi_mode
+from .stepnet_phi import StepNetPhi, phi_mode
 
 NORMS = ('bn_ie', 'iebn')
 #: the paper's initial W_IE, b_IE
@@ -198,13 +198,14 @@ class StepNetAdaptor(StepAdaptor):
     from_pooled = True
     pools_state = True
 
-    def step_from_pooled(self, state, residual):
+    def step_from_pooled(self, state, residual, phi=None):
         """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``.
 
-        Inside a fused step whose kernels have StepNet's (B, C) passes, one kernel each way
-        where :func:`~mmstiff.models.steps.stepnet_phi.phi_mode` allows (docs/methods.md §0).
+        With ``phi``, kernels that have StepNet's (B, C) passes (the fused step's), one kernel
+        each way where :func:`~mmstiff.models.steps.stepnet_phi.phi_mode` allows
+        (docs/methods.md §0).
         """
-        step = self._fused_phi(state, residual)
+        step = None if phi is None else self._fused_phi(state, residual, phi)
         if step is None:
             step = self._phi(state, residual)
         if self.layout == 'nlc':
@@ -222,10 +223,10 @@ class StepNetAdaptor(StepAdaptor):
         step = torch.sigmoid(z)
         return step * self.step_scale if self.step_scale != 1.0 else step
 
-    def _fused_phi(self, u, residual):
-        """Δ (B, C, 1, 1) through :class:`StepNetPhi`, or None where the modules run."""
-        kernels = active_phi_kernels()
-        mode = None if kernels is None else phi_mode(self, u.shape[0], kernels)
+    def _fused_phi(self, u, residual, kernels):
+        """Δ (B, C, 1, 1) through :class:`StepNetPhi` on ``kernels``, or None where the
+        modules run."""
+        mode = phi_mode(self, u.shape[0], kernels)
         if mode is None:
             return None
         norm = self.norm

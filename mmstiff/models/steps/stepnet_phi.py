@@ -10,30 +10,11 @@ adaptor's modules run instead). :class:`TorchPhiKernels` is the PyTorch expressi
 passes (the reference of the Triton kernels of :mod:`.triton_adaptor`, checked by
 ``gradcheck``).
 """
-from contextlib import contextmanager
-
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
 
 from mmstiff.utils.reference_steps import first_order
-
-_ACTIVE = []  # the phi kernels of the enclosing fused steps
-
-
-@contextmanager
-def phi_kernels_in(kernels):
-    """Within the block, :func:`active_phi_kernels` is ``kernels`` (None: the modules)."""
-    _ACTIVE.append(kernels)
-    try:
-        yield kernels
-    finally:
-        _ACTIVE.pop()
-
-
-def active_phi_kernels():
-    """The phi kernels of the fused step being computed, or None."""
-    return _ACTIVE[-1] if _ACTIVE else None
 
 
 def hooked(*modules):

@@ -1,8 +1,6 @@
 """The (B, C) column passes' Triton helpers: a program holds a block of channels over the whole
 batch (the adaptors' and the folded BN's kernels). Triton itself and the launch arithmetic every
 kernel file shares are in :mod:`mmstiff.utils.triton_launch`."""
-import functools
-
 from mmstiff.utils.triton_launch import HAS_TRITON, TILE_VALUES, next_power_of_2, tl, triton
 
 if HAS_TRITON:
@@ -19,11 +17,10 @@ else:  # pragma: no cover - triton ships with CUDA builds of torch
     column_tile = None
 
 
-@functools.lru_cache(maxsize=1024)
 def column_blocks(batch, channels):
     """``(BLOCK_B, BLOCK_C)`` of a program that holds a block of channels over the whole batch
     (:data:`~mmstiff.utils.triton_launch.TILE_VALUES` values where the batch allows): the (B, C)
-    passes of the adaptors and of the folded BN (cached)."""
+    passes of the adaptors and of the folded BN."""
     block_b = next_power_of_2(batch)
     return block_b, max(1, min(next_power_of_2(channels), TILE_VALUES // block_b))
 

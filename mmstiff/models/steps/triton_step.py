@@ -1,19 +1,11 @@
-"""Triton kernels of the residual step's three passes (docs/methods.md §0, "The fused step").
+"""Triton kernels of the fused step's full-size passes (docs/methods.md §0, "The fused step"):
+the passes of :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels`, one kernel each.
 
-The same passes as :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels`, one kernel
-each: ``pool`` reads x_t and f once and writes both (B, C) means; ``step`` writes
-``act(shortcut + Δ ⊙ f)`` (``measured_step``: and the (B, C) sums of squares of the move and of
-x_t, in the same pass); ``step_backward`` reads g (and the output for the ReLU's mask, f for
-Δ's gradient) once and writes the gradients of the shortcut and f and Δ's per-(B, C) sums.
-For the folded BN (:mod:`.norm_fold`) ``moments`` is ``pool`` that also sums y's squares about
-each (b, c)'s first value, the step kernels apply ``a ⊙ y + b`` as they load y, and
-``moments_backward`` writes y's gradient, the step's share plus the moments' ``c0 + c1 ⊙ y``.
-
-Every tensor is addressed as (B, N, C) with its own strides: ``'nchw'`` maps (H, W) to N (both
-the contiguous and the channels-last memory format), ``'nlc'`` is (B, N, C) already. Sums
-accumulate in float32 whatever the input dtype. :class:`TritonStepKernels` launches them; with
-``TRITON_INTERPRET=1`` set before Triton is imported, they run in Triton's interpreter on CPU
-tensors (the tests).
+``pool`` / ``moments`` read x_t and f (or y) once; ``step`` and ``measured_step`` write
+``act(shortcut + Δ ⊙ f)`` (and the sums of squares a recorder reads); ``step_backward`` and
+``moments_backward`` write the gradients. Every tensor is addressed as (B, N, C) with its own
+strides (contiguous, channels-last, tokens); sums accumulate in float32. With
+``TRITON_INTERPRET=1`` set before Triton is imported they run on CPU tensors (the tests).
 """
 import torch
 

@@ -1,0 +1,148 @@
+"""The residual step ``x_{t+1} = act(x_t + Δ_t ⊙ f)`` and how a block holds it (docs/design.md).
+
+A step block (:class:`StepBlock`) computes its branch f and calls ``self.take_step``: the
+:func:`reference_step` below, or the fused step of :mod:`.fused_step` (imported only for a
+block with ``fused=True``). The choice is made when ``fused`` is set and when the block moves
+to a device, never per call; what a recorder or a tool needs from a step is an attribute of
+the block (``step_sums_request``) or an argument.
+"""
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+
+from mmstiff.utils.step_sums import is_step_block
+from .base import apply_step
+
+#: values of a backbone's ``fused`` argument
+FUSED = ('auto', True, False)
+
+
+def check_fused(fused: object) -> object:
+    """``fused`` if it is one of :data:`FUSED`; ValueError naming it otherwise."""
+    if fused is not True and fused is not False and not (isinstance(fused, str)
+                                                         and fused == 'auto'):
+        raise ValueError(f'fused={fused!r} is not supported; expected one of {FUSED} '
+                         "('auto': the reference step, True: the fused step, False: the "
+                         'reference step)')
+    return fused
+
+
+def reference_step(x_t: torch.Tensor, f: torch.Tensor, adaptor: Optional[nn.Module] = None,
+                   act: Optional[nn.Module] = None, drop_path: Optional[nn.Module] = None,
+                   shortcut: Optional[torch.Tensor] = None, norm: Optional[nn.Module] = None,
+                   request: object = None, measurable: bool = True) -> torch.Tensor:
+    """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
+
+    Args:
+        x_t: the state the adaptor reads; also the shortcut unless ``shortcut`` is set.
+        f: the residual branch output (with ``norm``: the input of its last norm layer).
+        adaptor: the block's step-size adaptor, or None.
+        act: the activation after the add, or None.
+        drop_path: applied to f after the adaptor read it, or None.
+        shortcut: the term f is added to, where it is not x_t.
+        norm: the branch's last norm layer, applied to f first.
+        request, measurable: what the fused step gives a recorder; the reference step gives
+            nothing (the recorder reads the states).
+    """
+    if norm is not None:
+        f = norm(f)
+    step = 1.0 if adaptor is None else adaptor(x_t, f)
+    if drop_path is not None:
+        f = drop_path(f)
+    out = apply_step(x_t if shortcut is None else shortcut, step, f)
+    return out if act is None else act(out)
+
+
+def choose_step(fused: object, device: torch.device, kernels: object = None,
+                layout: str = 'nchw') -> Callable:
+    """The step a block with ``fused`` takes on ``device``.
+
+    ``fused=True``: the fused step, on Triton's kernels for CUDA tensors (with Triton
+    installed) and on PyTorch's passes elsewhere; ``'auto'`` and False: :func:`reference_step`.
+    ``'auto'`` is the reference step until a GPU measurement shows the fused step faster
+    (docs/benchmarks.md, "The fused residual step": on an H200 it is slower). ``kernels``
+    forces the fused step on that kernel set for any ``fused`` but False
+    (:func:`forced_step_kernels`). ``layout``: the block's states, ``'nchw'`` or ``'nlc'``.
+    """
+    if fused is False or (fused is not True and kernels is None):
+        return reference_step
+    from .fused_step import FusedStep  # the fused path is imported only where it is taken
+    return FusedStep.on(device, kernels, compiled=fused is True, layout=layout)
+
+
+def _device(module: nn.Module) -> torch.device:
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device('cpu')
+
+
+class StepBlock:
+    """Mixin of a residual block that takes its Euler steps through ``self.take_step``.
+
+    Attributes:
+        fused: ``'auto'``, True or False (:data:`FUSED`); setting it chooses ``take_step``.
+        take_step (callable): :func:`reference_step` or a fused step, with its signature.
+        step_sums_request: the recorder's :class:`~mmstiff.utils.step_sums.StepSumsRequest`
+            while it records the block (set and cleared by ``open_step_sums`` /
+            ``close_step_sums``), else None.
+    """
+
+    take_step = staticmethod(reference_step)
+    step_sums_request = None
+    #: the layout of the block's states, ``'nchw'`` or ``'nlc'``
+    step_layout = 'nchw'
+    _fused = 'auto'
+
+    @property
+    def fused(self) -> object:
+        return self._fused
+
+    @fused.setter
+    def fused(self, fused: object) -> None:
+        self._fused = check_fused(fused)
+        self.take_step = choose_step(fused, _device(self), layout=self.step_layout)
+
+    def _apply(self, fn, *args, **kwargs):
+        """``nn.Module._apply`` (``to``, ``cuda``, ...), then the step for the new device."""
+        module = super()._apply(fn, *args, **kwargs)
+        if self._fused is True:
+            self.take_step = choose_step(True, _device(self), layout=self.step_layout)
+        return module
+
+
+def set_fused(module: nn.Module, fused: object) -> nn.Module:
+    """Give every step block of ``module`` the choice ``fused`` (checked by
+    :func:`check_fused`), and every attention layer that can fold AttnScale and FeatScale
+    into its projection (a ``fold_scales`` switch) the same."""
+    check_fused(fused)
+    for m in module.modules():
+        if is_step_block(m):
+            m.fused = fused
+        if hasattr(m, 'fold_scales'):
+            m.fold_scales = fused
+    return module
+
+
+@contextmanager
+def forced_step_kernels(kernels: object, *modules: nn.Module):
+    """Within the block, every step block of ``modules`` whose ``fused`` is not False
+    (``'auto'`` included) takes the fused step on ``kernels``: e.g. the Triton kernels on CPU
+    tensors in Triton's interpreter (tests), or stand-ins that count kernel launches
+    (``tools/benchmark``). Blocks outside ``modules`` keep their step."""
+    blocks = [m for module in modules for m in module.modules() if is_step_block(m)]
+    saved = [m.__dict__.get('take_step') for m in blocks]
+    try:
+        for m in blocks:
+            if m.fused is not False:
+                m.take_step = choose_step(m.fused, _device(m), kernels, m.step_layout)
+        yield kernels
+    finally:
+        for m, step in zip(blocks, saved):
+            if step is None:
+                m.__dict__.pop('take_step', None)
+            else:
+                m.take_step = step
