@@ -13,8 +13,8 @@ pytest.importorskip('mmpretrain')
 ZOO = {
     'convnext': ('mmpretrain::convnext/convnext-tiny_32xb128_in1k.py', 'ConvNeXt', 'stages.0.0'),
     'deit3': ('mmpretrain::deit3/deit3-small-p16_64xb64_in1k.py', 'DeiT3', 'layers.0.msa'),
-    'poolformer': ('mmpretrain::poolformer/poolformer-s12_32xb128_in1k.py', 'PoolFormer',
-                   'network.0.0.mlp'),
+    'poolformer':
+    ('mmpretrain::poolformer/poolformer-s12_32xb128_in1k.py', 'PoolFormer', 'network.0.0.mlp'),
 }
 
 
