@@ -61,6 +61,8 @@ def build_backbone(key, case):
     else:  # in the registry of its own scope, whatever the default scope is
         cfg.setdefault('_scope_', scope)
         model = registry.build(dict(type=name, **cfg))
+    if case.get('prepare') is not None:  # e.g. weights a backbone leaves uninitialised
+        case['prepare'](model)
     model.eval()  # some backbones override train() without returning self
     _randomise_layer_scales(model)
     if case.get('setup') is not None:

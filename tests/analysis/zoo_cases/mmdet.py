@@ -7,6 +7,7 @@ to check that a backbone declared non-residual has no block). ``BRANCHES[cls][st
 :mod:`mmstiff.analysis.zoo.mmdet` describes, written from the block's own submodules the way
 the upstream forward computes it (eval mode: dropout and drop path are identities).
 """
+import torch
 
 
 def _hrnet_stage(block, channels):
@@ -29,6 +30,14 @@ def _det(**cfg):
     """A backbone config built from mmdet's registry whatever the default scope (mmpretrain
     registers ResNet, RegNet, HRNet, ... under the same names)."""
     return dict(_scope_='mmdet', **cfg)
+
+
+def _init_trident_convs(model):
+    """TridentConv allocates its weight with ``torch.Tensor(...)`` and no init of its own
+    (mmdet initialises it from a checkpoint): whatever memory held, NaN included. Draw it."""
+    for module in model.modules():
+        if type(module).__name__ == 'TridentConv':
+            torch.nn.init.kaiming_normal_(module.weight, generator=torch.Generator().manual_seed(3))
 
 
 CASES = {
@@ -69,7 +78,7 @@ CASES = {
     dict(
         cfg=_det(depth=50, base_channels=16, num_branch=3, test_branch_idx=1,
                  trident_dilations=(1, 2, 3), num_stages=3, strides=(1, 2, 2), dilations=(1, 1, 1),
-                 out_indices=(2, )), input=(2, 3, 32, 32)),
+                 out_indices=(2, )), input=(2, 3, 32, 32), prepare=_init_trident_convs),
     'mmdet.CSPDarknet':
     dict(cfg=_det(deepen_factor=0.33, widen_factor=0.125), input=(2, 3, 64, 64)),
     'mmdet.SwinTransformer':
