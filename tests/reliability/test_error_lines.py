@@ -21,6 +21,7 @@ import sys
 import textwrap
 
 import pytest
+from bad_hook_config import HOOK_OPTION  # tests/
 from error_paths import HERE, marker, raise_sites, site_id
 
 REPO = osp.dirname(osp.dirname(HERE))
@@ -248,16 +249,6 @@ def test_a_missing_torch_is_one_line_naming_the_install_command(entry, tmp_path)
     proc = subprocess.run([sys.executable, '-c', BLOCK_TORCH, *args], capture_output=True,
                           text=True, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO))
     assert_one_line(proc, 'mmstiff needs PyTorch (torch)', 'pip install torch torchvision')
-
-
-HOOK_OPTION = '''
-_base_ = [{base!r}]
-model = dict(backbone=dict(base_channels=8, stem_channels=8), head=dict(in_channels=64))
-train_dataloader = dict(dataset=dict(data_root={root!r}))
-val_dataloader = train_dataloader
-test_dataloader = train_dataloader
-custom_hooks = [dict(type='mmstiff.DivergenceHook', max_skips=-3)]
-'''
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ import io
 import os.path as osp
 
 import pytest
+from bad_hook_config import HOOK_OPTION  # tests/
 from distributed_launch import free_port  # tests/
 from script_modules import load_script  # tests/
 
@@ -53,16 +54,6 @@ def test_a_crash_keeps_torchruns_report():
 def test_without_an_error_line_everything_passes():
     text = AGENT + SUMMARY.format(other='1')
     assert filtered(text) == text
-
-
-HOOK_OPTION = '''
-_base_ = [{base!r}]
-model = dict(backbone=dict(base_channels=8, stem_channels=8), head=dict(in_channels=64))
-train_dataloader = dict(dataset=dict(data_root={root!r}))
-val_dataloader = train_dataloader
-test_dataloader = train_dataloader
-custom_hooks = [dict(type='mmstiff.DivergenceHook', max_skips=-3)]
-'''
 
 
 @pytest.mark.slow
