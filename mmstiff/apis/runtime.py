@@ -4,6 +4,7 @@ The tools hand their parsed arguments here; a value that cannot run raises :clas
 which they print as ``error: ...``. This is also where the stack's known breakages are worked
 around and the safeguards installed (docs/reliability.md).
 """
+import importlib
 import os
 import os.path as osp
 import tempfile
@@ -360,6 +361,20 @@ def init_cpu_distributed(cfg):
     return cfg
 
 
+def check_codebase_loads(cfg):
+    """Import the models of the config's codebase (``mmdet.models``), as the Runner will: a
+    package it needs and cannot load here (mmdet without mmcv's compiled ops, a conflicting
+    stack) is a :class:`ConfigError` naming what to install, before the data checks, which it
+    outranks."""
+    try:
+        importlib.import_module(f'{codebase_of(cfg)}.models')
+    except ImportError as exc:
+        missing = missing_dependency(exc, 'this config')
+        if missing is None:
+            raise
+        raise ConfigError(missing) from None
+
+
 def preflight_data(cfg, fields=DATALOADERS):
     """The data checks of :mod:`mmstiff.datasets.preflight` on the dataloaders ``fields``, before
     anything is built: a failed one raises its ``DataCheckError``; warnings go to stderr as
@@ -431,6 +446,7 @@ def build_runner(args, mode):
     install_checkpoint_loader(trust=trust)
     cfg = load_config(args.config)
     prepare_runner_cfg(cfg, args, mode)
+    check_codebase_loads(cfg)
     preflight_data(cfg, DATALOADERS[:2] if mode == 'train' else DATALOADERS[2:])
     note = None
     if mode == 'train':
