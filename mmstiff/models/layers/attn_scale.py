@@ -5,6 +5,7 @@
 modules take their explicit path and keep ``Â`` without changing the output.
 """
 from contextlib import contextmanager
+from typing import Dict, Iterator, Tuple
 
 import torch
 import torch.nn as nn
@@ -12,7 +13,7 @@ import torch.nn as nn
 from mmstiff.utils.checks import check_positive_int
 
 
-def attn_scale_matrix(attn, omega):
+def attn_scale_matrix(attn: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
     """Explicit AttnScale ``Â = A_LP + (1 + ω) (A - A_LP)`` of attention ``attn`` (..., H, n, n).
 
     ``omega`` has one entry per head, shape ``(H,)``.
@@ -33,7 +34,7 @@ class AttnScaleFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, out, v, omega):
+    def forward(ctx, out: torch.Tensor, v: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
         w = omega.to(out.dtype).view(-1, 1, 1)  # the output keeps the dtype of ``out`` (AMP)
         v_mean = v.mean(dim=-2, keepdim=True)
         ctx.save_for_backward(out, v, omega, v_mean)  # v: kept by the attention's backward too
@@ -41,7 +42,7 @@ class AttnScaleFunction(torch.autograd.Function):
         return torch.addcmul(v_mean * -w, out, 1 + w)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out, v, omega, v_mean = ctx.saved_tensors
         if torch.is_grad_enabled():  # a graph is built (a double backward): from the inputs,
             v_mean = v.mean(dim=-2, keepdim=True)  # whose graph the saved mean lacks
@@ -53,7 +54,7 @@ class AttnScaleFunction(torch.autograd.Function):
         return grad * (1 + w), grad_v, grad_omega.to(ctx.omega_dtype)
 
 
-def attn_scale_output(out, v, omega):
+def attn_scale_output(out: torch.Tensor, v: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
     """Closed-form AttnScale ``Â V = (1 + ω) (A V) - ω mean_tokens(V)``.
 
     Args:
@@ -75,20 +76,20 @@ class AttnScale(nn.Module):
         omega: ``(H,)``, initialised to 0 so a fresh layer computes plain attention.
     """
 
-    def __init__(self, num_heads):
+    def __init__(self, num_heads: int):
         super().__init__()
         self.num_heads = check_positive_int('num_heads', num_heads)
         self.omega = nn.Parameter(torch.zeros(num_heads))
 
-    def forward(self, out, v):
+    def forward(self, out: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Closed form on ``out = A V`` and ``v``, both (..., H, n, d)."""
         return AttnScaleFunction.apply(out, v, self.omega)
 
-    def scale_matrix(self, attn):
+    def scale_matrix(self, attn: torch.Tensor) -> torch.Tensor:
         """Explicit ``Â`` of an attention matrix (B, H, n, n)."""
         return attn_scale_matrix(attn, self.omega)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'num_heads={self.num_heads}'
 
 
@@ -108,7 +109,7 @@ class AttentionMapMixin:
 
 
 @contextmanager
-def record_attention_maps(model):
+def record_attention_maps(model: nn.Module) -> Iterator[Dict[str, torch.Tensor]]:
     """Record the attention maps of every supporting attention module of ``model``.
 
     Yields a dict that each forward pass inside the ``with`` block fills (a later pass

@@ -35,7 +35,8 @@ class AugmentedShortcut(nn.Module):
         bias (bool): learnable bias per path. Default True.
     """
 
-    def __init__(self, channels, num_paths=2, num_blocks=4, act='gelu', bias=True):
+    def __init__(self, channels: int, num_paths: int = 2, num_blocks: int = 4, act: str = 'gelu',
+                 bias: bool = True):
         super().__init__()
         check_positive_int('num_paths', num_paths)
         if act not in ACTIVATIONS:
@@ -48,7 +49,7 @@ class AugmentedShortcut(nn.Module):
             for _ in range(num_paths))
         self.act = ACTIVATIONS[act]()
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.num_paths == 1:
             return self.act(self.paths[0](x))
         weight = torch.cat([path.weight for path in self.paths])
@@ -58,5 +59,5 @@ class AugmentedShortcut(nn.Module):
         y = self.act(F.linear(x, weight, bias))
         return y.unflatten(-1, (self.num_paths, self.channels)).sum(dim=-2)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'channels={self.channels}, num_paths={self.num_paths}'

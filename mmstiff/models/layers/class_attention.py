@@ -9,6 +9,7 @@ the patch layers. A class-attention layer updates the class token alone: with
 a single query row per head, so the fused ``scaled_dot_product_attention`` kernel is used.
 Parameter names are timm's ``ClassAttn`` (``q``, ``k``, ``v``, ``proj``).
 """
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -26,7 +27,8 @@ class ClassAttention(nn.Module):
         proj_drop (float): dropout after the output projection. Default 0.
     """
 
-    def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.):
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.):
         super().__init__()
         check_positive_int('embed_dims', embed_dims)
         check_positive_int('num_heads', num_heads)
@@ -47,7 +49,7 @@ class ClassAttention(nn.Module):
         B, N, _ = x.shape
         return x.reshape(B, N, self.num_heads, self.head_dims).transpose(1, 2)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(B, 1 + n, C)``, the class token first; returns the update ``(B, 1, C)``."""
         B, _, C = x.shape
         q = self._heads(self.q(x[:, :1]))
@@ -55,5 +57,5 @@ class ClassAttention(nn.Module):
                                              dropout_p=self.attn_drop if self.training else 0.)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, 1, C)))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'embed_dims={self.embed_dims}, num_heads={self.num_heads}'

@@ -14,13 +14,15 @@ Rewritten as ``X ⊙ (1 + t) + X_DC ⊙ (s - t)`` it is one fused multiply-add o
 (:class:`FeatScaleFunction`): three passes over the tokens instead of the five autograd would
 take, which is most of FeatScale's training cost.
 """
+from typing import Tuple
+
 import torch
 import torch.nn as nn
 
 from mmstiff.utils.checks import check_positive_int
 
 
-def split_frequencies(x):
+def split_frequencies(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(X_DC, X_HC)`` of tokens ``x`` (..., n, d): the token mean and the remainder."""
     x_dc = x.mean(dim=-2, keepdim=True)
     return x_dc, x - x_dc
@@ -36,7 +38,8 @@ class FeatScaleFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, dc_scale, hc_scale):
+    def forward(ctx, x: torch.Tensor, dc_scale: torch.Tensor,
+                hc_scale: torch.Tensor) -> torch.Tensor:
         ctx.scale_dtype = dc_scale.dtype
         x_dc = x.mean(dim=-2, keepdim=True)
         ctx.save_for_backward(x, dc_scale, hc_scale, x_dc)
@@ -44,7 +47,7 @@ class FeatScaleFunction(torch.autograd.Function):
         return torch.addcmul(x_dc * (dc_scale - hc_scale), x, 1 + hc_scale)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x, dc_scale, hc_scale, x_dc = ctx.saved_tensors
         if torch.is_grad_enabled():  # a graph is built (a double backward): from the inputs,
             x_dc = x.mean(dim=-2, keepdim=True)  # whose graph the saved mean lacks
@@ -57,7 +60,7 @@ class FeatScaleFunction(torch.autograd.Function):
         return grad_x, grad_s.to(ctx.scale_dtype), grad_t.to(ctx.scale_dtype)
 
 
-def feat_scale(x, dc_scale, hc_scale):
+def feat_scale(x: torch.Tensor, dc_scale: torch.Tensor, hc_scale: torch.Tensor) -> torch.Tensor:
     """FeatScale of tokens ``x`` (..., n, d) with per-channel ``s = dc_scale``, ``t = hc_scale``.
 
     Returns ``X_DC ⊙ (1 + s) + X_HC ⊙ (1 + t)``, computed as ``x ⊙ (1 + t) + X_DC ⊙ (s - t)``.
@@ -77,14 +80,14 @@ class FeatScale(nn.Module):
             to 0, so a fresh layer is the identity.
     """
 
-    def __init__(self, channels):
+    def __init__(self, channels: int):
         super().__init__()
         self.channels = check_positive_int('channels', channels)
         self.dc_scale = nn.Parameter(torch.zeros(channels))
         self.hc_scale = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return feat_scale(x, self.dc_scale, self.hc_scale)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'channels={self.channels}'

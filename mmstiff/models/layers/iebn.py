@@ -20,15 +20,19 @@ over the processes of a distributed run (CPU processes too). The conversions of 
 and lose the gate; build :class:`SyncIEBN` directly (``norm_cfg=dict(type='SyncBN')`` for a
 StepNet adaptor) instead.
 """
+from typing import Optional
+
 import torch
 import torch.nn as nn
+from torch.types import Device
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.layout import pool_state
 from .sync_bn import CPUSyncBatchNorm
 
 
-def instance_enhancement(x, ie_weight, ie_bias):
+def instance_enhancement(x: torch.Tensor, ie_weight: torch.Tensor,
+                         ie_bias: torch.Tensor) -> torch.Tensor:
     """The IEBN gate ``a = sigmoid(w ⊙ GAP(x) + b)`` of shape (B, C, 1, 1), docs/methods.md §2."""
     pooled = pool_state(x, 'nchw')
     return torch.sigmoid(
@@ -49,9 +53,10 @@ class InstanceEnhancementMixin:
     The affine part is always on (γ, β are IEBN's own parameters).
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, track_running_stats=True,
-                 ie_weight_init=0.0, ie_bias_init=-1.0, weight_init=1.0, bias_init=0.0, device=None,
-                 dtype=None):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
+                 track_running_stats: bool = True, ie_weight_init: float = 0.0,
+                 ie_bias_init: float = -1.0, weight_init: float = 1.0, bias_init: float = 0.0,
+                 device: Device = None, dtype: Optional[torch.dtype] = None):
         self.ie_weight_init = float(ie_weight_init)
         self.ie_bias_init = float(ie_bias_init)
         self.weight_init = float(weight_init)
@@ -63,28 +68,28 @@ class InstanceEnhancementMixin:
         self.ie_bias = nn.Parameter(torch.empty(num_features, **factory))
         self.reset_affine_parameters()
 
-    def reset_ie_parameters(self):
+    def reset_ie_parameters(self) -> None:
         nn.init.constant_(self.ie_weight, self.ie_weight_init)
         nn.init.constant_(self.ie_bias, self.ie_bias_init)
 
-    def reset_affine_parameters(self):
+    def reset_affine_parameters(self) -> None:
         """γ, β, ``w`` and ``b`` to their initial values (the running statistics stay)."""
         nn.init.constant_(self.weight, self.weight_init)
         nn.init.constant_(self.bias, self.bias_init)
         self.reset_ie_parameters()
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
         super().reset_parameters()
         if hasattr(self, 'ie_weight'):
             self.reset_affine_parameters()
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = instance_enhancement(x, self.ie_weight, self.ie_bias)
         # BatchNorm2d gives x̂ ⊙ γ + β; remove β, gate, put β back: x̂ ⊙ (γ ⊙ a) + β.
         beta = self.bias.view(1, -1, 1, 1)
         return torch.addcmul(beta, super().forward(x) - beta, gate)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         text = (f'{super().extra_repr()}, ie_weight_init={self.ie_weight_init}, '
                 f'ie_bias_init={self.ie_bias_init}')
         if (self.weight_init, self.bias_init) != (1.0, 0.0):

@@ -3,16 +3,19 @@
 Swin's window attention with one shared relative-position-bias table and no cyclic shift; maps
 the window does not divide are padded and the padding masked as keys (docs/methods.md §10).
 """
+from typing import List, Optional, Tuple, Union
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
+from torch.types import Device
 
 from mmstiff.utils.checks import check_positive_int
 from .attn_scale import AttentionMapMixin
 
 
-def relative_position_index(window_size):
+def relative_position_index(window_size: int) -> torch.Tensor:
     """``(N, N)`` index into the flattened ``(2w - 1)²`` bias table, ``N = w²``.
 
     Entry ``[i, j]`` is the offset of key ``j`` from query ``i``,
@@ -25,12 +28,13 @@ def relative_position_index(window_size):
     return offset[0] * (2 * w - 1) + offset[1]
 
 
-def window_padding(height, width, window_size):
+def window_padding(height: int, width: int, window_size: int) -> Tuple[int, int]:
     """``(pad_bottom, pad_right)`` that make a ``height × width`` map a multiple of the window."""
     return (-height) % window_size, (-width) % window_size
 
 
-def padded_key_mask(height, width, window_size, dtype=torch.float32, device=None):
+def padded_key_mask(height: int, width: int, window_size: int, dtype: torch.dtype = torch.float32,
+                    device: Device = None) -> torch.Tensor:
     """Additive key mask ``(windows, 1, 1, N)`` of a zero-padded map: 0 at real positions,
     ``-inf`` at the padding. Windows in row-major order, as :class:`LocalSelfAttention` cuts."""
     pad_h, pad_w = window_padding(height, width, window_size)
@@ -69,8 +73,9 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
         torch.Size([2, 64, 10, 12])
     """
 
-    def __init__(self, in_channels, out_channels=None, num_heads=8, head_dim=64, window_size=7,
-                 proj_drop=0., init_cfg=None):
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None, num_heads: int = 8,
+                 head_dim: int = 64, window_size: int = 7, proj_drop: float = 0.,
+                 init_cfg: Union[dict, List[dict], None] = None):
         super().__init__(init_cfg=init_cfg)
         check_positive_int('in_channels', in_channels)
         out_channels = in_channels if out_channels is None else out_channels
@@ -91,13 +96,13 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
         self.register_buffer('relative_position_index', relative_position_index(window_size),
                              persistent=False)
 
-    def relative_position_bias(self):
+    def relative_position_bias(self) -> torch.Tensor:
         """The ``(N, N)`` bias ``B`` added to every head's logits."""
         n = self.window_size**2
         return self.relative_position_bias_table.view(-1)[self.relative_position_index.view(
             -1)].view(n, n)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, _, height, width = x.shape
         w, heads, d = self.window_size, self.num_heads, self.head_dim
         pad_h, pad_w = window_padding(height, width, w)
@@ -124,6 +129,6 @@ class LocalSelfAttention(AttentionMapMixin, BaseModule):
                                                                      nw * w)[:, :, :height, :width]
         return self.proj_drop(self.proj(out))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f'num_heads={self.num_heads}, head_dim={self.head_dim}, '
                 f'window_size={self.window_size}')

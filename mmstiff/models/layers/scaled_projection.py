@@ -21,6 +21,8 @@ input are kept for the backward pass; folded, nothing is kept that the attention
 projection do not keep. What the fold adds is arithmetic on weight-sized tensors
 (:mod:`.scaled_weights`). It has second derivatives.
 """
+from typing import Optional, Tuple
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,24 +38,27 @@ class TokenMean(torch.autograd.Function):
     backward is linear in the gradient)."""
 
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         ctx.shape, ctx.dtype = x.shape, x.dtype
         return x.mean(dim=-2)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad / ctx.shape[-2]
         if grad.dtype != ctx.dtype:
             grad = grad.to(ctx.dtype)
         return grad.unsqueeze(-2).expand(ctx.shape)
 
 
-def token_mean(x):
+def token_mean(x: torch.Tensor) -> torch.Tensor:
     """``x.mean(dim=-2)`` (tokens (..., N, C)), with a gradient that is a broadcast view."""
     return TokenMean.apply(x)
 
 
-def scaled_projection(a, weight, bias=None, omega=None, v_mean=None, dc_scale=None, hc_scale=None):
+def scaled_projection(a: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                      omega: Optional[torch.Tensor] = None, v_mean: Optional[torch.Tensor] = None,
+                      dc_scale: Optional[torch.Tensor] = None,
+                      hc_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``FeatScale(proj(AttnScale(a, v)))`` as one linear map with a bias per sample.
 
     Args:
@@ -105,20 +110,20 @@ def _given(t):
     return 'given' if t is not None else 'None'
 
 
-def has_module_hooks(module):
+def has_module_hooks(module: nn.Module) -> bool:
     """Whether forward or backward hooks (or pre-hooks) are registered on ``module``: a call
     the fold would leave out."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks)
 
 
-def foldable_projection(proj):
+def foldable_projection(proj: nn.Module) -> bool:
     """Whether ``proj`` is a plain ``nn.Linear`` with no hooks, so that its weight and bias may
     be used in its place (a subclass, e.g. a LoRA or quantised linear, is called as itself)."""
     return type(proj) is nn.Linear and not has_module_hooks(proj)
 
 
-def folded_scales(attention, explicit=False):
+def folded_scales(attention: nn.Module, explicit: bool = False) -> Tuple[bool, bool]:
     """``(fold AttnScale, fold FeatScale)`` for an attention layer with ``proj``, ``proj_drop``,
     a ``fold_scales`` switch and ``attn_scale`` / ``feat_scale`` layers (None or absent: off).
 
@@ -142,7 +147,8 @@ def folded_scales(attention, explicit=False):
     return fold_attn, fold_feat
 
 
-def projected_output(attention, x, v=None, fold_attn=False, fold_feat=False):
+def projected_output(attention: nn.Module, x: torch.Tensor, v: Optional[torch.Tensor] = None,
+                     fold_attn: bool = False, fold_feat: bool = False) -> torch.Tensor:
     """An attention layer's output from its heads' outputs ``x`` (B, N, K), AttnScale already
     applied unless ``fold_attn``: the projection and its dropout, then FeatScale, with
     AttnScale (from the values ``v``, (B, H, N, K / H)) and FeatScale folded into the

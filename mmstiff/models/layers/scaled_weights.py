@@ -16,7 +16,7 @@ operators; equal at 1576 tokens). A backward pass that builds a graph (a double 
 autograd of :func:`scaled_weights_reference` instead.
 """
 import contextlib
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -24,12 +24,12 @@ import torch
 INPUTS = ('weight', 'bias', 'omega', 'v_mean', 'a_mean', 'dc_scale', 'hc_scale')
 
 
-def head_columns(omega, columns):
+def head_columns(omega: torch.Tensor, columns: int) -> torch.Tensor:
     """ω (H,) repeated over each head's ``columns / H`` columns: (K,)."""
     return omega.repeat_interleave(columns // omega.shape[0])
 
 
-def head_sums(per_column, heads):
+def head_sums(per_column: torch.Tensor, heads: int) -> torch.Tensor:
     """The sum of a (K,) tensor over each head's columns: (H,)."""
     return per_column.reshape(heads, -1).sum(dim=-1)
 
@@ -45,8 +45,11 @@ class FoldParts(NamedTuple):
     mean_proj: Optional[torch.Tensor]  # W diag(1 + ω) ā, (B, C)
 
 
-def fold_parts(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
-               hc_scale=None):
+def fold_parts(
+    weight: torch.Tensor, bias: Optional[torch.Tensor] = None, omega: Optional[torch.Tensor] = None,
+    v_mean: Optional[torch.Tensor] = None, a_mean: Optional[torch.Tensor] = None,
+    dc_scale: Optional[torch.Tensor] = None, hc_scale: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, Optional[torch.Tensor], FoldParts]:
     """``(W_eff, β, parts)``: the closed forms in autograd operators, and the
     :class:`FoldParts` of the way. ``β`` is None without AttnScale, FeatScale and a bias;
     (C,) without AttnScale and FeatScale, else (B, C)."""
@@ -69,7 +72,9 @@ def fold_parts(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale
     return scaled_in * (1 + hc_scale).unsqueeze(-1), beta, parts._replace(mean_proj=mean_proj)
 
 
-def scaled_weights_reference(*inputs, **named):
+def scaled_weights_reference(
+        *inputs: Optional[torch.Tensor],
+        **named: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(W_eff, β)`` of :func:`fold_parts`: autograd's reference, and the path of a double
     backward."""
     return fold_parts(*inputs, **named)[:2]
@@ -81,7 +86,10 @@ class ScaledWeights(torch.autograd.Function):
     (B, K) means)."""
 
     @staticmethod
-    def forward(ctx, weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale):
+    def forward(ctx, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                omega: Optional[torch.Tensor], v_mean: Optional[torch.Tensor],
+                a_mean: Optional[torch.Tensor], dc_scale: Optional[torch.Tensor],
+                hc_scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         inputs = (weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)
         with _autocast_off(weight.device.type):
             scaled, beta, parts = fold_parts(*_in_dtype(inputs, weight.dtype))
@@ -90,7 +98,8 @@ class ScaledWeights(torch.autograd.Function):
         return scaled, beta
 
     @staticmethod
-    def backward(ctx, grad_weight, grad_beta):
+    def backward(ctx, grad_weight: torch.Tensor,
+                 grad_beta: Optional[torch.Tensor]) -> Tuple[Optional[torch.Tensor], ...]:
         saved = ctx.saved_tensors
         inputs, parts = saved[:len(INPUTS)], FoldParts(*saved[len(INPUTS):])
         if torch.is_grad_enabled():  # a double backward: autograd of the reference
@@ -102,7 +111,9 @@ class ScaledWeights(torch.autograd.Function):
                      for g, t, need in zip(grads, inputs, ctx.needs_input_grad))
 
 
-def scaled_weights_grads(inputs, parts, grad_weight, grad_beta):
+def scaled_weights_grads(inputs: Sequence[Optional[torch.Tensor]], parts: FoldParts,
+                         grad_weight: torch.Tensor,
+                         grad_beta: Optional[torch.Tensor]) -> Tuple[Optional[torch.Tensor], ...]:
     """The gradients of :func:`fold_parts`' :data:`INPUTS` (None where an input is None) from
     those of ``(W_eff, β)``, with its :class:`FoldParts` ``parts``."""
     weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale = inputs
@@ -159,7 +170,10 @@ def _autograd_grads(ctx, inputs, grad_weight, grad_beta):
     return tuple(grads)
 
 
-def scaled_weights(weight, bias=None, omega=None, v_mean=None, a_mean=None, dc_scale=None,
-                   hc_scale=None):
+def scaled_weights(
+        weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+        omega: Optional[torch.Tensor] = None, v_mean: Optional[torch.Tensor] = None,
+        a_mean: Optional[torch.Tensor] = None, dc_scale: Optional[torch.Tensor] = None,
+        hc_scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(W_eff, β)`` of the folded projection (module docstring), in one autograd node."""
     return ScaledWeights.apply(weight, bias, omega, v_mean, a_mean, dc_scale, hc_scale)

@@ -15,6 +15,8 @@ CUDA tensors, eval mode and single-process runs take torch's own path unchanged.
 ``nn.SyncBatchNorm``, torch's and MMEngine's conversions and MMEngine's revert to plain BN on one
 process treat it as one.
 """
+from typing import Optional, Tuple
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -22,12 +24,14 @@ import torch.nn as nn
 from mmstiff.registry import MODELS
 
 
-def distributed():
+def distributed() -> bool:
     """Whether this process is one of several of an initialised process group."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def synchronised_statistics(x, group=None):
+def synchronised_statistics(
+        x: torch.Tensor, group: Optional['dist.ProcessGroup'] = None
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(mean, biased variance, N)`` per channel of ``x`` over the samples of every process
     of ``group``, differentiable through the all-reduce."""
     from torch.distributed.nn.functional import all_reduce
@@ -46,7 +50,7 @@ class CPUSyncBatchNorm(nn.SyncBatchNorm):
     """``nn.SyncBatchNorm`` that synchronises CPU tensors too (module docstring); same
     arguments."""
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda or not (self.training and distributed()):
             return super().forward(x)
         mean, var, count = synchronised_statistics(x, self.process_group)

@@ -12,7 +12,7 @@ from .feat_scale import FeatScale
 from .scaled_projection import folded_scales, projected_output
 
 
-def mix_heads(proj, attn):
+def mix_heads(proj: nn.Module, attn: torch.Tensor) -> torch.Tensor:
     """Apply the linear map ``proj`` (H -> H) along the head axis of maps ``(B, H, n, n)``."""
     return proj(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
@@ -35,8 +35,9 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
     #: (:func:`~.scaled_projection.folded_scales`), or False: layers of their own
     fold_scales = 'auto'
 
-    def __init__(self, embed_dims, num_heads, qkv_bias=True, attn_drop=0., proj_drop=0.,
-                 attn_scale=False, feat_scale=False):
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0., attn_scale: bool = False,
+                 feat_scale: bool = False):
         super().__init__()
         check_positive_int('embed_dims', embed_dims)
         check_positive_int('num_heads', num_heads)
@@ -56,12 +57,12 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
-    def mixed_attention(self, q, k):
+    def mixed_attention(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``A = P_w softmax(P_l q kᵀ / √d)`` of queries and keys ``(B, H, n, d)``."""
         logits = (q * self.scale) @ k.transpose(-2, -1)
         return mix_heads(self.proj_w, mix_heads(self.proj_l, logits).softmax(dim=-1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
@@ -80,5 +81,5 @@ class TalkingHeadsAttention(nn.Module, AttentionMapMixin):
             x = self.attn_scale(x, v)
         return projected_output(self, x.transpose(1, 2).reshape(B, N, C), v, fold_attn, fold_feat)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'embed_dims={self.embed_dims}, num_heads={self.num_heads}'

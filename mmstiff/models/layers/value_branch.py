@@ -3,6 +3,9 @@
 ``f(h) = W_o (W_v h + b_v) + b_o`` from the value rows of mmpretrain's fused ``qkv`` and its
 ``proj``, so ViT checkpoints load unchanged (the query and key rows load and go unused).
 """
+from typing import List, Union
+
+import torch
 import torch.nn.functional as F
 from mmpretrain.models.utils import MultiheadAttention
 
@@ -33,23 +36,24 @@ class ValueBranch(MultiheadAttention):
     #: False: a layer of its own
     fold_scales = 'auto'
 
-    def __init__(self, embed_dims, num_heads, attn_drop=0., proj_drop=0.,
-                 dropout_layer=dict(type='Dropout', drop_prob=0.), qkv_bias=True,
-                 layer_scale_init_value=0., feat_scale=False, init_cfg=None):
+    def __init__(self, embed_dims: int, num_heads: int, attn_drop: float = 0.,
+                 proj_drop: float = 0., dropout_layer: dict = dict(type='Dropout', drop_prob=0.),
+                 qkv_bias: bool = True, layer_scale_init_value: Union[float, torch.Tensor] = 0.,
+                 feat_scale: bool = False, init_cfg: Union[dict, List[dict], None] = None):
         super().__init__(embed_dims, num_heads, attn_drop=attn_drop, proj_drop=proj_drop,
                          dropout_layer=dropout_layer, qkv_bias=qkv_bias,
                          layer_scale_init_value=layer_scale_init_value, init_cfg=init_cfg)
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
-    def value(self, h):
+    def value(self, h: torch.Tensor) -> torch.Tensor:
         """``W_v h + b_v`` from the value rows of the fused ``qkv`` projection."""
         c = self.embed_dims
         bias = self.qkv.bias
         return F.linear(h, self.qkv.weight[2 * c:], None if bias is None else bias[2 * c:])
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = projected_output(self, self.value(x), fold_feat=folded_scales(self)[1])
         return self.out_drop(self.gamma1(x))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'embed_dims={self.embed_dims}, attention matrix: none (value path only)'
