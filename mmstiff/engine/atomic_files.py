@@ -14,6 +14,8 @@ writes atomically with ``backend_args=dict(backend='mmstiff_atomic_local')``.
 import os
 import os.path as osp
 import re
+from pathlib import Path
+from typing import List, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 
@@ -23,7 +25,7 @@ ATOMIC_BACKEND = 'mmstiff_atomic_local'
 PARTIAL_FILE = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.part$')
 
 
-def partial_path(path):
+def partial_path(path: str) -> str:
     """The hidden file :func:`write_atomic` writes before renaming it to ``path``."""
     folder, name = osp.split(osp.abspath(path))
     return osp.join(folder, f'.{name}.{os.getpid()}.part')
@@ -39,7 +41,8 @@ def _fsync_folder(folder):
         os.close(fd)
 
 
-def write_atomic(path, data, encoding='utf-8'):
+def write_atomic(path: str, data: Union[bytes, bytearray, memoryview, str],
+                 encoding: str = 'utf-8') -> None:
     """Write ``data`` (bytes or str) to ``path`` so that ``path`` is never seen half-written.
 
     The folder is created if needed. On any error the partial file is removed and ``path``
@@ -78,7 +81,7 @@ def _process_alive(pid):
     return True
 
 
-def remove_partial_files(folder):
+def remove_partial_files(folder: str) -> List[str]:
     """Remove the partial files that killed writers left in ``folder``; return their paths.
 
     A partial file whose writer (the PID in its name) is still running is kept.
@@ -99,8 +102,8 @@ def remove_partial_files(folder):
 class AtomicLocalBackend(LocalBackend):
     """MMEngine's local-disk backend whose writes are atomic (see :func:`write_atomic`)."""
 
-    def put(self, obj, filepath):
+    def put(self, obj: bytes, filepath: Union[str, Path]) -> None:
         write_atomic(str(filepath), obj)
 
-    def put_text(self, obj, filepath, encoding='utf-8'):
+    def put_text(self, obj: str, filepath: Union[str, Path], encoding: str = 'utf-8') -> None:
         write_atomic(str(filepath), obj, encoding=encoding)

@@ -7,7 +7,7 @@ import os
 import os.path as osp
 import re
 import zipfile
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from mmstiff.utils.checkpoint import UntrustedCheckpointError, load_checkpoint_file
 
@@ -36,10 +36,10 @@ class ResumeSearch(NamedTuple):
     passed_over: Tuple[Tuple[str, str], ...]
 
     @property
-    def work_dir_exists(self):
+    def work_dir_exists(self) -> bool:
         return osp.isdir(self.work_dir)
 
-    def why(self):
+    def why(self) -> str:
         """One sentence on how :attr:`path` was chosen, or on why there is none."""
         if not self.work_dir_exists:
             return f'the work dir {self.work_dir!r} does not exist'
@@ -62,7 +62,7 @@ class ResumeSearch(NamedTuple):
         return f'it is the newest complete checkpoint ({reasons})'
 
 
-def checkpoint_problem(path):
+def checkpoint_problem(path: str) -> Optional[str]:
     """What keeps the file at ``path`` from being resumed from, or None when it is complete.
 
     Returns a phrase such as ``'is empty (0 bytes)'`` or ``'is truncated (...)'``. The file is
@@ -107,7 +107,7 @@ def _step(name):
     return int(match['step']) if match else None
 
 
-def checkpoint_files(work_dir):
+def checkpoint_files(work_dir: str) -> List[str]:
     """The ``iter_N.pth`` / ``epoch_N.pth`` files of ``work_dir``, newest (largest N) first."""
     if not osp.isdir(work_dir):
         return []
@@ -128,7 +128,7 @@ def _locate(named, work_dir):
     return moved if osp.isfile(moved) else named
 
 
-def find_resume_checkpoint(work_dir):
+def find_resume_checkpoint(work_dir: str) -> ResumeSearch:
     """Find the checkpoint to resume a training run in ``work_dir`` from; see the module doc.
 
     Returns:

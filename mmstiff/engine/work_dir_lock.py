@@ -10,6 +10,7 @@ ranks of one run share the work dir). Where ``fcntl`` is missing (Windows) nothi
 import os
 import os.path as osp
 import socket
+from typing import Optional
 
 from mmstiff.errors import MmstiffError
 
@@ -36,7 +37,7 @@ def _holder(path):
         return 'an unknown process'
 
 
-def lock_work_dir(work_dir):
+def lock_work_dir(work_dir: str) -> Optional[str]:
     """Hold the lock of ``work_dir`` until this process ends (or :func:`unlock_work_dir`).
 
     Returns:
@@ -69,7 +70,7 @@ def lock_work_dir(work_dir):
     return path
 
 
-def unlock_work_dir(work_dir):
+def unlock_work_dir(work_dir: str) -> None:
     """Release the lock :func:`lock_work_dir` took on ``work_dir`` (a no-op when not held)."""
     handle = _HELD.pop(osp.abspath(work_dir), None)
     if handle is not None:

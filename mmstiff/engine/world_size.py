@@ -9,18 +9,23 @@ over when ``k = i · B · W / (B' · W')`` (:func:`batches_to_skip`).
 :class:`~mmstiff.engine.hooks.SafeCheckpointHook` records ``W`` and ``B`` in every checkpoint's
 meta and, on resume, skips the difference and says so.
 """
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
+
 #: keys of the checkpoint meta that record how the run was distributed
 META_KEYS = ('world_size', 'train_batch_size')
 
 
-def run_layout(runner):
+def run_layout(runner: 'Runner') -> Dict[str, Optional[int]]:
     """``{'world_size': W, 'train_batch_size': B}`` of a runner (B: per process; None where
     its training loop is not built: MMEngine's ``runner.train_loop`` would build it)."""
     loader = getattr(getattr(runner, '_train_loop', None), 'dataloader', None)
     return dict(world_size=runner.world_size, train_batch_size=getattr(loader, 'batch_size', None))
 
 
-def batches_to_skip(iters, saved, current):
+def batches_to_skip(iters: int, saved: Dict[str, Any], current: Dict[str, Any]) -> int:
     """Batches per rank that pass over the samples ``iters`` iterations of the ``saved``
     layout saw, under the ``current`` one (rounded down: a few samples seen again rather than
     unseen ones skipped)."""
@@ -28,7 +33,8 @@ def batches_to_skip(iters, saved, current):
     return seen // (current['train_batch_size'] * current['world_size'])
 
 
-def layout_change(iters, saved, current):
+def layout_change(iters: int, saved: Dict[str, Any],
+                  current: Dict[str, Optional[int]]) -> Optional[Tuple[int, str]]:
     """``(extra batches to skip per rank, message)`` when the run resumes at ``iters`` with
     another layout, None when nothing changed or the checkpoint did not record it."""
     if iters <= 0 or any(saved.get(k) is None or current.get(k) is None for k in META_KEYS):

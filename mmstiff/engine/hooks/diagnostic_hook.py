@@ -8,21 +8,25 @@ The batching and the means over ranks: :mod:`~mmstiff.engine.hooks.scalar_rows`.
 import logging
 import math
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook, LoggerHook
-from mmengine.logging import HistoryBuffer, print_log
+from mmengine.logging import HistoryBuffer, MessageHub, print_log
 from mmengine.model import is_model_wrapper
 
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.blocks import block_types_of
-from mmstiff.analysis.trajectory import LEVELS
+from mmstiff.analysis.trajectory import LEVELS, RecorderBase, StepRecord
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
 from .scalar_log import LogRow, add_scalar_rows
 from .scalar_rows import RecordedIteration, ScalarRow, reduce_rows_across_ranks
+
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
 
 #: values of each scalar kept in the MessageHub (and so in checkpoints): the latest ones, for
 #: other hooks to read; the whole series is in the JSON log.
@@ -73,8 +77,9 @@ class TrajectoryDiagnosticHook(Hook):
     #: (:attr:`~mmstiff.analysis.StepRecord.sums`), asked of the steps by the recorder
     step_sums = False
 
-    def __init__(self, interval, blocks=None, module='backbone', level='branch', prefix='',
-                 block_types=None):
+    def __init__(self, interval: int, blocks: Optional[Union[str, Sequence[str]]] = None,
+                 module: Optional[str] = 'backbone', level: str = 'branch', prefix: str = '',
+                 block_types: Optional[Union[dict, Sequence[str]]] = None):
         self.interval = check_positive_int('interval', interval)
         block_types_of(block_types)  # a bad entry stops the config build, naming it
         self.block_types = block_types
@@ -95,7 +100,7 @@ class TrajectoryDiagnosticHook(Hook):
         self._holding_eager = False  # whether this hook holds the compiler's eager stance
 
     # ------------------------------------------------------------------ model access
-    def target_module(self, runner):
+    def target_module(self, runner: 'Runner') -> torch.nn.Module:
         """The module the recorder hooks: ``module`` of the unwrapped model, or the model.
 
         A ``module`` path that does not exist raises ``ValueError`` naming the part that is
@@ -126,7 +131,7 @@ class TrajectoryDiagnosticHook(Hook):
                              f'of {names}, or module=None for the whole model')
         return sub
 
-    def build_recorders(self, target):
+    def build_recorders(self, target: torch.nn.Module) -> Dict[str, RecorderBase]:
         """The recorders to start on a recorded iteration, by role: the trajectory's
         (:data:`TRAJECTORY`, reducing each step with :meth:`reduce_step`), then those of
         :meth:`extra_recorders`."""
@@ -138,39 +143,41 @@ class TrajectoryDiagnosticHook(Hook):
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders
 
-    def summarise(self, outputs):
+    def summarise(self, outputs: Dict[str, dict]) -> Dict[str, float]:
         """``{name: float}`` of one recorded iteration from its recorders' ``outputs``
         (``{role: recorder outputs}``)."""
         return self.summarise_rows([outputs])[0]
 
     # ------------------------------------------------------------------ subclass hooks
-    def reduce_step(self, record):  # pragma: no cover - abstract
+    def reduce_step(self, record: StepRecord) -> Any:  # pragma: no cover - abstract
         """What to keep of one recorded step (a :class:`~mmstiff.analysis.StepRecord`)."""
         raise NotImplementedError
 
-    def summarise_rows(self, rows):  # pragma: no cover - abstract
+    def summarise_rows(  # pragma: no cover - abstract
+            self, rows: Sequence[Dict[str, dict]]) -> List[Dict[str, float]]:
         """The ``{name: float}`` scalars of several recorded iterations, one dict per row;
         ``rows``: each iteration's ``{role: recorder outputs}``."""
         raise NotImplementedError
 
-    def extra_recorders(self, target, trajectory):
+    def extra_recorders(self, target: torch.nn.Module,
+                        trajectory: TrajectoryRecorder) -> Dict[str, RecorderBase]:
         """Recorders besides the trajectory's, ``{role: recorder}``, on the module ``target``;
         ``trajectory`` is the trajectory recorder already built. None by default."""
         return {}
 
-    def compact(self, outputs):
+    def compact(self, outputs: Dict[str, dict]) -> Dict[str, dict]:
         """What a recorded iteration keeps until its row is written, from its recorders'
         ``outputs`` (``{role: recorder outputs}``): by default all of it. A subclass whose
         per-step values are large reduces them here, on the device, so that the iterations
         waiting for the next write hold little memory."""
         return outputs
 
-    def format_summary(self, scalars):
+    def format_summary(self, scalars: Dict[str, float]) -> str:
         """One console line; by default the scalars not per block."""
         return '  '.join(f'{k}: {v:.4g}' for k, v in scalars.items())
 
     # ------------------------------------------------------------------ hook points
-    def before_train(self, runner):
+    def before_train(self, runner: 'Runner') -> None:
         max_iters = getattr(runner, 'max_iters', None)
         if isinstance(max_iters, int) and self.interval > max_iters:
             print_log(
@@ -187,14 +194,17 @@ class TrajectoryDiagnosticHook(Hook):
         self.console_interval = (
             math.lcm(self.interval, log_intervals[0]) if log_intervals else self.interval)
 
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
+    def before_train_iter(self, runner: 'Runner', batch_idx: int,
+                          data_batch: Optional[Union[dict, tuple, list]] = None) -> None:
         if self.recorders and self.every_n_train_iters(runner, self.interval):
             self._hold_eager()  # a compiled model runs this iteration eagerly, hooks and all
             for recorder in self.recorders.values():
                 recorder.clear()
                 recorder.start()
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+    def after_train_iter(self, runner: 'Runner', batch_idx: int,
+                         data_batch: Optional[Union[dict, tuple, list]] = None,
+                         outputs: Optional[dict] = None) -> None:
         if not self.recorders or not self.recorders[TRAJECTORY].active:
             return
         for recorder in self.recorders.values():
@@ -212,10 +222,10 @@ class TrajectoryDiagnosticHook(Hook):
         if (runner.iter + 1) % self.console_interval == 0:
             self.flush(runner)
 
-    def after_train_epoch(self, runner):
+    def after_train_epoch(self, runner: 'Runner') -> None:
         self.flush(runner)
 
-    def after_train(self, runner):
+    def after_train(self, runner: 'Runner') -> None:
         for recorder in self.recorders.values():
             recorder.stop()
             recorder.clear()
@@ -232,7 +242,7 @@ class TrajectoryDiagnosticHook(Hook):
             self._holding_eager = False
             EAGER_WHILE_RECORDING.release()
 
-    def flush(self, runner):
+    def flush(self, runner: 'Runner') -> None:
         """Summarise the recorded iterations not yet written and write them, one row each."""
         pending, self._pending = self._pending, []
         if not pending:
@@ -250,7 +260,7 @@ class TrajectoryDiagnosticHook(Hook):
         parts = name.split('/')
         return len(parts) > 1 and parts[1] in self.optional_metrics
 
-    def write(self, runner, rows):
+    def write(self, runner: 'Runner', rows: Sequence[ScalarRow]) -> None:
         """Average ``rows`` (:class:`ScalarRow`, this rank's values) over the ranks and write
         each row at its step: MessageHub, visualizer backends, and a console line for a row at
         a console iteration."""
@@ -285,7 +295,7 @@ class TrajectoryDiagnosticHook(Hook):
             extend_history(runner.message_hub, name, values)
 
 
-def diagnostics_log_name(timestamp, names):
+def diagnostics_log_name(timestamp: str, names: Iterable[str]) -> str:
     """The JSON log of a hook's rows in ``vis_data/``: ``<timestamp>_<namespace>.json``, with
     the namespace the first component of the first of ``names`` (``'stiffness'`` for
     ``stiffness/nsi/layer1.0``). Such a file holds one hook's rows, with the same names from
@@ -295,7 +305,7 @@ def diagnostics_log_name(timestamp, names):
     return f'{timestamp}_{namespace}.json'
 
 
-def extend_history(hub, name, values):
+def extend_history(hub: MessageHub, name: str, values: Sequence[float]) -> None:
     """Append ``values`` to the MessageHub's history of scalar ``name``, keeping the last
     :data:`HISTORY_LENGTH`; the same history as ``hub.update_scalar(name, v)`` for each ``v``
     would leave with that bound, in one array append instead of one per value."""

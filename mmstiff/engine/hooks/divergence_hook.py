@@ -6,6 +6,7 @@ docs/reliability.md, "Divergence".
 """
 import math
 import os.path as osp
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import torch
 from mmengine.hooks import Hook, LoggerHook
@@ -16,6 +17,9 @@ from mmstiff.analysis.blocks import step_sources
 from mmstiff.errors import MmstiffError
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
+
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
 
 ACTIONS = ('stop', 'skip')
 #: MessageHub runtime-info key of the number of skipped iterations (kept in checkpoints).
@@ -42,7 +46,7 @@ def _is_bad(value):
     return False
 
 
-def non_finite_losses(outputs):
+def non_finite_losses(outputs: Optional[dict]) -> List[str]:
     """The names of the loss values in ``outputs`` that are not finite."""
     if not isinstance(outputs, dict):
         return []
@@ -50,7 +54,7 @@ def non_finite_losses(outputs):
     return [name for name in names if _is_bad(outputs[name])]
 
 
-def non_finite_tensors(state_dict):
+def non_finite_tensors(state_dict: Dict[str, Any]) -> List[str]:
     """The names of the floating-point tensors of ``state_dict`` with a non-finite value."""
     return [
         name for name, value in state_dict.items() if torch.is_tensor(value)
@@ -79,7 +83,7 @@ class DivergenceHook(Hook):
     # (VERY_LOW) saves it
     priority = 'LOW'
 
-    def __init__(self, action='stop', max_skips=10, interval=None):
+    def __init__(self, action: str = 'stop', max_skips: int = 10, interval: Optional[int] = None):
         if action not in ACTIONS:
             raise ValueError(f'action={action!r} is not supported; expected one of {ACTIONS}')
         self.action = action
@@ -92,7 +96,7 @@ class DivergenceHook(Hook):
         self._step_skipped = False
 
     # -- set-up ---------------------------------------------------------------------------
-    def before_train(self, runner):
+    def before_train(self, runner: 'Runner') -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         if self.interval is None:
             loggers = [hook for hook in runner.hooks if isinstance(hook, LoggerHook)]
@@ -107,7 +111,7 @@ class DivergenceHook(Hook):
                 w.optimizer.register_step_pre_hook(self._skip_non_finite_step) for w in wrappers
             ]
 
-    def after_train(self, runner):
+    def after_train(self, runner: 'Runner') -> None:
         for handle in self._step_handles:
             handle.remove()
         self._step_handles = []
@@ -134,7 +138,8 @@ class DivergenceHook(Hook):
 
         return hook
 
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
+    def before_train_iter(self, runner: 'Runner', batch_idx: int,
+                          data_batch: Optional[Union[dict, tuple, list]] = None) -> None:
         self._step_skipped = False
         if self._adaptors and self.every_n_train_iters(runner, self.interval):
             # parameters as the iteration starts (after the step they would all be non-finite
@@ -164,7 +169,9 @@ class DivergenceHook(Hook):
         return [name for name, is_bad in zip(names, bad) if is_bad]
 
     # -- checks --------------------------------------------------------------------------
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+    def after_train_iter(self, runner: 'Runner', batch_idx: int,
+                         data_batch: Optional[Union[dict, tuple, list]] = None,
+                         outputs: Optional[dict] = None) -> None:
         iteration = runner.iter + 1
         losses = non_finite_losses(outputs)
         adaptors = self._non_finite_adaptors()
@@ -190,7 +197,7 @@ class DivergenceHook(Hook):
         if found:
             self._stop(runner, f'at iteration {iteration}, ' + ' and '.join(found))
 
-    def before_save_checkpoint(self, runner, checkpoint):
+    def before_save_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
         meta = checkpoint.get('meta', {})
         bad = [
             name if entry == 'state_dict' else f'{entry}.{name}' for entry in WEIGHT_ENTRIES

@@ -15,12 +15,16 @@ Without ``set_stance`` (torch < 2.6) the fallback is the compiler's guards on mo
 cut graph at the cost above.
 """
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 from mmengine.logging import print_log
 
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
 
-def stance_supported():
+
+def stance_supported() -> bool:
     """Whether this torch can set the compiler's stance (``torch.compiler.set_stance``)."""
     return callable(getattr(getattr(torch, 'compiler', None), 'set_stance', None))
 
@@ -38,16 +42,16 @@ class EagerWhileRecording:
         self._stance = None
 
     @property
-    def holds(self):
+    def holds(self) -> int:
         """How many hooks hold the eager stance now."""
         return self._holds
 
-    def hold(self):
+    def hold(self) -> None:
         if self._holds == 0 and stance_supported():
             self._stance = torch.compiler.set_stance('force_eager')
         self._holds += 1
 
-    def release(self):
+    def release(self) -> None:
         if self._holds == 0:
             return
         self._holds -= 1
@@ -60,7 +64,7 @@ class EagerWhileRecording:
 EAGER_WHILE_RECORDING = EagerWhileRecording()
 
 
-def watch_hooks_when_compiled(runner):
+def watch_hooks_when_compiled(runner: 'Runner') -> None:
     """Where the stance cannot be set and the run is compiled (``compile=True``), turn on the
     compiler's guards on module hooks: without them, hooks registered after the first compiled
     iteration, as a recorder's are, would never run."""

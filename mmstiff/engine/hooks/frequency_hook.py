@@ -11,7 +11,7 @@ that many iterations between two writes do not hold the ends of every channel.
 """
 import math
 from collections import OrderedDict
-from typing import NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 
@@ -19,6 +19,7 @@ from mmstiff.analysis import (AttentionRecorder, attention_column_cosine_similar
                               delta_log_amplitudes, frequency_sums, high_frequency_ratio_of,
                               operator_frequency_summary, softmax_column_cosine_similarity,
                               token_cosine_similarity)
+from mmstiff.analysis.trajectory import RecorderBase, StepRecord, TrajectoryRecorder
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_non_negative_int, check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
@@ -113,8 +114,10 @@ class FrequencyHook(TrajectoryDiagnosticHook):
 
     optional_metrics = ('dlogamp', 'token_cos', 'attn_cos')
 
-    def __init__(self, interval=100, blocks=None, module='backbone', level='branch', num_samples=8,
-                 num_extra_tokens=None, attention=True, block_types=None):
+    def __init__(self, interval: int = 100, blocks: Optional[Union[str, Sequence[str]]] = None,
+                 module: Optional[str] = 'backbone', level: str = 'branch', num_samples: int = 8,
+                 num_extra_tokens: Optional[int] = None, attention: bool = True,
+                 block_types: Optional[Union[dict, Sequence[str]]] = None):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
                          prefix='freq', block_types=block_types)
         self.num_samples = check_positive_int('num_samples', num_samples)
@@ -128,7 +131,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         self._uncompacted = []  # outputs of the waiting iterations that still hold end bins
         self._uncompacted_bytes = 0
 
-    def extra_recorders(self, target, trajectory):
+    def extra_recorders(self, target: torch.nn.Module,
+                        trajectory: TrajectoryRecorder) -> Dict[str, RecorderBase]:
         self._target = target
         self._grids = {}
         if self.num_extra_tokens is None:
@@ -163,7 +167,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         hf_ratio, bins = operator_frequency_summary(x, self.num_extra_tokens, grid)
         return StateFrequency(hf_ratio, bins, token_cos)
 
-    def reduce_step(self, record):
+    def reduce_step(self, record: StepRecord) -> Dict[str, StateFrequency]:
         out = {record.name: self._state_metrics(record.x_next)}
         if record.name == self._first:
             out[INPUT] = self._state_metrics(record.x_t)
@@ -176,7 +180,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             return softmax_column_cosine_similarity(attn)
         return attention_column_cosine_similarity(attn)
 
-    def compact(self, outputs):
+    def compact(self, outputs: Dict[str, dict]) -> Dict[str, dict]:
         """Keep the recorded iteration's spectrum ends for its write, unless the waiting
         iterations' ends then exceed :data:`PENDING_BINS_BYTES`: the Δ log amplitudes of every
         state of all of them are then computed, in one batched call on the device, and they
@@ -214,7 +218,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             call[state] = call[state]._replace(**done, **{field: values[index]})
         self._uncompacted, self._uncompacted_bytes = [], 0
 
-    def summarise_rows(self, rows):
+    def summarise_rows(self, rows: Sequence[Dict[str, dict]]) -> List[Dict[str, float]]:
         """The scalars of several recorded iterations: each metric of each state, averaged
         over the recorded samples and then over the calls of its step, the input first; then
         M_attn of each transformer layer. Every value of every row is computed in one
@@ -265,7 +269,7 @@ class FrequencyHook(TrajectoryDiagnosticHook):
             layout.append((f'attn_cos/{layer}', [batch.add(v, _mean) for v in values]))
         return layout
 
-    def format_summary(self, scalars):
+    def format_summary(self, scalars: Dict[str, float]) -> str:
         hf = [v for k, v in scalars.items() if k.startswith('freq/hf_ratio/')]
         dla = [v for k, v in scalars.items() if k.startswith('freq/dlogamp/')]
         items = []

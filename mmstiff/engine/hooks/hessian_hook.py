@@ -8,12 +8,13 @@ on which batch and with which loss.
 import logging
 import random
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
+from mmengine.model import BaseModel, is_model_wrapper
 
 from mmstiff.analysis.hessian import (LANCZOS_STEPS, MAX_ITER, METHODS, TOL,
                                       double_backward_kernels, hessian_eigenvalues)
@@ -23,10 +24,15 @@ from mmstiff.utils.checks import check_positive_int
 from .diagnostic_hook import diagnostics_log_name, extend_history
 from .scalar_rows import reduce_scalars_across_ranks
 
+if TYPE_CHECKING:
+    from mmengine.optim import OptimWrapper, OptimWrapperDict
+    from mmengine.runner import Runner
+
 PREFIX = 'hessian'
 
 
-def optimizer_param_groups(optim_wrapper):
+def optimizer_param_groups(
+        optim_wrapper: Optional[Union['OptimWrapper', 'OptimWrapperDict']]) -> List[dict]:
     """The ``param_groups`` of every optimizer of an ``OptimWrapper`` (or an
     ``OptimWrapperDict``), in one list."""
     if optim_wrapper is None:
@@ -110,8 +116,10 @@ class HessianHook(Hook):
 
     priority = 'ABOVE_NORMAL'  # before the trajectory recorders start: they must not see it
 
-    def __init__(self, interval=100, num_eigs=1, negative=False, method='power', max_iter=MAX_ITER,
-                 tol=TOL, lanczos_steps=LANCZOS_STEPS, weight_decay=None, seed=0):
+    def __init__(self, interval: int = 100, num_eigs: int = 1, negative: bool = False,
+                 method: str = 'power', max_iter: int = MAX_ITER, tol: float = TOL,
+                 lanczos_steps: int = LANCZOS_STEPS, weight_decay: Optional[float] = None,
+                 seed: int = 0):
         self.interval = check_positive_int('interval', interval)
         self.num_eigs = check_positive_int('num_eigs', num_eigs)
         if not isinstance(negative, bool):
@@ -138,7 +146,7 @@ class HessianHook(Hook):
             raise ValueError(f'seed={seed!r} is not supported; expected an int')
         self.seed = seed
 
-    def before_train(self, runner):
+    def before_train(self, runner: 'Runner') -> None:
         max_iters = getattr(runner, 'max_iters', None)
         if isinstance(max_iters, int) and self.interval > max_iters:
             print_log(
@@ -146,7 +154,8 @@ class HessianHook(Hook):
                 'training iterations; nothing will be computed', logger='current',
                 level=logging.WARNING)
 
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
+    def before_train_iter(self, runner: 'Runner', batch_idx: int,
+                          data_batch: Optional[Union[dict, tuple, list]] = None) -> None:
         if data_batch is None or not self.every_n_train_iters(runner, self.interval):
             return
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
@@ -155,12 +164,13 @@ class HessianHook(Hook):
         self.write(runner, runner.iter + 1, scalars)
 
     # ------------------------------------------------------------------ computing
-    def decays(self, params, param_groups):
+    def decays(self, params: Sequence[torch.Tensor], param_groups: Sequence[dict]) -> List[float]:
         if self.weight_decay is not None:
             return [float(self.weight_decay)] * len(params)
         return param_weight_decays(params, param_groups)
 
-    def compute(self, model, data_batch, iteration, param_groups=()):
+    def compute(self, model: BaseModel, data_batch: Union[dict, tuple, list], iteration: int,
+                param_groups: Sequence[dict] = ()) -> Dict[str, float]:
         """The scalars of one batch (this rank's): ``{name: float}`` without the prefix."""
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
@@ -168,7 +178,7 @@ class HessianHook(Hook):
                              'HessianHook needs at least one')
         device = params[0].device
         generator = torch.Generator().manual_seed(self.seed + iteration)
-        with _RandomState(device), preserved_buffers(model), double_backward_kernels():
+        with _RandomState(device), preserved_buffers(model), double_backward_kernels(model):
             data = model.data_preprocessor(data_batch, True)
             if isinstance(data, dict):
                 losses = model(**data, mode='loss')
@@ -187,7 +197,7 @@ class HessianHook(Hook):
         return scalars
 
     # ------------------------------------------------------------------ logging
-    def write(self, runner, step, scalars):
+    def write(self, runner: 'Runner', step: int, scalars: Dict[str, float]) -> None:
         means = reduce_scalars_across_ranks(
             OrderedDict((f'{PREFIX}/{k}', v) for k, v in scalars.items())).means
         if not means:

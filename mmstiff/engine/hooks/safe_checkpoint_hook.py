@@ -23,6 +23,7 @@ argument is MMEngine's; ``tools/train.py`` puts this hook in place of
 import os.path as osp
 from collections import deque
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend, get_file_backend
@@ -31,6 +32,9 @@ from mmengine.hooks import CheckpointHook
 from mmstiff.engine.atomic_files import ATOMIC_BACKEND, remove_partial_files, write_atomic
 from mmstiff.engine.world_size import layout_change, run_layout
 from mmstiff.registry import HOOKS
+
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
 
 LAST_CHECKPOINT = 'last_checkpoint'
 
@@ -68,7 +72,7 @@ class SafeCheckpointHook(CheckpointHook):
         Those of :class:`mmengine.hooks.CheckpointHook`, unchanged.
     """
 
-    def before_train(self, runner):
+    def before_train(self, runner: 'Runner') -> None:
         out_dir = self.out_dir if self.out_dir is not None else runner.work_dir
         if self.file_client_args is None and type(
                 get_file_backend(out_dir, backend_args=self.backend_args)) is LocalBackend:
@@ -81,10 +85,10 @@ class SafeCheckpointHook(CheckpointHook):
                                           'did not finish.')
         self._skip_by_samples(runner)
 
-    def before_save_checkpoint(self, runner, checkpoint):
+    def before_save_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
         checkpoint.setdefault('meta', {}).update(run_layout(runner))
 
-    def after_load_checkpoint(self, runner, checkpoint):
+    def after_load_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
         self._loaded_meta = dict(checkpoint.get('meta') or {})
 
     def _skip_by_samples(self, runner):

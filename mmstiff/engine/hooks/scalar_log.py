@@ -15,7 +15,7 @@ main process writes, as ``Visualizer.add_scalars`` (``master_only``) does.
 """
 import json
 import os.path as osp
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Sequence
 
 from mmengine.dist import is_main_process
 from mmengine.fileio.handlers.json_handler import set_default
@@ -30,7 +30,7 @@ class LogRow(NamedTuple):
     file_path: Optional[str] = None
 
 
-def add_scalar_rows(visualizer, rows):
+def add_scalar_rows(visualizer: Visualizer, rows: Sequence[LogRow]) -> None:
     """Write ``rows`` (:class:`LogRow`, in order) to ``visualizer``'s backends, what a
     ``visualizer.add_scalars(row.scalars, row.step, row.file_path)`` per row writes."""
     if not rows or not is_main_process():
@@ -58,7 +58,7 @@ def _plain_local(backend):
             and isinstance(getattr(backend, '_scalar_save_file', None), str))
 
 
-def row_line(row):
+def row_line(row: LogRow) -> str:
     """The line ``LocalVisBackend.add_scalars`` appends for ``row``: its scalars and, unless
     they hold one, its ``step``, in mmengine's JSON encoding."""
     scalars = dict(row.scalars)

@@ -6,7 +6,7 @@ host) and averaged over the ranks in one ``all_reduce`` (docs/diagnostics.md, "H
 """
 import math
 from collections import OrderedDict
-from typing import Dict, NamedTuple
+from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import torch
 from mmengine.dist import all_reduce, get_world_size
@@ -59,7 +59,7 @@ class BatchedReductions:
         self._groups = OrderedDict()  # (reduce, shape, dtype, device) -> (tensors, indices)
         self._count = 0
 
-    def add(self, tensor, reduce):
+    def add(self, tensor: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]) -> int:
         """Register ``reduce(tensor)``; ``reduce`` maps a stack ``(k, *tensor.shape)`` to ``k``
         values (``(k,)``). Returns the value's index."""
         key = (reduce, tuple(tensor.shape), tensor.dtype, tensor.device)
@@ -80,7 +80,7 @@ class BatchedReductions:
             parts = [part.cpu() for part in parts]
         return torch.cat(parts), order
 
-    def compute(self):
+    def compute(self) -> List[float]:
         """Every registered value, as Python floats in the order they were added."""
         if not self._groups:
             return []
@@ -90,7 +90,7 @@ class BatchedReductions:
             values[index] = value
         return values
 
-    def compute_on_device(self):
+    def compute_on_device(self) -> List[torch.Tensor]:
         """Every registered value as a 0-d float64 tensor where the tensors are, in the order
         they were added: the same computation, without the transfer."""
         if not self._groups:
@@ -102,7 +102,7 @@ class BatchedReductions:
         return values
 
 
-def reduce_scalars_across_ranks(scalars):
+def reduce_scalars_across_ranks(scalars: Dict[str, float]) -> RankMeans:
     """Mean of each scalar over the ranks that have a finite value.
 
     Args:
@@ -116,7 +116,7 @@ def reduce_scalars_across_ranks(scalars):
     return reduce_rows_across_ranks([scalars])[0]
 
 
-def reduce_rows_across_ranks(rows):
+def reduce_rows_across_ranks(rows: Sequence[Dict[str, float]]) -> List[RankMeans]:
     """:func:`reduce_scalars_across_ranks` of several rows (recorded iterations) with one
     ``all_reduce``, a :class:`RankMeans` per row; every rank must pass the same rows with the
     same names."""

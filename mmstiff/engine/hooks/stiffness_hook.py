@@ -4,7 +4,7 @@ docs/methods.md §5; StepNet paper, Appendices B (NSI, TNS) and D (NSI against s
 """
 import functools
 from collections import OrderedDict
-from typing import NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 
@@ -12,6 +12,7 @@ from mmstiff.analysis import (PendingNorms, ScratchBuffer, columnwise_pearson_co
                               kernel_step_sums, mean_step_size, norms_of_pending,
                               nsi_step_correlation, pending_norms, stage_of, stiffness_norms,
                               trajectory_statistics)
+from mmstiff.analysis.trajectory import StepRecord
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
@@ -102,8 +103,10 @@ class StiffnessHook(TrajectoryDiagnosticHook):
     # a fused step's own pass gives the NSI's sums of squares (docs/methods.md §0)
     step_sums = True
 
-    def __init__(self, interval=50, blocks=None, module='backbone', level='branch',
-                 log_blocks=False, num_samples=None, block_types=None):
+    def __init__(self, interval: int = 50, blocks: Optional[Union[str, Sequence[str]]] = None,
+                 module: Optional[str] = 'backbone', level: str = 'branch',
+                 log_blocks: bool = False, num_samples: Optional[int] = None,
+                 block_types: Optional[Union[dict, Sequence[str]]] = None):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
                          prefix='stiffness', block_types=block_types)
         self.log_blocks = bool(log_blocks)
@@ -111,7 +114,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         # the difference x_{t+1} - x_t of every step of a recorded pass is written here
         self._scratch = ScratchBuffer()
 
-    def reduce_step(self, record):
+    def reduce_step(self, record: StepRecord) -> Union[PendingStep, StepStiffness]:
         # the recorder already kept only the first num_samples samples. Where the step's sums
         # of squares are there (a fused step's own pass, or the NSI kernel over the states on
         # the GPU), the norms wait for compact(), which takes those of every step of the
@@ -132,7 +135,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         norms = stiffness_norms(record.x_t, record.x_next, step, scratch=self._scratch)
         return StepStiffness(norms.slope, norms.state, step_size, varies)
 
-    def compact(self, outputs):
+    def compact(self, outputs: Dict[str, dict]) -> Dict[str, dict]:
         """``outputs`` with the norms of every :class:`PendingStep` taken: one stacked
         computation per group of steps of equal shapes (:func:`~mmstiff.analysis.
         norms_of_pending`), on the device, where each step took four to six small kernels."""
@@ -150,11 +153,11 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             ]
         return dict(outputs, **{TRAJECTORY: resolved})
 
-    def end_pass(self):
+    def end_pass(self) -> None:
         # the difference buffer is not held through the backward pass
         self._scratch.release()
 
-    def summarise_rows(self, rows):
+    def summarise_rows(self, rows: Sequence[Dict[str, dict]]) -> List[Dict[str, float]]:
         """The scalars of several recorded iterations. Every step's norms come to the host in
         one transfer; the iterations that share one trajectory (the same steps, each seen for
         the same number of samples) are then summarised together: one stack of the NSI norms
@@ -260,7 +263,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
                             next(corrs) if f.varies else None) for f, mean in zip(found, means)
         ]
 
-    def format_summary(self, scalars):
+    def format_summary(self, scalars: Dict[str, float]) -> str:
         items = []
         for key, value in scalars.items():
             metric = key.split('/')[1]
