@@ -7,12 +7,14 @@ step-size adaptor (None: the plain step, ``Δ ≡ 1``; ``mmstiff.SEAdaptor``;
 state as one token. The ``L`` states are trained against the exact trajectory at
 ``t_1 … t_L`` (``supervise='trajectory'``) or the last one only (``'final'``).
 """
+from typing import Dict, List, Optional, Tuple, Union
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModel, BaseModule
 
-from mmstiff.models.steps.base import build_adaptor, resolve_adaptor
+from mmstiff.models.steps import build_adaptor, resolve_adaptor
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 
@@ -22,12 +24,12 @@ SUPERVISION = ('trajectory', 'final')
 class FlowStep(BaseModule):
     """One residual step on a ``(B, 1, d)`` state: ``x + Δ ⊙ f(x)``, ``f = W₂ tanh(W₁ x)``."""
 
-    def __init__(self, dim, hidden, adaptor=None):
+    def __init__(self, dim: int, hidden: int, adaptor: Optional[dict] = None):
         super().__init__()
         self.residual = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, dim))
         self.adaptor = build_adaptor(adaptor, dim, 'nlc')
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The next state and the step size ``(B, d)`` (ones for the plain step)."""
         f = self.residual(x)
         if self.adaptor is None:
@@ -54,8 +56,10 @@ class FlowResNet(BaseModel):
     the final states ``(B, d)``.
     """
 
-    def __init__(self, dim=8, depth=8, hidden=32, adaptor=None, supervise='trajectory',
-                 data_preprocessor=None, init_cfg=None):
+    def __init__(self, dim: int = 8, depth: int = 8, hidden: int = 32,
+                 adaptor: Optional[dict] = None, supervise: str = 'trajectory',
+                 data_preprocessor: Optional[Union[dict, nn.Module]] = None,
+                 init_cfg: Optional[dict] = None):
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         check_positive_int('dim', dim)
         check_positive_int('depth', depth)
@@ -67,7 +71,7 @@ class FlowResNet(BaseModel):
         self.dim, self.supervise, self.adapted = dim, supervise, adaptor is not None
         self.steps = nn.ModuleList(FlowStep(dim, hidden, adaptor) for _ in range(depth))
 
-    def integrate(self, inputs):
+    def integrate(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The states after each step ``(B, L, d)`` and the step sizes ``(B, L, d)``."""
         if inputs.dim() != 2 or inputs.shape[1] != self.dim:
             raise ValueError(f'inputs have shape {tuple(inputs.shape)}; expected (B, {self.dim})')
@@ -78,7 +82,9 @@ class FlowResNet(BaseModel):
             steps.append(step)
         return torch.stack(states, dim=1), torch.stack(steps, dim=1)
 
-    def forward(self, inputs, trajectory=None, stiffness=None, mode='tensor'):
+    def forward(self, inputs: torch.Tensor, trajectory: Optional[torch.Tensor] = None,
+                stiffness: Optional[torch.Tensor] = None,
+                mode: str = 'tensor') -> Union[torch.Tensor, Dict[str, torch.Tensor], List[dict]]:
         states, steps = self.integrate(inputs)
         if mode == 'tensor':
             return states[:, -1]

@@ -9,7 +9,7 @@ from .step_swin import StepSwin  # noqa: F401
 from .step_vit import StepViT  # noqa: F401
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     """``from mmstiff.models.backbones import DetStepResNet`` imports mmdet only then."""
     if name == 'DetStepResNet':
         from .lazy_det import load_det_step_resnet

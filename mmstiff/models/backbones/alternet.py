@@ -5,6 +5,7 @@ The stage layout, stems, drop-path rule and block names are in docs/alternet.md.
 """
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import List, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -15,7 +16,7 @@ from mmpretrain.models.backbones.resnet import ResNet
 
 from mmstiff.models.layers.local_attention import LocalSelfAttention
 from mmstiff.models.steps import check_fused, set_fused
-from mmstiff.models.utils import check_depth
+from mmstiff.models.utils import Fused, InitConfig, check_depth
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices, check_non_negative_int, check_positive_int
 from .preact_resnet import PreActBasicBlock, PreActBottleneck
@@ -49,9 +50,10 @@ class PreActMSABlock(PreActBasicBlock):
 
     expansion = 1
 
-    def __init__(self, in_channels, out_channels, stride=1, num_heads=8, head_dim=64, window_size=7,
-                 drop_path_rate=0., conv_cfg=None, norm_cfg=dict(type='BN'),
-                 act_cfg=dict(type='GELU'), init_cfg=None):
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1, num_heads: int = 8,
+                 head_dim: int = 64, window_size: int = 7, drop_path_rate: float = 0.,
+                 conv_cfg: Optional[dict] = None, norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='GELU'), init_cfg: InitConfig = None):
         if stride != 1:
             raise ValueError(f'stride={stride!r} is not supported by {type(self).__name__}; '
                              'expected 1 (an MSA block keeps the map size)')
@@ -75,10 +77,10 @@ class PreActMSABlock(PreActBasicBlock):
         self.add_module(self.norm2_name, norm2)
 
     @property
-    def residual_channels(self):
+    def residual_channels(self) -> int:
         return self.out_channels
 
-    def residual(self, preact):
+    def residual(self, preact: torch.Tensor) -> torch.Tensor:
         return self.attn(self.norm2(self.conv1(preact)))
 
 
@@ -93,7 +95,7 @@ class PreActMSABottleneck(PreActMSABlock):
 MSA_BLOCKS = {PreActBasicBlock: PreActMSABlock, PreActBottleneck: PreActMSABottleneck}
 
 
-def alternating_layout(num_blocks, num_msa):
+def alternating_layout(num_blocks: int, num_msa: int) -> Tuple[str, ...]:
     """Kinds of the blocks of one stage, MSA replacing every second block from the end.
 
     Args:
@@ -111,7 +113,7 @@ def alternating_layout(num_blocks, num_msa):
     return ('conv', ) * (num_blocks - 2 * num_msa) + ('conv', 'msa') * num_msa
 
 
-def stochastic_depth_rates(num_blocks, drop_path_rate):
+def stochastic_depth_rates(num_blocks: int, drop_path_rate: float) -> List[float]:
     """``drop_path_rate · j / (L - 1)`` for the ``L = num_blocks`` blocks, ``j = 0 .. L - 1``."""
     return torch.linspace(0, drop_path_rate, num_blocks).tolist()
 
@@ -190,15 +192,21 @@ class AlterNet(ResNet):
     }
     num_stages = 4
 
-    def __init__(self, depth, stem='imagenet', in_channels=3, base_channels=64,
-                 strides=(1, 2, 2, 2), num_msa_blocks=None, num_heads=(3, 6, 12, 24), head_dim=64,
-                 window_size=7, drop_path_rate=0., out_indices=(3, ), frozen_stages=-1,
-                 norm_eval=False, with_cp=False, fused='auto', conv_cfg=None,
-                 norm_cfg=dict(type='BN', requires_grad=True),
-                 act_cfg=dict(type='ReLU', inplace=True), msa_act_cfg=dict(type='GELU'), init_cfg=[
+    def __init__(self, depth: int, stem: str = 'imagenet', in_channels: int = 3,
+                 base_channels: int = 64, strides: Sequence[int] = (1, 2, 2, 2),
+                 num_msa_blocks: Optional[Sequence[int]] = None,
+                 num_heads: Sequence[int] = (3, 6, 12, 24), head_dim: int = 64,
+                 window_size: int = 7, drop_path_rate: float = 0.,
+                 out_indices: Sequence[int] = (3, ), frozen_stages: int = -1,
+                 norm_eval: bool = False, with_cp: bool = False, fused: Fused = 'auto',
+                 conv_cfg: Optional[dict] = None,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True),
+                 act_cfg: dict = dict(type='ReLU', inplace=True),
+                 msa_act_cfg: dict = dict(type='GELU'),
+                 init_cfg: InitConfig = [
                      dict(type='Kaiming', layer=['Conv2d']),
                      dict(type='Constant', val=1, layer=['_BatchNorm', 'GroupNorm'])
-                 ]):
+                 ]):  # yapf: disable (it splits inside the annotations and defaults)
         # every setting is checked before a layer is built; the upstream constructor then
         # builds the stem and the stages through _make_stem_layer and make_res_layer
         check_depth(depth, self.arch_settings, 'AlterNet')
@@ -252,7 +260,7 @@ class AlterNet(ResNet):
         self._freeze_stages()
 
     @property
-    def final_norm(self):
+    def final_norm(self) -> nn.Module:
         return getattr(self, self.final_norm_name)
 
     def _make_stem_layer(self, in_channels, stem_channels):
@@ -265,8 +273,9 @@ class AlterNet(ResNet):
                                           bias=False)
             self.maxpool = nn.Identity()
 
-    def make_res_layer(self, block, num_blocks, in_channels, out_channels, stride, conv_cfg,
-                       norm_cfg, **kwargs):
+    def make_res_layer(self, block: Type[PreActBasicBlock], num_blocks: int, in_channels: int,
+                       out_channels: int, stride: int, conv_cfg: Optional[dict], norm_cfg: dict,
+                       **kwargs) -> nn.Sequential:
         """One stage: pre-activation conv blocks and MSA blocks in the stage's layout, named
         ``conv{j}`` / ``msa{j}`` by their position ``j``."""
         stage = len(self.res_layers)  # the upstream loop appends the name after this call
@@ -298,7 +307,7 @@ class AlterNet(ResNet):
             for param in module.parameters():
                 param.requires_grad = False
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'AlterNet':
         """Upstream ``train`` (frozen stages, ``norm_eval``), returning the module as
         ``nn.Module.train`` does."""
         super().train(mode)
@@ -312,7 +321,7 @@ class AlterNet(ResNet):
                 x = block(x)
         return x
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         x = self.maxpool(self.conv1(x))
         outs = []
         for i, layer_name in enumerate(self.res_layers):

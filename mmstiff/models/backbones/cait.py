@@ -5,6 +5,7 @@ Touvron et al., "Going deeper with Image Transformers", ICCV 2021
 anti-oversmoothing paper (docs/methods.md §6, §7). Parameter names are timm's ``Cait``'s.
 """
 from collections.abc import Mapping
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -18,7 +19,7 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmstiff.models.layers.class_attention import ClassAttention
 from mmstiff.models.layers.talking_heads import TalkingHeadsAttention
 from mmstiff.models.steps import check_fused, set_fused
-from mmstiff.models.utils import select_layers
+from mmstiff.models.utils import Fused, InitConfig, LayerSelection, select_layers
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_indices
 
@@ -31,14 +32,14 @@ ARCH_DEFAULTS = dict(feedforward_channels=None, num_cls_layers=2, layer_scale_in
 class CaiTMlp(nn.Module):
     """``fc2(drop(GELU(fc1 x)))`` followed by dropout (timm's ``Mlp`` names)."""
 
-    def __init__(self, embed_dims, feedforward_channels, drop=0.):
+    def __init__(self, embed_dims: int, feedforward_channels: int, drop: float = 0.):
         super().__init__()
         self.fc1 = nn.Linear(embed_dims, feedforward_channels)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(feedforward_channels, embed_dims)
         self.drop = nn.Dropout(drop)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
@@ -55,8 +56,9 @@ class LayerScaleLayer(nn.Module):
         norm_cfg (dict): the pre-norms. Default ``LN`` with ``eps=1e-6``.
     """
 
-    def __init__(self, embed_dims, attn, feedforward_channels, layer_scale_init_value, drop_rate=0.,
-                 drop_path_rate=0., norm_cfg=dict(type='LN', eps=1e-6)):
+    def __init__(self, embed_dims: int, attn: nn.Module, feedforward_channels: int,
+                 layer_scale_init_value: float, drop_rate: float = 0., drop_path_rate: float = 0.,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6)):
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = attn
@@ -86,16 +88,18 @@ class CaiTLayer(LayerScaleLayer):
     #: step another state (the class token) and stay out of the patch trajectory
     residual_kind = 'transformer'
 
-    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value,
-                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., qkv_bias=True,
-                 norm_cfg=dict(type='LN', eps=1e-6), attn_scale=False, feat_scale=False):
+    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int,
+                 layer_scale_init_value: float, drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., qkv_bias: bool = True,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6), attn_scale: bool = False,
+                 feat_scale: bool = False):
         attn = TalkingHeadsAttention(embed_dims, num_heads, qkv_bias=qkv_bias,
                                      attn_drop=attn_drop_rate, proj_drop=drop_rate,
                                      attn_scale=attn_scale, feat_scale=feat_scale)
         super().__init__(embed_dims, attn, feedforward_channels, layer_scale_init_value, drop_rate,
                          drop_path_rate, norm_cfg)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x)))
         return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
 
@@ -110,13 +114,14 @@ class ClassAttentionLayer(LayerScaleLayer):
         norm_cfg (dict): the pre-norms.
     """
 
-    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value,
-                 qkv_bias=True, norm_cfg=dict(type='LN', eps=1e-6)):
+    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int,
+                 layer_scale_init_value: float, qkv_bias: bool = True,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6)):
         attn = ClassAttention(embed_dims, num_heads, qkv_bias=qkv_bias)
         super().__init__(embed_dims, attn, feedforward_channels, layer_scale_init_value,
                          norm_cfg=norm_cfg)
 
-    def forward(self, cls_token, patches):
+    def forward(self, cls_token: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         """``cls_token`` (B, 1, C) and ``patches`` (B, n, C) -> the next class token."""
         tokens = torch.cat((cls_token, patches), dim=1)
         cls_token = cls_token + self.drop_path(self.gamma_1 * self.attn(self.norm1(tokens)))
@@ -126,11 +131,11 @@ class ClassAttentionLayer(LayerScaleLayer):
 class ConvPatchEmbed(nn.Module):
     """Non-overlapping ``patch_size`` patches by one strided convolution (``proj``)."""
 
-    def __init__(self, in_channels, embed_dims, patch_size):
+    def __init__(self, in_channels: int, embed_dims: int, patch_size: int):
         super().__init__()
         self.proj = nn.Conv2d(in_channels, embed_dims, kernel_size=patch_size, stride=patch_size)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """Images (B, 3, H, W) -> tokens (B, h·w, C) and the patch grid ``(h, w)``."""
         x = self.proj(x)
         return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
@@ -204,14 +209,20 @@ class CaiT(BaseBackbone):
     #: the patch-layer states the trajectory recorders see carry no class token
     num_extra_tokens = 0
 
-    def __init__(self, arch='s24', img_size=224, patch_size=16, in_channels=3, out_indices=-1,
-                 out_type='cls_token', drop_rate=0., attn_drop_rate=0., drop_path_rate=0.,
-                 qkv_bias=True, norm_cfg=dict(type='LN', eps=1e-6), layer_scale_init_value=None,
-                 interpolate_mode='bicubic', frozen_stages=-1, attn_scale_layers=None,
-                 feat_scale_layers=None, fused='auto', init_cfg=[
+    def __init__(self, arch: Union[str, Mapping] = 's24',
+                 img_size: Union[int, Tuple[int, int]] = 224, patch_size: int = 16,
+                 in_channels: int = 3, out_indices: Union[int, Sequence[int]] = -1,
+                 out_type: str = 'cls_token', drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., qkv_bias: bool = True,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 layer_scale_init_value: Optional[float] = None,
+                 interpolate_mode: str = 'bicubic', frozen_stages: int = -1,
+                 attn_scale_layers: LayerSelection = None,
+                 feat_scale_layers: LayerSelection = None, fused: Fused = 'auto',
+                 init_cfg: InitConfig = [
                      dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
                      dict(type='Constant', layer='LayerNorm', val=1., bias=0.)
-                 ]):
+                 ]):  # yapf: disable (it splits inside the annotations and defaults)
         super().__init__(init_cfg=init_cfg)
         fused = check_fused(fused)
         self.arch_settings = self._arch_settings(arch)
@@ -274,7 +285,7 @@ class CaiT(BaseBackbone):
         set_fused(self, fused)
         self._freeze_stages()
 
-    def frozen_modules(self):
+    def frozen_modules(self) -> Tuple[List[nn.Module], List[nn.Parameter]]:
         """The modules (and parameters) that ``frozen_stages`` stops training."""
         if self.frozen_stages < 1:
             return [], []
@@ -294,7 +305,7 @@ class CaiT(BaseBackbone):
         for param in params:
             param.requires_grad = False
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'CaiT':
         super().train(mode)
         self._freeze_stages()  # frozen layers keep eval mode (no dropout, no drop path)
         return self
@@ -325,7 +336,7 @@ class CaiT(BaseBackbone):
             raise ValueError('out_indices=[] is not supported; expected at least one index')
         return sorted(indices)
 
-    def init_weights(self):
+    def init_weights(self) -> None:
         super().init_weights()
         if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
             return
@@ -344,14 +355,14 @@ class CaiT(BaseBackbone):
         state_dict[name] = resize_pos_embed(state_dict[name], (side, side), self.patch_resolution,
                                             self.interpolate_mode, num_extra_tokens=0)
 
-    def class_attention(self, patches):
+    def class_attention(self, patches: torch.Tensor) -> torch.Tensor:
         """Run the class-attention layers on ``patches``; returns ``norm([c; x])``."""
         cls_token = self.cls_token.expand(patches.shape[0], -1, -1)
         for layer in self.blocks_token_only:
             cls_token = layer(cls_token, patches)
         return self.norm(torch.cat((cls_token, patches), dim=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         x, patch_resolution = self.patch_embed(x)
         x = x + resize_pos_embed(self.pos_embed, self.patch_resolution, patch_resolution,
                                  mode=self.interpolate_mode, num_extra_tokens=0)

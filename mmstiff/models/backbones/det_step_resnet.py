@@ -10,6 +10,10 @@ with only ``layerI.J.step_adaptor.*`` missing.
 mmdet's ``plugins`` can only reach Bottleneck blocks and never see the shortcut ``x_t``; the
 adaptor here works in BasicBlock depths (18, 34) too and gives StepNet the ``x_t`` it needs.
 """
+from typing import Optional
+
+import torch
+import torch.nn as nn
 from mmdet.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
 from mmstiff.registry import MODELS
@@ -28,14 +32,14 @@ class DetStepBottleneck(StepBlockMixin, Bottleneck):
     ``x_t + Δ_t ⊙ f``; the adaptor comes after the ``after_conv3`` plugins."""
 
     @property
-    def last_norm(self):
+    def last_norm(self) -> Optional[nn.Module]:
         """``norm3``, or None where ``after_conv3`` plugins follow it (then part of the body)."""
         return None if self._after_conv3_plugins() else self.norm3
 
     def _after_conv3_plugins(self):
         return self.with_plugins and bool(self.after_conv3_plugin_names)
 
-    def residual_body(self, x):
+    def residual_body(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.norm1(self.conv1(x)))
         if self.with_plugins:
             out = self.forward_plugin(out, self.after_conv1_plugin_names)
@@ -77,7 +81,7 @@ class DetStepResNet(StepPlacementMixin, ResNet):
         Bottleneck: DetStepBottleneck
     })
 
-    def __init__(self, depth, **kwargs):
+    def __init__(self, depth: int, **kwargs):
         super().__init__(depth, **kwargs)
         # mmdet picks the zero-init of the last norm by ``block is BasicBlock``; restore it
         # for the subclassed blocks so a from-scratch init matches mmdet's ResNet.

@@ -14,7 +14,7 @@ from mmstiff.registry import MODELS
 _MODULE = 'mmstiff.models.backbones.det_step_resnet'
 
 
-def load_det_step_resnet():
+def load_det_step_resnet() -> type:
     """Import the detection backbone and return its class.
 
     Raises:

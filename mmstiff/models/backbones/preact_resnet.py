@@ -15,6 +15,9 @@ projection where the block changes shape. As in the reference code of the paper
 Depths: ``6n + 2`` with basic blocks (20, 32, 56, 110, ...) and ``9n + 2`` with bottlenecks
 (29, 47, 164, 1001, ...). ResNet-164 (bottleneck, n = 18) is the StepNet paper's CIFAR network.
 """
+from typing import Optional, Sequence, Tuple
+
+import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
 from mmengine.model import BaseModule
@@ -25,7 +28,7 @@ from mmstiff.models.steps import (adaptor_placement, adaptor_with_norm, check_ad
                                   check_fused, init_keeping_starts, release_adaptor_statistics,
                                   resolve_adaptor, set_fused, unfrozen_res_layers)
 from mmstiff.models.steps.norm import check_norm_cfg
-from mmstiff.models.utils import UnsupportedDepthError
+from mmstiff.models.utils import Fused, InitConfig, UnsupportedDepthError
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .step_resnet import StepBlockMixin, attach_adaptors
@@ -33,7 +36,7 @@ from .step_resnet import StepBlockMixin, attach_adaptors
 BLOCK_CHOICES = ('basic', 'bottleneck')
 
 
-def preact_arch(depth, block=None):
+def preact_arch(depth: int, block: Optional[str] = None) -> Tuple[str, int]:
     """Block kind and blocks per stage of the pre-activation CIFAR ResNet of a given depth.
 
     Args:
@@ -89,8 +92,9 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
 
     expansion = 1
 
-    def __init__(self, in_channels, out_channels, stride=1, conv_cfg=None, norm_cfg=dict(type='BN'),
-                 act_cfg=dict(type='ReLU', inplace=True), init_cfg=None):
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1,
+                 conv_cfg: Optional[dict] = None, norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='ReLU', inplace=True), init_cfg: InitConfig = None):
         super().__init__(init_cfg=init_cfg)
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -114,18 +118,18 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
                                       bias=False)
 
     @property
-    def norm1(self):
+    def norm1(self) -> nn.Module:
         return getattr(self, self.norm1_name)
 
     @property
-    def norm2(self):
+    def norm2(self) -> nn.Module:
         return getattr(self, self.norm2_name)
 
-    def residual(self, preact):
+    def residual(self, preact: torch.Tensor) -> torch.Tensor:
         """The residual branch ``f`` from the pre-activated input ``act(norm1(x))``."""
         return self.conv2(self.relu(self.norm2(self.conv1(preact))))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         preact = self.relu(self.norm1(x))
         x_t = x if self.downsample is None else self.downsample(preact)
         return self.residual_step(x_t, self.residual(preact))
@@ -156,10 +160,10 @@ class PreActBottleneck(PreActBasicBlock):
         self.conv3 = build_conv_layer(conv_cfg, mid, self.out_channels, 1, bias=False)
 
     @property
-    def norm3(self):
+    def norm3(self) -> nn.Module:
         return getattr(self, self.norm3_name)
 
-    def residual(self, preact):
+    def residual(self, preact: torch.Tensor) -> torch.Tensor:
         out = self.conv2(self.relu(self.norm2(self.conv1(preact))))
         return self.conv3(self.relu(self.norm3(out)))
 
@@ -214,11 +218,15 @@ class PreActStepResNet(BaseBackbone):
 
     num_stages = 3
 
-    def __init__(self, depth, block=None, in_channels=3, base_channels=16, strides=(1, 2, 2),
-                 adaptor=None, adaptor_stages=None, adaptor_blocks=None, adaptor_norm='auto',
-                 adaptor_norm_cfg=None, fused='auto', out_indices=(2, ), frozen_stages=-1,
-                 norm_eval=False, conv_cfg=None, norm_cfg=dict(type='BN', requires_grad=True),
-                 act_cfg=dict(type='ReLU', inplace=True), init_cfg=[
+    def __init__(self, depth: int, block: Optional[str] = None, in_channels: int = 3,
+                 base_channels: int = 16, strides: Sequence[int] = (1, 2, 2),
+                 adaptor: Optional[dict] = None, adaptor_stages: Optional[Sequence[bool]] = None,
+                 adaptor_blocks: Optional[Sequence[Optional[Sequence[int]]]] = None,
+                 adaptor_norm: str = 'auto', adaptor_norm_cfg: Optional[dict] = None,
+                 fused: Fused = 'auto', out_indices: Sequence[int] = (2, ), frozen_stages: int = -1,
+                 norm_eval: bool = False, conv_cfg: Optional[dict] = None,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True),
+                 act_cfg: dict = dict(type='ReLU', inplace=True), init_cfg: InitConfig = [
                      dict(type='Kaiming', layer=['Conv2d']),
                      dict(type='Constant', val=1, layer=['_BatchNorm', 'GroupNorm'])
                  ]):
@@ -281,7 +289,7 @@ class PreActStepResNet(BaseBackbone):
                              f'int in [-1, {self.num_stages}]')
 
     @property
-    def final_norm(self):
+    def final_norm(self) -> nn.Module:
         return getattr(self, self.final_norm_name)
 
     def _freeze_stages(self):
@@ -294,7 +302,7 @@ class PreActStepResNet(BaseBackbone):
             for param in layer.parameters():
                 param.requires_grad = False
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         x = self.conv1(x)
         outs = []
         for i, layer_name in enumerate(self.res_layers):
@@ -305,12 +313,12 @@ class PreActStepResNet(BaseBackbone):
                 outs.append(x)
         return tuple(outs)
 
-    def init_weights(self):
+    def init_weights(self) -> None:
         """``init_cfg`` (a ``Pretrained`` checkpoint last); then every adaptor the checkpoint
         did not hold gets its start back."""
         init_keeping_starts(self, super().init_weights)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'PreActStepResNet':
         super().train(mode)
         self._freeze_stages()
         if mode and self.norm_eval:

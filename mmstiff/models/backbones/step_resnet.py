@@ -8,6 +8,10 @@ up to its last norm, ``x_t`` the (downsampled) shortcut, and Δ_t comes from the
 so an mmpretrain (or converted torchvision) ResNet checkpoint loads with exactly the adaptor
 parameters (``layerI.J.step_adaptor.*``) missing.
 """
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones.resnet import BasicBlock, Bottleneck, ResNet
 
@@ -16,7 +20,7 @@ from mmstiff.models.steps import (StepBlock, adaptor_placement, adaptor_with_nor
                                   release_adaptor_statistics, resolve_adaptor, set_fused,
                                   unfrozen_res_layers)
 from mmstiff.models.steps.norm import check_norm_cfg
-from mmstiff.models.utils import check_depth
+from mmstiff.models.utils import Fused, check_depth
 from mmstiff.registry import MODELS
 
 
@@ -40,34 +44,35 @@ class StepBlockMixin(StepBlock):
         self.step_adaptor = None
 
     @property
-    def residual_channels(self):
+    def residual_channels(self) -> int:
         """Channels of ``f``: the output channels of the last conv of the residual branch."""
         last_conv = self.conv3 if hasattr(self, 'conv3') else self.conv2
         return last_conv.out_channels
 
-    def residual_step(self, x_t, f, act=None, norm=None):
+    def residual_step(self, x_t: torch.Tensor, f: torch.Tensor, act: Optional[nn.Module] = None,
+                      norm: Optional[nn.Module] = None) -> torch.Tensor:
         """``act(x_t + Δ_t ⊙ drop_path(f))``, Δ_t from the adaptor (1 without one); with
         ``norm``, f is its input (the fused step may fold it)."""
         drop_path = getattr(self, 'drop_path', None)
         return self.take_step(x_t, f, self.step_adaptor, act=act, drop_path=drop_path, norm=norm,
                               request=self.step_sums_request)
 
-    def residual_body(self, x):  # pragma: no cover - abstract
+    def residual_body(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         """The residual branch of the block input ``x`` up to the input of its last norm."""
         raise NotImplementedError
 
     @property
-    def last_norm(self):
+    def last_norm(self) -> Optional[nn.Module]:
         """The norm layer that ends the residual branch (None: :meth:`residual_body` is f)."""
         return self.norm3 if hasattr(self, 'conv3') else self.norm2
 
-    def residual_branch(self, x):
+    def residual_branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch ``f`` of the block input ``x``, up to its last norm."""
         y = self.residual_body(x)
         norm = self.last_norm
         return y if norm is None else norm(y)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``act(x_t + Δ_t ⊙ f)``, with the upstream ``with_cp`` handling."""
 
         def _inner_forward(x):
@@ -83,7 +88,8 @@ class StepBlockMixin(StepBlock):
         return _inner_forward(x)
 
 
-def attach_adaptors(res_layer, adaptor, flags):
+def attach_adaptors(res_layer: nn.Sequential, adaptor: Optional[dict],
+                    flags: Sequence[bool]) -> nn.Sequential:
     """Give block ``j`` of ``res_layer`` a freshly built adaptor where ``flags[j]`` is True."""
     if adaptor is None:
         return res_layer
@@ -96,20 +102,21 @@ def attach_adaptors(res_layer, adaptor, flags):
 class StepBasicBlock(StepBlockMixin, BasicBlock):
     """mmpretrain ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def residual_body(self, x):
+    def residual_body(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(self.relu(self.norm1(self.conv1(x))))
 
 
 class StepBottleneck(StepBlockMixin, Bottleneck):
     """mmpretrain ``Bottleneck`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
-    def residual_body(self, x):
+    def residual_body(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.norm1(self.conv1(x)))
         out = self.relu(self.norm2(self.conv2(out)))
         return self.conv3(out)
 
 
-def step_arch_settings(arch_settings, step_blocks):
+def step_arch_settings(arch_settings: Dict[int, Tuple[type, Tuple[int, ...]]],
+                       step_blocks: Dict[type, type]) -> Dict[int, Tuple[type, Tuple[int, ...]]]:
     """An upstream ResNet's ``arch_settings`` with each block class replaced by its step block.
 
     Args:
@@ -128,8 +135,11 @@ class StepPlacementMixin:
     the adaptors' BN learn the statistics a checkpoint did not hold (``adaptor_norm``).
     """
 
-    def __init__(self, depth, adaptor=None, adaptor_stages=None, adaptor_blocks=None,
-                 adaptor_norm='auto', adaptor_norm_cfg=None, fused='auto', **kwargs):
+    def __init__(self, depth: int, adaptor: Optional[dict] = None,
+                 adaptor_stages: Optional[Sequence[bool]] = None,
+                 adaptor_blocks: Optional[Sequence[Optional[Sequence[int]]]] = None,
+                 adaptor_norm: str = 'auto', adaptor_norm_cfg: Optional[dict] = None,
+                 fused: Fused = 'auto', **kwargs):
         self.adaptor_norm = check_adaptor_norm(adaptor_norm)
         self.adaptor_norm_cfg = None if adaptor_norm_cfg is None \
             else check_norm_cfg(adaptor_norm_cfg)
@@ -150,18 +160,18 @@ class StepPlacementMixin:
         self.adaptor_blocks = adaptor_blocks
         self.adaptor_placement = adaptor_placement(stage_blocks, adaptor_stages, adaptor_blocks)
 
-    def make_res_layer(self, **kwargs):
+    def make_res_layer(self, **kwargs) -> nn.Sequential:
         res_layer = super().make_res_layer(**kwargs)
         stage = len(self.res_layers)  # the upstream loop appends the name after this call
         adaptor = adaptor_with_norm(self.adaptor, self.norm_cfg, self.adaptor_norm_cfg)
         return attach_adaptors(res_layer, adaptor, self.adaptor_placement[stage])
 
-    def init_weights(self):
+    def init_weights(self) -> None:
         """The upstream initialisation (``init_cfg``, a ``Pretrained`` checkpoint last); then
         every adaptor the checkpoint did not hold gets its start back."""
         init_keeping_starts(self, super().init_weights)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> nn.Module:
         """The upstream ``train`` (frozen stages, ``norm_eval``); then, under ``norm_eval``,
         the BN of the adaptors outside the frozen stages that ``adaptor_norm`` lets learn
         their statistics goes back to train mode."""

@@ -4,6 +4,9 @@ AttnScale acts on the window attention's output in closed form; FeatScale on the
 output, as the public Swin code does. Parameter names are mmpretrain's ``SwinTransformer``'s,
 and older Swin checkpoints load as into mmpretrain's class.
 """
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.drop import DropPath
 from mmpretrain.models.backbones.swin_transformer import SwinTransformer
@@ -13,11 +16,12 @@ from mmstiff.models.layers.attn_scale import AttentionMapMixin, AttnScale
 from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.scaled_projection import folded_scales, projected_output
 from mmstiff.models.steps import check_fused, set_fused
-from mmstiff.models.utils import select_layers
+from mmstiff.models.utils import Fused, LayerSelection, select_layers
 from mmstiff.registry import MODELS
 
 
-def upgrade_swin_state_dict(state_dict, prefix, version, last_stage):
+def upgrade_swin_state_dict(state_dict: Dict[str, Any], prefix: str, version: Optional[int],
+                            last_stage: int) -> Dict[str, Any]:
     """Upgrade, in place, the keys under ``prefix`` of a ``SwinTransformer`` state dict saved
     at checkpoint ``version`` (None: unknown, as in mmcls 0.x files) to the current version 3,
     as mmpretrain's ``SwinTransformer._load_from_state_dict`` does:
@@ -52,17 +56,18 @@ class StepWindowMSA(WindowMSA, AttentionMapMixin):
     #: own
     fold_scales = 'auto'
 
-    def __init__(self, embed_dims, window_size, num_heads, attn_scale=False, **kwargs):
+    def __init__(self, embed_dims: int, window_size: Sequence[int], num_heads: int,
+                 attn_scale: bool = False, **kwargs):
         super().__init__(embed_dims, window_size, num_heads, **kwargs)
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
 
-    def relative_position_bias(self):
+    def relative_position_bias(self) -> torch.Tensor:
         """The (H, n, n) relative position bias of the window."""
         n = self.window_size[0] * self.window_size[1]
         bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
         return bias.view(n, n, -1).permute(2, 0, 1)
 
-    def forward(self, x, mask=None):
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         explicit = self.keep_attn_map or (self.attn_scale is not None and self.training
                                           and self.attn_drop.p > 0)
         if self.attn_scale is None and not explicit:
@@ -101,8 +106,8 @@ class StepShiftWindowMSA(ShiftWindowMSA):
         feat_scale (bool): FeatScale on the merged MSA output (token mean over the feature map).
     """
 
-    def __init__(self, embed_dims, num_heads, window_size, attn_scale=False, feat_scale=False,
-                 **kwargs):
+    def __init__(self, embed_dims: int, num_heads: int, window_size: int, attn_scale: bool = False,
+                 feat_scale: bool = False, **kwargs):
         super().__init__(embed_dims, num_heads, window_size, window_msa=StepWindowMSA,
                          attn_scale=attn_scale, **kwargs)
         if feat_scale and not isinstance(self.drop, (DropPath, nn.Identity)):
@@ -110,7 +115,7 @@ class StepShiftWindowMSA(ShiftWindowMSA):
                              f'got {type(self.drop).__name__}; expected DropPath')
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
-    def forward(self, query, hw_shape):
+    def forward(self, query: torch.Tensor, hw_shape: Tuple[int, int]) -> torch.Tensor:
         x = super().forward(query, hw_shape)
         return x if self.feat_scale is None else self.feat_scale(x)
 
@@ -137,8 +142,8 @@ class StepSwin(SwinTransformer):
     :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
     """
 
-    def __init__(self, arch='tiny', attn_scale_layers=None, feat_scale_layers=None, fused='auto',
-                 **kwargs):
+    def __init__(self, arch: Union[str, dict] = 'tiny', attn_scale_layers: LayerSelection = None,
+                 feat_scale_layers: LayerSelection = None, fused: Fused = 'auto', **kwargs):
         fused = check_fused(fused)
         super().__init__(arch=arch, **kwargs)
         blocks = [block for stage in self.stages for block in stage.blocks]
@@ -148,7 +153,7 @@ class StepSwin(SwinTransformer):
             block.attn = self._rebuild_attention(block.attn, i in attn_scale, i in feat_scale)
         set_fused(self, fused)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'StepSwin':
         """Upstream ``train`` (frozen stages, ``norm_eval``), returning the module as
         ``nn.Module.train`` does (mmpretrain's returns None)."""
         super().train(mode)

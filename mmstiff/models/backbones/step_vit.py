@@ -7,6 +7,7 @@ mmpretrain's ``VisionTransformer``'s; with the switches at their initial values 
 equal mmpretrain's.
 """
 from collections.abc import Mapping
+from typing import AbstractSet, Optional, Union
 
 import numpy as np
 import torch
@@ -22,14 +23,15 @@ from mmstiff.models.layers.feat_scale import FeatScale
 from mmstiff.models.layers.scaled_projection import folded_scales, projected_output
 from mmstiff.models.layers.value_branch import ValueBranch
 from mmstiff.models.steps import StepBlock, build_adaptor, check_fused, resolve_adaptor, set_fused
-from mmstiff.models.utils import select_layers
+from mmstiff.models.utils import Fused, LayerSelection, select_layers
 from mmstiff.registry import MODELS
 
 AUG_SHORTCUT_KEYS = ('num_paths', 'num_blocks', 'act', 'scale', 'branches')
 BRANCHES = ('msa', 'mlp')
 
 
-def check_replaced_layers(replaced, msa_adaptor_layers, attn_scale_layers):
+def check_replaced_layers(replaced: AbstractSet[int], msa_adaptor_layers: AbstractSet[int],
+                          attn_scale_layers: AbstractSet[int]) -> None:
     """Check that every layer of ``replaced`` (StepNet on ViT, reading B) has an MSA adaptor
     and no AttnScale; all three are sets of layer indices.
 
@@ -51,7 +53,7 @@ def check_replaced_layers(replaced, msa_adaptor_layers, attn_scale_layers):
                          'matrix to scale)')
 
 
-def check_aug_shortcut(cfg):
+def check_aug_shortcut(cfg: Optional[Mapping]) -> Optional[dict]:
     """Validate an ``aug_shortcut`` dict and fill its defaults (docs/methods.md §9)."""
     if cfg is None:
         return None
@@ -99,7 +101,8 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
     #: as layers of their own (the reference)
     fold_scales = 'auto'
 
-    def __init__(self, embed_dims, num_heads, attn_scale=False, feat_scale=False, **kwargs):
+    def __init__(self, embed_dims: int, num_heads: int, attn_scale: bool = False,
+                 feat_scale: bool = False, **kwargs):
         if kwargs.get('qk_scale') is not None:
             raise ValueError(f"qk_scale={kwargs['qk_scale']!r} is not supported; expected "
                              'None (the scale is head_dims ** -0.5)')
@@ -107,7 +110,7 @@ class StepMultiheadAttention(MultiheadAttention, AttentionMapMixin):
         self.attn_scale = AttnScale(num_heads) if attn_scale else None
         self.feat_scale = FeatScale(embed_dims) if feat_scale else None
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
@@ -158,11 +161,14 @@ class StepTransformerEncoderLayer(StepBlock, TransformerEncoderLayer):
 
     step_layout = 'nlc'
 
-    def __init__(self, embed_dims, num_heads, feedforward_channels, layer_scale_init_value=0.,
-                 drop_rate=0., attn_drop_rate=0., drop_path_rate=0., num_fcs=2, qkv_bias=True,
-                 ffn_type='origin', act_cfg=dict(type='GELU'), norm_cfg=dict(type='LN'),
-                 attn_scale=False, feat_scale=False, msa_adaptor=None, mlp_adaptor=None,
-                 replace_attention=False, aug_shortcut=None, init_cfg=None):
+    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int,
+                 layer_scale_init_value: Union[float, torch.Tensor] = 0., drop_rate: float = 0.,
+                 attn_drop_rate: float = 0., drop_path_rate: float = 0., num_fcs: int = 2,
+                 qkv_bias: bool = True, ffn_type: str = 'origin', act_cfg: dict = dict(type='GELU'),
+                 norm_cfg: dict = dict(type='LN'), attn_scale: bool = False,
+                 feat_scale: bool = False, msa_adaptor: Optional[dict] = None,
+                 mlp_adaptor: Optional[dict] = None, replace_attention: bool = False,
+                 aug_shortcut: Optional[dict] = None, init_cfg: Optional[dict] = None):
         if replace_attention and msa_adaptor is None:
             raise ValueError('replace_attention=True needs an msa_adaptor (the step size that '
                              "takes the attention's place), got msa_adaptor=None; expected e.g. "
@@ -215,7 +221,7 @@ class StepTransformerEncoderLayer(StepBlock, TransformerEncoderLayer):
                                 measurable=self.aug_scale == 1.0)
         return x_next * self.aug_scale if self.aug_scale != 1.0 else x_next
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
         if self._plain_msa:
             x = x + self.attn(h)
@@ -268,10 +274,13 @@ class StepViT(VisionTransformer):
     :func:`mmstiff.models.layers.attn_scale.record_attention_maps`.
     """
 
-    def __init__(self, arch='base', attn_scale_layers=None, feat_scale_layers=None,
-                 msa_adaptor=None, msa_adaptor_layers='all', mlp_adaptor=None,
-                 mlp_adaptor_layers='all', replace_attention_layers=None, aug_shortcut=None,
-                 aug_shortcut_layers='all', fused='auto', **kwargs):
+    def __init__(self, arch: Union[str, dict] = 'base', attn_scale_layers: LayerSelection = None,
+                 feat_scale_layers: LayerSelection = None, msa_adaptor: Optional[dict] = None,
+                 msa_adaptor_layers: LayerSelection = 'all', mlp_adaptor: Optional[dict] = None,
+                 mlp_adaptor_layers: LayerSelection = 'all',
+                 replace_attention_layers: LayerSelection = None,
+                 aug_shortcut: Optional[dict] = None, aug_shortcut_layers: LayerSelection = 'all',
+                 fused: Fused = 'auto', **kwargs):
         self.fused = check_fused(fused)
         msa_adaptor = resolve_adaptor(msa_adaptor, 'msa_adaptor')
         mlp_adaptor = resolve_adaptor(mlp_adaptor, 'mlp_adaptor')
@@ -300,7 +309,7 @@ class StepViT(VisionTransformer):
         if self.frozen_stages > 0:
             self._freeze_stages()
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'StepViT':
         """Upstream ``train``, returning the module as ``nn.Module.train`` does (mmpretrain's
         ``BaseBackbone.train`` returns None)."""
         super().train(mode)

@@ -16,6 +16,9 @@ reads ``x_t``) therefore lives inside the block: use ``mmstiff.DetStepResNet`` (
 ``mmstiff.StepResNet`` (classification), which also work for BasicBlock depths 18 and 34,
 where mmdet accepts no plugins at all.
 """
+from typing import Optional
+
+import torch
 from mmengine.model import BaseModule
 
 from mmstiff.models.steps import StepNetAdaptor, build_adaptor, resolve_adaptor
@@ -39,7 +42,8 @@ class StepPlugin(BaseModule):
 
     _abbr_ = 'step_plugin'
 
-    def __init__(self, in_channels, adaptor=dict(type='mmstiff.SEAdaptor'), init_cfg=None):
+    def __init__(self, in_channels: int, adaptor: dict = dict(type='mmstiff.SEAdaptor'),
+                 init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if adaptor is None:
             raise ValueError("adaptor=None is not supported; expected a dict with a 'type', "
@@ -51,6 +55,6 @@ class StepPlugin(BaseModule):
                              "with adaptor=dict(type='mmstiff.StepNetAdaptor') instead")
         self.step_adaptor = build_adaptor(resolved, in_channels, 'nchw')
 
-    def forward(self, f):
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
         step = self.step_adaptor(None, f)
         return step * f

@@ -1,8 +1,11 @@
 """Which layers of a backbone a per-layer switch selects (``None``, ``'all'`` or indices)."""
+from typing import FrozenSet
+
 from mmstiff.utils.checks import check_indices
+from .types import LayerSelection
 
 
-def select_layers(field, value, num_layers):
+def select_layers(field: str, value: LayerSelection, num_layers: int) -> FrozenSet[int]:
     """Turn ``None`` | ``'all'`` | a sequence of layer indices into a frozenset of indices.
 
     Negative indices count from the end (``-1`` is the last layer).
