@@ -68,6 +68,4 @@ def test_the_check_finds_each_missing_annotation():
                      '    def __repr__(self): ...\n'
                      'class _Hidden:\n'
                      '    def forward(self, x): ...\n')
-    assert untyped_api(tree) == [
-        'step(x)', 'Block.__init__(channels)', 'Block.forward -> return'
-    ]
+    assert untyped_api(tree) == ['step(x)', 'Block.__init__(channels)', 'Block.forward -> return']

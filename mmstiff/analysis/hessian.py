@@ -55,12 +55,12 @@ class HessianEigenvalues(NamedTuple):
 
 
 @contextlib.contextmanager
-def double_backward_kernels():
+def double_backward_kernels(*models):
     """Run the kernels that have a double backward inside: ``scaled_dot_product_attention``'s
-    math kernel (the fused flash and memory-efficient kernels have none) and the residual
-    blocks' reference step (the fused step's backward passes are not differentiable:
-    :mod:`mmstiff.utils.reference_steps`)."""
-    with reference_steps():
+    math kernel (the fused flash and memory-efficient kernels have none) and, in the residual
+    blocks of ``models``, the reference step (the fused step's backward passes are not
+    differentiable: :mod:`mmstiff.utils.reference_steps`)."""
+    with reference_steps(*models):
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
         except ImportError:  # pragma: no cover - torch < 2.3

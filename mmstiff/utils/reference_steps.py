@@ -2,32 +2,28 @@
 
 The fused step's autograd Functions (docs/methods.md §0, "The fused step") have first
 derivatives only: their backward passes refuse to build a graph (:func:`first_order`). Code
-that needs second derivatives runs the model inside :func:`reference_steps`, which computes
+that needs second derivatives runs the model inside ``reference_steps(model)``, which computes
 the same values through PyTorch's own operators. Models and the analysis meet here, in the
 lowest layer, so neither imports the other.
 """
 import functools
 from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
-_DEPTH = [0]  # the enclosing reference_steps() blocks that name no module
-
 
 @contextmanager
-def reference_steps(*modules):
+def reference_steps(*modules: torch.nn.Module) -> Iterator[None]:
     """Within the block, the step blocks of ``modules`` take the reference step (their
-    ``take_step`` is its ``reference``, restored after). Without modules, every fused step
-    of the process takes it: the form for callers that hold no model (the Hessian tools)."""
+    ``take_step`` is its ``reference``, restored after); other models keep theirs."""
     blocks = [m for module in modules for m in module.modules() if 'take_step' in m.__dict__]
     saved = [m.take_step for m in blocks]
-    _DEPTH[0] += not modules
     try:
         for m in blocks:
             m.take_step = getattr(m.take_step, 'reference', m.take_step)
         yield
     finally:
-        _DEPTH[0] -= not modules
         for m, step in zip(blocks, saved):
             m.take_step = step
 
@@ -38,11 +34,6 @@ def exporting() -> bool:
     layers their unfolded scales, whatever ``fused`` says."""
     return torch.jit.is_scripting() or torch.jit.is_tracing() \
         or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
-
-
-def reference_steps_forced():
-    """Whether a :func:`reference_steps` block without modules is open."""
-    return _DEPTH[0] > 0
 
 
 def first_order(backward):
@@ -58,7 +49,7 @@ def first_order(backward):
             raise RuntimeError(
                 f'{backward.__qualname__.split(".")[0]}: the fused residual step has no second '
                 'derivative, and this backward pass builds a graph (create_graph=True); run '
-                'the model inside mmstiff.utils.reference_steps.reference_steps() (the '
+                'the model inside mmstiff.utils.reference_steps.reference_steps(model) (the '
                 "Hessian tools and hooks do), or build it with fused=False")
         return backward(ctx, *grads)
 

@@ -13,8 +13,8 @@ from step_calls import residual_update  # tests/
 from mmstiff.models.backbones import StepResNet, StepViT
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, choose_step, forced_step_kernels,
                                   reference_step, set_fused)
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 
 pytestmark = pytest.mark.cuda
 STEPNET = dict(type='mmstiff.StepNetAdaptor')
@@ -169,7 +169,7 @@ def test_fused_vit_equals_reference(dtype):
 def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
     import copy
 
-    from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
+    from mmstiff.models.steps.fused.triton_stepnet_phi import TritonPhiKernels
     torch.manual_seed(0)
     reference = StepNetAdaptor(64).cuda().train()
     reference.norm.momentum = momentum

@@ -11,7 +11,7 @@ import torch.nn as nn
 from mmstiff.models.backbones import (AlterNet, CaiT, PreActStepResNet, StepResNet,
                                       StepResNet_CIFAR, StepSwin, StepViT)
 from mmstiff.models.steps import reference_step
-from mmstiff.models.steps.fused_step import FusedStep
+from mmstiff.models.steps.fused import FusedStep
 
 onnx = pytest.importorskip('onnx', reason='needs onnx (the tests requirements)')
 ort = pytest.importorskip('onnxruntime', reason='needs onnxruntime (the tests requirements)')
@@ -117,7 +117,7 @@ def test_under_export_a_fused_block_takes_the_reference_step(tmp_path, monkeypat
     """The fused step's passes are not traced into the graph: no autograd Function of theirs
     runs while ``torch.onnx.export`` or ``torch.export`` traces, and the graph computes the
     eager values."""
-    from mmstiff.models.steps import fused_step
+    from mmstiff.models.steps.fused import step as fused_step
     model, images = _model('resnet-se', True)
     calls = []
     apply = fused_step.EulerUpdate.apply

@@ -39,7 +39,7 @@ BACKBONES = {
 }
 
 #: the comparisons run in float64: the fused step sums in another order than the reference
-#: (the folded BN's statistics and backward, mmstiff.models.steps.norm_fold), and in float32
+#: (the folded BN's statistics and backward, mmstiff.models.steps.fused.fold), and in float32
 #: both are as far from the float64 values as from each other (a conv weight's gradient, a sum
 #: over the batch and the map, up to 1e-4 relative)
 DTYPE = torch.float64
@@ -237,7 +237,7 @@ def test_compiled_fused_backbone_is_one_graph_equal_to_the_reference(name, monke
     the autograd Functions, equal to the eager reference."""
     import torch._dynamo
 
-    from mmstiff.models.steps import fused_step
+    from mmstiff.models.steps.fused import step as fused_step
     folded = []
 
     def counted(*args, **kwargs):

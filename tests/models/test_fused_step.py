@@ -5,9 +5,11 @@ import torch.nn as nn
 from step_calls import residual_update  # tests/
 
 from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, check_fused, choose_step, reference_step
-from mmstiff.models.steps.fused_step import EulerUpdate, FusedStep, PoolStates
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.triton_step import HAS_TRITON, TritonStepKernels
+from mmstiff.models.steps.fused.pool import PoolStates
+from mmstiff.models.steps.fused.step import FusedStep
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.triton_step import HAS_TRITON, TritonStepKernels
+from mmstiff.models.steps.fused.update import EulerUpdate
 
 SHAPES = {'nchw': (3, 8, 5, 4), 'nlc': (3, 7, 8)}
 ADAPTORS = {

@@ -15,7 +15,7 @@ from step_calls import residual_update  # tests/
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.models.backbones import PreActStepResNet, StepResNet, StepResNet_CIFAR, StepViT
 from mmstiff.models.steps import StepNetAdaptor, set_fused
-from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 from mmstiff.utils.step_sums import (StepSums, StepSumsRequest, close_step_sums, is_step_block,
                                      open_step_sums)
 

@@ -19,7 +19,7 @@ import mmstiff.models
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.models.backbones import StepResNet, StepViT
 from mmstiff.models.steps import forced_step_kernels, set_fused
-from mmstiff.models.steps.step_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 from mmstiff.utils.reference_steps import reference_steps
 
 ROOT = Path(mmstiff.models.__file__).parent

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from step_calls import residual_update  # tests/
 
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, fused_step
-from mmstiff.models.steps.fused_step import NormMoments
-from mmstiff.models.steps.norm_fold import (TorchFoldKernels, batch_moments, foldable_norm,
-                                            norm_affine)
-from mmstiff.models.steps.step_kernels import TorchStepKernels, folded_grads
+from mmstiff.models.steps import SEAdaptor, StepNetAdaptor
+from mmstiff.models.steps.fused import step as fused_step
+from mmstiff.models.steps.fused.fold import (NormMoments, TorchFoldKernels, batch_moments,
+                                             foldable_norm, norm_affine)
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels, folded_grads
 
 F64 = dict(dtype=torch.float64)
 
@@ -125,8 +125,8 @@ def test_folded_step_equals_the_bn_module(adaptor_cls, name, monkeypatch):
     x, y = torch.randn(4, 6, 5, 3, **F64), 2 * torch.randn(4, 6, 5, 3, **F64) + 1
     expected = _run_step(copy.deepcopy(adaptor), copy.deepcopy(norm), x, y, False)
     folds = []
-    apply = fused_step.NormMoments.apply
-    monkeypatch.setattr(fused_step.NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
+    apply = NormMoments.apply
+    monkeypatch.setattr(NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
     got = _run_step(adaptor, norm, x, y, True)
     assert len(folds) == 2  # the fused step took the norm over, both times
     assert len(got) == len(expected)
@@ -235,7 +235,7 @@ def test_the_folded_backward_is_the_triton_passes_alone(train):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from mmstiff.apis.benchmark import counting_kernels
-    from mmstiff.models.steps.triton_step import TritonStepKernels
+    from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 
     not_computing = {
         'empty', 'empty_like', 'empty_strided', 'expand', 'view', 'as_strided', 'alias', 'detach',

@@ -2,7 +2,7 @@
 
 The PyTorch passes (the reference of the Triton kernels, tests/models/test_triton_step.py) give
 the adaptor's Δ and every gradient of its own modules, the hand-written backward passes
-``gradcheck``, and where :func:`se_phi_mode` refuses, the modules run. Outside a fused step the
+``gradcheck``, and where :func:`se_phi_applies` refuses, the modules run. Outside a fused step the
 two matrix products of :func:`se_excitation` give what the units give, and hooked or other
 units are called.
 """
@@ -14,9 +14,11 @@ import torch.nn as nn
 from fused_backbone_pair import backbone_pair  # tests/
 
 from mmstiff.models.steps import SEAdaptor
-from mmstiff.models.steps.se_phi import SEPhi, TorchSEPhiKernels, plain_units, se_phi_mode
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import TorchPhiKernels
+from mmstiff.models.steps.fused import FusedPhi
+from mmstiff.models.steps.fused.se_phi import SEPhi, TorchSEPhiKernels, se_phi_applies
+from mmstiff.models.steps.fused.stepnet_phi import TorchPhiKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
+from mmstiff.models.steps.se import plain_units
 
 
 def _adaptor(channels=32, start='paper', **kwargs):
@@ -36,7 +38,8 @@ def _run(adaptor, kernels, p):
         step = adaptor.conv2(adaptor.conv1(p[:, :, None, None])) * adaptor.step_scale
         step = step.view(-1, 1, adaptor.channels) if adaptor.layout == 'nlc' else step
     else:
-        step = adaptor.step_from_pooled(None, p, phi=kernels)
+        phi = None if kernels is None else FusedPhi(kernels)
+        step = adaptor.step_from_pooled(None, p, phi=phi)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     return [step, *torch.autograd.grad((step * weights).sum(), [p, *adaptor.parameters()])]
 
@@ -46,7 +49,7 @@ def _run(adaptor, kernels, p):
 def test_torch_se_phi_equals_the_adaptor_modules(start, layout, batch):
     reference = _adaptor(start=start, layout=layout)
     fused = copy.deepcopy(reference)
-    assert se_phi_mode(fused, batch, TorchSEPhiKernels)
+    assert se_phi_applies(fused, batch, TorchSEPhiKernels)
     torch.manual_seed(1)
     p = torch.randn(batch, 32)
     expected, got = _run(reference, 'units', p), _run(fused, TorchSEPhiKernels, p)
@@ -132,11 +135,10 @@ def test_the_hand_written_passes_equal_autograd_of_the_formula():
         torch.testing.assert_close(b, a)
 
 
-def test_se_phi_mode_leaves_other_adaptors_to_their_modules():
+def test_se_phi_applies_leaves_other_adaptors_to_their_modules():
     kernels = TorchSEPhiKernels
-    assert se_phi_mode(_adaptor(), 4, kernels)
-    assert not se_phi_mode(_adaptor(), 4, None)
-    assert not se_phi_mode(_adaptor(), 4, TorchPhiKernels)  # StepNet's passes only
+    assert se_phi_applies(_adaptor(), 4, kernels)
+    assert not se_phi_applies(_adaptor(), 4, TorchPhiKernels)  # StepNet's passes only
     hooked = [_adaptor() for _ in range(3)]
     hooked[0].conv1.register_forward_hook(lambda *args: None)
     hooked[1].conv2.conv.register_forward_pre_hook(lambda *args: None)
@@ -144,15 +146,15 @@ def test_se_phi_mode_leaves_other_adaptors_to_their_modules():
     other_unit = _adaptor()
     other_unit.conv2.activate = nn.Hardsigmoid()
     for adaptor in hooked + [other_unit]:
-        assert not se_phi_mode(adaptor, 4, kernels), adaptor
+        assert not se_phi_applies(adaptor, 4, kernels), adaptor
 
     class Small(TorchSEPhiKernels):
         SE_MAX_BATCH = 4
 
-    assert se_phi_mode(_adaptor(), 4, Small) and not se_phi_mode(_adaptor(), 5, Small)
+    assert se_phi_applies(_adaptor(), 4, Small) and not se_phi_applies(_adaptor(), 5, Small)
     handle = nn.modules.module.register_module_forward_hook(lambda *args: None)
     try:
-        assert not se_phi_mode(_adaptor(), 4, kernels)
+        assert not se_phi_applies(_adaptor(), 4, kernels)
     finally:
         handle.remove()
 

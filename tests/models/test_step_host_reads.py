@@ -53,7 +53,7 @@ def test_a_train_step_reads_nothing_back_to_the_host(name, path, monkeypatch):
     _train_step(backbone, images, optimizer)  # the first step: the optimiser's state
     kernels = None
     if path == 'triton-launchers':
-        from mmstiff.models.steps.triton_step import TritonStepKernels
+        from mmstiff.models.steps.fused.triton_step import TritonStepKernels
         kernels = counting_kernels(TritonStepKernels())
     with no_host_reads(monkeypatch), HostReadOps() as ops:
         if kernels is None:

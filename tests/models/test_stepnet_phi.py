@@ -2,7 +2,8 @@
 
 The PyTorch passes (the reference of the Triton kernels, tests/models/test_triton_step.py) give
 the adaptor's Δ, every gradient and the BN buffers of the adaptor's own modules, and the
-hand-written backward passes ``gradcheck``; where :func:`phi_mode` refuses, the modules run.
+hand-written backward passes ``gradcheck``; where :func:`stepnet_phi_applies` refuses, the
+modules run.
 """
 import copy
 
@@ -12,8 +13,10 @@ import torch.nn as nn
 from fused_backbone_pair import backbone_pair  # tests/
 
 from mmstiff.models.steps import StepNetAdaptor
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import StepNetPhi, TorchPhiKernels, phi_mode
+from mmstiff.models.steps.fused import FusedPhi
+from mmstiff.models.steps.fused.stepnet_phi import (StepNetPhi, TorchPhiKernels, start_phi_call,
+                                                    stepnet_phi_applies)
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 
 #: (momentum, adaptor in train mode, its BN in train mode, batch)
 MODES = [(0.1, True, True, 5), (None, True, True, 5), (0.1, False, False, 5), (0.1, True, False, 5),
@@ -37,8 +40,9 @@ def _adaptor(momentum, start='paper', **kwargs):
 def _run(adaptor, kernels, u, p, calls=2):
     """Δ of the last of ``calls`` calls, the gradients of (u, p, parameters) and the buffers."""
     u, p = u.clone().requires_grad_(), p.clone().requires_grad_()
+    phi = None if kernels is None else FusedPhi(kernels)
     for _ in range(calls):
-        step = adaptor.step_from_pooled(u, p, phi=kernels)
+        step = adaptor.step_from_pooled(u, p, phi=phi)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     grads = torch.autograd.grad((step * weights).sum(), [u, p, *adaptor.parameters()])
     return [step, *grads, *[b.clone() for b in adaptor.buffers()]]
@@ -51,8 +55,7 @@ def assert_phi_equals_modules(kernels, momentum, train, norm_train, batch, start
     fused = copy.deepcopy(reference)
     torch.manual_seed(1)
     u, p = torch.randn(batch, 6), torch.randn(batch, 6)
-    assert phi_mode(fused, batch, kernels) is not None
-    fused.norm.num_batches_tracked.sub_(int(norm_train and batch > 1))  # phi_mode counted one
+    assert stepnet_phi_applies(fused, batch, kernels)
     expected = _run(reference, None, u, p)
     got = _run(fused, kernels, u, p)
     for a, b in zip(expected, got):
@@ -82,10 +85,22 @@ def test_phi_backward_passes_gradcheck(batch_stats):
     assert torch.autograd.gradcheck(phi, args)
 
 
-def test_phi_mode_leaves_other_adaptors_to_their_modules():
+def test_starting_a_phi_call_counts_it_in_the_bn_as_its_forward_would():
+    adaptor = _adaptor(0.1).train()
+    assert start_phi_call(adaptor, 4) == (True, 0.1)
+    assert int(adaptor.norm.num_batches_tracked) == 1
+    cumulative = _adaptor(None).train()
+    assert start_phi_call(cumulative, 4) == (True, 1.0)
+    assert start_phi_call(cumulative, 4) == (True, 0.5)  # 1 / num_batches_tracked
+    for adaptor, batch in ((_adaptor(0.1).eval(), 4), (_adaptor(0.1).train(), 1)):
+        assert start_phi_call(adaptor, batch) == (False, None)  # the running statistics
+        assert int(adaptor.norm.num_batches_tracked) == 0
+
+
+def test_stepnet_phi_applies_only_where_it_computes_what_the_modules_do():
     kernels = TorchPhiKernels
-    assert phi_mode(_adaptor(0.1).train(), 4, kernels) == (True, 0.1)
-    assert phi_mode(_adaptor(0.1).eval(), 4, kernels) == (False, None)
+    assert stepnet_phi_applies(_adaptor(0.1).train(), 4, kernels)
+    assert stepnet_phi_applies(_adaptor(0.1).eval(), 4, kernels)
     refused = [
         _adaptor(0.1, groups=2),
         _adaptor(0.1, norm='iebn'),
@@ -101,11 +116,11 @@ def test_phi_mode_leaves_other_adaptors_to_their_modules():
     one = _adaptor(0.1).eval()
     one.norm.train()  # a batch of one in a train-mode BN of an eval-mode adaptor
     for adaptor in refused:
-        assert phi_mode(adaptor.train(), 4, kernels) is None, adaptor
-    assert phi_mode(one, 1, kernels) is None
+        assert not stepnet_phi_applies(adaptor.train(), 4, kernels), adaptor
+    assert not stepnet_phi_applies(one, 1, kernels)
     handle = nn.modules.module.register_module_forward_hook(lambda *args: None)
     try:
-        assert phi_mode(_adaptor(0.1).train(), 4, kernels) is None
+        assert not stepnet_phi_applies(_adaptor(0.1).train(), 4, kernels)
     finally:
         handle.remove()
 

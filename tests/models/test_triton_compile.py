@@ -83,7 +83,7 @@ def test_large_batches_a_column_program_holds_compile_without_spills(batch, dtyp
     """StepNet's and the folded BN's (B, C) passes hold a block of channels over the whole batch:
     at 256 and 512 samples (8 and 4 channels a program; 8 warps, 16 for StepNet's backward) and
     at :attr:`ColumnKernels.MAX_BATCH` (one channel a program) they still fit."""
-    from mmstiff.models.steps.triton_columns import ColumnKernels
+    from mmstiff.models.steps.fused.triton_columns import ColumnKernels
     assert ColumnKernels.MAX_BATCH == 2048
     launches = [
         (fn, args, kwargs)

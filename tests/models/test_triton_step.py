@@ -17,14 +17,16 @@ from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norm
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, forced_step_kernels, set_fused
-from mmstiff.models.steps.fused_step import EulerUpdate, PoolStates
-from mmstiff.models.steps.norm_fold import TorchFoldKernels
-from mmstiff.models.steps.se_phi import TorchSEPhiKernels
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.triton_adaptor import TritonPhiKernels
-from mmstiff.models.steps.triton_fold import TritonFoldKernels
-from mmstiff.models.steps.triton_se import TritonSEPhiKernels
-from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused import FusedPhi
+from mmstiff.models.steps.fused.fold import TorchFoldKernels
+from mmstiff.models.steps.fused.pool import PoolStates
+from mmstiff.models.steps.fused.se_phi import TorchSEPhiKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.triton_fold import TritonFoldKernels
+from mmstiff.models.steps.fused.triton_se_phi import TritonSEPhiKernels
+from mmstiff.models.steps.fused.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused.triton_stepnet_phi import TritonPhiKernels
+from mmstiff.models.steps.fused.update import EulerUpdate
 from mmstiff.utils.triton_launch import as_bnc
 
 interpreted = interpreted_in('test_kernels_in_the_interpreter')
@@ -187,7 +189,8 @@ def test_triton_phi_equals_the_adaptor_modules(momentum, train, norm_train, batc
     for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):  # the running statistics blend twice
-            step = adaptor.step_from_pooled(uu, pp, phi=kernels)
+            phi = None if kernels is None else FusedPhi(kernels)
+            step = adaptor.step_from_pooled(uu, pp, phi=phi)
         weights = torch.linspace(-1, 1, step.numel()).view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])

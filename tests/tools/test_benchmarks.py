@@ -222,7 +222,7 @@ def test_compile_model_marks_each_step_only_under_cuda_graphs(monkeypatch):
 
 
 def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypatch):
-    from mmstiff.models.steps import fused_step
+    from mmstiff.models.steps.fused.fold import NormMoments
     bench = load_script('tools/benchmark/bench_step_resnet.py')
     args = bench.parse_args(['--fused', 'all', '--base-channels', '2'])
     builders = bench.model_builders(args)
@@ -236,8 +236,8 @@ def test_fused_all_times_the_fused_step_with_and_without_the_folded_bn(monkeypat
     assert blocks and not any(b.fold_norm for b in blocks) and blocks[0].fused is True
     folded.load_state_dict(unfolded.state_dict())
     folds = []  # the folded step pools y's moments; the unfolded one never does
-    apply = fused_step.NormMoments.apply
-    monkeypatch.setattr(fused_step.NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
+    apply = NormMoments.apply
+    monkeypatch.setattr(NormMoments, 'apply', lambda *a: folds.append(1) or apply(*a))
     images = torch.randn(2, 3, 32, 32)
     expected = unfolded(images)
     assert folds == []
@@ -250,7 +250,7 @@ def test_fused_every_adds_the_fused_step_on_pytorch_passes(monkeypatch):
     would take (here inside a forced Triton stand-in set, which they override), with the
     reference's values."""
     from mmstiff.models.steps import forced_step_kernels
-    from mmstiff.models.steps.step_kernels import TorchStepKernels
+    from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
     bench = load_script('tools/benchmark/bench_step_resnet.py')
     builders = bench.model_builders(bench.parse_args(['--fused', 'every', '--base-channels', '2']))
     assert len(builders) == 12 and list(builders)[3] == 'ResNet-50 fused, PyTorch passes'
@@ -506,7 +506,7 @@ def test_bench_kernels_tiles_are_checked_and_forced(monkeypatch):
     with pytest.raises(SystemExit):
         bench.parse_args(['--tiles', '64x48'])
     import mmstiff.analysis.triton_sums as sums
-    import mmstiff.models.steps.triton_step as step
+    import mmstiff.models.steps.fused.triton_step as step
     with bench.forced_tile((8, 32)):
         assert step.state_blocks(3136, 256, 1, 3136) == (8, 32)
         assert sums.state_blocks(49, 2048, 2048, 1) == (8, 32)
@@ -528,7 +528,7 @@ def test_bench_kernels_warps_are_checked_and_forced(monkeypatch):
         bench.parse_args(['--warps', '6'])
     import mmstiff.analysis.triton_spectrum as spectrum
     import mmstiff.analysis.triton_sums as sums
-    import mmstiff.models.steps.triton_step as step
+    import mmstiff.models.steps.fused.triton_step as step
     modules = (step, sums, spectrum)
     with bench.forced_warps(2):
         assert [m.tile_warps(1024, 2) for m in modules] == [2, 2, 2]

@@ -108,7 +108,7 @@ def analyse(args, model, batches, decays):
     generator = torch.Generator().manual_seed(args.seed)
     results = []
     for data in batches:
-        with preserved_buffers(model), double_backward_kernels():
+        with preserved_buffers(model), double_backward_kernels(model):
             loss = training_loss(model, data) + l2_penalty(params, decays)
             found = hessian_eigenvalues(loss, params, args.top_k, args.most_negative, args.max_iter,
                                         args.tol, generator, args.method, args.lanczos_steps)
@@ -117,7 +117,7 @@ def analyse(args, model, batches, decays):
         if args.most_negative:
             entry['most_negative'] = finite(found.most_negative)
         if args.trace_samples or args.density_runs:
-            with preserved_buffers(model), double_backward_kernels():
+            with preserved_buffers(model), double_backward_kernels(model):
                 entry.update(whole_spectrum(args, model, data, params, decays, generator))
         results.append(entry)
     model.eval()

@@ -50,7 +50,7 @@ from mmstiff.apis.cli import positive_int
 from mmstiff.utils.triton_launch import HAS_TRITON, state_blocks, tile_warps
 
 #: the modules whose launchers pick their tiles with ``state_blocks``
-TILED_MODULES = ('mmstiff.models.steps.triton_step', 'mmstiff.analysis.triton_sums',
+TILED_MODULES = ('mmstiff.models.steps.fused.triton_step', 'mmstiff.analysis.triton_sums',
                  'mmstiff.analysis.triton_spectrum')
 #: the largest tile a candidate may have (elements per program and tensor)
 MAX_TILE = 16384
@@ -158,7 +158,7 @@ def kernel_sets(device):
     interpreter on the CPU)."""
     sets = {'PyTorch': TorchKernelSet()}
     if HAS_TRITON and (device.type == 'cuda' or os.environ.get('TRITON_INTERPRET') == '1'):
-        from mmstiff.models.steps.triton_step import TritonStepKernels
+        from mmstiff.models.steps.fused.triton_step import TritonStepKernels
         sets['Triton'] = TritonStepKernels()
     return sets
 

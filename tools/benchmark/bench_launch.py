@@ -38,10 +38,10 @@ import torch
 
 from mmstiff.apis.benchmark import counting_kernels, synchronize
 from mmstiff.apis.cli import positive_int
-from mmstiff.models.steps.norm_fold import TorchFoldKernels
-from mmstiff.models.steps.se_phi import TorchSEPhiKernels
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.stepnet_phi import TorchPhiKernels
+from mmstiff.models.steps.fused.fold import TorchFoldKernels
+from mmstiff.models.steps.fused.se_phi import TorchSEPhiKernels
+from mmstiff.models.steps.fused.stepnet_phi import TorchPhiKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 from mmstiff.utils.triton_launch import HAS_TRITON
 
 #: the columns: the kernel sets a pass is timed on
@@ -50,7 +50,7 @@ COLUMNS = ('PyTorch passes', 'Triton', 'Triton stand-ins')
 
 class TorchAdaptorKernels(TorchPhiKernels, TorchSEPhiKernels):
     """The adaptors' (B, C) passes in PyTorch, StepNet's and SE's in one set, as
-    :class:`~mmstiff.models.steps.triton_step.TritonAdaptorKernels` holds Triton's."""
+    :class:`~mmstiff.models.steps.fused.triton_step.TritonAdaptorKernels` holds Triton's."""
 
 
 class TorchKernelSet(TorchStepKernels):
@@ -65,7 +65,7 @@ def kernel_sets(device):
     """``{column: kernel set}`` of the columns this device runs (Triton's only on CUDA)."""
     sets = {'PyTorch passes': TorchKernelSet()}
     if HAS_TRITON:
-        from mmstiff.models.steps.triton_step import TritonStepKernels
+        from mmstiff.models.steps.fused.triton_step import TritonStepKernels
         if device.type == 'cuda':
             sets['Triton'] = TritonStepKernels()
         sets['Triton stand-ins'] = counting_kernels(TritonStepKernels())

@@ -34,7 +34,7 @@ the time of such a run means anything.
 ``--se-units`` adds the row ``SE-ResNet-50, units called``: the reference step with each SE
 adaptor calling its two 1×1 convolution units on the pooled (B, C, 1, 1) map, where the plain
 units otherwise compute the same Δ as two matrix products
-(:func:`~mmstiff.models.steps.se_phi.se_excitation`).
+(:func:`~mmstiff.models.steps.se.se_excitation`).
 
 ``--compile`` wraps every model in ``torch.compile`` (what MMEngine's ``compile=True`` does to
 a model) and compares the compiled models; the first warm-up step of each compiles it, untimed.
@@ -64,8 +64,8 @@ from mmstiff.apis.benchmark import AMP_DTYPES, compare_models, counting_kernels
 from mmstiff.apis.cli import add_compile_argument, check_compile_warmup
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import SEAdaptor, forced_step_kernels
-from mmstiff.models.steps.step_kernels import TorchStepKernels
-from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
+from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 
 VARIANTS = {
     'ResNet-50': None,
@@ -111,7 +111,7 @@ class Classifier(nn.Module):
 
 class UnitSigmoid(nn.Sigmoid):
     """``nn.Sigmoid`` under a type of its own: an SE adaptor whose excitation unit has it is
-    not plain (:func:`~mmstiff.models.steps.se_phi.plain_units`) and calls its units."""
+    not plain (:func:`~mmstiff.models.steps.se.plain_units`) and calls its units."""
 
 
 def with_units_called(model):

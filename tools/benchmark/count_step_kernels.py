@@ -45,7 +45,7 @@ from mmstiff.apis.benchmark import counting_analysis_kernels, counting_kernels
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.models.backbones import StepResNet
 from mmstiff.models.steps import forced_step_kernels
-from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 
 VARIANTS = {
     'ResNet-50': None,

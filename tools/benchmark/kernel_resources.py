@@ -38,7 +38,7 @@ from mmstiff.tool_main import run_tool  # first: a missing torch is one error li
 import torch
 
 from mmstiff.analysis import triton_spectrum, triton_sums
-from mmstiff.models.steps.triton_step import TritonStepKernels
+from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 from mmstiff.utils.triton_launch import HAS_TRITON
 
 DTYPES = {torch.float32: 'fp32', torch.float16: 'fp16', torch.bfloat16: 'bf16'}

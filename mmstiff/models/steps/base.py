@@ -87,7 +87,8 @@ class StepAdaptor(BaseModule):
         """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
         ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself (f
         is then None where the fused step folded the branch's last BN and never formed f),
-        and ``phi``, the fused step's kernels for its (B, C) arithmetic (None: its modules)."""
+        and ``phi``, the fused step's ``phi(adaptor, state, residual)``, which computes Δ in its
+        own passes where it can (None there, or no ``phi``: the adaptor's modules compute)."""
         if not self.from_pooled:  # pragma: no cover - abstract
             raise NotImplementedError
         if pooled is None:
@@ -99,8 +100,8 @@ class StepAdaptor(BaseModule):
 
     def step_from_pooled(self, state, residual, phi=None):  # pragma: no cover - abstract
         """Δ_t (broadcastable against ``f``) from the (B, C) means of x_t (None where
-        :attr:`pools_state` is False) and of f over the pooled axes; ``phi``: kernels for the
-        (B, C) arithmetic, which an adaptor may use (None: its modules)."""
+        :attr:`pools_state` is False) and of f over the pooled axes; ``phi``: the fused step's
+        computation of Δ, which an adaptor may ask first (:meth:`forward`)."""
         raise NotImplementedError
 
     def reset_start(self):

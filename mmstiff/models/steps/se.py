@@ -14,14 +14,18 @@ halves every residual branch of a plain pretrained backbone the adaptor is graft
 ``b2 = 0``, so Δ ≡ 1 exactly and the adapted network starts as the plain one (docs/methods.md
 §3, "Starting from a plain checkpoint").
 """
+from typing import Callable, Optional, Tuple
+
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import ConvModule
 from mmpretrain.models.utils import make_divisible
 
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
-from .se_phi import SEPhi, plain_units, se_excitation, se_phi_mode, unit_weights
+from .hooked import hooked
 
 
 @MODELS.register_module()
@@ -74,19 +78,18 @@ class SEAdaptor(StepAdaptor):
 
     from_pooled = True
 
-    def step_from_pooled(self, state, residual, phi=None):
+    def step_from_pooled(self, state: Optional[torch.Tensor], residual: torch.Tensor,
+                         phi: Optional[Callable] = None) -> torch.Tensor:
         """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read.
 
-        With ``phi``, kernels that have SE's (B, C) passes (the fused step's), one computation
-        each way where :func:`~mmstiff.models.steps.se_phi.se_phi_mode` allows (docs/methods.md
-        §0); elsewhere two matrix products where the units are plain and unhooked
-        (:func:`~mmstiff.models.steps.se_phi.se_excitation`), else the units themselves.
+        ``phi(adaptor, state, residual)``, given by the fused step, computes Δ (B, C) in its own
+        passes where it can (else None). Otherwise plain, unhooked units compute as two matrix
+        products (:func:`se_excitation`), and other units through their modules.
         """
-        if se_phi_mode(self, residual.shape[0], phi):
-            step = SEPhi.apply(residual, *unit_weights(self), self.step_scale, phi)
-        elif plain_units(self):
+        step = None if phi is None else phi(self, state, residual)
+        if step is None and plain_units(self):
             step = se_excitation(residual, *unit_weights(self), self.step_scale)
-        else:
+        elif step is None:
             step = self.conv2(self.conv1(residual[:, :, None, None]))  # (B, C, 1, 1)
             step = step * self.step_scale if self.step_scale != 1.0 else step
         step = step.view(-1, self.channels, 1, 1)
@@ -97,3 +100,39 @@ class SEAdaptor(StepAdaptor):
     def extra_repr(self):
         return (f'channels={self.channels}, squeeze_channels={self.squeeze_channels}, '
                 f'start={self.start!r}, layout={self.layout!r}')
+
+
+def _plain_unit(unit: nn.Module, act: type) -> bool:
+    """Whether ``unit`` is a ConvModule of a biased 1×1 convolution followed by ``act`` only."""
+    conv = getattr(unit, 'conv', None)
+    return (type(unit) is ConvModule and type(conv) is nn.Conv2d and conv.bias is not None
+            and conv.groups == 1 and conv.kernel_size == (1, 1) and unit.norm_name is None
+            and not unit.with_spectral_norm and unit.order == ('conv', 'norm', 'act')
+            and type(unit.activate) is act)
+
+
+def plain_units(adaptor: SEAdaptor) -> bool:
+    """Whether ``adaptor``'s two units are a biased 1×1 convolution with ReLU, then Sigmoid,
+    and nothing else, with no hook on them (their hooks see what the modules compute): then
+    its Δ may be computed from their weights without calling them."""
+    units = (adaptor.conv1, adaptor.conv2)
+    if not (_plain_unit(adaptor.conv1, nn.ReLU) and _plain_unit(adaptor.conv2, nn.Sigmoid)):
+        return False
+    return not hooked(*units, *(m for unit in units for m in unit.children()))
+
+
+def unit_weights(adaptor: SEAdaptor) -> Tuple[torch.Tensor, ...]:
+    """``(W1, b1, W2, b2)`` of ``adaptor``'s units, the weights as (S, C) and (C, S) views."""
+    conv1, conv2 = adaptor.conv1.conv, adaptor.conv2.conv
+    return (conv1.weight.view(conv1.weight.shape[:2]), conv1.bias,
+            conv2.weight.view(conv2.weight.shape[:2]), conv2.bias)
+
+
+def se_excitation(p: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                  b2: torch.Tensor, scale: float) -> torch.Tensor:
+    """``Δ = scale · σ(W2 · relu(W1 · p + b1) + b2)`` (B, C) of ``p = GAP(f)`` (B, C) as two
+    matrix products: what the units compute on ``p`` as a (B, C, 1, 1) map, with autograd's
+    backward, without a convolution's overhead on a 1×1 map (docs/benchmarks.md, "SE's
+    excitation as matrix products")."""
+    step = torch.sigmoid(F.linear(F.linear(p, w1, b1).relu_(), w2, b2))
+    return step * scale if scale != 1.0 else step

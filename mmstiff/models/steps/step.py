@@ -1,7 +1,7 @@
 """The residual step ``x_{t+1} = act(x_t + Δ_t ⊙ f)`` and how a block holds it (docs/design.md).
 
 A step block (:class:`StepBlock`) computes its branch f and calls ``self.take_step``: the
-:func:`reference_step` below, or the fused step of :mod:`.fused_step` (imported only for a
+:func:`reference_step` below, or the fused step of :mod:`.fused` (imported only for a
 block with ``fused=True``). The choice is made when ``fused`` is set and when the block moves
 to a device, never per call; what a recorder or a tool needs from a step is an attribute of
 the block (``step_sums_request``) or an argument.
@@ -68,7 +68,7 @@ def choose_step(fused: object, device: torch.device, kernels: object = None,
     """
     if fused is False or (fused is not True and kernels is None):
         return reference_step
-    from .fused_step import FusedStep  # the fused path is imported only where it is taken
+    from .fused import FusedStep  # the fused path is imported only where it is taken
     return FusedStep.on(device, kernels, compiled=fused is True, layout=layout)
 
 

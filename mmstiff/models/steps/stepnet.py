@@ -17,6 +17,7 @@ exactly and the adapted network starts as the plain one (docs/methods.md §3, "S
 plain checkpoint").
 """
 from contextlib import contextmanager
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -27,7 +28,6 @@ from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
 from .norm import build_pooled_iebn, build_pooled_norm, distributed
-from .stepnet_phi import StepNetPhi, phi_mode
 
 NORMS = ('bn_ie', 'iebn')
 #: the paper's initial W_IE, b_IE
@@ -198,16 +198,18 @@ class StepNetAdaptor(StepAdaptor):
     from_pooled = True
     pools_state = True
 
-    def step_from_pooled(self, state, residual, phi=None):
+    def step_from_pooled(self, state: torch.Tensor, residual: torch.Tensor,
+                         phi: Optional[Callable] = None) -> torch.Tensor:
         """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``.
 
-        With ``phi``, kernels that have StepNet's (B, C) passes (the fused step's), one kernel
-        each way where :func:`~mmstiff.models.steps.stepnet_phi.phi_mode` allows
-        (docs/methods.md §0).
+        ``phi(adaptor, state, residual)``, given by the fused step, computes Δ (B, C) in its own
+        passes where it can (else None); otherwise the adaptor's modules compute it.
         """
-        step = None if phi is None else self._fused_phi(state, residual, phi)
+        step = None if phi is None else phi(self, state, residual)
         if step is None:
             step = self._phi(state, residual)
+        else:
+            step = step.view(step.shape[0], self.channels, 1, 1)
         if self.layout == 'nlc':
             return step.view(step.shape[0], 1, self.channels)
         return step
@@ -222,18 +224,6 @@ class StepNetAdaptor(StepAdaptor):
             z = torch.addcmul(self.ie_bias.view(1, -1, 1, 1), self.ie_weight.view(1, -1, 1, 1), z)
         step = torch.sigmoid(z)
         return step * self.step_scale if self.step_scale != 1.0 else step
-
-    def _fused_phi(self, u, residual, kernels):
-        """Δ (B, C, 1, 1) through :class:`StepNetPhi` on ``kernels``, or None where the
-        modules run."""
-        mode = phi_mode(self, u.shape[0], kernels)
-        if mode is None:
-            return None
-        norm = self.norm
-        step = StepNetPhi.apply(u, residual, self.conv.weight.view(self.channels, 2), norm.weight,
-                                norm.bias, self.ie_weight, self.ie_bias, norm.running_mean,
-                                norm.running_var, *mode, norm.eps, self.step_scale, kernels)
-        return step.view(step.shape[0], self.channels, 1, 1)
 
     def extra_repr(self):
         return (f'channels={self.channels}, groups={self.groups}, norm={self.norm_type!r}, '

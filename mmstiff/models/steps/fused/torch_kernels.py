@@ -2,7 +2,7 @@
 the fused step on the CPU and the reference of the Triton kernels (:mod:`.triton_step`).
 
 ``pool`` (the (B, C) means of x_t and f), ``moments`` (with y's variances, for the folded BN,
-:mod:`.norm_fold`) and ``moments_backward``, ``step`` (``act(shortcut + Δ ⊙ f)``, with
+:mod:`.fold`) and ``moments_backward``, ``step`` (``act(shortcut + Δ ⊙ f)``, with
 ``norm=(a, b)``: f is ``a ⊙ y + b``), ``measured_step`` (``step`` and the (B, C) sums of squares
 of ``x_{t+1} - x_t`` and x_t a recorder reads) and ``step_backward``. Every kernel set takes
 ``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes; this one has no
@@ -11,7 +11,7 @@ of ``x_{t+1} - x_t`` and x_t a recorder reads) and ``step_backward``. Every kern
 import torch
 
 from mmstiff.utils.layout import POOLED_AXES, pool_state
-from .base import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
+from ..base import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
 
 
 def wide(t):

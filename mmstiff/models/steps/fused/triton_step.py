@@ -1,5 +1,5 @@
 """Triton kernels of the fused step's full-size passes (docs/methods.md §0, "The fused step"):
-the passes of :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels`, one kernel each.
+the passes of :class:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels`, one kernel each.
 
 ``pool`` / ``moments`` read x_t and f (or y) once; ``step`` and ``measured_step`` write
 ``act(shortcut + Δ ⊙ f)`` (and the sums of squares a recorder reads); ``step_backward`` and
@@ -11,10 +11,10 @@ import torch
 
 from mmstiff.utils.triton_launch import (HAS_TRITON, as_bnc, cdiv, state_blocks, tile_warps, tl,
                                          triton)
-from .step_kernels import state_dtype
-from .triton_adaptor import TritonPhiKernels
+from ..base import state_dtype
 from .triton_fold import TritonFoldKernels
-from .triton_se import TritonSEPhiKernels
+from .triton_se_phi import TritonSEPhiKernels
+from .triton_stepnet_phi import TritonPhiKernels
 
 
 class TritonAdaptorKernels(TritonPhiKernels, TritonSEPhiKernels):
@@ -211,7 +211,7 @@ if HAS_TRITON:
 
 
 class TritonStepKernels:
-    """The passes of :class:`~mmstiff.models.steps.step_kernels.TorchStepKernels` as Triton
+    """The passes of :class:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels` as Triton
     kernels (CUDA tensors; CPU tensors in Triton's interpreter)."""
 
     name = 'triton'

@@ -1,7 +1,7 @@
 """Triton kernels of the folded BN's (B, C) passes (docs/methods.md §0, "The branch's last BN
 folded into the step").
 
-:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s two passes, one kernel each, a
+:class:`~mmstiff.models.steps.fused.fold.TorchFoldKernels`'s two passes, one kernel each, a
 program per block of channels over the whole batch: forward, the batch's statistics from the
 per-sample moments (or the running ones), the running-statistics update, ``a``, ``b`` and the
 pooled f; backward, the sums over the batch of a's and b's per-sample gradients, y's gradient
@@ -95,7 +95,7 @@ if HAS_TRITON:
 
 
 class TritonFoldKernels(ColumnKernels):
-    """:class:`~mmstiff.models.steps.norm_fold.TorchFoldKernels`'s passes as Triton kernels
+    """:class:`~mmstiff.models.steps.fused.fold.TorchFoldKernels`'s passes as Triton kernels
     (one launch each; a batch of up to :attr:`MAX_BATCH` samples)."""
 
     def __init__(self):

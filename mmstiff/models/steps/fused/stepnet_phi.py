@@ -1,47 +1,54 @@
-"""StepNet's (B, C) arithmetic as one forward and one backward pass (docs/methods.md §0, "The
-fused step"; the math: §1).
+"""StepNet's (B, C) arithmetic in one forward and one backward pass (docs/methods.md §0, §1).
 
-For ``groups = C`` and a plain BN (``nn.BatchNorm2d`` with its affine and running statistics),
-``Δ = scale · σ(W_IE ⊙ BN(w_0 ⊙ u + w_1 ⊙ v) + b_IE)`` with ``v = u + p`` is a per-channel
-function of the batch's column of ``(u, p)``: :class:`StepNetPhi` computes it in one pass per
-channel (batch statistics and the running-statistics update included) and its backward in one
-more, where the fused step runs on kernels that have them (:func:`phi_mode` says where the
-adaptor's modules run instead). :class:`TorchPhiKernels` is the PyTorch expression of both
-passes (the reference of the Triton kernels of :mod:`.triton_adaptor`, checked by
-``gradcheck``).
+For ``groups = C`` and a plain ``nn.BatchNorm2d``, Δ is a per-channel function of the batch's
+column of ``(u, p) = (GAP(x_t), GAP(f))``: :class:`StepNetPhi` computes it (batch statistics and
+the running-statistics update included) and its backward. :class:`TorchPhiKernels` is the
+PyTorch expression of both passes, the reference of :mod:`.triton_stepnet_phi`.
 """
+from typing import Optional, Tuple
+
 import torch
 import torch.nn as nn
-from torch.nn.modules import module as _module
 
 from mmstiff.utils.reference_steps import first_order
+from ..hooked import hooked
 
 
-def hooked(*modules):
-    """Whether any of ``modules`` (or every module, globally) has a forward or backward hook."""
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks or \
-            _module._global_backward_hooks or _module._global_backward_pre_hooks:
-        return True
-    return any(
-        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
-        for m in modules)
-
-
-def phi_mode(adaptor, batch, kernels):
-    """``(batch_stats, factor)`` of :class:`StepNetPhi` for ``adaptor`` on a batch of
-    ``batch`` samples, counting the call in its BN; None where the adaptor's modules must run
-    (not ``groups = C`` with an affine ``nn.BatchNorm2d`` that tracks running statistics and has
-    no hook, or a batch the kernels do not hold)."""
+def stepnet_phi_applies(adaptor: nn.Module, batch: int, kernels: object) -> bool:
+    """Whether :class:`StepNetPhi` computes ``adaptor``'s Δ on ``kernels`` for ``batch``
+    samples: ``groups = C`` with an affine ``nn.BatchNorm2d`` that tracks running statistics,
+    no hook on them, a batch the kernels hold, and not a one-sample batch that only the BN is
+    in train mode for (the modules then raise BN's own error)."""
     norm = adaptor.norm
     if (adaptor.norm_type != 'bn_ie' or adaptor.groups != adaptor.channels
             or type(norm) is not nn.BatchNorm2d or not norm.affine or not norm.track_running_stats
             or batch > kernels.MAX_BATCH or hooked(adaptor.conv, norm)):
-        return None
-    if not norm.training:
+        return False
+    return not (norm.training and batch == 1 and not adaptor.training)
+
+
+def start_phi_call(adaptor: nn.Module, batch: int) -> Tuple[bool, Optional[float]]:
+    """``(batch_stats, factor)`` of this call of ``adaptor``'s BN, counted in its
+    ``num_batches_tracked`` where the BN's forward would count it: a one-sample batch uses
+    the running statistics, left unchanged (the adaptor's rule)."""
+    norm = adaptor.norm
+    if not norm.training or batch == 1:
         return False, None
-    if batch == 1:  # the one-sample rule: the running statistics, left unchanged
-        return (False, None) if adaptor.training else None
-    return True, phi_factor(norm)
+    return True, count_norm_call(norm)
+
+
+def stepnet_phi_step(adaptor: nn.Module, u: torch.Tensor, residual: torch.Tensor,
+                     kernels: object) -> Optional[torch.Tensor]:
+    """Δ (B, C) of a StepNet adaptor through :class:`StepNetPhi` on ``kernels``, or None where
+    :func:`stepnet_phi_applies` says its modules compute."""
+    if not stepnet_phi_applies(adaptor, u.shape[0], kernels):
+        return None
+    norm = adaptor.norm
+    return StepNetPhi.apply(u, residual, adaptor.conv.weight.view(adaptor.channels,
+                                                                  2), norm.weight, norm.bias,
+                            adaptor.ie_weight, adaptor.ie_bias, norm.running_mean, norm.running_var,
+                            *start_phi_call(adaptor,
+                                            u.shape[0]), norm.eps, adaptor.step_scale, kernels)
 
 
 class TorchPhiKernels:
@@ -118,10 +125,10 @@ def _contiguous(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
-def phi_factor(norm):
-    """The running-statistics blend factor of a train-mode ``nn.BatchNorm2d`` for this call,
-    counting the call as ``nn.BatchNorm2d.forward`` does (``num_batches_tracked`` + 1;
-    ``momentum=None``: the cumulative average ``1 / num_batches_tracked``)."""
+def count_norm_call(norm: nn.Module) -> Optional[float]:
+    """Count this call of a train-mode ``nn.BatchNorm2d`` as its forward does
+    (``num_batches_tracked`` + 1) and return the blend factor of its running statistics
+    (``momentum=None``: the cumulative average ``1 / num_batches_tracked``)."""
     if not norm.track_running_stats or norm.num_batches_tracked is None:
         return norm.momentum  # pragma: no cover - the fused path needs running statistics
     norm.num_batches_tracked.add_(1)

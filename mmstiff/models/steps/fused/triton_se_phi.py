@@ -1,6 +1,6 @@
 """Triton kernels of SE's (B, C) arithmetic (docs/methods.md §0, "The fused step").
 
-The passes of :class:`~mmstiff.models.steps.se_phi.TorchSEPhiKernels`: forward, two kernels (the
+The passes of :class:`~.se_phi.TorchSEPhiKernels`: forward, two kernels (the
 squeeze over every channel and ReLU, a program per block of samples and of squeeze units; then
 the excitation, sigmoid and scale, a program per block of samples and of channels); backward,
 two (the hidden layer's gradient, σ's gradient times the excitation's weights under ReLU's mask,
@@ -173,7 +173,7 @@ WEIGHT_TILES, POOLED_TILES = (16, 64, 32), (16, 32, 64)
 
 
 class TritonSEPhiKernels:
-    """:class:`~mmstiff.models.steps.se_phi.TorchSEPhiKernels`'s passes as Triton kernels (two
+    """:class:`~mmstiff.models.steps.fused.se_phi.TorchSEPhiKernels`'s passes as Triton kernels (two
     launches forward, two backward; any batch)."""
 
     #: the largest batch the kernels take (every pass loops over the batch in blocks)

@@ -1,6 +1,6 @@
 """Triton kernels of StepNet's (B, C) arithmetic (docs/methods.md §0, "The fused step").
 
-The two passes of :class:`~mmstiff.models.steps.stepnet_phi.TorchPhiKernels`, one kernel each:
+The two passes of :class:`~mmstiff.models.steps.fused.stepnet_phi.TorchPhiKernels`, one kernel each:
 a program holds a block of channels over the whole batch, so the batch statistics, the
 running-statistics update and, backward, BN's per-channel sums stay in it. Arithmetic in
 float32; (B, C) tensors contiguous.
@@ -93,7 +93,7 @@ if HAS_TRITON:
 
 
 class TritonPhiKernels(ColumnKernels):
-    """:class:`~mmstiff.models.steps.stepnet_phi.TorchPhiKernels`'s passes as Triton kernels
+    """:class:`~mmstiff.models.steps.fused.stepnet_phi.TorchPhiKernels`'s passes as Triton kernels
     (one launch each; a batch of up to :attr:`MAX_BATCH` samples; larger batches take the
     adaptor's modules)."""
 
