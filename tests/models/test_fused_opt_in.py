@@ -45,8 +45,8 @@ print(json.dumps(dict(before=before, after=fused_modules(), taken=type(block.tak
 
 @pytest.mark.slow
 def test_the_default_step_never_imports_the_fused_package():
-    proc = subprocess.run([sys.executable, '-c', SCRIPT], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, '-c', SCRIPT], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found['before'] == []
