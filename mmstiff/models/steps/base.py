@@ -3,11 +3,15 @@ that let a backbone graft adaptors onto a plain checkpoint (docs/methods.md §3)
 
 The contract every adaptor keeps is in docs/design.md, "The step-size adaptor contract".
 """
+from typing import Callable, Iterable, List, Optional, Tuple, Union
+
 import torch
+import torch.nn as nn
 from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from mmstiff.models.utils.types import InitConfig
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_config
 from mmstiff.utils.layout import check_layout, pool_state
@@ -23,8 +27,13 @@ STARTS = ('paper', 'identity')
 #: none (the backbone's rule), ``'train'`` all
 ADAPTOR_NORMS = ('auto', 'follow', 'train')
 
+#: a step size Δ_t: a tensor broadcastable against f, or a Python scalar (:class:`ConstantStep`)
+StepSize = Union[torch.Tensor, float]
+#: the pooled means an adaptor reads, ``(mean x_t or None, mean f)``, each (B, C)
+Pooled = Tuple[Optional[torch.Tensor], torch.Tensor]
 
-def check_start(start):
+
+def check_start(start: str) -> str:
     """``start`` if it is one of :data:`STARTS`; ValueError naming it otherwise."""
     if not isinstance(start, str) or start not in STARTS:
         raise ValueError(f'start={start!r} is not supported; expected one of {STARTS} '
@@ -32,7 +41,7 @@ def check_start(start):
     return start
 
 
-def check_adaptor_norm(adaptor_norm):
+def check_adaptor_norm(adaptor_norm: str) -> str:
     """``adaptor_norm`` if it is one of :data:`ADAPTOR_NORMS`; ValueError naming it otherwise."""
     if not isinstance(adaptor_norm, str) or adaptor_norm not in ADAPTOR_NORMS:
         raise ValueError(f'adaptor_norm={adaptor_norm!r} is not supported; expected one of '
@@ -69,7 +78,7 @@ class StepAdaptor(BaseModule):
     #: whether the constructor takes a ``norm_cfg`` that a backbone fills in
     takes_norm_cfg = False
 
-    def __init__(self, layout='nchw', init_cfg=None):
+    def __init__(self, layout: str = 'nchw', init_cfg: InitConfig = None):
         super().__init__(init_cfg=init_cfg)
         self.layout = check_layout(layout)
         self.state_loaded = False
@@ -83,7 +92,8 @@ class StepAdaptor(BaseModule):
     #: whether :meth:`step_from_pooled` reads the pooled x_t (False: only the pooled f)
     pools_state = False
 
-    def forward(self, x_t, f, pooled=None, phi=None):
+    def forward(self, x_t: torch.Tensor, f: Optional[torch.Tensor], pooled: Optional[Pooled] = None,
+                phi: Optional[Callable] = None) -> StepSize:
         """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
         ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself (f
         is then None where the fused step folded the branch's last BN and never formed f),
@@ -98,17 +108,18 @@ class StepAdaptor(BaseModule):
             return self.step_from_pooled(*pooled)
         return self.step_from_pooled(*pooled, phi=phi)
 
-    def step_from_pooled(self, state, residual, phi=None):  # pragma: no cover - abstract
+    def step_from_pooled(self, state: Optional[torch.Tensor], residual: torch.Tensor,
+                         phi: Optional[Callable] = None) -> torch.Tensor:  # pragma: no cover
         """Δ_t (broadcastable against ``f``) from the (B, C) means of x_t (None where
         :attr:`pools_state` is False) and of f over the pooled axes; ``phi``: the fused step's
         computation of Δ, which an adaptor may ask first (:meth:`forward`)."""
         raise NotImplementedError
 
-    def reset_start(self):
+    def reset_start(self) -> None:
         """Give the parameters that fix the starting Δ their start values again (the
         ``'identity'`` start of an adaptor); a no-op for the paper's initialisation."""
 
-    def init_weights(self):
+    def init_weights(self) -> None:
         """MMEngine's initialisation, then :meth:`reset_start` (the initialisers of a parent's
         ``init_cfg``, e.g. Kaiming on every ``Conv2d``, must not undo an identity start)."""
         first = not self._is_init
@@ -116,7 +127,7 @@ class StepAdaptor(BaseModule):
         if first:
             self.reset_start()
 
-    def statistics_keys(self, prefix=''):
+    def statistics_keys(self, prefix: str = '') -> List[str]:
         """State-dict keys of the running means of the adaptor's BN layers."""
         return [
             f'{prefix}{name}.running_mean' for name, m in self.named_modules()
@@ -138,7 +149,7 @@ class StepAdaptor(BaseModule):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
 
-def resolve_adaptor(adaptor, name='adaptor'):
+def resolve_adaptor(adaptor: Optional[dict], name: str = 'adaptor') -> Optional[dict]:
     """Check an adaptor config at build time; return it with ``type`` resolved to a class.
 
     The config is None (no adaptor) or a dict with a ``'type'`` that names a registered
@@ -171,7 +182,8 @@ def resolve_adaptor(adaptor, name='adaptor'):
     return adaptor
 
 
-def adaptor_with_norm(adaptor, norm_cfg, adaptor_norm_cfg=None):
+def adaptor_with_norm(adaptor: Optional[dict], norm_cfg: Optional[dict],
+                      adaptor_norm_cfg: Optional[dict] = None) -> Optional[dict]:
     """The adaptor config a backbone builds: ``norm_cfg`` filled in for an adaptor type that
     takes one (:attr:`StepAdaptor.takes_norm_cfg`) and whose config does not set it.
 
@@ -194,7 +206,7 @@ def adaptor_with_norm(adaptor, norm_cfg, adaptor_norm_cfg=None):
     return adaptor if chosen is None else dict(adaptor, norm_cfg=dict(chosen))
 
 
-def build_adaptor(adaptor, channels, layout):
+def build_adaptor(adaptor: Optional[dict], channels: int, layout: str) -> Optional[StepAdaptor]:
     """One adaptor module from a config checked by :func:`resolve_adaptor` (None: None)."""
     if adaptor is None:
         return None
@@ -211,18 +223,19 @@ class ConstantStep(StepAdaptor):
         layout (str): ``'nchw'`` or ``'nlc'``.
     """
 
-    def __init__(self, step=1.0, channels=None, layout='nchw', init_cfg=None):
+    def __init__(self, step: float = 1.0, channels: Optional[int] = None, layout: str = 'nchw',
+                 init_cfg: InitConfig = None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         self.step = float(step)
 
-    def forward(self, x_t, f):
+    def forward(self, x_t: torch.Tensor, f: torch.Tensor) -> float:
         return self.step
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f'step={self.step}, layout={self.layout!r}'
 
 
-def state_dtype(shortcut, f):
+def state_dtype(shortcut: torch.Tensor, f: torch.Tensor) -> torch.dtype:
     """The dtype of ``x_{t+1}``: that of ``shortcut + f``, whatever Δ's dtype (a step size
     computed in float32 under autocast does not promote a half-precision residual stream)."""
     if shortcut.dtype == f.dtype:  # no operator call in the common case
@@ -230,13 +243,13 @@ def state_dtype(shortcut, f):
     return torch.promote_types(shortcut.dtype, f.dtype)
 
 
-def as_state_dtype(step, shortcut, f):
+def as_state_dtype(step: torch.Tensor, shortcut: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     """``step`` in :func:`state_dtype` (itself, without an operator call, where it is already)."""
     dtype = state_dtype(shortcut, f)
     return step if step.dtype == dtype else step.to(dtype)
 
 
-def apply_step(x_t, step, f):
+def apply_step(x_t: torch.Tensor, step: StepSize, f: torch.Tensor) -> torch.Tensor:
     """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1.
 
     The update keeps the states' precision: a tensor Δ is cast to the dtype of ``x_t + f``
@@ -250,7 +263,7 @@ def apply_step(x_t, step, f):
     return x_t + step * f
 
 
-def learns_statistics(adaptor, adaptor_norm):
+def learns_statistics(adaptor: StepAdaptor, adaptor_norm: str) -> bool:
     """Whether ``adaptor``'s BN keeps updating its statistics under ``norm_eval=True``.
 
     ``'train'``: always; ``'follow'``: never (as every BN of the backbone); ``'auto'``: when
@@ -269,7 +282,7 @@ RELEASE_REASONS = {
 }
 
 
-def unfrozen_res_layers(backbone):
+def unfrozen_res_layers(backbone: nn.Module) -> List[nn.Module]:
     """The residual layers of a ResNet-style backbone outside its frozen stages
     (``backbone.res_layers`` names them, ``backbone.frozen_stages`` counts the frozen ones)."""
     return [
@@ -278,7 +291,8 @@ def unfrozen_res_layers(backbone):
     ]
 
 
-def release_adaptor_statistics(layers, adaptor_norm, owner=None):
+def release_adaptor_statistics(layers: Iterable[nn.Module], adaptor_norm: str,
+                               owner: Optional[nn.Module] = None) -> int:
     """Put back in train mode the BN of the adaptors in ``layers`` that learn their statistics.
 
     A backbone calls it from ``train(True)`` after its ``norm_eval`` has put every BN in eval
@@ -307,7 +321,7 @@ def release_adaptor_statistics(layers, adaptor_norm, owner=None):
     return released
 
 
-def init_keeping_starts(module, init):
+def init_keeping_starts(module: nn.Module, init: Callable[[], None]) -> None:
     """Run ``init()`` (a backbone's upstream ``init_weights``), then give every adaptor of
     ``module`` that it did not load from a checkpoint its start again.
 

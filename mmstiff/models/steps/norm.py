@@ -8,6 +8,8 @@ CPU too), GN (per sample, over the channels of each group) or any norm layer the
 builds. Layers that normalise each value alone on this input (IN, LN
 over the last axis, GN with one channel per group) would make ``z`` constant and are refused.
 """
+from typing import Optional, Union
+
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from torch.nn.modules.instancenorm import _InstanceNorm
@@ -32,7 +34,7 @@ DEFAULT_NORM_CFG = dict(type='BN')
 SYNC_TYPES = ('SyncBN', nn.SyncBatchNorm)
 
 
-def check_norm_cfg(norm_cfg):
+def check_norm_cfg(norm_cfg: Optional[dict]) -> dict:
     """``norm_cfg`` as a dict with a ``type`` (None: :data:`DEFAULT_NORM_CFG`)."""
     if norm_cfg is None:
         return dict(DEFAULT_NORM_CFG)
@@ -49,7 +51,7 @@ def _degenerate(layer, channels):
     return isinstance(layer, nn.GroupNorm) and layer.num_groups == channels
 
 
-def build_pooled_norm(norm_cfg, channels):
+def build_pooled_norm(norm_cfg: Optional[dict], channels: int) -> nn.Module:
     """The norm layer ``norm_cfg`` builds for (B, ``channels``, 1, 1) values.
 
     Raises:
@@ -68,7 +70,8 @@ def build_pooled_norm(norm_cfg, channels):
     return layer
 
 
-def build_pooled_iebn(norm_cfg, channels, **iebn_args):
+def build_pooled_iebn(norm_cfg: Optional[dict], channels: int,
+                      **iebn_args) -> Union[IEBN, SyncIEBN]:
     """An :class:`IEBN` with the ``eps`` and ``momentum`` of ``norm_cfg``.
 
     ``norm_cfg=dict(type='SyncBN')`` builds a :class:`SyncIEBN` in a distributed run and an

@@ -6,6 +6,7 @@ with :func:`adaptor_placement`; a block whose flag is ``False`` builds no adapto
 and computes the plain step ``x_t + f`` (Δ ≡ 1), so it costs nothing.
 """
 from collections.abc import Sequence
+from typing import List, Optional
 
 from mmstiff.utils.checks import check_indices
 
@@ -19,7 +20,9 @@ def _check_sequence(name, value, length, what):
                          f'(one per stage, the backbone has {length} stages)')
 
 
-def adaptor_placement(stage_blocks, adaptor_stages=None, adaptor_blocks=None):
+def adaptor_placement(
+        stage_blocks: Sequence[int], adaptor_stages: Optional[Sequence[bool]] = None,
+        adaptor_blocks: Optional[Sequence[Optional[Sequence[int]]]] = None) -> List[List[bool]]:
     """One boolean per block: does this block carry a step-size adaptor?
 
     Args:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from mmcv.cnn import ConvModule
 from mmpretrain.models.utils import make_divisible
 
+from mmstiff.models.utils.types import InitConfig
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
@@ -49,8 +50,9 @@ class SEAdaptor(StepAdaptor):
         init_cfg (dict, optional): MMEngine initialisation config.
     """
 
-    def __init__(self, channels, layout='nchw', ratio=16, divisor=8, squeeze_channels=None,
-                 start='paper', init_cfg=None):
+    def __init__(self, channels: int, layout: str = 'nchw', ratio: int = 16, divisor: int = 8,
+                 squeeze_channels: Optional[int] = None, start: str = 'paper',
+                 init_cfg: InitConfig = None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         self.start = check_start(start)
         check_positive_int('channels', channels)
@@ -69,7 +71,7 @@ class SEAdaptor(StepAdaptor):
         self.reset_start()
 
     @torch.no_grad()
-    def reset_start(self):
+    def reset_start(self) -> None:
         """The identity start again: ``W2 = 0``, ``b2 = 0`` (the excitation convolution, which
         Kaiming initialisers of a backbone's ``init_cfg`` reach); nothing for the paper's."""
         if self.start == 'identity':
@@ -97,7 +99,7 @@ class SEAdaptor(StepAdaptor):
             return step.view(step.shape[0], 1, self.channels)
         return step
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f'channels={self.channels}, squeeze_channels={self.squeeze_channels}, '
                 f'start={self.start!r}, layout={self.layout!r}')
 

@@ -12,24 +12,33 @@ A checkpoint entry of another shape (another ``groups``, another width) does not
 adaptor then counts as not loaded (:func:`mismatched_entries`), so a backbone gives it its start
 back instead of keeping the part of the entry whose shapes happened to fit.
 """
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch.nn as nn
+
 from mmstiff.utils.checkpoint import CheckpointError
 
 #: the key of an adaptor's start in its state-dict metadata
 START_KEY = 'start'
+
+#: a state-dict entry of another shape: ``(key, checkpoint shape, adaptor shape)``
+Mismatch = Tuple[str, Tuple[int, ...], Tuple[int, ...]]
 
 
 class AdaptorStartError(CheckpointError):
     """A checkpoint entry trained with another start than the adaptor it is loaded into."""
 
 
-def record_start(module, state_dict, prefix, local_metadata):
+def record_start(module: nn.Module, state_dict: Dict[str, Any], prefix: str,
+                 local_metadata: Dict[str, Any]) -> None:
     """State-dict hook of an adaptor: its ``start`` into its metadata."""
     start = getattr(module, 'start', None)
     if start is not None:
         local_metadata[START_KEY] = start
 
 
-def check_saved_start(adaptor, local_metadata, prefix):
+def check_saved_start(adaptor: nn.Module, local_metadata: Optional[Dict[str, Any]],
+                      prefix: str) -> None:
     """Refuse a state-dict entry saved by an adaptor of another ``start``.
 
     Raises:
@@ -47,7 +56,8 @@ def check_saved_start(adaptor, local_metadata, prefix):
         f"expected the adaptor's start={saved!r} in the config")
 
 
-def mismatched_entries(adaptor, state_dict, prefix):
+def mismatched_entries(adaptor: nn.Module, state_dict: Dict[str, Any],
+                       prefix: str) -> List[Mismatch]:
     """``[(key, checkpoint shape, adaptor shape)]`` of the adaptor's entries in ``state_dict``
     whose shape differs from the adaptor's."""
     found = []

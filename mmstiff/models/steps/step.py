@@ -7,7 +7,7 @@ to a device, never per call; what a recorder or a tool needs from a step is an a
 the block (``step_sums_request``) or an argument.
 """
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -128,7 +128,7 @@ def set_fused(module: nn.Module, fused: object) -> nn.Module:
 
 
 @contextmanager
-def forced_step_kernels(kernels: object, *modules: nn.Module):
+def forced_step_kernels(kernels: object, *modules: nn.Module) -> Iterator[object]:
     """Within the block, every step block of ``modules`` whose ``fused`` is not False
     (``'auto'`` included) takes the fused step on ``kernels``: e.g. the Triton kernels on CPU
     tensors in Triton's interpreter (tests), or stand-ins that count kernel launches

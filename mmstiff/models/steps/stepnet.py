@@ -24,6 +24,7 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.layers.iebn import InstanceEnhancementMixin
+from mmstiff.models.utils.types import InitConfig
 from mmstiff.registry import MODELS
 from mmstiff.utils.checks import check_positive_int
 from .base import StepAdaptor, check_start
@@ -34,12 +35,13 @@ NORMS = ('bn_ie', 'iebn')
 PAPER_IE_INIT = (0.0, -1.0)
 
 
-def interleave_states(u, v):
+def interleave_states(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """(B, C) and (B, C) -> (B, 2C) as ``u_0, v_0, u_1, v_1, ...`` (docs/methods.md §1)."""
     return torch.stack((u, v), dim=2).flatten(1)
 
 
-def grouped_pointwise(u, v, weight, groups):
+def grouped_pointwise(u: torch.Tensor, v: torch.Tensor, weight: torch.Tensor,
+                      groups: int) -> torch.Tensor:
     """``GroupConv1x1(interleave(u, v))`` for (B, C) states, as plain tensor algebra.
 
     ``weight`` is the (C, 2C / groups, 1, 1) weight of the ``nn.Conv2d(2C, C, 1, groups)``.
@@ -120,8 +122,10 @@ class StepNetAdaptor(StepAdaptor):
 
     takes_norm_cfg = True
 
-    def __init__(self, channels, layout='nchw', groups=None, norm='bn_ie', start='paper',
-                 ie_weight_init=None, ie_bias_init=None, norm_cfg=None, init_cfg=None):
+    def __init__(self, channels: int, layout: str = 'nchw', groups: Optional[int] = None,
+                 norm: str = 'bn_ie', start: str = 'paper', ie_weight_init: Optional[float] = None,
+                 ie_bias_init: Optional[float] = None, norm_cfg: Optional[dict] = None,
+                 init_cfg: InitConfig = None):
         super().__init__(layout=layout, init_cfg=init_cfg)
         check_positive_int('channels', channels)
         groups = channels if groups is None else check_positive_int('groups', groups)
@@ -157,7 +161,7 @@ class StepNetAdaptor(StepAdaptor):
             self.ie_bias = nn.Parameter(torch.full((channels, ), ie_bias_init))
 
     @torch.no_grad()
-    def reset_start(self):
+    def reset_start(self) -> None:
         """The identity start again: ``W_IE = b_IE = 0`` (``'bn_ie'``) or the IEBN's γ = β = 0
         (``'iebn'``), so z ≡ 0 and Δ ≡ 1. The paper's start needs nothing: ``W_IE``, ``b_IE``
         belong to no layer an ``init_cfg`` initialises, and with ``W_IE = 0`` the layers before
@@ -170,7 +174,7 @@ class StepNetAdaptor(StepAdaptor):
             self.ie_weight.fill_(self.ie_weight_init)
             self.ie_bias.fill_(self.ie_bias_init)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> 'StepNetAdaptor':
         """``nn.Module.train``, refusing an IEBN that a BN conversion replaced (torch's and
         MMEngine's ``convert_sync_batchnorm`` build a plain ``SyncBatchNorm`` without the
         gate)."""
@@ -225,6 +229,6 @@ class StepNetAdaptor(StepAdaptor):
         step = torch.sigmoid(z)
         return step * self.step_scale if self.step_scale != 1.0 else step
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f'channels={self.channels}, groups={self.groups}, norm={self.norm_type!r}, '
                 f'start={self.start!r}, layout={self.layout!r}')

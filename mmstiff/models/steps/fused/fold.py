@@ -7,7 +7,7 @@ reads ``a ⊙ mean(y) + b``, and the Euler update applies the affine map as it l
 neither written nor kept. :class:`TorchFoldKernels` holds the (B, C) passes in PyTorch, the
 reference of :mod:`.triton_fold`; :class:`NormMoments` is the autograd Function.
 """
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -63,6 +63,14 @@ def norm_affine(weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], mu
     return scale, torch.addcmul(bias, scale, mu, value=-1)
 
 
+#: what ``fold_forward`` returns: ``(affine (2, C), p (B, C), μ (C,), r (C,))``
+FoldForward = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+#: what ``fold_backward`` returns: ``(c0, c1 or None, grad of weight or None, grad of bias or
+#: None, scaled grad_state or None)``
+FoldGrads = Tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor],
+                  Optional[torch.Tensor], Optional[torch.Tensor]]
+
+
 class TorchFoldKernels:
     """The fold's (B, C) passes (:class:`NormMoments`) as PyTorch operations."""
 
@@ -70,8 +78,11 @@ class TorchFoldKernels:
     MAX_BATCH = float('inf')
 
     @staticmethod
-    def fold_forward(mean, var, weight, bias, running_mean, running_var, batch_stats, factor, eps,
-                     count, dtype):
+    def fold_forward(mean: torch.Tensor, var: torch.Tensor, weight: Optional[torch.Tensor],
+                     bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                     running_var: Optional[torch.Tensor], batch_stats: bool,
+                     factor: Optional[float], eps: float, count: int,
+                     dtype: torch.dtype) -> FoldForward:
         """``(affine, p, μ, r)``: the affine map of the norm as one (2, C) float32 tensor
         ``(a, b)``, the pooled f ``p = a ⊙ mean + b`` (B, C) in ``dtype``, and the statistics
         used, ``r = (σ² + ε)^-½``. With ``batch_stats`` the batch's (:func:`batch_moments`),
@@ -92,8 +103,11 @@ class TorchFoldKernels:
         return torch.stack((scale, shift)), pooled, mu, rstd
 
     @staticmethod
-    def fold_backward(parts, grad_pooled, mean, weight, mu, rstd, batch_stats, inv_n, dtype,
-                      grad_state=None, inv_state=1.0):
+    def fold_backward(parts: torch.Tensor, grad_pooled: torch.Tensor, mean: torch.Tensor,
+                      weight: Optional[torch.Tensor], mu: torch.Tensor, rstd: torch.Tensor,
+                      batch_stats: bool, inv_n: float, dtype: torch.dtype,
+                      grad_state: Optional[torch.Tensor] = None,
+                      inv_state: float = 1.0) -> FoldGrads:
         """``(c0, c1, grad of weight, grad of bias, scaled grad_state)`` from the (2, B, C)
         per-sample ``parts`` of the gradients of a and b (their sums over the batch are those
         gradients) and the gradient of p: y's gradient through its moments is ``c0 + c1 ⊙ y``
@@ -150,8 +164,10 @@ class NormMoments(torch.autograd.Function):
     c1 (c1 None where the variances were not used) and scales the pooled x_t's gradient."""
 
     @staticmethod
-    def forward(ctx, state, y, weight, bias, running_mean, running_var, batch_stats, factor, eps,
-                layout, kernels, fold):
+    def forward(ctx, state: Optional[torch.Tensor], y: torch.Tensor, weight: Optional[torch.Tensor],
+                bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                running_var: Optional[torch.Tensor], batch_stats: bool, factor: Optional[float],
+                eps: float, layout: str, kernels: Any, fold: Any) -> Tuple[torch.Tensor, ...]:
         pooled, mean, var = kernels.moments(state, y, layout)
         count = y.numel() // mean.shape[1]
         affine, pooled_f, mu, rstd = fold.fold_forward(mean, var, weight, bias, running_mean,
@@ -166,7 +182,7 @@ class NormMoments(torch.autograd.Function):
 
     @staticmethod
     @first_order
-    def backward(ctx, *grads):
+    def backward(ctx, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         y, mean, weight, mu, rstd = ctx.saved_tensors
         grad_pooled, inv_state = None, 1.0
         if ctx.state_shape is not None:

@@ -1,7 +1,7 @@
 """The pooling pass of the fused step: the (B, C) means of x_t and f in one read, and Δ_t from
 them through the adaptor's module call (docs/methods.md §0)."""
 import math
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -14,7 +14,8 @@ class PoolStates(torch.autograd.Function):
     """``(mean x_t, mean f)`` over the pooled axes in one pass (``mean f`` only for x_t None)."""
 
     @staticmethod
-    def forward(ctx, state, residual, layout, kernels):
+    def forward(ctx, state: Optional[torch.Tensor], residual: torch.Tensor, layout: str,
+                kernels: Any) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         pooled, pooled_f = kernels.pool(state, residual, layout)
         ctx.layout = layout
         ctx.shapes = (None if state is None else state.shape), residual.shape
@@ -22,7 +23,7 @@ class PoolStates(torch.autograd.Function):
 
     @staticmethod
     @first_order
-    def backward(ctx, *grads):
+    def backward(ctx, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         shapes = [shape for shape in ctx.shapes if shape is not None]
         expanded = [_spread(grad, shape, ctx.layout) for grad, shape in zip(grads, shapes)]
         if ctx.shapes[0] is None:
@@ -30,12 +31,12 @@ class PoolStates(torch.autograd.Function):
         return expanded[0], expanded[1], None, None
 
 
-def pooled_count(shape, layout):
+def pooled_count(shape: Sequence[int], layout: str) -> int:
     """N, the values of a state of ``shape`` that one (b, c) mean pools."""
     return shape[1] if layout == 'nlc' else math.prod(shape[2:])
 
 
-def broadcast_pooled(grad, shape, layout):
+def broadcast_pooled(grad: torch.Tensor, shape: Sequence[int], layout: str) -> torch.Tensor:
     """A (B, C) gradient broadcast over the pooled axes of a state of ``shape`` (a view)."""
     return broadcast_step(grad, shape, layout).expand(shape)
 

@@ -5,13 +5,16 @@ the batch's rows. :class:`SEPhi` computes it on kernels that have the passes and
 backward only ``p``, the hidden ``h`` and Δ. :class:`TorchSEPhiKernels` is the PyTorch
 expression of both passes, the reference of :mod:`.triton_se_phi`.
 """
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from mmstiff.utils.reference_steps import first_order
 from ..se import plain_units, unit_weights
+
+#: the gradients ``se_backward`` returns: of ``(p, W1, b1, W2, b2)``
+SEGrads = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class TorchSEPhiKernels:
@@ -21,14 +24,16 @@ class TorchSEPhiKernels:
     SE_MAX_BATCH = float('inf')
 
     @staticmethod
-    def se_forward(p, w1, b1, w2, b2, scale):
+    def se_forward(p: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                   b2: torch.Tensor, scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(Δ, h)``: ``h = relu(p W1ᵀ + b1)`` (B, S), ``Δ = scale σ(h W2ᵀ + b2)`` (B, C), in
         the weights' dtype (a half-precision ``p`` under AMP is read in it)."""
         hidden = torch.addmm(b1, p.to(w1.dtype), w1.t()).relu_()
         return scale * torch.sigmoid(torch.addmm(b2, hidden, w2.t())), hidden
 
     @staticmethod
-    def se_backward(grad, p, hidden, step, w1, w2, scale):
+    def se_backward(grad: torch.Tensor, p: torch.Tensor, hidden: torch.Tensor, step: torch.Tensor,
+                    w1: torch.Tensor, w2: torch.Tensor, scale: float) -> SEGrads:
         """The gradients of ``(p, W1, b1, W2, b2)`` from Δ's: ``σ' = Δ (1 - Δ / scale) / scale``
         and the ReLU's mask ``h > 0``."""
         g_z = grad * step * (1 - step / scale)
@@ -42,7 +47,8 @@ class SEPhi(torch.autograd.Function):
     (:class:`TorchSEPhiKernels` or the Triton set)."""
 
     @staticmethod
-    def forward(ctx, p, w1, b1, w2, b2, scale, kernels):
+    def forward(ctx, p: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                b2: torch.Tensor, scale: float, kernels: Any) -> torch.Tensor:
         step, hidden = kernels.se_forward(p, w1, b1, w2, b2, scale)
         ctx.scale, ctx.kernels = scale, kernels
         ctx.save_for_backward(p, hidden, step, w1, w2)
@@ -50,7 +56,7 @@ class SEPhi(torch.autograd.Function):
 
     @staticmethod
     @first_order
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         p, hidden, step, w1, w2 = ctx.saved_tensors
         grad = grad if grad.is_contiguous() else grad.contiguous()
         grads = ctx.kernels.se_backward(grad, p, hidden, step, w1, w2, ctx.scale)

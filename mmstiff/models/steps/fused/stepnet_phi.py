@@ -5,7 +5,7 @@ column of ``(u, p) = (GAP(x_t), GAP(f))``: :class:`StepNetPhi` computes it (batc
 the running-statistics update included) and its backward. :class:`TorchPhiKernels` is the
 PyTorch expression of both passes, the reference of :mod:`.triton_stepnet_phi`.
 """
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -51,6 +51,12 @@ def stepnet_phi_step(adaptor: nn.Module, u: torch.Tensor, residual: torch.Tensor
                                             u.shape[0]), norm.eps, adaptor.step_scale, kernels)
 
 
+#: the gradients ``phi_backward`` returns: of ``(u, p, weight (C, 2), gamma, beta, ie_weight,
+#: ie_bias)``
+PhiGrads = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                 torch.Tensor]
+
+
 class TorchPhiKernels:
     """The two passes of :class:`StepNetPhi` as PyTorch operations on (B, C) tensors."""
 
@@ -58,8 +64,11 @@ class TorchPhiKernels:
     MAX_BATCH = float('inf')
 
     @staticmethod
-    def phi_forward(u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var,
-                    batch_stats, factor, eps, scale):
+    def phi_forward(u: torch.Tensor, p: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
+                    beta: torch.Tensor, ie_weight: torch.Tensor, ie_bias: torch.Tensor,
+                    running_mean: torch.Tensor, running_var: torch.Tensor, batch_stats: bool,
+                    factor: Optional[float], eps: float,
+                    scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(Δ, mean, rstd)``; with ``batch_stats`` the batch's mean and ``1/sqrt(var + eps)``
         are used and (``factor`` not None) blended into the running statistics in place
         (unbiased variance), else the running statistics are used."""
@@ -79,8 +88,10 @@ class TorchPhiKernels:
         return scale * torch.sigmoid(ie_weight * y + ie_bias), mean, rstd
 
     @staticmethod
-    def phi_backward(grad, u, p, weight, gamma, beta, ie_weight, ie_bias, mean, rstd, batch_stats,
-                     scale):
+    def phi_backward(grad: torch.Tensor, u: torch.Tensor, p: torch.Tensor, weight: torch.Tensor,
+                     gamma: torch.Tensor, beta: torch.Tensor, ie_weight: torch.Tensor,
+                     ie_bias: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                     batch_stats: bool, scale: float) -> PhiGrads:
         """The gradients of ``(u, p, weight (C, 2), gamma, beta, ie_weight, ie_bias)``."""
         v = u + p
         z = weight[:, 0] * u + weight[:, 1] * v
@@ -104,8 +115,10 @@ class StepNetPhi(torch.autograd.Function):
     ``p = GAP(f)`` through ``kernels`` (:class:`TorchPhiKernels` or the Triton set)."""
 
     @staticmethod
-    def forward(ctx, u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var,
-                batch_stats, factor, eps, scale, kernels):
+    def forward(ctx, u: torch.Tensor, p: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
+                beta: torch.Tensor, ie_weight: torch.Tensor, ie_bias: torch.Tensor,
+                running_mean: torch.Tensor, running_var: torch.Tensor, batch_stats: bool,
+                factor: Optional[float], eps: float, scale: float, kernels: Any) -> torch.Tensor:
         step, mean, rstd = kernels.phi_forward(u, p, weight, gamma, beta, ie_weight, ie_bias,
                                                running_mean, running_var, batch_stats, factor, eps,
                                                scale)
@@ -115,7 +128,7 @@ class StepNetPhi(torch.autograd.Function):
 
     @staticmethod
     @first_order
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         saved = [_contiguous(t) for t in ctx.saved_tensors]
         grads = ctx.kernels.phi_backward(_contiguous(grad), *saved, ctx.batch_stats, ctx.scale)
         return (*grads, None, None, None, None, None, None, None)

@@ -8,18 +8,32 @@ of ``x_{t+1} - x_t`` and x_t a recorder reads) and ``step_backward``. Every kern
 ``'nchw'`` (B, C, H, W) or ``'nlc'`` (B, N, C) tensors and (B, C) step sizes; this one has no
 ``phi``: on the CPU the adaptors' modules compute their (B, C) arithmetic.
 """
+from typing import Optional, Sequence, Tuple, Union
+
 import torch
 
 from mmstiff.utils.layout import POOLED_AXES, pool_state
 from ..base import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
 
+#: the folded norm's ``(a, b)``, each (C,) float32: f is ``a ⊙ y + b`` (:mod:`.fold`)
+Affine = Tuple[torch.Tensor, torch.Tensor]
+#: what ``measured_step`` returns: ``(out, moved, state)``, the sums (B, C) float32
+Measured = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: the last of ``step_backward``'s results: the step's gradient or None (not asked for, or
+#: Δ ≡ 1); with ``norm``, ``(grad of step or None, parts)``, or None where it was not asked for
+StepGrad = Union[torch.Tensor, Tuple[Optional[torch.Tensor], torch.Tensor], None]
+#: what ``step_backward`` returns: ``(grad of shortcut, grad of f (of y with norm), StepGrad)``
+StepGrads = Tuple[torch.Tensor, torch.Tensor, StepGrad]
 
-def wide(t):
+
+def wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32 where it is in half precision (float16, bfloat16); itself otherwise."""
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def folded_grads(step, scale, shift, s_gy, s_g):
+def folded_grads(step: Optional[torch.Tensor], scale: torch.Tensor, shift: torch.Tensor,
+                 s_gy: torch.Tensor,
+                 s_g: torch.Tensor) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
     """``(grad of Δ or None, Δ ⊙ Σ g' ⊙ y, Δ ⊙ Σ g')`` of the step ``x_t + Δ ⊙ (a ⊙ y + b)``
     (the folded norm) from the (B, C) sums over the pooled axes ``s_gy = Σ g' ⊙ y`` and
     ``s_g = Σ g'`` (``g'`` the gradient after the activation); the last two, summed over the
@@ -30,7 +44,8 @@ def folded_grads(step, scale, shift, s_gy, s_g):
     return grad_step, wide(step) * s_gy, wide(step) * s_g
 
 
-def broadcast_step(step, like, layout):
+def broadcast_step(step: torch.Tensor, like: Union[torch.Tensor, Sequence[int]],
+                   layout: str) -> torch.Tensor:
     """A (B, C) tensor viewed as broadcastable against the state ``like`` of ``layout`` (a
     tensor or its shape)."""
     if layout == 'nlc':
@@ -39,7 +54,7 @@ def broadcast_step(step, like, layout):
     return step.view(step.shape[0], step.shape[1], *([1] * (rank - 2)))
 
 
-def broadcast_channels(values, like, layout):
+def broadcast_channels(values: torch.Tensor, like: torch.Tensor, layout: str) -> torch.Tensor:
     """A (C,) tensor viewed as broadcastable against the state ``like`` of ``layout``."""
     if layout == 'nlc':
         return values.view(1, 1, -1)
@@ -60,13 +75,15 @@ class TorchStepKernels:
     name = 'torch'
 
     @staticmethod
-    def pool(state, residual, layout):
+    def pool(state: Optional[torch.Tensor], residual: torch.Tensor,
+             layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
         """The (B, C) means of ``state`` (None: not pooled, None returned) and ``residual``."""
         pooled = None if state is None else pool_state(state, layout, keepdim=False)
         return pooled, pool_state(residual, layout, keepdim=False)
 
     @staticmethod
-    def moments(state, y, layout):
+    def moments(state: Optional[torch.Tensor], y: torch.Tensor,
+                layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
         """``(mean x_t or None, mean y, var y)``: the (B, C) mean of ``state`` (None: not pooled)
         and the float32 mean and population variance of ``y`` over the pooled axes."""
         pooled = None if state is None else pool_state(state, layout, keepdim=False)
@@ -81,7 +98,8 @@ class TorchStepKernels:
         return pooled, mean + shift.flatten(1), var
 
     @staticmethod
-    def moments_backward(grad, y, base, slope, layout):
+    def moments_backward(grad: torch.Tensor, y: torch.Tensor, base: torch.Tensor,
+                         slope: Optional[torch.Tensor], layout: str) -> torch.Tensor:
         """y's whole gradient: ``grad``, what y receives from the step, plus its gradient
         through its (B, C) moments, ``c0 + c1 ⊙ y`` with c0 ``base`` and c1 ``slope`` (B, C)
         (None: c0 alone, the variances not used)."""
@@ -89,7 +107,8 @@ class TorchStepKernels:
         return total if slope is None else total.addcmul_(y, broadcast_step(slope, y, layout))
 
     @staticmethod
-    def step(shortcut, step, f, relu, layout, norm=None):
+    def step(shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor, relu: bool,
+             layout: str, norm: Optional[Affine] = None) -> torch.Tensor:
         """``act(shortcut + Δ ⊙ f)``; ``step`` (B, C) or None (Δ ≡ 1), act ReLU or identity;
         ``norm=(a, b)``: f is ``a ⊙ y + b`` of the ``f`` given."""
         if norm is not None:
@@ -105,7 +124,9 @@ class TorchStepKernels:
         return out.relu_() if relu else out
 
     @classmethod
-    def measured_step(cls, shortcut, step, f, relu, layout, state_relu, norm=None):
+    def measured_step(cls, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
+                      relu: bool, layout: str, state_relu: bool,
+                      norm: Optional[Affine] = None) -> Measured:
         """``(out, moved, state)``: :meth:`step`'s output and the (B, C) float32 sums over the
         pooled axes of ``(out - x_t)²`` and ``x_t²``, ``x_t = relu(shortcut)`` if
         ``state_relu``, else the shortcut."""
@@ -118,7 +139,9 @@ class TorchStepKernels:
         return out, moved.square_().sum(dim=axes), state.square().sum(dim=axes)
 
     @staticmethod
-    def step_backward(grad, out, f, step, relu, layout, need_step_grad, norm=None):
+    def step_backward(grad: torch.Tensor, out: Optional[torch.Tensor], f: Optional[torch.Tensor],
+                      step: Optional[torch.Tensor], relu: bool, layout: str, need_step_grad: bool,
+                      norm: Optional[Affine] = None) -> StepGrads:
         """``(grad of shortcut, grad of f, grad of step or None)`` from the output's ``grad``;
         ``out`` is read only for the ReLU's mask. With ``norm=(a, b)``: the gradient of y (the
         ``f`` given) and, for ``need_step_grad``, ``(grad of step or None, parts)`` in place of

@@ -1,6 +1,8 @@
 """The (B, C) column passes' Triton helpers: a program holds a block of channels over the whole
 batch (the adaptors' and the folded BN's kernels). Triton itself and the launch arithmetic every
 kernel file shares are in :mod:`mmstiff.utils.triton_launch`."""
+from typing import Tuple
+
 from mmstiff.utils.triton_launch import HAS_TRITON, TILE_VALUES, next_power_of_2, tl, triton
 
 if HAS_TRITON:
@@ -17,7 +19,7 @@ else:  # pragma: no cover - triton ships with CUDA builds of torch
     column_tile = None
 
 
-def column_blocks(batch, channels):
+def column_blocks(batch: int, channels: int) -> Tuple[int, int]:
     """``(BLOCK_B, BLOCK_C)`` of a program that holds a block of channels over the whole batch
     (:data:`~mmstiff.utils.triton_launch.TILE_VALUES` values where the batch allows): the (B, C)
     passes of the adaptors and of the folded BN."""

@@ -8,9 +8,12 @@ pooled f; backward, the sums over the batch of a's and b's per-sample gradients,
 through its moments as two (B, C) coefficients, the gradients of the affine parameters and the
 pooled x_t's gradient scaled for its values. Sums in float32 whatever the input dtype.
 """
+from typing import Optional
+
 import torch
 
 from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tile_warps, tl, triton
+from .fold import FoldForward, FoldGrads
 from .triton_columns import ColumnKernels, column_blocks, column_tile
 
 if HAS_TRITON:
@@ -102,8 +105,11 @@ class TritonFoldKernels(ColumnKernels):
         super().__init__()
         self._forward, self._backward = _fold_forward_kernel, _fold_backward_kernel
 
-    def fold_forward(self, mean, var, weight, bias, running_mean, running_var, batch_stats, factor,
-                     eps, count, dtype):
+    def fold_forward(self, mean: torch.Tensor, var: torch.Tensor, weight: Optional[torch.Tensor],
+                     bias: Optional[torch.Tensor], running_mean: Optional[torch.Tensor],
+                     running_var: Optional[torch.Tensor], batch_stats: bool,
+                     factor: Optional[float], eps: float, count: int,
+                     dtype: torch.dtype) -> FoldForward:
         batch, channels = mean.shape
         mean, var = mean.contiguous(), var.contiguous()
         f32 = dict(dtype=torch.float32, device=mean.device)
@@ -122,8 +128,11 @@ class TritonFoldKernels(ColumnKernels):
             BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c))
         return affine, pooled, mu, rstd
 
-    def fold_backward(self, parts, grad_pooled, mean, weight, mu, rstd, batch_stats, inv_n, dtype,
-                      grad_state=None, inv_state=1.0):
+    def fold_backward(self, parts: torch.Tensor, grad_pooled: torch.Tensor, mean: torch.Tensor,
+                      weight: Optional[torch.Tensor], mu: torch.Tensor, rstd: torch.Tensor,
+                      batch_stats: bool, inv_n: float, dtype: torch.dtype,
+                      grad_state: Optional[torch.Tensor] = None,
+                      inv_state: float = 1.0) -> FoldGrads:
         batch, channels = mean.shape
         f32 = dict(dtype=torch.float32, device=mean.device)
         base = torch.empty(batch, channels, dtype=dtype, device=mean.device)

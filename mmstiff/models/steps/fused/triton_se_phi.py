@@ -11,9 +11,12 @@ unit). Each program loops over the axis it sums, in blocks: no program holds a w
 any size, and no sum is added atomically, so the results do not depend on the programs' order.
 Products in float32 (``input_precision='ieee'``: no TF32); (B, C) tensors contiguous.
 """
+from typing import Tuple
+
 import torch
 
 from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tl, triton
+from .se_phi import SEGrads
 
 if HAS_TRITON:
 
@@ -186,7 +189,8 @@ class TritonSEPhiKernels:
         self._se_hidden_backward = _se_hidden_backward_kernel
         self._se_squeeze_backward = _se_squeeze_backward_kernel
 
-    def se_forward(self, p, w1, b1, w2, b2, scale):
+    def se_forward(self, p: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                   b2: torch.Tensor, scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
         batch, channels = p.shape
         squeeze = w1.shape[0]
         p = p if p.is_contiguous() else p.contiguous()
@@ -202,7 +206,9 @@ class TritonSEPhiKernels:
                             BLOCK_B=tile_b, BLOCK_S=tile_s, BLOCK_C=tile_c)
         return step, hidden
 
-    def se_backward(self, grad, p, hidden, step, w1, w2, scale):
+    def se_backward(self, grad: torch.Tensor, p: torch.Tensor, hidden: torch.Tensor,
+                    step: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                    scale: float) -> SEGrads:
         batch, channels = p.shape
         squeeze = w1.shape[0]
         grad, p = grad.contiguous(), p.contiguous()

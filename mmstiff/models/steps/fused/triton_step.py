@@ -7,11 +7,14 @@ the passes of :class:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels
 strides (contiguous, channels-last, tokens); sums accumulate in float32. With
 ``TRITON_INTERPRET=1`` set before Triton is imported they run on CPU tensors (the tests).
 """
+from typing import List, Optional, Tuple
+
 import torch
 
 from mmstiff.utils.triton_launch import (HAS_TRITON, as_bnc, cdiv, state_blocks, tile_warps, tl,
                                          triton)
 from ..base import state_dtype
+from .torch_kernels import Affine, Measured, StepGrads
 from .triton_fold import TritonFoldKernels
 from .triton_se_phi import TritonSEPhiKernels
 from .triton_stepnet_phi import TritonPhiKernels
@@ -227,7 +230,7 @@ class TritonStepKernels:
         #: the folded BN's (B, C) statistics
         self.fold = TritonFoldKernels()
 
-    def launch_slots(self):
+    def launch_slots(self) -> List[Tuple[object, str, str]]:
         """``[(owner, attribute, name)]``: where each Triton kernel this set launches is held
         (``getattr(owner, attribute)``), with a short name for it: what the tools that replace
         the kernels (stand-ins that count launches, recorders of the launches) go through."""
@@ -240,10 +243,12 @@ class TritonStepKernels:
                 (self.phi, '_se_squeeze_backward', 'se_backward_squeeze'),
                 (self.fold, '_forward', 'fold'), (self.fold, '_backward', 'fold_backward')]
 
-    def pool(self, state, residual, layout):
+    def pool(self, state: Optional[torch.Tensor], residual: torch.Tensor,
+             layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
         return self._pooled(state, residual, layout, moments=False)[:2]
 
-    def moments(self, state, y, layout):
+    def moments(self, state: Optional[torch.Tensor], y: torch.Tensor,
+                layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
         return self._pooled(state, y, layout, moments=True)
 
     def _pooled(self, state, residual, layout, moments):
@@ -259,7 +264,8 @@ class TritonStepKernels:
                                               num_warps=tile_warps(block_n, block_c))
         return (None if state is None else xm), fm, fv
 
-    def moments_backward(self, grad, y, base, slope, layout):
+    def moments_backward(self, grad: torch.Tensor, y: torch.Tensor, base: torch.Tensor,
+                         slope: Optional[torch.Tensor], layout: str) -> torch.Tensor:
         g, (batch, n, c), sg = as_bnc(grad, layout)
         y, _, sy = as_bnc(y, layout)
         out = torch.empty_like(g, dtype=y.dtype)
@@ -274,7 +280,8 @@ class TritonStepKernels:
                                      num_warps=tile_warps(block_n, block_c))
         return out
 
-    def step(self, shortcut, step, f, relu, layout, norm=None):
+    def step(self, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
+             relu: bool, layout: str, norm: Optional[Affine] = None) -> torch.Tensor:
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -289,7 +296,9 @@ class TritonStepKernels:
                          num_warps=tile_warps(block_n, block_c))
         return out
 
-    def measured_step(self, shortcut, step, f, relu, layout, state_relu, norm=None):
+    def measured_step(self, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
+                      relu: bool, layout: str, state_relu: bool,
+                      norm: Optional[Affine] = None) -> Measured:
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -307,7 +316,10 @@ class TritonStepKernels:
                                                   num_warps=tile_warps(block_n, block_c))
         return out, moved, state
 
-    def step_backward(self, grad, out, f, step, relu, layout, need_step_grad, norm=None):
+    def step_backward(self, grad: torch.Tensor, out: Optional[torch.Tensor],
+                      f: Optional[torch.Tensor], step: Optional[torch.Tensor], relu: bool,
+                      layout: str, need_step_grad: bool,
+                      norm: Optional[Affine] = None) -> StepGrads:
         if not (relu or step is not None or need_step_grad or norm is not None):
             return grad, grad, None
         g, (batch, n, c), sg = as_bnc(grad, layout)

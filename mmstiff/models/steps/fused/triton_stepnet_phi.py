@@ -5,9 +5,12 @@ a program holds a block of channels over the whole batch, so the batch statistic
 running-statistics update and, backward, BN's per-channel sums stay in it. Arithmetic in
 float32; (B, C) tensors contiguous.
 """
+from typing import Optional, Tuple
+
 import torch
 
 from mmstiff.utils.triton_launch import HAS_TRITON, cdiv, tile_warps, tl, triton
+from .stepnet_phi import PhiGrads
 from .triton_columns import ColumnKernels, column_blocks, column_tile
 
 if HAS_TRITON:
@@ -101,8 +104,11 @@ class TritonPhiKernels(ColumnKernels):
         super().__init__()
         self._forward, self._backward = _phi_forward_kernel, _phi_backward_kernel
 
-    def phi_forward(self, u, p, weight, gamma, beta, ie_weight, ie_bias, running_mean, running_var,
-                    batch_stats, factor, eps, scale):
+    def phi_forward(self, u: torch.Tensor, p: torch.Tensor, weight: torch.Tensor,
+                    gamma: torch.Tensor, beta: torch.Tensor, ie_weight: torch.Tensor,
+                    ie_bias: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                    batch_stats: bool, factor: Optional[float], eps: float,
+                    scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch, channels = u.shape
         u, p, weight = (t if t.is_contiguous() else t.contiguous() for t in (u, p, weight))
         step = torch.empty_like(u, dtype=torch.promote_types(u.dtype, weight.dtype))
@@ -119,8 +125,10 @@ class TritonPhiKernels(ColumnKernels):
                                          BLOCK_C=block_c, num_warps=tile_warps(block_b, block_c))
         return step, mean, rstd
 
-    def phi_backward(self, grad, u, p, weight, gamma, beta, ie_weight, ie_bias, mean, rstd,
-                     batch_stats, scale):
+    def phi_backward(self, grad: torch.Tensor, u: torch.Tensor, p: torch.Tensor,
+                     weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
+                     ie_weight: torch.Tensor, ie_bias: torch.Tensor, mean: torch.Tensor,
+                     rstd: torch.Tensor, batch_stats: bool, scale: float) -> PhiGrads:
         batch, channels = u.shape
         grad_u, grad_p = torch.empty_like(u), torch.empty_like(p)
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=u.device)

@@ -1,8 +1,15 @@
 """The Euler update pass of the fused step: ``act(shortcut + Δ ⊙ f)`` written in one pass and
 its backward in one more (docs/methods.md §0)."""
+from typing import Any, Optional, Tuple, Union
+
 import torch
 
 from mmstiff.utils.reference_steps import first_order
+
+#: what :class:`EulerUpdate` returns: the output, or ``(out, moved, state)`` with ``state_relu``
+Updated = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: the gradients of the inputs of :class:`EulerUpdate` (None: no gradient)
+UpdateGrads = Tuple[Optional[torch.Tensor], ...]
 
 
 class EulerUpdate(torch.autograd.Function):
@@ -17,7 +24,9 @@ class EulerUpdate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, shortcut, step, f, relu, layout, kernels, state_relu=None, affine=None):
+    def forward(ctx, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
+                relu: bool, layout: str, kernels: Any, state_relu: Optional[bool] = None,
+                affine: Optional[torch.Tensor] = None) -> Updated:
         norm = None if affine is None else affine[:, 0].unbind(0)
         if state_relu is None:
             out = kernels.step(shortcut, step, f, relu, layout, norm=norm)
@@ -33,7 +42,7 @@ class EulerUpdate(torch.autograd.Function):
 
     @staticmethod
     @first_order
-    def backward(ctx, grad, *unused):
+    def backward(ctx, grad: torch.Tensor, *unused: torch.Tensor) -> UpdateGrads:
         out, f, step, affine = ctx.saved_tensors
         if ctx.folded:
             need_sums = ctx.needs_input_grad[1] or ctx.needs_input_grad[7]
