@@ -1,18 +1,11 @@
 """The Squeeze-and-Excitation step-size adaptor (docs/methods.md §3; Hu et al., SENet).
 
     Δ = sigmoid(W2 · relu(W1 · GAP(f)))        # reduction ratio 16 by default
-    out = act(x_t + Δ ⊙ f)
 
-Channel attention on the residual branch is an adaptive, per-channel step size computed from
-the residual ``f`` alone (StepNet paper Eq. 7). The layers mirror mmpretrain's ``SELayer``
-(``conv1.conv``, ``conv2.conv``, the same squeeze width), so its weights copy over by name and
-:class:`mmstiff.models.backbones.StepResNet` with this adaptor reproduces ``SEResNet``.
-
-That is the paper's start (``start='paper'``): at random weights Δ is near 0.5 everywhere, which
-halves every residual branch of a plain pretrained backbone the adaptor is grafted onto.
-``start='identity'`` computes ``Δ = 2 sigmoid(W2 relu(W1 GAP(f)) + b2)`` with ``W2 = 0``,
-``b2 = 0``, so Δ ≡ 1 exactly and the adapted network starts as the plain one (docs/methods.md
-§3, "Starting from a plain checkpoint").
+A per-channel step size from the residual f alone (StepNet paper Eq. 7). The layers mirror
+mmpretrain's ``SELayer`` (``conv1.conv``, ``conv2.conv``), so its weights copy over by name.
+``start='identity'`` computes ``Δ = 2 sigmoid(W2 relu(W1 GAP(f)) + b2)`` from ``W2 = 0``,
+``b2 = 0``: Δ ≡ 1, and a network grafted onto a plain checkpoint starts as the plain one.
 """
 from typing import Callable, Optional, Tuple
 

@@ -1,16 +1,11 @@
-"""The start an adaptor was trained with, kept in its checkpoints (docs/methods.md §3, "Starting
-from a plain checkpoint").
+"""The start an adaptor was trained with, kept in its checkpoints (docs/methods.md §3).
 
-An adaptor with ``start='identity'`` computes ``Δ = 2 σ(z)``, one with ``start='paper'``
-``Δ = σ(z)``: the same weights give another network under the other start. Every state dict an
-adaptor saves records its start in the per-module metadata that torch and MMEngine save with the
-weights (``state_dict._metadata[prefix]['start']``), and loading that entry into an adaptor built
-with the other start is refused (:func:`check_saved_start`). Checkpoints written before the
-start was recorded carry no entry and load as before.
-
-A checkpoint entry of another shape (another ``groups``, another width) does not load; the
-adaptor then counts as not loaded (:func:`mismatched_entries`), so a backbone gives it its start
-back instead of keeping the part of the entry whose shapes happened to fit.
+``start='identity'`` computes ``Δ = 2 σ(z)``, ``start='paper'`` ``Δ = σ(z)``: the same weights
+give another network under the other start. Every state dict records an adaptor's start in its
+per-module metadata (``state_dict._metadata[prefix]['start']``), and loading it into an adaptor
+of the other start is refused (:func:`check_saved_start`); checkpoints without it load as
+before. An entry of another shape does not load, and the adaptor counts as not loaded
+(:func:`mismatched_entries`), so the backbone gives it its start back.
 """
 from typing import Any, Dict, List, Optional, Tuple
 

@@ -1,20 +1,11 @@
 """The StepNet step-size adaptor (docs/methods.md §1; StepNet paper Eq. 10 and Appendix F).
 
-The step size is computed from the current state AND the next one, a finer estimate of the local
-stiffness than the residual ``f`` alone:
+    u = GAP(x_t);  v = GAP(x_t + f) = u + GAP(f)        # the state now and the next one
+    z = W_IE ⊙ BN(GroupConv1x1(interleave(u, v))) + b_IE  # groups=C: channel c sees (u_c, v_c)
+    Δ = sigmoid(z)            # the paper's start: W_IE = 0, b_IE = -1, so Δ ≡ 0.269
 
-    u = GAP(x_t)                       # (B, C)
-    v = GAP(x_t + f)                   # the next state, = u + GAP(f) (pooling is linear)
-    z = GroupConv1x1(interleave(u, v)) # 2C -> C; groups=C: channel c sees only (u_c, v_c)
-    z = BN(z)                          # the "BN" of IEBN
-    z = W_IE ⊙ z + b_IE                # the "IE": per channel, W_IE init 0.0, b_IE init -1.0
-    Δ = sigmoid(z)                     # so Δ ≡ sigmoid(-1) ≈ 0.269 at initialisation
-
-That is the paper's start (``start='paper'``). Grafted onto a plain pretrained backbone it
-scales every residual branch by 0.27 and the pretrained features are lost before the first step;
-``start='identity'`` computes ``Δ = 2 sigmoid(z)`` with ``W_IE = b_IE = 0`` instead, so Δ ≡ 1
-exactly and the adapted network starts as the plain one (docs/methods.md §3, "Starting from a
-plain checkpoint").
+``start='identity'`` computes ``Δ = 2 sigmoid(z)`` with ``W_IE = b_IE = 0``: Δ ≡ 1, and a
+network grafted onto a plain checkpoint starts as the plain one (docs/methods.md §3).
 """
 from contextlib import contextmanager
 from typing import Callable, Optional

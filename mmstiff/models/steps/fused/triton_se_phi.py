@@ -1,15 +1,11 @@
-"""Triton kernels of SE's (B, C) arithmetic (docs/methods.md §0, "The fused step").
+"""Triton kernels of SE's (B, C) arithmetic (docs/methods.md §0, "The fused step"): the passes
+of :class:`~.se_phi.TorchSEPhiKernels`.
 
-The passes of :class:`~.se_phi.TorchSEPhiKernels`: forward, two kernels (the
-squeeze over every channel and ReLU, a program per block of samples and of squeeze units; then
-the excitation, sigmoid and scale, a program per block of samples and of channels); backward,
-two (the hidden layer's gradient, σ's gradient times the excitation's weights under ReLU's mask,
-a program per block of samples and of squeeze units over every channel; then, in one launch,
-the weights' and biases' gradients, a program per block of channels and of units over every
-sample, and the pooled input's, a program per block of samples and of channels over every
-unit). Each program loops over the axis it sums, in blocks: no program holds a whole axis of
-any size, and no sum is added atomically, so the results do not depend on the programs' order.
-Products in float32 (``input_precision='ieee'``: no TF32); (B, C) tensors contiguous.
+Forward: the squeeze and ReLU, then the excitation, sigmoid and scale, a kernel each. Backward:
+the hidden layer's gradient, then in one launch the weights', the biases' and the pooled
+input's. Each program loops over the axis it sums, in blocks, and no sum is atomic, so the
+results do not depend on the programs' order. Products in float32 (``input_precision='ieee'``:
+no TF32); (B, C) tensors contiguous.
 """
 from typing import Tuple
 
