@@ -1,6 +1,7 @@
 """Export, as deployment takes it: every backbone family, with ``fused`` off and on, exports
 through ``torch.onnx.export`` and onnxruntime computes what the model computes eagerly (under
-export every block takes the reference step); ``torch.export`` traces the fused backbones too.
+export every block takes the reference step); the dynamo exporter, ``torch.export`` and
+TorchScript's trace take the fused backbones too.
 """
 import copy
 
@@ -89,11 +90,14 @@ def _model(name, fused):
     return Outputs(model).eval(), torch.randn(2, 3, size, size)
 
 
-def _onnx_outputs(model, images, path):
-    torch.onnx.export(model, (images, ), str(path), input_names=['images'], dynamo=False)
+def _onnx_outputs(model, images, path, dynamo=False):
+    if dynamo:
+        torch.onnx.export(copy.deepcopy(model), (images, ), dynamo=True).save(str(path))
+    else:
+        torch.onnx.export(model, (images, ), str(path), input_names=['images'], dynamo=False)
     onnx.checker.check_model(onnx.load(str(path)))
     session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    return session.run(None, {'images': images.numpy()})
+    return session.run(None, {session.get_inputs()[0].name: images.numpy()})
 
 
 @pytest.mark.slow
@@ -113,6 +117,19 @@ def test_onnxruntime_computes_what_the_model_computes(name, fused, tmp_path):
         torch.testing.assert_close(torch.from_numpy(b), a, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['resnet-stepnet', 'preact', 'vit', 'alternet'])
+def test_the_dynamo_exporter_takes_the_fused_backbones(name, tmp_path):
+    pytest.importorskip('onnxscript', reason='the dynamo exporter needs onnxscript')
+    model, images = _model(name, True)
+    with torch.no_grad():
+        expected = model(images)
+    got = _onnx_outputs(model, images, tmp_path / 'model.onnx', dynamo=True)
+    assert len(got) == len(expected)
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(torch.from_numpy(b), a, rtol=1e-4, atol=1e-4)
+
+
 def test_under_export_a_fused_block_takes_the_reference_step(tmp_path, monkeypatch):
     """The fused step's passes are not traced into the graph: no autograd Function of theirs
     runs while ``torch.onnx.export`` or ``torch.export`` traces, and the graph computes the
@@ -128,6 +145,10 @@ def test_under_export_a_fused_block_takes_the_reference_step(tmp_path, monkeypat
     calls.clear()
     _onnx_outputs(model, images, tmp_path / 'model.onnx')
     exported = torch.export.export(copy.deepcopy(model), (images, ))
+    # (check_trace would run the model again eagerly, where it takes the fused step)
+    traced = torch.jit.trace(copy.deepcopy(model), (images, ), check_trace=False)
     assert calls == []
-    for a, b in zip(expected, exported.module()(images)):
+    for a, b, c in zip(expected, exported.module()(images), traced(images)):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-5)
+    assert calls == []  # the traced graph holds the reference step's operators
