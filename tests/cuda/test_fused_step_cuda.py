@@ -13,6 +13,7 @@ from step_calls import residual_update  # tests/
 from mmstiff.models.backbones import StepResNet, StepViT
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, choose_step, forced_step_kernels,
                                   reference_step, set_fused)
+from mmstiff.models.steps.fused import FusedPhi
 from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 from mmstiff.models.steps.fused.triton_step import TritonStepKernels
 
@@ -182,7 +183,8 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
     for adaptor, kernels in ((reference, None), (fused, TritonPhiKernels())):
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):
-            step = adaptor.step_from_pooled(uu, pp, phi=kernels)
+            phi = None if kernels is None else FusedPhi(kernels)
+            step = adaptor.step_from_pooled(uu, pp, phi=phi)
         weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
@@ -206,7 +208,8 @@ def test_se_phi_kernels_equal_the_adaptor_modules(batch, channels):
     with torch.backends.cudnn.flags(allow_tf32=False):
         for adaptor, kernels in ((reference, None), (fused, TritonStepKernels().phi)):
             pp = p.clone().requires_grad_()
-            step = adaptor.step_from_pooled(None, pp, phi=kernels)
+            phi = None if kernels is None else FusedPhi(kernels)
+            step = adaptor.step_from_pooled(None, pp, phi=phi)
             weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
             grads = torch.autograd.grad((step * weights).sum(), [pp, *adaptor.parameters()])
             results.append([step, *grads])
