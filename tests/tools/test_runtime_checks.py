@@ -6,7 +6,8 @@ import torch
 from mmengine.config import Config
 
 from mmstiff.apis import ConfigError, codebase_of, prepare_runner_cfg
-from mmstiff.apis.runtime import init_cpu_distributed
+from mmstiff.apis.runtime import check_codebase_loads, init_cpu_distributed
+from mmstiff.dependencies import MMCV_OPS_HINT, installed_mmcv
 
 CLS_CONFIG = 'tests/data/configs/cifar10_resnet18_tiny.py'
 
@@ -26,6 +27,35 @@ def test_codebase_follows_default_scope():
         codebase_of(Config(dict(default_scope='mmseg')))
     with pytest.raises(ConfigError, match='default_scope=None'):
         codebase_of(Config(dict()))
+
+
+def test_a_codebase_that_cannot_load_is_named_before_anything_else(monkeypatch):
+    """mmdet without mmcv's compiled ops is the error a detection config gets, before the data
+    checks (which would otherwise name the missing COCO files first); other import errors are
+    not taken for it."""
+    import importlib
+    real = importlib.import_module
+
+    def no_ops(name, *args, **kwargs):
+        if name == 'mmdet.models':
+            raise ModuleNotFoundError("No module named 'mmcv._ext'", name='mmcv._ext')
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, 'import_module', no_ops)
+    check_codebase_loads(Config(dict(default_scope='mmpretrain')))  # loads
+    dist, version = installed_mmcv() or ('mmcv', '?')
+    expected = ('this config needs mmdet, and mmdet needs mmcv with its compiled ops, which '
+                f'{dist} {version} does not have: {MMCV_OPS_HINT}')
+    with pytest.raises(ConfigError) as err:
+        check_codebase_loads(Config(dict(default_scope='mmdet')))
+    assert str(err.value) == expected
+
+    def broken(name, *args, **kwargs):
+        raise ImportError('cannot import name X from a user module')
+
+    monkeypatch.setattr(importlib, 'import_module', broken)
+    with pytest.raises(ImportError, match='cannot import name X'):
+        check_codebase_loads(Config(dict(default_scope='mmdet')))
 
 
 def test_train_args_merge_like_upstream(repo_root):
