@@ -104,7 +104,7 @@ def test_the_table_is_read_from_the_page(table):
     assert table['utils/'] == {'errors.py'}
     assert table['analysis/'] == {'utils/'}
     assert 'analysis/' in table['engine/'] and 'engine/' in table['apis/']
-    assert table['models/steps/'] == {'utils/', 'registry.py', 'models/layers/'}
+    assert table['models/steps/'] == {'utils/', 'registry.py', 'models/utils/', 'models/layers/'}
 
 
 def test_every_import_of_the_package_follows_the_table(table):
