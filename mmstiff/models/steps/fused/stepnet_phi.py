@@ -41,14 +41,14 @@ def stepnet_phi_step(adaptor: nn.Module, u: torch.Tensor, residual: torch.Tensor
                      kernels: object) -> Optional[torch.Tensor]:
     """Δ (B, C) of a StepNet adaptor through :class:`StepNetPhi` on ``kernels``, or None where
     :func:`stepnet_phi_applies` says its modules compute."""
-    if not stepnet_phi_applies(adaptor, u.shape[0], kernels):
+    norm, batch = adaptor.norm, u.shape[0]
+    if not stepnet_phi_applies(adaptor, batch, kernels):
         return None
-    norm = adaptor.norm
-    return StepNetPhi.apply(u, residual, adaptor.conv.weight.view(adaptor.channels,
-                                                                  2), norm.weight, norm.bias,
-                            adaptor.ie_weight, adaptor.ie_bias, norm.running_mean, norm.running_var,
-                            *start_phi_call(adaptor,
-                                            u.shape[0]), norm.eps, adaptor.step_scale, kernels)
+    weight = adaptor.conv.weight.view(adaptor.channels, 2)
+    batch_stats, factor = start_phi_call(adaptor, batch)
+    return StepNetPhi.apply(u, residual, weight, norm.weight, norm.bias, adaptor.ie_weight,
+                            adaptor.ie_bias, norm.running_mean, norm.running_var, batch_stats,
+                            factor, norm.eps, adaptor.step_scale, kernels)
 
 
 #: the gradients ``phi_backward`` returns: of ``(u, p, weight (C, 2), gamma, beta, ie_weight,
