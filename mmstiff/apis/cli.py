@@ -169,7 +169,8 @@ def add_block_types_arg(parser):
 
 def add_run_args(parser):
     """Add what ``tools/train.py`` and ``tools/test.py`` share about the run itself:
-    ``--launcher``, ``--skip-data-checks``, ``--debug`` and the launcher's ``--local-rank``."""
+    ``--launcher``, ``--skip-data-checks``, ``--skip-image-checks``, ``--debug`` and the
+    launcher's ``--local-rank``."""
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument(
@@ -177,6 +178,11 @@ def add_run_args(parser):
         help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
         'and CIFAR files; they take seconds on COCO-sized files); the config key '
         'skip_data_checks=True does the same')
+    parser.add_argument(
+        '--skip-image-checks', action='store_true',
+        help='of the data checks, skip only the one that looks for every image file a COCO '
+        'annotation file lists (one stat per image; for huge datasets on slow storage); the '
+        'config key skip_image_checks=True does the same')
     parser.add_argument(
         '--debug', action='store_true',
         help="print the traceback of a user's mistake too (MMSTIFF_DEBUG=1 does "

@@ -26,14 +26,14 @@ configs as ``type='mmstiff.CocoDataset'``; it imports mmdet, and is registered t
 :mod:`mmstiff.datasets.lazy_coco` so that ``mmstiff.datasets`` does not.
 """
 import logging
-import os
 from collections import Counter
 
 from mmdet.datasets import CocoDataset as _UpstreamCocoDataset
 from mmengine.logging import print_log
 
 from mmstiff.registry import DATASETS
-from .coco_boxes import EXAMPLES, NO_BOX, SMALL, box_drop_reason
+from .coco_boxes import NO_BOX, SMALL, box_drop_reason
+from .coco_files import check_image_files
 
 
 @DATASETS.register_module(force=True)  # takes the name over from the lazy placeholder
@@ -107,7 +107,7 @@ class CocoDataset(_UpstreamCocoDataset):
                 f'{self.ann_file}: filter_cfg dropped {sum(counts.values())} of '
                 f'{len(self.data_list)} images: {counts}', logger='current', level=logging.WARNING)
         if self.check_files:
-            check_image_files(kept, self.ann_file)
+            check_image_files([info['img_path'] for info in kept], self.ann_file)
         return kept
 
     def parse_data_info(self, raw_data_info):
@@ -125,30 +125,3 @@ class CocoDataset(_UpstreamCocoDataset):
                 self.dropped_boxes[reason] += 1
                 self._dropped_examples.setdefault(reason, ann.get('id'))
         return super().parse_data_info(raw_data_info)
-
-
-def check_image_files(data_list, ann_file):
-    """Every ``img_path`` of ``data_list`` is a non-empty file.
-
-    Raises:
-        ValueError: naming the annotation file, how many image files are missing or empty
-            and the first ones.
-    """
-    missing, empty = [], []
-    for info in data_list:
-        path = info['img_path']
-        try:
-            if os.stat(path).st_size == 0:
-                empty.append(path)
-        except OSError:
-            missing.append(path)
-    problems = []
-    if missing:
-        problems.append(f'{len(missing)} missing (e.g. {", ".join(missing[:EXAMPLES])})')
-    if empty:
-        problems.append(f'{len(empty)} empty (e.g. {", ".join(empty[:EXAMPLES])})')
-    if problems:
-        raise ValueError(f'{ann_file}: of the {len(data_list)} image files it lists, '
-                         f'{"; ".join(problems)}; expected every image in the image folder '
-                         '(check data_root and data_prefix.img), or check_files=False to '
-                         'skip this check')

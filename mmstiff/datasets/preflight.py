@@ -4,8 +4,9 @@ For every dataset of the config's dataloaders (through ``ConcatDataset`` / ``Rep
 ``ClassBalancedDataset`` wrappers), whatever class it names, upstream's or mmstiff's:
 
 * a COCO-style dataset (mmdet's ``CocoDataset`` or a subclass, ``mmstiff.CocoDataset``): its
-  annotation JSON is read (not the images) and checked as ``mmstiff.CocoDataset`` checks it
-  while it loads (:func:`check_coco_file`);
+  annotation JSON is read and checked as ``mmstiff.CocoDataset`` checks it while it loads
+  (:func:`check_coco_file`), and every image file the dataset will read is looked for on disk
+  (one ``stat`` each, no decoding; :mod:`mmstiff.datasets.coco_files`);
 * mmpretrain's ``MNIST`` / ``FashionMNIST`` (and mmstiff's): the IDX headers, sizes, label
   counts and label range of the split the dataset will read (the same checks as
   ``mmstiff.MNIST``); a ``split`` that disagrees with ``test_mode`` is an error for mmstiff's
@@ -16,7 +17,9 @@ For every dataset of the config's dataloaders (through ``ConcatDataset`` / ``Rep
 A failed check raises :class:`DataCheckError` naming the dataloader, the file and what is wrong;
 for an upstream type the same line says which mmstiff type runs the checks while it loads.
 Files the dataset would download (``download=True``) and files on remote storage are skipped.
-``skip_data_checks=True`` in the config (``tools/train.py --skip-data-checks``) skips them all.
+``skip_data_checks=True`` in the config (``tools/train.py --skip-data-checks``) skips them all;
+``skip_image_checks=True`` (``--skip-image-checks``) only the image files' (for huge datasets on
+slow storage), and so does ``check_files=False`` of an ``mmstiff.CocoDataset``.
 """
 import json
 import os.path as osp
@@ -24,10 +27,13 @@ from collections import Counter
 
 from mmstiff.errors import MmstiffError
 from .coco_boxes import CATEGORY, NO_BOX, SMALL, box_drop_reason
+from .coco_files import check_image_files
 
 DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 #: the config key that turns the checks off
 SKIP_KEY = 'skip_data_checks'
+#: the config key that turns off only the check that every image file is on disk
+SKIP_IMAGES_KEY = 'skip_image_checks'
 #: the mmstiff type that runs the same checks while it loads, per kind of dataset
 CHECKED_TYPES = dict(coco='mmstiff.CocoDataset', idx='mmstiff.MNIST / mmstiff.FashionMNIST',
                      cifar='mmstiff.CIFAR10 / mmstiff.CIFAR100')
@@ -148,6 +154,13 @@ def check_coco_file(path, classes, test_mode=False, filter_cfg=None):
     images, images ``filter_cfg`` drops), or raise ``ValueError`` / ``FileNotFoundError``: a file
     that is not JSON, lists no image, lists no category of ``classes``, has no annotation
     (outside ``test_mode``), keeps no box, or whose ``filter_cfg`` drops every image."""
+    return read_coco_file(path, classes, test_mode, filter_cfg)[0]
+
+
+def read_coco_file(path, classes, test_mode=False, filter_cfg=None):
+    """:func:`check_coco_file`, returning ``(warning lines, images)``: the image entries of the
+    file the dataset keeps (all of them in ``test_mode``; those ``filter_cfg`` keeps outside
+    it), whose files it will read."""
     data = _load_json(path)
     if not isinstance(data, dict):
         raise ValueError(f'{path} holds a JSON {type(data).__name__}; expected a COCO object '
@@ -203,19 +216,23 @@ def check_coco_file(path, classes, test_mode=False, filter_cfg=None):
                         f'not list (e.g. annotation id {unknown[0].get("id")}, image id '
                         f'{unknown[0].get("image_id")}); they are not used')
     if filter_cfg and not test_mode:
-        warnings += _check_filter(path, images, kept_per_image, filter_cfg)
-    return warnings
+        more, images = _check_filter(path, images, kept_per_image, filter_cfg)
+        warnings += more
+    return warnings, images
 
 
 def _check_filter(path, images, kept_per_image, filter_cfg):
+    """``(warning lines, images kept)`` of mmdet's ``filter_data`` with ``filter_cfg``."""
     min_size = filter_cfg.get('min_size', 0) or 0
     empty_gt = filter_cfg.get('filter_empty_gt', False)
-    dropped = Counter()
+    dropped, kept = Counter(), []
     for img in images:
         if empty_gt and not kept_per_image.get(img['id']):
             dropped[NO_BOX] += 1
         elif min(img['width'], img['height']) < min_size:
             dropped[SMALL] += 1
+        else:
+            kept.append(img)
     if sum(dropped.values()) == len(images):
         raise ValueError(f'{path}: filter_cfg={dict(filter_cfg)!r} drops every one of the '
                          f'{len(images)} images ({dict(dropped)}); expected at least one image '
@@ -224,17 +241,39 @@ def _check_filter(path, images, kept_per_image, filter_cfg):
         return [
             f'{path}: filter_cfg drops {sum(dropped.values())} of {len(images)} images: '
             f'{dict(dropped)}'
-        ]
-    return []
+        ], kept
+    return [], kept
 
 
-def _check_coco(dataset):
+def _image_folder(dataset):
+    """The folder mmdet joins each ``file_name`` to (``data_root`` + ``data_prefix.img``), or
+    None where the images are not on a local disk (a URL, a non-local ``backend_args``)."""
+    prefix = dataset.get('data_prefix') or {}
+    if isinstance(prefix, dict):
+        prefix = prefix.get('img', prefix.get('img_path', '')) or ''
+    backend = (dataset.get('backend_args') or {}).get('backend', 'local')
+    folder = _join(dataset.get('data_root') or '', prefix) or ''
+    if '://' in str(folder) or backend != 'local':
+        return None
+    return folder
+
+
+def _check_coco(dataset, images=True):
+    """The checks of a COCO-style dataset: the annotation file, then (``images``) one ``stat``
+    per image file the dataset will read."""
     root = dataset.get('data_root') or ''
     ann_file = _join(root, dataset.get('ann_file') or '')
     if not ann_file or '://' in ann_file:
         return []
-    return check_coco_file(ann_file, _classes(dataset, 'CocoDataset', 'mmdet.datasets'),
-                           bool(dataset.get('test_mode', False)), dataset.get('filter_cfg'))
+    warnings, kept = read_coco_file(ann_file, _classes(dataset, 'CocoDataset', 'mmdet.datasets'),
+                                    bool(dataset.get('test_mode', False)),
+                                    dataset.get('filter_cfg'))
+    folder = _image_folder(dataset)
+    if images and folder is not None and dataset.get('check_files', True):
+        check_image_files((osp.join(folder, img['file_name']) for img in kept), ann_file,
+                          skip_hint=f'{SKIP_IMAGES_KEY}=True in the config (--skip-image-checks) '
+                          'to skip this check')
+    return warnings
 
 
 # ------------------------------------------------------------------ MNIST, CIFAR
@@ -305,8 +344,9 @@ def _check_cifar(dataset, cls_name):
     return []
 
 
-def check_dataset(field, dataset, scope):
+def check_dataset(field, dataset, scope, images=True):
     """Run the checks of one dataset config (module docstring); return its warning lines.
+    ``images=False`` leaves out the check that every image file is on disk.
 
     Raises:
         DataCheckError: naming ``field``, the file and what is wrong.
@@ -316,7 +356,7 @@ def check_dataset(field, dataset, scope):
         return []
     try:
         if kind == 'coco':
-            return _check_coco(dataset)
+            return _check_coco(dataset, images)
         if kind == 'idx':
             return _check_idx(dataset, upstream)
         return _check_cifar(dataset, str(dataset.get('type')))
@@ -332,7 +372,8 @@ def check_dataset(field, dataset, scope):
 
 def check_data(cfg, fields=DATALOADERS):
     """Check every dataset of the dataloaders ``fields`` of ``cfg`` (module docstring), unless
-    ``cfg.skip_data_checks``; return the warning lines (the caller logs them).
+    ``cfg.skip_data_checks``; the image files of COCO-style datasets unless
+    ``cfg.skip_image_checks`` too. Return the warning lines (the caller logs them).
 
     Raises:
         DataCheckError: the first dataset that fails, naming its field and its file.
@@ -340,7 +381,8 @@ def check_data(cfg, fields=DATALOADERS):
     if cfg.get(SKIP_KEY, False):
         return []
     scope = cfg.get('default_scope')
+    images = not cfg.get(SKIP_IMAGES_KEY, False)
     warnings = []
     for field, dataset in dataset_cfgs(cfg, fields):
-        warnings += [f'{field}: {line}' for line in check_dataset(field, dataset, scope)]
+        warnings += [f'{field}: {line}' for line in check_dataset(field, dataset, scope, images)]
     return warnings
