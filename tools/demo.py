@@ -5,16 +5,16 @@
                          [--data-root data/fashion_mnist] [--cfg-options ...]
     python tools/demo.py --quick [--work-dir work_dirs/demo-quick]    # or python -m mmstiff.demo
 
-Runs ``tools/train.py``, ``tools/test.py`` and the analysis tools of ``tools/analysis/`` as
-separate processes, exactly as a user would, and prints where the log, checkpoint, metrics and
-plots are. ``--quick`` is the first run of a new install, in about a minute from any folder
-with nothing downloaded: it writes a tiny dataset in Fashion-MNIST's format into
-``WORK_DIR/data`` (:func:`mmstiff.testing.write_mnist`: 256 training and 128 test images of
-class-coded shapes), trains one short epoch with the diagnostics recorded every two
-iterations, evaluates it, plots the curves and the TNS (the other analyses are printed, to run
-by hand); it checks the install, its accuracy is no result. The config, the tools and the
-data are found beside this script: ``configs/`` of a checkout or ``.mim/configs`` of the
-installed package.
+Runs ``tools/train.py``, ``tools/test.py`` and the analysis tools of ``tools/analysis/`` as separate
+processes, exactly as a user would, and prints where the log, checkpoint, metrics and plots are, and
+last the run's dashboard (``WORK_DIR/dashboard.png``: the loss, the validation accuracy and the
+per-step diagnostics over training in one figure). ``--quick`` is the first run of a new install, in
+about a minute from any folder with nothing downloaded: it writes a tiny dataset in Fashion-MNIST's
+format into ``WORK_DIR/data`` (:func:`mmstiff.testing.write_mnist`: 256 training and 128 test images
+of class-coded shapes), trains one short epoch with the diagnostics recorded every two iterations,
+evaluates it, plots the curves and the TNS (the other analyses are printed, to run by hand); it
+checks the install, its accuracy is no result. The config, the tools and the data are found beside
+this script: ``configs/`` of a checkout or ``.mim/configs`` of the installed package.
 """
 import argparse
 import glob
@@ -181,6 +181,10 @@ def main(argv=None):
         print(f'skipped:     {cmd}')
     for key, value in metrics.items():
         print(f'  {key}: {value:.2f}' if isinstance(value, float) else f'  {key}: {value}')
+    dashboard = osp.join(args.work_dir, 'dashboard.png')  # drawn by the diagnostics hook
+    if not osp.isfile(dashboard):
+        dashboard = osp.join(plots, 'training', 'dashboard.png')  # drawn by plot_logs.py
+    print(f'dashboard:   {dashboard}  (the whole run in one figure)')
     return metrics
 
 

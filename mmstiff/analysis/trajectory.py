@@ -1,7 +1,10 @@
 """Record the trajectory x_0, x_1, ..., x_L of a residual network with forward hooks.
 
 Each selected block's ``(x_t, x_{t+1}, Δ_t)`` goes to a ``reduce`` callable on the fly,
-detached and under ``torch.no_grad()`` (docs/diagnostics.md, "TrajectoryRecorder").
+detached and under ``torch.no_grad()`` (docs/diagnostics.md, "TrajectoryRecorder"). With
+``adjoint=True`` the recorder also hooks the live states of the forward graph, so that the
+backward pass that follows leaves the per-sample norm of ``∂L/∂x`` at each step's two ends
+(:class:`AdjointNorm`; docs/methods.md §16).
 
 Example:
     >>> from mmstiff.analysis import TrajectoryRecorder, neural_stiffness_index
@@ -10,8 +13,9 @@ Example:
     ...     backbone(images)
     >>> recorder.outputs['layer1.0'][0]  # (B,) NSI of block layer1.0 on this batch
 """
+import weakref
 from collections import OrderedDict
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -19,12 +23,49 @@ import torch.nn as nn
 from mmstiff.utils.checks import check_patterns, check_positive_int, matches_any
 from mmstiff.utils.step_sums import StepSums, close_step_sums, is_step_block, open_step_sums
 from .blocks import activation_of, find_blocks, second_norm_of, shortcut_of, step_sources
-from .spec_taps import SpecReader, first_tensor
+from .spec_taps import SpecReader, SpecStep, first_tensor
 from .unknown_model import no_block_message
 
 LEVELS = ('block', 'branch', 'both')
 #: names of the two Euler steps of a transformer layer, in order.
 BRANCH_NAMES = ('msa', 'mlp')
+
+
+class AdjointNorm:
+    """The per-sample norm of the adjoint ``a = ∂L/∂x`` of one recorded state, left by the
+    backward pass (docs/methods.md §16).
+
+    A gradient hook (``Tensor.register_hook``) on the live state of the forward graph: the
+    backward pass calls it with ``∂L/∂x`` once that gradient is complete, and it keeps only the
+    ``(B,)`` float32 norms of the first ``samples`` samples (None: all), not the gradient; the
+    gradient passes on unchanged. It holds no reference to the state, so it keeps no activation
+    alive.
+
+    Attributes:
+        norm (Tensor | None): ``(B,)`` ``‖∂L/∂x‖`` per sample, on the state's device; None until
+            a backward pass reached the state (none ran, or the state is not on the loss's path).
+    """
+
+    __slots__ = ('norm', 'samples')
+
+    def __init__(self, samples: Optional[int] = None):
+        self.norm = None
+        self.samples = samples
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        g = grad.detach()
+        if self.samples is not None:
+            g = g[:self.samples]
+        # float32 accumulation: a float16 gradient scaled by AMP's loss scale would overflow
+        self.norm = torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1, dtype=torch.float32)
+
+
+class AdjointEnds(NamedTuple):
+    """The adjoints at the two ends of one recorded step: ``start`` at ``x_t``, ``end`` at
+    ``x_{t+1}`` (:class:`AdjointNorm`, or None where the state is not a tensor of the forward
+    graph that requires a gradient)."""
+    start: Optional[AdjointNorm]
+    end: Optional[AdjointNorm]
 
 
 class StepRecord(NamedTuple):
@@ -42,6 +83,11 @@ class StepRecord(NamedTuple):
         sums (StepSums | None): the per-(sample, channel) sums of squares of ``x_next - x_t``
             and ``x_t`` the fused step wrote in its own pass, for a recorder made with
             ``step_sums=True`` (None where the step did not give them).
+        adjoint (AdjointEnds | None): for a recorder made with ``adjoint=True``, the
+            :class:`AdjointNorm` of each end, filled in by the backward pass after the forward
+            pass that made the record (None otherwise). Where ``x_t`` is the activated
+            projection ``act(P x)`` of a conv block, which the forward graph never computes,
+            ``start`` is the adjoint of the projection's output ``P x``.
     """
     name: str
     block: str
@@ -50,6 +96,7 @@ class StepRecord(NamedTuple):
     x_next: torch.Tensor
     step: Optional[Union[torch.Tensor, float]]
     sums: Optional[StepSums] = None
+    adjoint: Optional[AdjointEnds] = None
 
 
 class BlockTaps(NamedTuple):
@@ -86,9 +133,10 @@ def _detach(value):
 class _Frame:
     """Per-block scratch space for one forward pass of that block."""
 
-    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps', 'request', 'block')
+    __slots__ = ('batch', 'x_in', 'shortcut', 'mid', 'phase', 'steps', 'request', 'block',
+                 'adjoints')
 
-    def __init__(self, batch, x_in, request=None, block=None):
+    def __init__(self, batch, x_in, request=None, block=None, adjoint=None):
         self.block = block
         self.batch = batch
         self.x_in = x_in
@@ -97,6 +145,8 @@ class _Frame:
         self.phase = 0
         self.steps = ([], [])
         self.request = request
+        # AdjointNorm of the states kept: 'in', 'shortcut', 'mid' (recorder with adjoint=True)
+        self.adjoints = {'in': adjoint}
 
 
 def _apply_out_of_place(act, x):
@@ -160,6 +210,11 @@ class TrajectoryRecorder(RecorderBase):
         block_types (dict, optional): ``{class name: kind | BlockSpec | spec dict}``, block
             classes declared by a config, searched before the built-in tables
             (:func:`~mmstiff.analysis.blocks.block_types_of`).
+        adjoint (bool): also hook every recorded state that is a tensor of the forward graph
+            requiring a gradient with an :class:`AdjointNorm` (one per tensor, shared by the
+            step it ends and the step it starts), handed to ``reduce`` as
+            :attr:`StepRecord.adjoint`; the backward pass of the recorded forward pass fills
+            them in. Default False.
 
     Raises:
         ValueError: a bad ``level`` or ``select``, a model with no block the recorder knows
@@ -170,7 +225,7 @@ class TrajectoryRecorder(RecorderBase):
 
     def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
                  read_se_gates=True, num_samples=None, on_pass_end=None, step_sums=False,
-                 block_types=None):
+                 block_types=None, adjoint=False):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
@@ -185,6 +240,10 @@ class TrajectoryRecorder(RecorderBase):
         self.level = level
         self.read_se_gates = read_se_gates
         self.step_sums = bool(step_sums)
+        self.adjoint = bool(adjoint)
+        # id(live state) -> (weak reference to it, its AdjointNorm): one gradient hook per
+        # tensor while the recorder is started, however many records end or start at it
+        self._adjoint_slots: Dict[int, Tuple[weakref.ref, AdjointNorm]] = {}
         selected = select if callable(select) else _pattern_predicate(select)
         blocks = find_blocks(model, is_block, block_types)
         if not blocks:
@@ -199,10 +258,14 @@ class TrajectoryRecorder(RecorderBase):
             return x.detach() if n is None else x.detach()[:n]
 
         # the blocks read by their spec: their taps resolved once, here
+        reader = _AdjointSpecReader if self.adjoint else SpecReader
         self._readers = {
-            block.name: SpecReader(block.name, block.module, block.spec, cut)
+            block.name: reader(block.name, block.module, block.spec, cut)
             for block in self.blocks if block.spec is not None
         }
+        if self.adjoint:
+            for spec_reader in self._readers.values():
+                spec_reader.adjoint_of = self.adjoint_of
         # the submodules each block's hooks go on, looked up once (start() runs per iteration)
         self._taps = [self._block_taps(block.module, block.kind) for block in self.blocks]
         self.outputs = OrderedDict()
@@ -261,7 +324,26 @@ class TrajectoryRecorder(RecorderBase):
             if frame is not None and frame.request is not None:
                 close_step_sums(frame.request, frame.block)
         self._frames.clear()
+        # the hooks already on the graph stay there and fill their AdjointNorm in the backward
+        # pass; the recorder only forgets which tensors they are on
+        self._adjoint_slots.clear()
         return self
+
+    def adjoint_of(self, x: Optional[torch.Tensor]) -> Optional[AdjointNorm]:
+        """The :class:`AdjointNorm` of the live state ``x``, registering its gradient hook at
+        the first call for this tensor; None when the recorder has ``adjoint=False`` or ``x``
+        is no tensor of a graph that requires a gradient (no backward pass will reach it)."""
+        if (not self.adjoint or not torch.is_tensor(x) or not x.requires_grad
+                or not torch.is_grad_enabled()):
+            return None
+        key = id(x)
+        known = self._adjoint_slots.get(key)
+        if known is not None and known[0]() is x:
+            return known[1]
+        slot = AdjointNorm(self.num_samples)
+        x.register_hook(slot)
+        self._adjoint_slots[key] = (weakref.ref(x), slot)
+        return slot
 
     # ------------------------------------------------------------------ hooks
     def _block_taps(self, block, kind):
@@ -306,7 +388,9 @@ class TrajectoryRecorder(RecorderBase):
             def leave_plain(module, args, output):
                 x, out = first_tensor(args), first_tensor(output)
                 if x is not None and out is not None:
-                    self._keep(StepRecord(name, name, 'block', cut(x), cut(out), None))
+                    ends = AdjointEnds(self.adjoint_of(x),
+                                       self.adjoint_of(out)) if self.adjoint else None
+                    self._keep(StepRecord(name, name, 'block', cut(x), cut(out), None, None, ends))
 
             add(block, False, leave_plain)
             return hooks
@@ -317,7 +401,8 @@ class TrajectoryRecorder(RecorderBase):
             if stale is not None and stale.request is not None:
                 close_step_sums(stale.request, module)
             request = open_step_sums(state_act, module) if sums_steps and x is not None else None
-            frames[name] = None if x is None else _Frame(x.shape[0], cut(x), request, module)
+            frames[name] = None if x is None else _Frame(x.shape[0], cut(x), request, module,
+                                                         self.adjoint_of(x))
 
         def leave(module, args, output):
             frame = frames.pop(name, None)
@@ -329,7 +414,7 @@ class TrajectoryRecorder(RecorderBase):
             out = first_tensor(output)
             if frame is None or out is None:
                 return
-            self._emit(name, kind, frame, cut(out), sums)
+            self._emit(name, kind, frame, cut(out), sums, self.adjoint_of(out))
 
         add(block, True, enter)
         add(block, False, leave)
@@ -343,6 +428,7 @@ class TrajectoryRecorder(RecorderBase):
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
                     frame.shortcut = cut(out) if act is None else _apply_out_of_place(act, cut(out))
+                    frame.adjoints['shortcut'] = self.adjoint_of(out)
 
             add(shortcut, False, on_shortcut)
         if norm is not None:
@@ -352,6 +438,7 @@ class TrajectoryRecorder(RecorderBase):
                 x = first_tensor(args)
                 if frame is not None and x is not None and frame.mid is None:
                     frame.mid = cut(x)
+                    frame.adjoints['mid'] = self.adjoint_of(x)
                     frame.phase = 1
 
             add(norm, True, on_mid)
@@ -378,22 +465,34 @@ class TrajectoryRecorder(RecorderBase):
             add(module, 'kwargs' if kind == 'pre' else False, hook)
 
         def leave(module, args, output):
-            steps = reader.leave(output)
+            if self.adjoint:
+                read = reader.leave_with_adjoints(output)
+                steps, ends = (None, None) if read is None else read
+            else:
+                steps = reader.leave(output)
+                ends = None
             if steps is None:
                 return
+            ends = ends or [None] * len(steps)
             name = reader.name
             if len(steps) == 1:
                 only = steps[0]
-                self._keep(StepRecord(name, name, 'block', only.x_t, only.x_next, only.delta))
+                self._keep(
+                    StepRecord(name, name, 'block', only.x_t, only.x_next, only.delta, None,
+                               ends[0]))
                 return
             names = set(reader.record_names(self.level))
-            for step in steps:
+            for step, end in zip(steps, ends):
                 record = f'{name}.{step.step.name}'
                 if record in names:
                     self._keep(
-                        StepRecord(record, name, step.step.name, step.x_t, step.x_next, step.delta))
+                        StepRecord(record, name, step.step.name, step.x_t, step.x_next, step.delta,
+                                   None, end))
             if name in names:
-                self._keep(StepRecord(name, name, 'block', steps[0].x_t, steps[-1].x_next, None))
+                whole = None if ends[0] is None else AdjointEnds(ends[0].start, ends[-1].end)
+                self._keep(
+                    StepRecord(name, name, 'block', steps[0].x_t, steps[-1].x_next, None, None,
+                               whole))
 
         add(reader.block, False, leave)
 
@@ -411,22 +510,32 @@ class TrajectoryRecorder(RecorderBase):
             return 0, False  # only a ReLU of the shortcut is taken in the step's pass
         return 1, state_act
 
-    def _emit(self, name, kind, frame, out, sums=None):
+    def _emit(self, name, kind, frame, out, sums=None, out_adjoint=None):
         sums = sums or (None, None)  # the sums of the block's first and second step
+        adjoint = self.adjoint
+        start, mid = frame.adjoints.get('in'), frame.adjoints.get('mid')
         if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
-            self._keep(StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0]))
+            if frame.shortcut is not None:
+                start = frame.adjoints.get('shortcut')
+            ends = AdjointEnds(start, out_adjoint) if adjoint else None
+            self._keep(
+                StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0], ends))
             return
         if self.level in ('branch', 'both') and frame.mid is not None:
             self._keep(
                 StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                           _single(frame.steps[0]), sums[0]))
+                           _single(frame.steps[0]), sums[0],
+                           AdjointEnds(start, mid) if adjoint else None))
             self._keep(
                 StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1]),
-                           sums[1]))
+                           sums[1],
+                           AdjointEnds(mid, out_adjoint) if adjoint else None))
         if self.level in ('block', 'both') or frame.mid is None:
             steps = frame.steps[0] + frame.steps[1]
-            self._keep(StepRecord(name, name, 'block', frame.x_in, out, _single(steps)))
+            self._keep(
+                StepRecord(name, name, 'block', frame.x_in, out, _single(steps), None,
+                           AdjointEnds(start, out_adjoint) if adjoint else None))
 
     def _keep(self, record):
         """Reduce one record and keep the result under its name."""
@@ -439,6 +548,37 @@ class TrajectoryRecorder(RecorderBase):
             self.outputs[record.name] = [value]
         else:
             outputs.append(value)
+
+
+class _AdjointSpecReader(SpecReader):
+    """A :class:`~mmstiff.analysis.spec_taps.SpecReader` that also hooks the live state of
+    every tap it keeps with an :class:`AdjointNorm` (through the recorder's ``adjoint_of``)
+    and hands out, with the steps of a pass, their :class:`AdjointEnds`."""
+
+    adjoint_of = staticmethod(lambda x: None)  # set by the recorder
+
+    def _enter(self, module, args, kwargs):
+        self._adjoints = {}
+        super()._enter(module, args, kwargs)
+
+    def _keep(self, key, value):
+        fresh = self._values is not None and torch.is_tensor(value) and key not in self._values
+        super()._keep(key, value)
+        if fresh:
+            self._adjoints[key] = self.adjoint_of(value)
+
+    def leave_with_adjoints(self, output) -> Optional[Tuple[List[SpecStep], List[AdjointEnds]]]:
+        """``(steps, ends)``: :meth:`leave`'s steps and each one's adjoints; None if no pass
+        was open."""
+        if self._values is None:
+            return None
+        adjoints = getattr(self, '_adjoints', {})
+        adjoints['out'] = self.adjoint_of(first_tensor(output))
+        steps = self.leave(output)
+        if steps is None:
+            return None
+        ends = [AdjointEnds(adjoints.get(s.step.start), adjoints.get(s.step.end)) for s in steps]
+        return steps, ends
 
 
 def opaque_to_compiler(hook):
@@ -486,5 +626,5 @@ def record_states(model, inputs, **kwargs):
 
 __all__ = [
     'StepRecord', 'BlockTaps', 'TrajectoryRecorder', 'keep_record', 'record_states', 'stage_of',
-    'LEVELS', 'BRANCH_NAMES'
+    'LEVELS', 'BRANCH_NAMES', 'AdjointNorm', 'AdjointEnds'
 ]

@@ -2,22 +2,25 @@
 """Training curves and the stiffness and frequency diagnostics of a run, in one command.
 
     python tools/analysis/plot_logs.py LOG [--out-dir DIR] [--keys PATTERN ...]
+                                       [--formats png svg pdf] [--no-dashboard]
 
-``LOG`` is a JSON log written by MMEngine's visualizer (``vis_data/scalars.json``, which holds
-every row: the training rows, the validation rows and the diagnostics; or a hook's own log
+``LOG`` is a JSON log written by MMEngine's visualizer (``vis_data/scalars.json``, which holds every
+row: the training rows, the validation rows and the diagnostics; or a hook's own log
 ``vis_data/<timestamp>_stiffness.json`` / ``<timestamp>_freq.json``), a run folder holding
-``vis_data/``, or a work dir (its most recent run is used). Writes ``curves.json`` (every
-plotted series as steps and values) and one PNG per group, each where the log has it: the
-training curves ``loss.png`` (every ``loss*`` scalar), ``lr.png`` and ``val.png`` (the
-validation metrics, by epoch for an epoch-based run), and the diagnostics
-``stiffness_nsi.png`` (one curve per block), ``stiffness_mu.png``, ``stiffness_ratio.png``,
-``stiffness_tns.png`` (per stage and network), ``stiffness_step.png``,
-``stiffness_nsi_step_corr.png``, ``freq_hf_ratio.png``, ``freq_dlogamp.png``,
-``freq_token_cos.png``, ``freq_attn_cos.png`` (logged by ``mmstiff.StiffnessHook`` and
-``mmstiff.FrequencyHook``). ``--keys`` patterns that match nothing are an error listing the
-keys the log has. A log without diagnostics still gets its training curves, with a note
-saying why there are none: no diagnostic hook in the run's config, or a run that ended before
-the hook's first recorded iteration. docs/diagnostics.md, "plot_logs.py".
+``vis_data/``, or a work dir (its most recent run is used). Writes ``curves.json`` (every plotted
+series as steps and values) and one PNG per group, each where the log has it: the training curves
+``loss.png`` (every ``loss*`` scalar), ``lr.png`` and ``val.png`` (the validation metrics, by epoch
+for an epoch-based run), and the diagnostics ``stiffness_nsi.png`` (one curve per block),
+``stiffness_mu.png``, ``stiffness_ratio.png``, ``stiffness_tns.png`` (per stage and network),
+``stiffness_step.png``, ``stiffness_nsi_step_corr.png``, ``freq_hf_ratio.png``,
+``freq_dlogamp.png``, ``freq_token_cos.png``, ``freq_attn_cos.png``, ``stiffness_adjoint.png``,
+``stiffness_adjoint_gain.png`` (logged by ``mmstiff.StiffnessHook`` and ``mmstiff.FrequencyHook``);
+and ``dashboard.png``, the whole run in one figure (loss and learning rate, validation, the
+Hessian's top eigenvalue, heat strips of the per-step diagnostics; ``--formats`` adds SVG or PDF
+copies, ``--no-dashboard`` leaves it out). ``--keys`` patterns that match nothing are an error
+listing the keys the log has. A log without diagnostics still gets its training curves, with a note
+saying why there are none: no diagnostic hook in the run's config, or a run that ended before the
+hook's first recorded iteration. docs/diagnostics.md, "plot_logs.py".
 """
 import argparse
 import fnmatch
@@ -42,6 +45,12 @@ GROUPS = {
     'freq/dlogamp': ('Δ log amplitude at 1.0π (log units)', 'High-frequency log amplitude'),
     'freq/token_cos': ('M_feat (mean |cos|)', 'Token cosine similarity per block'),
     'freq/attn_cos': ('M_attn (mean |cos|)', 'Attention-column cosine similarity per layer'),
+    'stiffness/adjoint':
+    ('‖∂L/∂x_t‖ (loss units per state unit)', 'Adjoint norm at the start of each step'),
+    'stiffness/adjoint_end':
+    ('‖∂L/∂x_t+1‖ (loss units per state unit)', 'Adjoint norm at the end of each step'),
+    'stiffness/adjoint_gain':
+    ('‖a_t‖ / ‖a_t+1‖ (dimensionless)', 'Adjoint gain per step (backward pass)'),
 }
 #: training-curve group -> (y-axis label, title); ``val`` is drawn against the epoch in an
 #: epoch-based run (MMEngine logs validation rows at ``step = epoch`` there)
@@ -230,6 +239,10 @@ def main(argv=None):
         '--keys', nargs='+', default=None,
         help='fnmatch patterns of the scalar names to plot, e.g. "stiffness/*" '
         'loss "accuracy/*"')
+    parser.add_argument('--formats', nargs='+', default=['png'], choices=('png', 'svg', 'pdf'),
+                        help='the formats of dashboard.* (default: png)')
+    parser.add_argument('--no-dashboard', action='store_true',
+                        help='leave out dashboard.png, the whole run in one figure')
     args = parser.parse_args(argv)
     log = find_log(args.log)
     everything, by_epoch = read_series(log)
@@ -259,8 +272,15 @@ def main(argv=None):
             }
             for group, curves in groups.items()
         })
+    if not args.no_dashboard:
+        from mmstiff.visualization.dashboard import dashboard_from_log
+        dashboard = dashboard_from_log(log, osp.join(out_dir, 'dashboard'), args.formats)
+        summary['dashboard'] = [osp.basename(p) for p in dashboard]
+        files += dashboard
     path = dump_json(summary, osp.join(out_dir, 'curves.json'))
     print(f'read {log}; wrote {path} and {len(files)} figures to {out_dir}')
+    if not args.no_dashboard:
+        print(f'dashboard: {dashboard[0]}')
     return summary
 
 

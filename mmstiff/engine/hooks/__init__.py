@@ -1,4 +1,5 @@
 """Training diagnostics hooks (registered in mmstiff's HOOKS; use ``type='mmstiff.Name'``)."""
+from .dashboard_hook import DashboardHook
 from .diagnostic_hook import TrajectoryDiagnosticHook
 from .divergence_hook import DivergenceError, DivergenceHook
 from .frequency_hook import FrequencyHook
@@ -11,4 +12,4 @@ __all__ = [
     'TrajectoryDiagnosticHook', 'reduce_scalars_across_ranks', 'StiffnessHook', 'FrequencyHook',
     'HessianHook'
 ]
-__all__ += ['SafeCheckpointHook', 'DivergenceHook', 'DivergenceError']
+__all__ += ['SafeCheckpointHook', 'DivergenceHook', 'DivergenceError', 'DashboardHook']

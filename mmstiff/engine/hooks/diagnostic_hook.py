@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 import numpy as np
 import torch
-from mmengine.dist import get_world_size
+from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook, LoggerHook
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
 from mmengine.model import is_model_wrapper
@@ -21,6 +21,8 @@ from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.blocks import block_types_of
 from mmstiff.analysis.trajectory import LEVELS, RecorderBase, StepRecord
 from mmstiff.utils.checks import check_patterns, check_positive_int
+from .backend_layout import group_per_step_keys
+from .dashboard_hook import DashboardHook, write_run_dashboard
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
 from .scalar_log import LogRow, add_scalar_rows
 from .scalar_rows import RecordedIteration, ScalarRow, reduce_rows_across_ranks
@@ -62,6 +64,10 @@ class TrajectoryDiagnosticHook(Hook):
         block_types (dict | list, optional): block classes of a model the built-in tables do
             not know, ``{class name: 'conv' | 'preact' | 'transformer' | dict(steps=[...])}``
             (docs/diagnostics.md, "Which modules are steps"); checked when the hook is built.
+        dashboard (bool): where this is the first diagnostics hook of the run with
+            ``dashboard=True`` and the config has no ``DashboardHook``, draw the run's
+            dashboard into the work dir at every checkpoint and at the end of training
+            (:mod:`~mmstiff.engine.hooks.dashboard_hook`). Default True.
     """
 
     priority = 'NORMAL'
@@ -76,11 +82,20 @@ class TrajectoryDiagnosticHook(Hook):
     #: whether :meth:`reduce_step` reads the fused steps' sums of squares
     #: (:attr:`~mmstiff.analysis.StepRecord.sums`), asked of the steps by the recorder
     step_sums = False
+    #: whether the recorder hooks the live states with gradient hooks, so that the training
+    #: backward pass leaves the adjoint norms (:attr:`~mmstiff.analysis.StepRecord.adjoint`)
+    adjoint = False
+    #: the dashboard hook flushes every hook that says so before it reads the log
+    writes_diagnostic_rows = True
 
     def __init__(self, interval: int, blocks: Optional[Union[str, Sequence[str]]] = None,
                  module: Optional[str] = 'backbone', level: str = 'branch', prefix: str = '',
-                 block_types: Optional[Union[dict, Sequence[str]]] = None):
+                 block_types: Optional[Union[dict, Sequence[str]]] = None, dashboard: bool = True):
         self.interval = check_positive_int('interval', interval)
+        if not isinstance(dashboard, bool):
+            raise ValueError(f'dashboard={dashboard!r} is not supported; expected True or False')
+        self.dashboard = dashboard
+        self._draws_dashboard = False  # decided in before_train: one hook of a run draws it
         block_types_of(block_types)  # a bad entry stops the config build, naming it
         self.block_types = block_types
         self.blocks = check_patterns('blocks', blocks)
@@ -138,7 +153,7 @@ class TrajectoryDiagnosticHook(Hook):
         trajectory = TrajectoryRecorder(target, reduce=self.reduce_step, level=self.level,
                                         select=self.blocks, num_samples=self.num_samples,
                                         on_pass_end=self.end_pass, step_sums=self.step_sums,
-                                        block_types=self.block_types)
+                                        block_types=self.block_types, adjoint=self.adjoint)
         recorders = OrderedDict([(TRAJECTORY, trajectory)])
         recorders.update(self.extra_recorders(target, trajectory))
         return recorders
@@ -193,6 +208,11 @@ class TrajectoryDiagnosticHook(Hook):
         ]
         self.console_interval = (
             math.lcm(self.interval, log_intervals[0]) if log_intervals else self.interval)
+        hooks = list(getattr(runner, 'hooks', []))
+        first = next((h for h in hooks if isinstance(h, TrajectoryDiagnosticHook) and h.dashboard),
+                     None)
+        self._draws_dashboard = first is self and not any(
+            isinstance(h, DashboardHook) for h in hooks)
 
     def before_train_iter(self, runner: 'Runner', batch_idx: int,
                           data_batch: Optional[Union[dict, tuple, list]] = None) -> None:
@@ -231,6 +251,12 @@ class TrajectoryDiagnosticHook(Hook):
             recorder.clear()
         self._release_eager()
         self.flush(runner)
+        if self._draws_dashboard:
+            write_run_dashboard(runner)
+
+    def before_save_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
+        if self._draws_dashboard:
+            write_run_dashboard(runner)
 
     def _hold_eager(self):
         if not self._holding_eager:
@@ -291,6 +317,8 @@ class TrajectoryDiagnosticHook(Hook):
             if step % self.console_interval == 0:
                 runner.logger.info(f'Iter(train) [{step}] ' + self.format_summary(means))
         add_scalar_rows(runner.visualizer, log_rows)  # one append per JSON file
+        if log_rows and is_main_process():
+            group_per_step_keys(runner.visualizer, log_rows[0].scalars)
         for name, values in history.items():
             extend_history(runner.message_hub, name, values)
 

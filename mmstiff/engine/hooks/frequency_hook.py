@@ -107,6 +107,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         attention (bool): also log M_attn of transformer layers. Default True.
         block_types (dict, optional): block classes the built-in tables do not know
             (``dict(MyBlock='conv')``; docs/diagnostics.md, "Which modules are steps").
+        dashboard (bool): draw the run's dashboard at checkpoints and at the end of training,
+            where no other diagnostics hook before it or ``DashboardHook`` does. Default True.
 
     Example:
         >>> custom_hooks = [dict(type='mmstiff.FrequencyHook', interval=100)]
@@ -117,9 +119,9 @@ class FrequencyHook(TrajectoryDiagnosticHook):
     def __init__(self, interval: int = 100, blocks: Optional[Union[str, Sequence[str]]] = None,
                  module: Optional[str] = 'backbone', level: str = 'branch', num_samples: int = 8,
                  num_extra_tokens: Optional[int] = None, attention: bool = True,
-                 block_types: Optional[Union[dict, Sequence[str]]] = None):
+                 block_types: Optional[Union[dict, Sequence[str]]] = None, dashboard: bool = True):
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='freq', block_types=block_types)
+                         prefix='freq', block_types=block_types, dashboard=dashboard)
         self.num_samples = check_positive_int('num_samples', num_samples)
         self.num_extra_tokens = check_non_negative_int('num_extra_tokens', num_extra_tokens,
                                                        optional=True)

@@ -1,10 +1,12 @@
-"""Log the neural stiffness of the training trajectory.
+"""Log the neural stiffness of the training trajectory, and its adjoint.
 
-docs/methods.md §5; StepNet paper, Appendices B (NSI, TNS) and D (NSI against step size).
+docs/methods.md §5; StepNet paper, Appendices B (NSI, TNS) and D (NSI against step size). The
+adjoint ``a_t = ∂L/∂x_t`` at every step's two ends comes from the training backward pass, through
+gradient hooks on the recorded states (docs/methods.md §16).
 """
 import functools
 from collections import OrderedDict
-from typing import Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 
@@ -12,13 +14,24 @@ from mmstiff.analysis import (PendingNorms, ScratchBuffer, columnwise_pearson_co
                               kernel_step_sums, mean_step_size, norms_of_pending,
                               nsi_step_correlation, pending_norms, stage_of, stiffness_norms,
                               trajectory_statistics)
-from mmstiff.analysis.trajectory import StepRecord
+from mmstiff.analysis.trajectory import AdjointEnds, StepRecord
 from mmstiff.registry import HOOKS
 from mmstiff.utils.checks import check_positive_int
 from .diagnostic_hook import TRAJECTORY, TrajectoryDiagnosticHook
 
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
+
 #: name of the whole-network trajectory among the per-stage ones.
 NETWORK = 'network'
+
+
+class AdjointPair(NamedTuple):
+    """The adjoint norms of one recorded step once the backward pass ran: ``(B,)``
+    ``‖∂L/∂x_t‖`` (``start``) and ``‖∂L/∂x_{t+1}‖`` (``end``) per sample, divided by the AMP
+    loss scale; None where that state had no gradient."""
+    start: Optional[torch.Tensor]
+    end: Optional[torch.Tensor]
 
 
 class StepStiffness(NamedTuple):
@@ -31,11 +44,16 @@ class StepStiffness(NamedTuple):
             without an adaptor (Δ_t = 1).
         step_varies (bool): whether Δ_t is a tensor (it may vary over the samples, so its
             correlation with the NSI is defined).
+        adjoint (AdjointEnds | AdjointPair | None): the step's adjoints: the gradient hooks'
+            :class:`~mmstiff.analysis.trajectory.AdjointEnds` until
+            :meth:`StiffnessHook.compact` reads them after the backward pass, an
+            :class:`AdjointPair` of norms from then on; None with ``adjoint=False``.
     """
     slope: torch.Tensor
     state: torch.Tensor
     step_size: Optional[torch.Tensor]
     step_varies: bool
+    adjoint: Optional[Union[AdjointEnds, AdjointPair]] = None
 
 
 class PendingStep(NamedTuple):
@@ -46,6 +64,7 @@ class PendingStep(NamedTuple):
     norms: PendingNorms
     step_size: Optional[torch.Tensor]
     step_varies: bool
+    adjoint: Optional[AdjointEnds] = None
 
 
 class StepSizeSummary(NamedTuple):
@@ -78,7 +97,12 @@ class StiffnessHook(TrajectoryDiagnosticHook):
       mean(Δ_t) (Appendix D), for steps with an adaptor whose Δ varies over the batch;
     * ``stiffness/mu/<stage>``, ``stiffness/ratio/<stage>``, ``stiffness/tns/<stage>``: the
       trajectory mean μ, the max/mean ratio ζ*/μ and the TNS (closed form) of each stage
-      (``layer1``, ...) and of the whole network (``network``).
+      (``layer1``, ...) and of the whole network (``network``);
+    * with ``adjoint=True`` (the default), from the same iteration's backward pass:
+      ``stiffness/adjoint/<block>`` and ``stiffness/adjoint_end/<block>``, the mean over the
+      batch of the per-sample ``‖∂L/∂x_t‖`` and ``‖∂L/∂x_{t+1}‖`` (divided by the AMP loss
+      scale), and ``stiffness/adjoint_gain/<block>``, the mean of ``‖a_t‖ / ‖a_{t+1}‖``: how
+      much the step amplifies (> 1) or damps (< 1) the gradient on its way back.
 
     Args:
         interval (int): record every ``interval`` training iterations. Default 50.
@@ -94,21 +118,32 @@ class StiffnessHook(TrajectoryDiagnosticHook):
             batch.
         block_types (dict, optional): block classes the built-in tables do not know
             (``dict(MyBlock='conv')``; docs/diagnostics.md, "Which modules are steps").
+        adjoint (bool): also log the adjoint norms and gains from the recorded iteration's own
+            backward pass (one gradient hook per recorded state; no extra pass). Default True.
+        dashboard (bool): draw the run's dashboard at checkpoints and at the end of training,
+            where no other diagnostics hook before it or ``DashboardHook`` does. Default True.
 
     Example:
         >>> custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=50)]
     """
 
-    optional_metrics = ('nsi_step_corr', )
+    # a gain is 0 / 0 where no gradient reaches a sample; a norm is inf where AMP's scaled
+    # backward overflowed (that iteration's step is skipped): undefined, not warned about
+    optional_metrics = ('nsi_step_corr', 'adjoint', 'adjoint_end', 'adjoint_gain')
     # a fused step's own pass gives the NSI's sums of squares (docs/methods.md §0)
     step_sums = True
 
     def __init__(self, interval: int = 50, blocks: Optional[Union[str, Sequence[str]]] = None,
                  module: Optional[str] = 'backbone', level: str = 'branch',
                  log_blocks: bool = False, num_samples: Optional[int] = None,
-                 block_types: Optional[Union[dict, Sequence[str]]] = None):
+                 block_types: Optional[Union[dict, Sequence[str]]] = None, adjoint: bool = True,
+                 dashboard: bool = True):
+        if not isinstance(adjoint, bool):
+            raise ValueError(f'adjoint={adjoint!r} is not supported; expected True or False')
+        self.adjoint = adjoint
         super().__init__(interval=interval, blocks=blocks, module=module, level=level,
-                         prefix='stiffness', block_types=block_types)
+                         prefix='stiffness', block_types=block_types, dashboard=dashboard)
+        self._loss_scale = None  # the AMP loss scale of the recorded iteration's backward
         self.log_blocks = bool(log_blocks)
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         # the difference x_{t+1} - x_t of every step of a recorded pass is written here
@@ -131,9 +166,17 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         if step is not None and not (pending is not None and varies):
             step_size = mean_step_size(step, record.x_t.shape[0], record.x_t.device)
         if pending is not None:
-            return PendingStep(pending, step_size, varies)
+            return PendingStep(pending, step_size, varies, record.adjoint)
         norms = stiffness_norms(record.x_t, record.x_next, step, scratch=self._scratch)
-        return StepStiffness(norms.slope, norms.state, step_size, varies)
+        return StepStiffness(norms.slope, norms.state, step_size, varies, record.adjoint)
+
+    def before_train_iter(self, runner: 'Runner', batch_idx: int,
+                          data_batch: Optional[Union[dict, tuple, list]] = None) -> None:
+        super().before_train_iter(runner, batch_idx, data_batch)
+        if self.adjoint and self.recorders and self.recorders[TRAJECTORY].active:
+            # the scale this iteration's backward runs with: the scaler changes it only in the
+            # optimizer step, after the backward pass
+            self._loss_scale = loss_scale_of(runner)
 
     def compact(self, outputs: Dict[str, dict]) -> Dict[str, dict]:
         """``outputs`` with the norms of every :class:`PendingStep` taken: one stacked
@@ -143,15 +186,19 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         pending = [] if not steps else [
             c.norms for calls in steps.values() for c in calls if isinstance(c, PendingStep)
         ]
-        if not pending:
+        if pending:
+            results = iter(norms_of_pending(pending, step_means=True))
+            resolved = OrderedDict()
+            for name, calls in steps.items():
+                resolved[name] = [
+                    _resolve(c, *next(results)) if isinstance(c, PendingStep) else c for c in calls
+                ]
+            steps = resolved
+        if steps and self.adjoint:
+            steps = _read_adjoints(steps, self._loss_scale)
+        if steps is outputs.get(TRAJECTORY):
             return outputs
-        results = iter(norms_of_pending(pending, step_means=True))
-        resolved = OrderedDict()
-        for name, calls in steps.items():
-            resolved[name] = [
-                _resolve(c, *next(results)) if isinstance(c, PendingStep) else c for c in calls
-            ]
-        return dict(outputs, **{TRAJECTORY: resolved})
+        return dict(outputs, **{TRAJECTORY: steps})
 
     def end_pass(self) -> None:
         # the difference buffer is not held through the backward pass
@@ -222,6 +269,8 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         """Per-step scalars of one iteration; ``columns``: the NSI of each step, a list or the
         columns of a (samples, steps) tensor."""
         scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
+        if self.adjoint:
+            scalars.update(_adjoint_scalars(outputs, names))
         if any(c.step_size is not None for calls in outputs.values() for c in calls):
             if torch.is_tensor(columns):
                 columns = columns.unbind(dim=1)
@@ -276,7 +325,81 @@ def _resolve(pending, norms, step_mean):
     """The :class:`StepStiffness` of a :class:`PendingStep` given its norms and, for a tensor
     Δ_t, its per-sample mean from :func:`~mmstiff.analysis.norms_of_pending`."""
     step_size = pending.step_size if pending.step_size is not None else step_mean
-    return StepStiffness(norms.slope, norms.state, step_size, pending.step_varies)
+    return StepStiffness(norms.slope, norms.state, step_size, pending.step_varies, pending.adjoint)
+
+
+def loss_scale_of(runner: 'Runner') -> Optional[Union[torch.Tensor, float]]:
+    """The loss scale the runner's next backward pass runs with: that of an enabled AMP
+    ``GradScaler`` of its optimizer wrapper (a copy of the scaler's own tensor, read without a
+    synchronisation), or None (no AMP, or AMP without loss scaling)."""
+    wrappers = getattr(runner, 'optim_wrapper', None)
+    if hasattr(wrappers, 'values') and not hasattr(wrappers, 'loss_scaler'):
+        wrappers = list(wrappers.values())  # an OptimWrapperDict
+    for wrapper in wrappers if isinstance(wrappers, list) else [wrappers]:
+        scaler = getattr(wrapper, 'loss_scaler', None)
+        enabled = getattr(scaler, 'is_enabled', None)
+        if scaler is None or not callable(enabled) or not enabled():
+            continue
+        scale = getattr(scaler, '_scale', None)
+        if torch.is_tensor(scale):
+            return scale.detach().clone()
+        # the scaler makes its scale at its first use, from its initial value
+        return float(getattr(scaler, '_init_scale', 1.0))
+    return None
+
+
+def _read_adjoints(steps, scale):
+    """``steps`` with each call's :class:`~mmstiff.analysis.trajectory.AdjointEnds` read into an
+    :class:`AdjointPair` of norms, divided by the loss ``scale`` (None: 1) in one stacked
+    operation per shape for all of them."""
+    slots = OrderedDict()  # id -> AdjointNorm with a norm, each once
+    for calls in steps.values():
+        for c in calls:
+            if isinstance(c.adjoint, AdjointEnds):
+                for slot in c.adjoint:
+                    if slot is not None and slot.norm is not None:
+                        slots.setdefault(id(slot), slot)
+    if not any(isinstance(c.adjoint, AdjointEnds) for calls in steps.values() for c in calls):
+        return steps
+    norms = {}
+    if slots:
+        by_shape = OrderedDict()
+        for key, slot in slots.items():
+            by_shape.setdefault((slot.norm.shape, slot.norm.device), []).append(key)
+        for keys in by_shape.values():
+            stacked = torch.stack([slots[k].norm for k in keys])
+            if scale is not None:
+                stacked = stacked / (scale.to(stacked.device) if torch.is_tensor(scale) else scale)
+            norms.update(zip(keys, stacked.unbind()))
+
+    def pair(ends):
+        if not isinstance(ends, AdjointEnds):
+            return ends
+        return AdjointPair(*(None if s is None else norms.get(id(s)) for s in ends))
+
+    return OrderedDict((name, [c._replace(adjoint=pair(c.adjoint)) for c in calls])
+                       for name, calls in steps.items())
+
+
+def _adjoint_scalars(outputs, names):
+    """``adjoint/<step>``, ``adjoint_end/<step>`` and ``adjoint_gain/<step>`` of one iteration
+    (host tensors): the batch means of ``‖a_t‖``, ``‖a_{t+1}‖`` and ``‖a_t‖ / ‖a_{t+1}‖``, for the
+    steps whose calls all had the adjoint at that end."""
+    scalars = OrderedDict()
+    for name in names:
+        calls = outputs[name]
+        pairs = [c.adjoint for c in calls]
+        if not pairs or not all(isinstance(p, AdjointPair) for p in pairs):
+            continue
+        start = None if any(p.start is None for p in pairs) else _concat([p.start for p in pairs])
+        end = None if any(p.end is None for p in pairs) else _concat([p.end for p in pairs])
+        if start is not None:
+            scalars[f'adjoint/{name}'] = float(start.double().mean())
+        if end is not None:
+            scalars[f'adjoint_end/{name}'] = float(end.double().mean())
+        if start is not None and end is not None:
+            scalars[f'adjoint_gain/{name}'] = float((start.double() / end.double()).mean())
+    return scalars
 
 
 @functools.lru_cache(maxsize=8)
@@ -300,23 +423,32 @@ def _trajectory_length(outputs):
     return lengths.pop() if len(lengths) == 1 else 0
 
 
+def _host_tensors(c):
+    """The tensors of one :class:`StepStiffness` that go to the host, in order."""
+    adjoint = c.adjoint if isinstance(c.adjoint, AdjointPair) else (None, None)
+    return (c.slope, c.state, c.step_size) + tuple(adjoint)
+
+
 def _to_host(iterations):
-    """The recorded iterations' :class:`StepStiffness` with float64 CPU tensors, every norm and
-    step size of every step brought to the host in one transfer."""
+    """The recorded iterations' :class:`StepStiffness` with float64 CPU tensors, every norm,
+    step size and adjoint norm of every step brought to the host in one transfer."""
     tensors = [
-        t for it in iterations for calls in it.values() for c in calls
-        for t in (c.slope, c.state, c.step_size) if t is not None
+        t for it in iterations for calls in it.values() for c in calls for t in _host_tensors(c)
+        if t is not None
     ]
     if not tensors:
         return iterations
     flat = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tensors])
     parts = iter(flat.double().cpu().split([t.numel() for t in tensors]))
+
+    def host(c):
+        values = [None if t is None else next(parts) for t in _host_tensors(c)]
+        adjoint = AdjointPair(*values[3:]) if isinstance(c.adjoint, AdjointPair) else None
+        return StepStiffness(values[0], values[1], values[2], c.step_varies, adjoint)
+
     return [
-        OrderedDict((name, [
-            StepStiffness(
-                next(parts), next(parts), None if c.step_size is None else next(parts),
-                c.step_varies) for c in calls
-        ]) for name, calls in it.items()) for it in iterations
+        OrderedDict((name, [host(c) for c in calls]) for name, calls in it.items())
+        for it in iterations
     ]
 
 
