@@ -156,7 +156,7 @@ def step_ticks(names: Sequence[str], max_labels: int = MAX_STEP_LABELS) -> List[
     starts = stage_starts(names)
     if len(starts) <= max_labels // 2:
         for start, _ in starts:
-            ticks = {t for t in ticks if abs(t - start) >= max(1, k // 2)} | {start}
+            ticks = {t for t in ticks if abs(t - start) >= max(1, math.ceil(0.6 * k))} | {start}
     return sorted(ticks)
 
 
@@ -243,7 +243,7 @@ def build_figure(data: Dashboard, title: str = 'Training run'):
     for row, strip in enumerate(strips, start=1):
         ax = fig.add_subplot(grid[row, :], sharex=shared)
         shared = shared or ax
-        _strip_panel(fig, ax, strip)
+        _strip_panel(fig, ax, strip, last=row == len(strips))
         panels.append(strip.title)
     if strips:
         # the strips and the loss share the iteration axis
@@ -317,7 +317,7 @@ def _hessian_panel(ax, data):
     ax.grid(alpha=0.3)
 
 
-def _strip_panel(fig, ax, strip):
+def _strip_panel(fig, ax, strip, last=True):
     ax.set_label(strip.title)
     values, cmap, norm = _strip_norm(strip)
     n = len(strip.steps)
@@ -337,7 +337,8 @@ def _strip_panel(fig, ax, strip):
     every = math.ceil(n / MAX_STEP_LABELS)
     where = f'{n} steps' + (f', every {every}th labelled' if every > 1 else '')
     ax.set_title(f'{strip.title}   [{where}; lines: stage starts]', fontsize=10, loc='left')
-    ax.set_xlabel('training iteration')
+    if last:
+        ax.set_xlabel('training iteration')
     bar = fig.colorbar(mesh, ax=ax, pad=0.04, fraction=0.03)
     bar.ax.set_label('colorbar')
     bar.set_label(strip.label, fontsize=7)
