@@ -166,3 +166,84 @@ def test_options_merged_and_checked_like_cfg_options():
             ValueError, match=r'^train_cfg.max_iters=5 is not an argument of the '
             'epoch-based training loop'):
         check_options(Config.fromfile(DEMO), {'train_cfg.max_iters': 5})
+
+
+# ------------------------------------------------------------------ the lists the Runner builds
+def runner_lists_cfg(**fields):
+    cfg = Config.fromfile(DEMO)
+    cfg.merge_from_dict(fields)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    'fields, message', [
+        (dict(custom_hooks=['EMAHook']), "custom_hooks.0='EMAHook' is a str, not a hook config; "
+         "expected a dict with a type, such as dict(type='...'); write dict(type='EMAHook') for "
+         'the hook of that name'),
+        (dict(custom_hooks=[dict(type='EMAHook'), 'not-a-hook']),
+         "custom_hooks.1='not-a-hook' is a str, not a hook config; expected a dict with a type, "
+         "such as dict(type='...')"),
+        (dict(custom_hooks=[dict(
+            type='EMAHook'), dict(
+                type='EMAHook'), dict(priority='LOW')]),
+         "custom_hooks.2={'priority': 'LOW'} has no type; expected the hook to build named as "
+         "type='...'"),
+        (dict(custom_hooks=[dict(type='EMAHok')]),
+         "custom_hooks.0.type='EMAHok' is not a hook type "
+         "registered in mmpretrain; did you mean 'EMAHook'"),
+        (dict(custom_hooks=None), None),
+        (dict(param_scheduler=[dict(type='LinearLR'), 3]), "param_scheduler.1=3 is a int, not a "
+         'parameter scheduler config'),
+        (dict(param_scheduler=[dict(type='CosineAnealingLR')]), "param_scheduler.0.type="
+         "'CosineAnealingLR' is not a parameter scheduler type registered in mmpretrain; did you "
+         "mean 'CosineAnnealingLR'"),
+        (dict(
+            visualizer=dict(vis_backends=[dict(type='LocalVisBackend'), 'TensorboardVisBackend'])),
+         "visualizer.vis_backends.1='TensorboardVisBackend' is a str, not a visualizer backend "
+         "config; expected a dict with a type, such as dict(type='...'); write "
+         "dict(type='TensorboardVisBackend')"),
+        (dict(default_hooks=dict(logger=dict(interval=5, type=None))), "default_hooks.logger="),
+    ], ids=[
+        'hook-name', 'hook-other-string', 'hook-without-type', 'hook-misspelled', 'hooks-dict',
+        'scheduler-int', 'scheduler-misspelled', 'backend-string', 'default-hook-no-type'
+    ])
+def test_runner_list_entries_are_checked_naming_field_index_and_value(fields, message):
+    from mmstiff.apis.config_checks import check_runner_lists
+    cfg = runner_lists_cfg(**fields)
+    if message is None:  # a dict where MMEngine iterates a list
+        cfg.custom_hooks = dict(type='EMAHook')
+        with pytest.raises(
+                ValueError, match=r"custom_hooks=\{'type': 'EMAHook'\} is a dict; "
+                r"expected a list of hooks, such as \[\{'type': 'EMAHook'\}\]"):
+            check_runner_lists(cfg)
+        return
+    with pytest.raises(ValueError) as err:
+        check_runner_lists(cfg)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_runner_lists_that_mmengine_builds_pass():
+    from mmstiff.apis.config_checks import check_runner_lists
+    check_runner_lists(Config.fromfile(DEMO))  # its own hooks, schedulers and backends
+    check_runner_lists(
+        runner_lists_cfg(custom_hooks=[dict(type='mmstiff.DivergenceHook')],
+                         default_hooks=dict(visualization=None)))
+    check_runner_lists(
+        Config(
+            dict(
+                default_scope='mmpretrain',
+                param_scheduler=dict(backbone=[dict(type='ConstantLR')],
+                                     head=dict(type='LinearLR')))))  # per optimizer
+    with pytest.raises(ValueError, match=r"param_scheduler.head.type='LinearLRR' is not"):
+        check_runner_lists(
+            Config(
+                dict(
+                    default_scope='mmpretrain',
+                    param_scheduler=dict(backbone=[dict(type='ConstantLR')],
+                                         head=dict(type='LinearLRR')))))
+
+
+def test_tools_stop_on_a_runner_list_entry_before_any_work():
+    args = train_args(cfg_options={'custom_hooks': ['EMAHook']})
+    with pytest.raises(ConfigError, match=r"custom_hooks.0='EMAHook' is a str"):
+        prepare_runner_cfg(Config.fromfile(DEMO), args, 'train')

@@ -21,7 +21,7 @@ from mmstiff.tool_main import run_tool  # first: a missing torch or mmengine is 
 from mmengine.config import DictAction
 
 from mmstiff.apis.cli import add_checkpoint_args, add_run_args
-from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, build_runner, cfg_option,
+from mmstiff.apis.runtime import (METRIC_DUMP_SUFFIXES, build_runner, cfg_option, run,
                                   shutdown_distributed)
 
 
@@ -52,7 +52,7 @@ def main(argv=None):
 
     args = parse_args(argv)
     runner = build_runner(args, mode='test')
-    metrics = runner.test()
+    metrics = run(runner, args, 'test')
     if args.out and args.out.lower().endswith(METRIC_DUMP_SUFFIXES) and runner.rank == 0:
         dump({k: float(v) if hasattr(v, '__float__') else v for k, v in metrics.items()}, args.out)
     shutdown_distributed()

@@ -18,7 +18,7 @@ from mmstiff.tool_main import run_tool  # first: a missing torch or mmengine is 
 from mmengine.config import DictAction
 
 from mmstiff.apis.cli import add_run_args
-from mmstiff.apis.runtime import build_runner, cfg_option, shutdown_distributed
+from mmstiff.apis.runtime import build_runner, cfg_option, run, shutdown_distributed
 
 
 def parse_args(argv=None):
@@ -62,7 +62,7 @@ def main(argv=None):
     checkpoint refused, a diverged run)."""
     args = parse_args(argv)
     runner = build_runner(args, mode='train')
-    runner.train()
+    run(runner, args, 'train')
     shutdown_distributed()
 
 

@@ -7,6 +7,11 @@
   Runner will build; ``train_cfg.max_iters`` on an epoch-based config says that the loop is
   epoch-based and which key to use, where MMEngine would end in a ``TypeError``.
 
+* :func:`check_runner_lists`: every entry of ``custom_hooks``, ``default_hooks``,
+  ``param_scheduler`` and ``visualizer.vis_backends`` is a dict with a ``type`` the registries
+  of the config's scope know; a stray string or a dict without ``type`` is an error naming the
+  field, the index and the value, where MMEngine would fail inside the Runner's constructor.
+
 * :func:`check_options`: every ``--cfg-options`` key names a field of the config, or adds one
   that is not a near-miss of an existing one (the rule: :func:`option_key_problem`); then the
   options are merged and the two checks above run on the result.
@@ -195,3 +200,106 @@ def check_options(cfg, options, mode='train'):
     if mode == 'train':
         check_train_loop(cfg)
     return cfg
+
+
+#: the lists (and dicts) of a config the Runner builds entries of: field -> (registry name in
+#: ``mmengine.registry``, what an entry is called)
+RUNNER_LISTS = {
+    'custom_hooks': ('HOOKS', 'hook'),
+    'default_hooks': ('HOOKS', 'hook'),
+    'param_scheduler': ('PARAM_SCHEDULERS', 'parameter scheduler'),
+    'visualizer.vis_backends': ('VISBACKENDS', 'visualizer backend'),
+}
+
+
+def _registry_names(registry):
+    """Every name ``registry`` and its parents know (for the closest-name hint)."""
+    names = set()
+    while registry is not None:
+        registry.import_from_location()
+        names.update(registry.module_dict)
+        registry = registry.parent
+    return names
+
+
+def _lookup(registry_name, type_name, scope):
+    """``(found, known names)``: whether ``type_name`` builds from MMEngine's registry
+    ``registry_name`` in ``scope`` (as the Runner builds it), and the names known there."""
+    from mmengine import registry as registries
+    root = getattr(registries, registry_name)
+    with root.switch_scope_and_registry(scope) as registry:
+        try:
+            found = registry.get(type_name) is not None
+        except Exception:  # a scope or location that does not import: the build says so
+            return True, ()
+        return found, _registry_names(registry)
+
+
+def _entries(cfg, field):
+    """``(path, entry)`` of the entries of the Runner-level ``field`` of ``cfg`` (none when the
+    field is unset), or raise ``ValueError`` for a field that is not a list or dict of them."""
+    node = cfg
+    for part in field.split('.'):
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return []
+    if field == 'default_hooks':
+        if not isinstance(node, dict):
+            raise ValueError(f'default_hooks={node!r} is a {type(node).__name__}; expected a dict '
+                             "of hooks by name, such as dict(checkpoint=dict(type='CheckpointHook'"
+                             ', interval=1))')
+        return [(f'default_hooks.{key}', value) for key, value in node.items() if value is not None]
+    if isinstance(node, dict):
+        if field == 'custom_hooks':  # the Runner iterates it: a dict gives its keys
+            raise ValueError(f'custom_hooks={node!r} is a dict; expected a list of hooks, '
+                             f'such as [{node!r}]')
+        if 'type' in node or field != 'param_scheduler':
+            return [(field, node)]
+        # param_scheduler of several optimizers: their names -> a scheduler or a list of them
+        found = []
+        for key, value in node.items():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if not all(isinstance(v, dict) for v in items):
+                return [(field, node)]  # a scheduler without a type: said below
+            found += [(f'{field}.{key}' + (f'.{i}' if isinstance(value, (list, tuple)) else ''), v)
+                      for i, v in enumerate(items)]
+        return found
+    if isinstance(node, (list, tuple)):
+        return [(f'{field}.{i}', entry) for i, entry in enumerate(node)]
+    raise ValueError(f'{field}={node!r} is a {type(node).__name__}; expected a list of dicts, '
+                     'each with a type')
+
+
+def check_runner_lists(cfg):
+    """Every entry of the lists the Runner builds (:data:`RUNNER_LISTS`: ``custom_hooks``,
+    ``default_hooks``, ``param_scheduler``, ``visualizer.vis_backends``) is a dict whose
+    ``type`` the registry of the config's ``default_scope`` knows; else ``ValueError`` naming
+    the field, the index and the value (MMEngine fails inside the Runner's constructor with
+    ``TypeError: hook should be an instance of Hook or dict, but got str``, or a ``KeyError``)."""
+    plain = cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
+    scope = plain.get('default_scope')
+    for field, (registry_name, noun) in RUNNER_LISTS.items():
+        for path, entry in _entries(plain, field):
+            if not isinstance(entry, dict):
+                if not isinstance(entry, (str, int, float, list, tuple)) and entry is not None:
+                    continue  # an object built already (a Hook instance): the Runner takes it
+                named = ''
+                if isinstance(entry, str) and _lookup(registry_name, entry, scope)[0]:
+                    named = f'; write dict(type={entry!r}) for the {noun} of that name'
+                raise ValueError(f'{path}={entry!r} is a {type(entry).__name__}, not a {noun} '
+                                 f"config; expected a dict with a type, such as dict(type="
+                                 f"'...'){named}")
+            type_name = entry.get('type')
+            if type_name is None:
+                raise ValueError(f'{path}={entry!r} has no type; expected the {noun} to build '
+                                 "named as type='...'")
+            if not isinstance(type_name, str):
+                continue  # a class: the Runner builds it as it is
+            found, names = _lookup(registry_name, type_name, scope)
+            if found:
+                continue
+            close = closest_names(type_name.split('.')[-1], names)
+            hint = (f'did you mean {" or ".join(repr(c) for c in close)}?'
+                    if close else 'check the name, or the custom_imports that register it')
+            raise ValueError(f'{path}.type={type_name!r} is not a {noun} type registered in '
+                             f'{scope or "mmengine"}; {hint}')

@@ -4,7 +4,9 @@ The tools hand their parsed arguments here; a value that cannot run raises :clas
 which they print as ``error: ...``. This is also where the stack's known breakages are worked
 around and the safeguards installed (docs/reliability.md).
 """
+import errno
 import importlib
+import logging
 import os
 import os.path as osp
 import tempfile
@@ -14,6 +16,7 @@ import torch
 from mmengine.config import Config, ConfigDict
 
 from mmstiff.dependencies import missing_dependency
+from mmstiff.engine.atomic_files import WriteFailedError, describe_write_failure
 from mmstiff.engine.resume import checkpoint_problem, find_resume_checkpoint
 from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from mmstiff.errors import MmstiffError
@@ -32,6 +35,17 @@ PREDICTION_DUMP_SUFFIXES = ('.pkl', '.pickle')
 
 class ConfigError(ValueError, MmstiffError):
     """A config or command-line value the tools cannot run with."""
+
+
+class RunWriteError(RuntimeError, MmstiffError):
+    """A run stopped because a file could not be written (a full disk, a quota, a read-only
+    folder, no permission); the message says what was being written, what is intact and how
+    to go on."""
+
+
+#: the ``errno`` values of a write the machine refused: no space, a quota, a read-only file
+#: system, a file too large, no permission
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM)
 
 
 def codebase_of(cfg):
@@ -312,11 +326,13 @@ def resolve_resume(cfg, args):
 
 
 def check_config(cfg, mode):
-    """The whole-config checks of :mod:`mmstiff.apis.config_checks` (mmstiff type names;
-    the training loop's keys in train mode), as :class:`ConfigError`."""
-    from .config_checks import check_mmstiff_types, check_train_loop
+    """The whole-config checks of :mod:`mmstiff.apis.config_checks` (mmstiff type names; the
+    entries of the lists the Runner builds; the training loop's keys in train mode), as
+    :class:`ConfigError`."""
+    from .config_checks import check_mmstiff_types, check_runner_lists, check_train_loop
     try:
         check_mmstiff_types(cfg)
+        check_runner_lists(cfg)
         if mode == 'train':
             check_train_loop(cfg)
     except ValueError as err:
@@ -398,6 +414,8 @@ def prepare_runner_cfg(cfg, args, mode):
         cfg.merge_from_dict(args.cfg_options)
     if getattr(args, 'skip_data_checks', False):
         cfg.skip_data_checks = True
+    if getattr(args, 'skip_image_checks', False):
+        cfg.skip_image_checks = True
     check_config(cfg, mode)
     if mode == 'train':
         install_safeguards(cfg)
@@ -406,15 +424,81 @@ def prepare_runner_cfg(cfg, args, mode):
     return cfg
 
 
+def write_failure(exc):
+    """What a write that failed with ``exc`` was, in one phrase (``could not write PATH: No
+    space left on device (ENOSPC; ...)``), or None when ``exc`` (or what it was raised from)
+    is no refused write (:data:`WRITE_ERRNOS`, or any failure of an atomic write)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, WriteFailedError):
+            return str(exc)
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            path = exc.filename or 'a file of the run'
+            return describe_write_failure(str(path), None, exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def hold_work_dir(work_dir):
     """Lock ``work_dir`` for this training run (:mod:`mmstiff.engine.work_dir_lock`); a work
-    dir in use by another run is a :class:`ConfigError` naming that run."""
+    dir in use by another run, or one that cannot be created, is a :class:`ConfigError`."""
     try:
         lock_work_dir(work_dir)
-    except WorkDirLockedError as err:
+    except (WorkDirLockedError, OSError) as err:
         if torch.distributed.is_initialized():  # every rank stops, not only rank 0
             torch.distributed.destroy_process_group()
-        raise ConfigError(str(err)) from None
+        failed = None if isinstance(err, WorkDirLockedError) else write_failure(err)
+        if isinstance(err, OSError) and failed is None:
+            raise
+        message = str(err) if failed is None else (
+            f'the work dir {work_dir!r} cannot be used: {failed}; pick a writable --work-dir')
+        raise ConfigError(message) from None
+
+
+def _raise_log_write_errors(logger):
+    """Make a failed write of the run's log file (a full disk) stop the run like any other
+    failed write, instead of a "--- Logging error ---" traceback on stderr and a log that
+    silently ends."""
+
+    def raise_it(record):
+        raise  # the write error being handled in Handler.emit
+
+    for handler in getattr(logger, 'handlers', ()):
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = raise_it
+
+
+def _intact(work_dir, config, mode):
+    """What is intact after a failed write in ``work_dir``, and how to go on."""
+    if mode != 'train':
+        return ('Files written before are intact; free some space (or fix the permissions) and '
+                'run again')
+    found = find_resume_checkpoint(work_dir)
+    command = f'python tools/train.py {config} --work-dir {work_dir} --resume'
+    if found.path is None:
+        return (f'No complete checkpoint is in {work_dir} yet; free some space (or fix the '
+                'permissions) and train again')
+    return (f'Nothing written before is lost: the newest complete checkpoint is {found.path}; '
+            f'free some space (or fix the permissions) and resume from it with: {command}')
+
+
+def run(runner, args, mode):
+    """``runner.train()`` or ``runner.test()`` (``mode``); a file the run cannot write (a full
+    disk, a quota, a read-only folder, no permission: a checkpoint, ``last_checkpoint``, a log)
+    stops it with :class:`RunWriteError` naming the file, the space it needed and what is
+    intact (in training: the newest complete checkpoint and the command that resumes from it).
+    """
+    _raise_log_write_errors(getattr(runner, 'logger', None))
+    try:
+        return runner.train() if mode == 'train' else runner.test()
+    except Exception as exc:
+        failed = write_failure(exc)
+        if failed is None:
+            raise
+        what = 'Training' if mode == 'train' else 'Testing'
+        raise RunWriteError(f'{what} stopped: {failed}. '
+                            f'{_intact(runner.work_dir, args.config, mode)}') from exc
 
 
 def check_resume_model(runner, path, trust):
@@ -458,7 +542,14 @@ def build_runner(args, mode):
             raise
     if mode == 'train':
         hold_work_dir(cfg.work_dir)
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    try:
+        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    except OSError as exc:  # the work dir or its log cannot be written
+        failed = write_failure(exc)
+        if failed is None:
+            raise
+        raise ConfigError(f'the work dir {cfg.work_dir!r} cannot be used: {failed}; pick a '
+                          'writable --work-dir') from None
     if note:
         runner.logger.info(note)
     if mode == 'train' and cfg.get('resume') and cfg.get('load_from'):

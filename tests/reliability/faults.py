@@ -7,13 +7,17 @@ folder on ``PYTHONPATH``) and adds the hooks to ``custom_hooks``:
   kill itself with SIGKILL (or stop and wait to be killed from outside), as a preemption or the
   out-of-memory killer would in the middle of a checkpoint save; :class:`KillBeforeRemove`
   kills it as it is about to remove an old checkpoint;
-* :class:`PoisonIteration` makes the loss of chosen iterations NaN, as a bad batch would.
+* :class:`PoisonIteration` makes the loss of chosen iterations NaN, as a bad batch would;
+* :class:`DiskFullDuringWrite` makes a write fail with ``ENOSPC`` halfway, as a full disk does;
+* the dataset :class:`FailingItems` raises a data error for chosen items (on one rank), as a
+  damaged file of a shard would.
 
 Both act on the real code paths: ``KillDuringWrite`` wraps ``builtins.open``, through which
 MMEngine's ``LocalBackend`` and ``CheckpointHook`` write their files (and so does every atomic
 writer of mmstiff), and fires on the n-th file opened for writing whose name matches.
 """
 import builtins
+import errno
 import fnmatch
 import os
 import os.path as osp
@@ -22,7 +26,7 @@ import time
 
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
-from mmengine.registry import HOOKS
+from mmengine.registry import DATASETS, HOOKS
 
 
 class _FaultyFile:
@@ -127,3 +131,61 @@ class PoisonIteration(Hook):
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+
+class _FullDiskFile(_FaultyFile):
+    """A writable file whose first ``write`` stops after ``fraction`` of its data with
+    ``OSError(ENOSPC)``, as a full disk ends it."""
+
+    def write(self, data):
+        self._file.write(data[:int(len(data) * self._fraction)])
+        self._file.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@HOOKS.register_module()
+class DiskFullDuringWrite(Hook):
+    """The disk is full when a file whose name matches ``pattern`` is written (the
+    ``occurrence``-th such write): its ``write`` fails with ``ENOSPC`` after ``fraction`` of
+    the data, as on a file system that has no space left."""
+    priority = 'VERY_HIGH'
+
+    def __init__(self, pattern, fraction=0.5, occurrence=1):
+        self.pattern, self.fraction, self.occurrence = pattern, fraction, occurrence
+
+    def before_run(self, runner):
+        real_open, seen = builtins.open, []
+
+        def full_open(file, mode='r', *args, **kwargs):
+            f = real_open(file, mode, *args, **kwargs)
+            name = osp.basename(str(file))
+            if ('w' in mode or 'x' in mode) and fnmatch.fnmatch(name, self.pattern):
+                seen.append(name)
+                if len(seen) == self.occurrence:
+                    return _FullDiskFile(f, self.fraction, None)
+            return f
+
+        builtins.open = full_open
+
+
+class FailingItems:
+    """A dataset wrapper whose ``__getitem__`` raises a data error for the items ``bad`` (on
+    the process of global rank ``rank`` only, when given), as a damaged file of one shard would."""
+
+    def __init__(self, dataset, bad=(0, ), rank=None):
+        from mmengine.registry import DATASETS
+        self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
+        self.metainfo = getattr(self.dataset, 'metainfo', {})
+        self.bad, self.rank = set(bad), rank
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        from mmstiff.datasets.preflight import DataCheckError
+        if index in self.bad and (self.rank is None or self.rank == int(os.environ.get('RANK', 0))):
+            raise DataCheckError(f'item {index} of the dataset is damaged (planted by the test)')
+        return self.dataset[index]
+
+
+DATASETS.register_module(module=FailingItems)

@@ -1,0 +1,330 @@
+"""The cases that still ended in a traceback end in one ``error:`` line too (docs/reliability.md):
+an image file the annotation file lists but the disk lacks, a full disk while a checkpoint is
+written, a malformed entry of the lists the Runner builds, an error in a DataLoader worker, and
+an error on a rank other than 0.
+
+Each case runs a tool in a fresh process: exit status 1, the last line of stderr ``error: ...``
+naming what is wrong, no ``Traceback`` (and with ``--debug``, the traceback before the same
+line). Then: the newest complete checkpoint a full disk left resumes.
+"""
+import errno
+import fcntl
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+from reliability_runs import FAULT_ENV, FAULTS, REPO, load, write_config
+
+from mmstiff.engine import checkpoint_problem
+
+
+def last_line(proc):
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1] if lines else ''
+
+
+def assert_one_line(proc, *needles):
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    line = last_line(proc)
+    assert line.startswith('error: '), proc.stderr[-3000:]
+    for needle in needles:
+        assert needle in line, (needle, line)
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith('error: ')] == [line]
+    return line
+
+
+def lock_is_free(work):
+    with open(work / '.lock', 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError when held
+
+
+# ------------------------------------------------------------------ the lists the Runner builds
+RUNNER_LISTS = {
+    'custom-hooks-string': (dict(custom_hooks=['CheckpointHook']), [
+        "custom_hooks.0='CheckpointHook' is a str, not a hook config",
+        "write dict(type='CheckpointHook')"
+    ]),
+    'custom-hooks-no-type':
+    (dict(custom_hooks=[dict(interval=3)]), ["custom_hooks.0={'interval': 3} has no type"]),
+    'custom-hooks-unknown-type':
+    (dict(custom_hooks=[dict(type='EMAHook'), dict(type='CheckpointHok')]),
+     ["custom_hooks.1.type='CheckpointHok' is not a hook type", "did you mean 'CheckpointHook'"]),
+    'param-scheduler-no-type':
+    (dict(param_scheduler=[dict(type='ConstantLR', factor=1.0, by_epoch=False),
+                           dict(factor=0.5)]), ["param_scheduler.1={'factor': 0.5} has no type"]),
+    'vis-backends-string':
+    (dict(visualizer=dict(type='UniversalVisualizer', vis_backends=['LocalVisBackend'])),
+     ["visualizer.vis_backends.0='LocalVisBackend' is a str",
+      "write dict(type='LocalVisBackend')"]),
+}
+
+
+@pytest.mark.parametrize('case', [
+    case if case == 'custom-hooks-string' else pytest.param(case, marks=pytest.mark.slow)
+    for case in sorted(RUNNER_LISTS)
+])
+def test_a_malformed_entry_of_a_runner_list_is_one_line(case, tiny_data, train, tmp_path):
+    """A fresh tools/train.py on each: the one line before anything is built (the fast test
+    of each kind is in tests/test_config_checks.py)."""
+    fields, needles = RUNNER_LISTS[case]
+    config = write_config(tmp_path / 'c.py', tiny_data('cifar10'), **fields)
+    work = tmp_path / 'work'
+    proc = train(config, work, check=False)
+    assert_one_line(proc, *needles)
+    assert not work.exists()  # checked before anything is built
+
+
+def test_well_formed_runner_lists_pass(tiny_data):
+    """The lists of the repository's own configs, as MMEngine accepts them, pass."""
+    from mmengine.config import Config
+
+    from mmstiff.apis.config_checks import check_runner_lists
+    for path in ('configs/demo/preact-resnet20-stepnet_1xb128-3e_fashion-mnist.py',
+                 'tests/data/configs/cifar10_resnet18_tiny_diagnostics.py'):
+        cfg = Config.fromfile(osp.join(REPO, path))
+        check_runner_lists(cfg)
+    cfg = Config(
+        dict(default_scope='mmpretrain', param_scheduler=dict(main=[dict(type='ConstantLR')],
+                                                              aux=dict(type='LinearLR')),
+             custom_hooks=None))
+    check_runner_lists(cfg)  # schedulers of several optimizers, by optimizer name
+
+
+# ------------------------------------------------------------------ DataLoader workers
+def _failing_loader(root, workers):
+    dataset = dict(
+        _delete_=True, type='FailingItems', bad=list(range(20)),
+        dataset=dict(type='mmstiff.CIFAR10', data_root=root, pipeline=[dict(type='PackInputs')]))
+    return dict(batch_size=2, num_workers=workers, persistent_workers=False, dataset=dataset)
+
+
+@pytest.mark.slow
+def test_an_error_in_a_dataloader_worker_is_the_same_line_as_without_workers(
+        tiny_data, train, tmp_path):
+    root = tiny_data('cifar10')
+    lines = {}
+    for workers in (0, 2):
+        config = write_config(tmp_path / f'w{workers}.py', root, custom_imports=FAULTS,
+                              train_dataloader=_failing_loader(root, workers))
+        proc = train(config, tmp_path / f'work{workers}', check=False)
+        lines[workers] = assert_one_line(proc, 'of the dataset is damaged (planted by the test)')
+    assert lines[2] == lines[0]
+    debug = train(config, tmp_path / 'work_debug', '--debug', check=False)
+    assert debug.returncode == 1 and 'Traceback' in debug.stderr
+    assert last_line(debug) == lines[0]
+
+
+# ------------------------------------------------------------------ a full disk
+def _disk_full_config(tmp_path, root):
+    return write_config(tmp_path / 'full.py', root, train_cfg=dict(max_iters=4),
+                        custom_imports=FAULTS,
+                        custom_hooks=[dict(type='DiskFullDuringWrite', pattern='*iter_4.pth*')])
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_and_the_run_resumes(
+        tiny_data, train, tmp_path):
+    """ENOSPC halfway through iter_4.pth: one line naming the file, its size, the newest
+    complete checkpoint (iter_2.pth) and the command that resumes; the lock is free, no
+    partial file is left, and --resume continues from iter_2.pth to a complete iter_4.pth."""
+    root = tiny_data('cifar10')
+    config = _disk_full_config(tmp_path, root)
+    work = tmp_path / 'work'
+    proc = train(config, work, check=False)
+    line = assert_one_line(
+        proc, f'Training stopped: could not write {work / "iter_4.pth"}: No space left on device '
+        '(ENOSPC; it needs ', f'the newest complete checkpoint is {work / "iter_2.pth"}',
+        f'python tools/train.py {config} --work-dir {work} --resume')
+    size = osp.getsize(work / 'iter_2.pth')  # iter_4.pth holds the same tensors
+    assert f'it needs {size / 2**20:.1f} MiB' in line or f'it needs {size} bytes' in line \
+        or abs(int(line.split('it needs ')[1].split(' bytes')[0]) - size) < 64
+    lock_is_free(work)
+    assert not (work / 'iter_4.pth').exists()
+    assert not [p.name for p in work.iterdir() if p.name.endswith('.part')]
+    assert checkpoint_problem(str(work / 'iter_2.pth')) is None
+    assert (work / 'last_checkpoint').read_text().strip() == str(work / 'iter_2.pth')
+    logs = list(work.glob('*/*.log'))
+    assert logs and 'No space left on device' in logs[0].read_text()
+
+    clean = write_config(tmp_path / 'clean.py', root, train_cfg=dict(max_iters=4))
+    proc = train(clean, work, '--resume')
+    log = proc.stdout + proc.stderr
+    assert f'Resuming from {work / "iter_2.pth"}: last_checkpoint names it' in log
+    assert 'resumed epoch: 0, iter: 2' in log
+    assert checkpoint_problem(str(work / 'iter_4.pth')) is None
+    assert load(work / 'iter_4.pth')['meta']['iter'] == 4
+
+
+def _mount_tmpfs(folder, size_kib):
+    folder.mkdir()
+    try:
+        subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size_kib}k', 'tmpfs',
+                        str(folder)], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip('mounting a tmpfs needs root here; the injected ENOSPC test covers this')
+
+
+@pytest.mark.slow
+def test_a_real_full_file_system(trained_run, train, tmp_path):
+    """A tmpfs with room for iter_2.pth and the logs but not for iter_4.pth as well: the same
+    one line as the injected ENOSPC, from the kernel's own error."""
+    config, done = trained_run
+    size = osp.getsize(done / 'iter_2.pth')
+    work = tmp_path / 'small'
+    _mount_tmpfs(work, (size + size // 2) // 1024 + 256)
+    try:
+        proc = train(config, work, check=False)
+        assert_one_line(proc, f'could not write {work / "iter_4.pth"}: No space left on device',
+                        f'the newest complete checkpoint is {work / "iter_2.pth"}', '--resume')
+        lock_is_free(work)
+        assert checkpoint_problem(str(work / 'iter_2.pth')) is None
+        assert not [p.name for p in work.iterdir() if p.name.endswith('.part')]
+    finally:
+        subprocess.run(['umount', '-l', str(work)], capture_output=True, timeout=30)
+
+
+def test_a_work_dir_that_cannot_be_created_is_one_line(tiny_data, train, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip('root writes into a read-only folder')
+    locked = tmp_path / 'ro'
+    locked.mkdir()
+    locked.chmod(0o500)
+    config = write_config(tmp_path / 'c.py', tiny_data('cifar10'))
+    proc = train(config, locked / 'work', check=False)
+    assert_one_line(proc, f"the work dir '{locked / 'work'}' cannot be used: could not write",
+                    'Permission denied', 'pick a writable --work-dir')
+
+
+# ------------------------------------------------------------------ another rank
+@pytest.mark.slow
+def test_an_error_on_rank_1_alone_is_printed_once_naming_the_rank(tiny_data, run_tool, tmp_path):
+    """dist_train.sh with 2 processes; only rank 1's data fails (its shard): rank 1's line,
+    once, naming it; rank 0, whose collective loses its peer, adds no traceback."""
+    from distributed_launch import free_port  # tests/
+    root = tiny_data('cifar10')
+    loader = _failing_loader(root, 0)
+    loader['dataset']['rank'] = 1
+    config = write_config(tmp_path / 'rank1.py', root, custom_imports=FAULTS,
+                          train_dataloader=loader, train_cfg=dict(max_iters=4))
+    proc = run_tool('tools/dist_train.sh', str(config), '2', '--work-dir', str(tmp_path / 'w'),
+                    env=dict(FAULT_ENV, PORT=str(free_port())), check=False)
+    line = assert_one_line(proc, 'error: on rank 1 (of 2): ',
+                           'of the dataset is damaged (planted by the test)')
+    assert proc.stderr.count('of the dataset is damaged') == 1, proc.stderr[-3000:]
+    assert line == last_line(proc)
+
+
+WORKER = r'''
+import os, sys, time
+import torch.distributed as dist
+from mmstiff.tool_main import run_tool
+from mmstiff.datasets.preflight import DataCheckError
+rank, world, port, failing = map(int, sys.argv[1:5])
+os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR='127.0.0.1',
+                  MASTER_PORT=str(port))
+dist.init_process_group('gloo')
+
+def main():
+    if rank == failing:
+        raise DataCheckError(f'shard {rank}: a planted data error')
+    dist.barrier()  # the others wait for the failing rank, which never comes
+
+run_tool(main)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('failing', [0, 1])
+def test_one_failing_rank_prints_one_line_and_the_others_no_traceback(tmp_path, failing):
+    from distributed_launch import free_port  # tests/
+    script = tmp_path / 'worker.py'
+    script.write_text(WORKER)
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=REPO)
+    env.pop('MMSTIFF_DEBUG', None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script),
+             str(rank), '2', str(port),
+             str(failing)], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for rank in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    stderr = ''.join(err for _, err in outs)
+    assert [p.returncode for p in procs] == [1, 1], stderr[-3000:]
+    assert 'Traceback' not in stderr, stderr[-3000:]
+    errors = [ln for ln in stderr.splitlines() if ln.startswith('error: ')]
+    named = '' if failing == 0 else 'on rank 1 (of 2): '
+    assert errors == [f'error: {named}shard {failing}: a planted data error']
+    assert outs[failing][1].strip().splitlines()[-1] == errors[0]
+
+
+# ------------------------------------------------------------------ the pieces, in-process
+def test_a_failed_atomic_write_names_the_file_and_keeps_the_old_content(tmp_path, monkeypatch):
+    from mmstiff.engine.atomic_files import WriteFailedError, write_atomic
+    path = tmp_path / 'last_checkpoint'
+    write_atomic(str(path), 'iter_2.pth')
+    data = b'x' * 300_000
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, 'fsync', no_space)
+    with pytest.raises(WriteFailedError) as err:
+        write_atomic(str(tmp_path / 'iter_4.pth'), data)
+    assert isinstance(err.value, OSError) and err.value.errno == errno.ENOSPC
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    assert str(err.value) == (f'could not write {tmp_path / "iter_4.pth"}: No space left on '
+                              f'device (ENOSPC; it needs 0.3 MiB; {free / 2**20:.1f} MiB free on '
+                              'that file system)')
+    with pytest.raises(WriteFailedError, match='last_checkpoint: No space left on device'):
+        write_atomic(str(path), 'iter_4.pth')
+    assert path.read_text() == 'iter_2.pth'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['last_checkpoint']  # no partial file
+
+
+class _Runner:
+
+    def __init__(self, work_dir, error):
+        self.work_dir, self.error = str(work_dir), error
+
+    def train(self):
+        raise self.error
+
+
+def test_a_failed_write_in_training_says_what_is_intact_and_how_to_resume(tmp_path):
+    import argparse
+
+    import torch
+
+    from mmstiff.apis.runtime import RunWriteError, run
+    from mmstiff.engine.atomic_files import WriteFailedError
+    work = tmp_path / 'work'
+    work.mkdir()
+    for step in (2, 4):
+        torch.save(
+            dict(state_dict=dict(w=torch.zeros(2)), meta=dict(iter=step)),
+            work / f'iter_{step}.pth')
+    (work / 'iter_4.pth').write_bytes((work / 'iter_4.pth').read_bytes()[:100])  # truncated
+    cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    args = argparse.Namespace(config='c.py')
+    with pytest.raises(RunWriteError) as err:
+        run(_Runner(work, WriteFailedError(str(work / 'iter_6.pth'), 1000, cause)), args, 'train')
+    text = str(err.value)
+    assert text.startswith(f'Training stopped: could not write {work / "iter_6.pth"}: No space '
+                           'left on device (ENOSPC; it needs 1000 bytes; ')
+    assert text.endswith(f'Nothing written before is lost: the newest complete checkpoint is '
+                         f'{work / "iter_2.pth"}; free some space (or fix the permissions) and '
+                         f'resume from it with: python tools/train.py c.py --work-dir {work} '
+                         '--resume')
+    # a write that is not atomic (MMEngine's JSON log of scalars): the kernel's error
+    log_error = PermissionError(errno.EACCES, 'Permission denied', str(work / 'scalars.json'))
+    with pytest.raises(
+            RunWriteError, match=r'could not write .*scalars.json: Permission denied '
+            r'\(EACCES\)\. Nothing written before is lost'):
+        run(_Runner(work, log_error), args, 'train')
+    with pytest.raises(KeyError):  # anything else passes through
+        run(_Runner(work, KeyError('x')), args, 'train')
