@@ -1,32 +1,52 @@
 """How every command-line entry point of mmstiff ends: one ``error:`` line for a user's mistake.
 
 ``run_tool(main)`` (the last line of each tool, ``if __name__ == '__main__'``) runs the tool's
-``main()``; an exception that names a user's mistake (:func:`mmstiff.errors.error_line`) ends it
+``main()``; an exception that names a user's mistake (:func:`error_line`) ends it
 with one ``error: ...`` line on stderr and exit status 1, wherever it was raised (the tool's own
 checks, the Runner's build of the model, the datasets or the hooks). Anything else keeps its
 traceback. ``--debug`` anywhere on the command line (taken off before the tool parses it) or
 ``MMSTIFF_DEBUG=1`` prints the traceback of a user's mistake too, before the same line; the
 setting passes on to the tools a tool starts (the demo's, the study runner's).
 
-In a distributed run (``RANK`` / ``SLURM_PROCID`` / ``OMPI_COMM_WORLD_RANK`` above 0) only rank 0
-prints the line; every rank exits with status 1, the others :data:`RANK_GRACE_S` later, so that
-a launcher that stops every process at the first failure (torchrun) lets rank 0 print first.
-Nothing is removed on the way out: the checkpoints and logs written so far stay, and the work-dir
-lock goes with the process.
+An exception raised in a DataLoader worker process reaches the main process as PyTorch's
+wrapper (``ValueError: Caught ValueError in DataLoader worker process 0. Original Traceback
+...``); the wrapped exception is judged as if the main process had raised it (its class, the file
+and line of its ``raise``, the exceptions it was raised from), so a user's mistake in a dataset
+ends in the same line with ``num_workers > 0`` as without (:func:`worker_error_line`). mmcv's
+``failed to load image: PATH`` (a file that is not a readable image) is one line too.
+
+In a distributed run (``RANK`` / ``SLURM_PROCID`` / ``OMPI_COMM_WORLD_RANK`` set) the line is
+printed once, by the first rank that meets a mistake: rank 0 at once, another rank after
+:data:`RANK_GRACE_S` (so that a mistake every rank meets is rank 0's line, and a launcher that
+stops every process at the first failure, torchrun or srun, stops the others first), naming
+itself (``error: on rank 1 (of 2): ...``). Which rank printed is agreed through the process
+group's store where there is one; another rank's failure that follows (a collective whose peer
+left) then ends silently with status 1 instead of a traceback. Without a store, rank 0 prints at
+once and another rank after the grace. Every rank exits with status 1. Nothing is removed on the
+way out: the checkpoints and logs written so far stay, and the work-dir lock goes with the
+process.
 """
+import ast
+import contextlib
 import logging
 import os
+import re
 import sys
 import time
 import traceback
 
-from .errors import error_line
+from .dependencies import missing_dependency
+from .errors import ON_PURPOSE, MmstiffError, message_of, project_folders, user_error
 
 #: the command-line flag and the environment variable that ask for the traceback
 DEBUG_FLAG = '--debug'
 DEBUG_ENV = 'MMSTIFF_DEBUG'
-#: the environment variables the launchers give each process its global rank in
+#: the environment variables the launchers give each process its global rank in, and the
+#: number of processes
 RANK_VARIABLES = ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+WORLD_VARIABLES = ('WORLD_SIZE', 'SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')
+#: the key of the process group's store that counts the ranks that met a mistake
+ERROR_KEY = 'mmstiff/error_line'
 #: how long a rank above 0 waits before it exits on a user's mistake
 RANK_GRACE_S = 2.0
 
@@ -56,6 +76,209 @@ def process_rank():
     return 0
 
 
+def world_size():
+    """The number of processes a launcher started (1 when there is none)."""
+    for name in WORLD_VARIABLES:
+        value = os.environ.get(name, '')
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def distributed():
+    """Whether a launcher gave this process a rank."""
+    return any(os.environ.get(name, '').isdigit() for name in RANK_VARIABLES)
+
+
+# ------------------------------------------------------------------ DataLoader workers
+#: PyTorch's text of an exception of a DataLoader worker (``torch._utils.ExceptionWrapper``)
+WORKER_WRAPPER = re.compile(
+    r'^Caught [\w.]+ in DataLoader worker process (?P<worker>\d+)\.\nOriginal '
+    r'(?P<text>Traceback \(most recent call last\):\n.*)\Z', re.S)
+#: how Python's traceback text joins the exceptions of a chain
+CHAINED = re.compile(r'\n(The above exception was the direct cause of the following exception|'
+                     r'During handling of the above exception, another exception occurred):\n\n')
+FRAME = re.compile(
+    r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in .*\n'
+    r'(?P<source>    .*\n)?(?:    *[~^]+ *\n)?', re.M)
+EXCEPTION_LINE = re.compile(r'^(?P<cls>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?\Z', re.S)
+#: mmcv's LoadImageFromFile on a file it cannot decode
+UNREADABLE_IMAGE = 'failed to load image: '
+
+
+def _parse_exception(block):
+    """``(class name, message, innermost (path, line, source) or None)`` of one exception of a
+    formatted traceback text, or None when it does not read as one."""
+    frames = list(FRAME.finditer(block))
+    rest = (block[frames[-1].end():] if frames else block).strip('\n').split('\n')
+    while rest and rest[0].startswith(' '):  # more source lines of the statement, or its marks
+        rest.pop(0)
+    match = EXCEPTION_LINE.match('\n'.join(rest))
+    if match is None:
+        return None
+    site = None
+    if frames:
+        last = frames[-1]
+        site = (last['path'], int(last['line']), (last['source'] or '').strip())
+    message = match['message'] or ''
+    if match['cls'].split('.')[-1] == 'KeyError' and message[:1] in ('"', "'"):
+        try:
+            message = str(ast.literal_eval(message))
+        except (ValueError, SyntaxError):
+            pass
+    return match['cls'], message, site
+
+
+def _is_mmstiff_error_class(name):
+    module, _, cls = name.rpartition('.')
+    found = getattr(sys.modules.get(module), cls, None) if module.startswith('mmstiff') else None
+    return isinstance(found, type) and issubclass(found, MmstiffError)
+
+
+def _text_is_users(cls, site):
+    """Whether the exception of class ``cls`` raised at ``site`` (read from a traceback text) is
+    a user's mistake, as :func:`mmstiff.errors.user_error` judges a live one."""
+    if _is_mmstiff_error_class(cls):
+        return True
+    if cls not in {c.__name__ for c in ON_PURPOSE} or site is None:
+        return False
+    path, _, source = site
+    return (os.path.abspath(path).startswith(project_folders())
+            and re.match(r'raise\b', source) is not None)
+
+
+def upstream_line(cls, message):
+    """The line for an upstream exception that names a bad data file, or None."""
+    if cls.split('.')[-1] == 'AssertionError' and message.startswith(UNREADABLE_IMAGE):
+        path = message[len(UNREADABLE_IMAGE):].split('\n')[0].strip()
+        return (f'error: image file {path} could not be read as an image (a damaged file, or '
+                'not an image); expected a file that OpenCV decodes (JPEG, PNG, ...): replace '
+                'it, or remove it from the annotation file')
+    return None
+
+
+def _worker_text_line(text):
+    """The line of the formatted exception chain ``text`` of a worker, or None: the last
+    exception, or one it was raised from (or rebuilt from), that is a user's mistake."""
+    parts = CHAINED.split(text)
+    blocks, links = parts[0::2], parts[1::2]
+    outer = None
+    for i in range(len(blocks) - 1, -1, -1):
+        parsed = _parse_exception(blocks[i])
+        if parsed is None:
+            return None
+        cls, message, site = parsed
+        if outer is None:
+            known = upstream_line(cls, message)
+            if known is not None:
+                return known
+        elif not (links[i].startswith('The above') or (message and message in outer)):
+            return None  # raised while handling it, but not a new form of it
+        if _text_is_users(cls, site):
+            return f'error: {" ".join(message.split()) or cls.split(".")[-1]}'
+        outer = message
+    return None
+
+
+def worker_error_line(exc):
+    """The ``error:`` line of an exception raised in a DataLoader worker and raised again by
+    PyTorch in the main process (module docstring), or None when ``exc`` (and what it was
+    raised from) is no such wrapper of a user's mistake."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        match = WORKER_WRAPPER.match(str(exc.args[0]) if exc.args else '')
+        if match is not None:
+            return _worker_text_line(match['text'])
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def failure_line(exc):
+    """The ``error:`` line for ``exc`` (a user's mistake, in this process or in a DataLoader
+    worker, or a known upstream data error), or None: it keeps its traceback."""
+    line = worker_error_line(exc)
+    if line is None:
+        line = error_line(exc)
+    if line is None and isinstance(exc, AssertionError):
+        line = upstream_line('AssertionError', str(exc))
+    return line
+
+
+# ------------------------------------------------------------------ ranks
+def _error_store():
+    """The store of the run's process group (where one is set up), or None."""
+    dist = sys.modules.get('torch.distributed')
+    if dist is None:
+        return None
+    try:
+        from datetime import timedelta
+        if dist.is_available() and dist.is_initialized():
+            from torch.distributed.distributed_c10d import _get_default_store
+            store = _get_default_store()
+        elif os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+            store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
+                                  is_master=False, timeout=timedelta(seconds=10))
+        else:
+            return None
+        store.set_timeout(timedelta(seconds=10))
+        return store
+    except Exception:  # no store to agree through: the grace alone keeps the line single
+        return None
+
+
+def _count_errors(store, add):
+    """Add ``add`` to the run's count of ranks that met a mistake; return the count (None where
+    the store cannot be reached: the rank that held it has ended)."""
+    key = f'{ERROR_KEY}/{os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")}'
+    with _quiet_stderr():  # c10d's own warning, with C++ frames, when the store is gone
+        try:
+            return store.add(key, add)
+        except Exception:
+            return None
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 to ``/dev/null`` for the block (what C++ code writes there too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, 'w') as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+#: what gloo and NCCL say when a peer of a collective has left
+PEER_LEFT = re.compile(
+    r'Connection (closed|reset) by peer|Broken pipe|NCCL communicator was '
+    r'aborted|remote process exited', re.I)
+
+
+def another_rank_reported(exc):
+    """Whether, in a distributed run, ``exc`` follows another rank's error line: that rank has
+    counted its line in the store, or (the store gone with rank 0, which held it) ``exc`` says
+    that a peer of a collective left."""
+    if not distributed():
+        return False
+    if process_rank() > 0 and PEER_LEFT.search(str(exc)) is not None:
+        return True  # rank 0 printed why it left (a store it held has gone with it)
+    store = _error_store()
+    count = None if store is None else _count_errors(store, 0)
+    return bool(count)
+
+
+def _print_line(line):
+    try:
+        _log_to_files(line)
+    except Exception:  # the line matters more than the log
+        pass
+    print(line, file=sys.stderr, flush=True)
+
+
 def _log_to_files(line):
     """Append ``line`` to the log files of MMEngine's current logger (the run's ``.log``), so
     the log says why the run stopped; nothing when no logger exists."""
@@ -70,18 +293,36 @@ def _log_to_files(line):
 
 
 def report(exc, line, debug):
-    """Print the user's-mistake ``line`` for ``exc`` (after its traceback with ``debug``)."""
+    """Print the user's-mistake ``line`` for ``exc`` (after its traceback with ``debug``); in a
+    distributed run once, by the first rank that meets it (module docstring)."""
     sys.stdout.flush()
     if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
-    if process_rank() == 0 or debug:
-        try:
-            _log_to_files(line)
-        except Exception:  # the line matters more than the log
-            pass
-        print(line, file=sys.stderr, flush=True)
-    else:
-        time.sleep(RANK_GRACE_S)
+    if not distributed():
+        _print_line(line)
+        return
+    rank = process_rank()
+    if rank > 0:
+        time.sleep(RANK_GRACE_S)  # rank 0 first, when it meets the mistake too
+        line = f'error: on rank {rank} (of {world_size()}): {line[len("error: "):]}'
+    store = _error_store()
+    count = None if store is None else _count_errors(store, 1)
+    if count is None or count == 1:
+        _print_line(line)
+
+
+def error_line(exc, what='this config'):
+    """``'error: ...'`` for an exception that is the user's (:mod:`mmstiff.errors`, or an
+    ``ImportError`` of a missing or unusable package), else None; ``what`` names what needed
+    a missing package (``'this config needs mmdet, ...'``)."""
+    found = user_error(exc)
+    if found is not None:
+        return f'error: {message_of(found)}'
+    if isinstance(exc, ImportError):
+        missing = missing_dependency(exc, what)
+        if missing is not None:
+            return f'error: {missing}'
+    return None
 
 
 def run_tool(main, argv=None):
@@ -96,8 +337,10 @@ def run_tool(main, argv=None):
     try:
         return main()
     except Exception as exc:
-        line = error_line(exc)
+        line = failure_line(exc)
         if line is None:
+            if not debug and another_rank_reported(exc):
+                raise SystemExit(1) from None  # the consequence of that rank's mistake
             raise
         report(exc, line, debug)
         raise SystemExit(1) from None

@@ -12,7 +12,8 @@ FLOPs count the model's ``extract_feat`` (backbone and neck, no head), as mmpret
 model's.
 
     python tools/misc/model_index.py            # measure every config, rewrite the files
-    python tools/misc/model_index.py --check    # exit 1 if an index entry is missing or stale
+    python tools/misc/model_index.py --check    # exit 1 if an index entry is missing or stale,
+                                                # with an error: line after the list
 
 ``mim search mmstiff`` lists the index of an installed mmstiff; ``_base_ = 'mmstiff::...'``
 resolves configs through the same ``.mim`` folder.
@@ -312,7 +313,11 @@ def main(argv=None):
         problems = check()
         for problem in problems:
             print(problem, file=sys.stderr)
-        return 1 if problems else 0
+        if problems:
+            raise ValueError(f'{len(problems)} problem(s) in the model index (listed above); '
+                             'expected every config indexed once: run python '
+                             'tools/misc/model_index.py to rewrite it')
+        return 0
     import mmstiff  # noqa: F401  (registers mmstiff's types for the configs)
     metafiles, index = build_index(measure_fn=_measure_and_report)
     for path, content in metafiles.items():
@@ -333,4 +338,8 @@ def _measure_and_report(config):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    try:
+        from mmstiff.tool_main import run_tool
+    except ImportError:  # --check needs no mmstiff; measuring says what is missing
+        sys.exit(main())
+    sys.exit(run_tool(main))
