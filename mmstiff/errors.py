@@ -11,11 +11,12 @@ user's when
   ``KeyError`` and ``FileNotFoundError`` with a message naming the field and the value, and an
   ``int('x')`` or a missing dict key inside mmstiff stays a bug, or
 * it carries such an exception: raised ``from`` it, or rebuilt from it while handling it, its
-  message holding the first one's (``type(e)(f'Failed to import ...: {e}')``), or
-* it is an ``ImportError`` of a missing or unusable package
-  (:func:`mmstiff.dependencies.missing_dependency`).
+  message holding the first one's (``type(e)(f'Failed to import ...: {e}')``).
 
-Only the standard library is imported here: the missing-dependency line must work without torch.
+An ``ImportError`` of a missing or unusable package is the user's too: the tools' line for it
+(:func:`mmstiff.tool_main.error_line`) comes from :func:`mmstiff.dependencies.missing_dependency`,
+which imports this module. Only the standard library is imported here: the missing-dependency
+line must work without torch.
 """
 import linecache
 import os.path as osp
@@ -102,17 +103,3 @@ def message_of(exc):
     else:
         text = str(exc)
     return ' '.join(text.split()) or type(exc).__name__
-
-
-def error_line(exc, what='this config'):
-    """``'error: ...'`` for an exception that is the user's (module docstring), else None;
-    ``what`` names what needed a missing package (``'this config needs mmdet, ...'``)."""
-    found = user_error(exc)
-    if found is not None:
-        return f'error: {message_of(found)}'
-    if isinstance(exc, ImportError):
-        from .dependencies import missing_dependency
-        missing = missing_dependency(exc, what)
-        if missing is not None:
-            return f'error: {missing}'
-    return None

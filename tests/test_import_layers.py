@@ -1,8 +1,14 @@
-"""Every import inside ``mmstiff/`` follows the import table of docs/design.md, as written.
+"""Every import inside ``mmstiff/`` follows the import table of docs/design.md, as written, and
+no module of the package reaches itself through its imports.
 
 The table is parsed from the page (its ``layer`` and ``imports of mmstiff`` columns); every
 ``import`` / ``from ... import`` of every module, those inside functions included, is resolved
-to the layer of the module it names and checked against the importing module's row.
+to the layer of the module it names and checked against the importing module's row. The same
+imports, module to module, make a graph that must have no circle: a module that imports
+another (at the top or inside a function) is never imported back by it, directly or through
+others. An import names one module: ``from pkg import name`` the module ``pkg.name`` where one
+exists, else ``pkg/__init__.py``; a package's ``__init__.py`` that Python runs first is not an
+edge of its own.
 """
 import ast
 import os
@@ -94,6 +100,82 @@ def layer_violations(relpath, source, table):
     return found
 
 
+def package_sources():
+    """``{path relative to the package: source}`` of every module of ``mmstiff/``."""
+    sources = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in sorted(files):
+            if name.endswith('.py'):
+                path = osp.join(folder, name)
+                with open(path, encoding='utf-8') as f:
+                    sources[osp.relpath(path, PACKAGE)] = f.read()
+    return sources
+
+
+def import_graph(sources):
+    """``{module path: {module paths it imports}}`` of the modules in ``sources`` (``{path:
+    source}``), imports inside functions included, each edge with the first line that makes
+    it: ``{path: {target: line}}``."""
+    graph = {}
+    for relpath, source in sources.items():
+        edges = graph.setdefault(relpath, {})
+        for line, name in imported_modules(ast.parse(source, relpath), relpath):
+            target = module_path(name) or ('__init__.py' if name == 'mmstiff' else None)
+            if target is not None and target != relpath:
+                edges.setdefault(target, line)
+    return graph
+
+
+def import_circles(graph):
+    """Every circle of ``graph`` (:func:`import_graph`) as ``'a.py:3 -> b.py:7 -> a.py'``: one
+    path around each set of modules that reach each other (Tarjan's strongly connected
+    components), empty when there is none."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_circle_through(graph, group) for group in groups]
+
+
+def _circle_through(graph, group):
+    """A path from the first module of ``group`` back to it inside ``group``, with the line of
+    each import."""
+    start = min(group)
+    paths, seen = [[start]], {start}
+    while paths:  # breadth first: the shortest way back
+        path = paths.pop(0)
+        for target in sorted(graph[path[-1]]):
+            if target == start:
+                steps = [f'{a}:{graph[a][b]}' for a, b in zip(path, path[1:] + [start])]
+                return ' -> '.join(steps + [start])
+            if target in group and target not in seen:
+                seen.add(target)
+                paths.append(path + [target])
+    raise AssertionError(f'no circle through {sorted(group)}')  # pragma: no cover
+
+
 @pytest.fixture(scope='module')
 def table():
     with open(DESIGN, encoding='utf-8') as f:
@@ -109,13 +191,34 @@ def test_the_table_is_read_from_the_page(table):
 
 def test_every_import_of_the_package_follows_the_table(table):
     found = []
-    for folder, _, files in os.walk(PACKAGE):
-        for name in sorted(files):
-            if name.endswith('.py'):
-                path = osp.join(folder, name)
-                with open(path, encoding='utf-8') as f:
-                    found += layer_violations(osp.relpath(path, PACKAGE), f.read(), table)
+    for relpath, source in package_sources().items():
+        found += layer_violations(relpath, source, table)
     assert found == []
+
+
+def test_the_package_has_no_import_circle():
+    assert import_circles(import_graph(package_sources())) == []
+
+
+def test_planted_circles_are_found():
+    """A circle through an import inside a function, one through three modules, and a module
+    left out of both."""
+    sources = {
+        'errors.py': 'def f():\n    from .dependencies import missing_dependency\n',
+        'dependencies.py': 'import os\nfrom .errors import MmstiffError\n',
+        'models/steps/step.py': 'def choose():\n    from .fused import FusedStep\n',
+        'models/steps/fused/__init__.py': 'from .step import FusedStep\n',
+        'models/steps/fused/step.py': 'from ..step import reference_step\n',
+        'models/steps/update.py': 'import torch\n',
+    }
+    assert sorted(import_circles(import_graph(sources))) == [
+        'dependencies.py:2 -> errors.py:2 -> dependencies.py',
+        'models/steps/fused/__init__.py:1 -> models/steps/fused/step.py:1 -> '
+        'models/steps/step.py:2 -> models/steps/fused/__init__.py',
+    ]
+    sources['models/steps/fused/step.py'] = 'from ..update import reference_step\n'
+    sources['errors.py'] = 'import re\n'
+    assert import_circles(import_graph(sources)) == []
 
 
 @pytest.mark.parametrize('relpath, source', [

@@ -12,7 +12,7 @@ from step_calls import residual_update  # tests/
 
 from mmstiff.models.backbones import StepResNet, StepViT
 from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, choose_step, forced_step_kernels,
-                                  reference_step, set_fused)
+                                  reference_step, set_fused, step_from_means)
 from mmstiff.models.steps.fused import FusedPhi
 from mmstiff.models.steps.fused.torch_kernels import TorchStepKernels
 from mmstiff.models.steps.fused.triton_step import TritonStepKernels
@@ -184,7 +184,7 @@ def test_stepnet_phi_kernels_equal_the_adaptor_modules(momentum):
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):
             phi = None if kernels is None else FusedPhi(kernels)
-            step = adaptor.step_from_pooled(uu, pp, phi=phi)
+            step = step_from_means(adaptor, uu, pp, phi)
         weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])
@@ -209,7 +209,7 @@ def test_se_phi_kernels_equal_the_adaptor_modules(batch, channels):
         for adaptor, kernels in ((reference, None), (fused, TritonStepKernels().phi)):
             pp = p.clone().requires_grad_()
             phi = None if kernels is None else FusedPhi(kernels)
-            step = adaptor.step_from_pooled(None, pp, phi=phi)
+            step = step_from_means(adaptor, None, pp, phi)
             weights = torch.linspace(-1, 1, step.numel(), device='cuda').view_as(step)
             grads = torch.autograd.grad((step * weights).sum(), [pp, *adaptor.parameters()])
             results.append([step, *grads])

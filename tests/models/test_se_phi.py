@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from fused_backbone_pair import backbone_pair  # tests/
 
-from mmstiff.models.steps import SEAdaptor
+from mmstiff.models.steps import SEAdaptor, step_from_means
 from mmstiff.models.steps.fused import FusedPhi
 from mmstiff.models.steps.fused.se_phi import SEPhi, TorchSEPhiKernels, se_phi_applies
 from mmstiff.models.steps.fused.stepnet_phi import TorchPhiKernels
@@ -39,7 +39,7 @@ def _run(adaptor, kernels, p):
         step = step.view(-1, 1, adaptor.channels) if adaptor.layout == 'nlc' else step
     else:
         phi = None if kernels is None else FusedPhi(kernels)
-        step = adaptor.step_from_pooled(None, p, phi=phi)
+        step = step_from_means(adaptor, None, p, phi)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     return [step, *torch.autograd.grad((step * weights).sum(), [p, *adaptor.parameters()])]
 

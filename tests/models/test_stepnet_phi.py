@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from fused_backbone_pair import backbone_pair  # tests/
 
-from mmstiff.models.steps import StepNetAdaptor
+from mmstiff.models.steps import StepNetAdaptor, step_from_means
 from mmstiff.models.steps.fused import FusedPhi
 from mmstiff.models.steps.fused.stepnet_phi import (StepNetPhi, TorchPhiKernels, start_phi_call,
                                                     stepnet_phi_applies)
@@ -42,7 +42,7 @@ def _run(adaptor, kernels, u, p, calls=2):
     u, p = u.clone().requires_grad_(), p.clone().requires_grad_()
     phi = None if kernels is None else FusedPhi(kernels)
     for _ in range(calls):
-        step = adaptor.step_from_pooled(u, p, phi=phi)
+        step = step_from_means(adaptor, u, p, phi)
     weights = torch.linspace(-1, 1, step.numel()).view_as(step)
     grads = torch.autograd.grad((step * weights).sum(), [u, p, *adaptor.parameters()])
     return [step, *grads, *[b.clone() for b in adaptor.buffers()]]

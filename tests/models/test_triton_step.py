@@ -16,7 +16,8 @@ from triton_interpreter import driver, interpreted_in, run_interpreted  # tests/
 from mmstiff.analysis import TrajectoryRecorder, stiffness_norms, stiffness_norms_from_sums
 from mmstiff.engine.hooks import StiffnessHook
 from mmstiff.models.backbones import StepResNet
-from mmstiff.models.steps import SEAdaptor, StepNetAdaptor, forced_step_kernels, set_fused
+from mmstiff.models.steps import (SEAdaptor, StepNetAdaptor, forced_step_kernels, set_fused,
+                                  step_from_means)
 from mmstiff.models.steps.fused import FusedPhi
 from mmstiff.models.steps.fused.fold import TorchFoldKernels
 from mmstiff.models.steps.fused.pool import PoolStates
@@ -190,7 +191,7 @@ def test_triton_phi_equals_the_adaptor_modules(momentum, train, norm_train, batc
         uu, pp = u.clone().requires_grad_(), p.clone().requires_grad_()
         for _ in range(2):  # the running statistics blend twice
             phi = None if kernels is None else FusedPhi(kernels)
-            step = adaptor.step_from_pooled(uu, pp, phi=phi)
+            step = step_from_means(adaptor, uu, pp, phi)
         weights = torch.linspace(-1, 1, step.numel()).view_as(step)
         grads = torch.autograd.grad((step * weights).sum(), [uu, pp, *adaptor.parameters()])
         results.append([step, *grads, *[b.clone() for b in adaptor.buffers()]])

@@ -1,36 +1,29 @@
-"""The step-size adaptor abstraction ``(x_t, f) -> Δ_t`` (docs/methods.md §0), and the helpers
-that let a backbone graft adaptors onto a plain checkpoint (docs/methods.md §3).
+"""The step-size adaptor ``(x_t, f) -> Δ_t`` (docs/methods.md §0): the base class every adaptor
+derives from, and the constant step of a plain block.
 
-The contract every adaptor keeps is in docs/design.md, "The step-size adaptor contract".
+The contract every adaptor keeps is in docs/design.md, "The step-size adaptor contract". How a
+backbone builds adaptors from its config is in :mod:`.build`, how it grafts them onto a plain
+checkpoint in :mod:`.graft`, and the Euler update that reads Δ_t in :mod:`.update`.
 """
-from typing import Callable, Iterable, List, Optional, Tuple, Union
+from typing import Callable, List, Optional
 
 import torch
-import torch.nn as nn
-from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmstiff.models.utils.types import InitConfig
 from mmstiff.registry import MODELS
-from mmstiff.utils.checks import check_config
 from mmstiff.utils.layout import check_layout, pool_state
 from .starts import check_saved_start, mismatched_entries, record_start
+from .update import StepSize
 
-#: keys of an adaptor config that the backbone fills in for each block.
-BUILD_KEYS = ('channels', 'layout')
 #: how a fresh adaptor starts: ``'paper'`` (the paper's initialisation) or ``'identity'``
 #: (Δ ≡ 1 exactly, the plain block: for grafting onto a plain checkpoint)
 STARTS = ('paper', 'identity')
-#: which adaptor BN statistics keep updating under a backbone's ``norm_eval=True``:
-#: ``'auto'`` those a loaded checkpoint lacked (none when nothing was loaded), ``'follow'``
-#: none (the backbone's rule), ``'train'`` all
-ADAPTOR_NORMS = ('auto', 'follow', 'train')
 
-#: a step size Δ_t: a tensor broadcastable against f, or a Python scalar (:class:`ConstantStep`)
-StepSize = Union[torch.Tensor, float]
-#: the pooled means an adaptor reads, ``(mean x_t or None, mean f)``, each (B, C)
-Pooled = Tuple[Optional[torch.Tensor], torch.Tensor]
+#: the fused step's computation of Δ_t (B, C) from the (B, C) means ``(adaptor, mean x_t or
+#: None, mean f)``; it returns None where its passes do not apply (:func:`step_from_means`)
+TakeOver = Callable[['StepAdaptor', Optional[torch.Tensor], torch.Tensor], Optional[torch.Tensor]]
 
 
 def check_start(start: str) -> str:
@@ -41,36 +34,29 @@ def check_start(start: str) -> str:
     return start
 
 
-def check_adaptor_norm(adaptor_norm: str) -> str:
-    """``adaptor_norm`` if it is one of :data:`ADAPTOR_NORMS`; ValueError naming it otherwise."""
-    if not isinstance(adaptor_norm, str) or adaptor_norm not in ADAPTOR_NORMS:
-        raise ValueError(f'adaptor_norm={adaptor_norm!r} is not supported; expected one of '
-                         f'{ADAPTOR_NORMS}')
-    return adaptor_norm
-
-
 class StepAdaptor(BaseModule):
     """Base class of step-size adaptors ``(x_t, f) -> Δ_t``.
 
     An adaptor class that builds a norm layer from a ``norm_cfg`` argument sets
     :attr:`takes_norm_cfg`; a backbone then fills that argument in with its own normalisation
-    (:func:`adaptor_with_norm`).
+    (:func:`~.build.adaptor_with_norm`).
 
     Args:
-        layout (str): ``'nchw'`` or ``'nlc'``; see the module docstring.
+        layout (str): ``'nchw'`` (maps, pooled over H, W) or ``'nlc'`` (tokens, pooled over
+            the tokens).
         init_cfg (dict, optional): MMEngine initialisation config.
 
     Attributes:
         state_loaded (bool): whether the last state dict loaded into the model held the
             adaptor's keys, each of the adaptor's shape (set by ``load_state_dict``;
-            :func:`init_keeping_starts` reads it).
+            :func:`~.graft.init_keeping_starts` reads it).
         load_mismatch (list): the entries of that state dict whose shape differed from the
             adaptor's, ``[(key, checkpoint shape, adaptor shape)]``.
         statistics_loaded (bool | None): whether the FIRST state dict loaded into the model held
             the running statistics of every BN of the adaptor; None while nothing was loaded
             (a fresh model) or where the adaptor has no BN. Later loads (resuming a run,
             ``load_from`` after an ``init_cfg`` checkpoint) leave it as it is, so that a
-            resumed run keeps its rule for them (see :data:`ADAPTOR_NORMS`).
+            resumed run keeps its rule for them (see :data:`~.graft.ADAPTOR_NORMS`).
     """
 
     #: the output of forward is the step size Δ_t of the block (read by the recorders)
@@ -87,33 +73,56 @@ class StepAdaptor(BaseModule):
         # every saved state dict records the start (mmstiff.models.steps.starts)
         self._register_state_dict_hook(record_start)
 
-    #: whether Δ_t is a function of the pooled states only (:meth:`step_from_pooled`)
+    #: whether Δ_t depends on the states only through their means over the pooled axes
+    #: (:meth:`step_from_pooled`): ``forward`` then also takes those means, (B, C), as x_t and f
     from_pooled = False
     #: whether :meth:`step_from_pooled` reads the pooled x_t (False: only the pooled f)
     pools_state = False
+    #: the (B, C) arithmetic of Δ_t from the means that the fused step may compute in its own
+    #: passes instead of the adaptor's modules, by name (``'stepnet'``, ``'se'``; the fused
+    #: package holds the passes of each); None: the modules always compute
+    fused_arithmetic: Optional[str] = None
+    #: within :func:`step_from_means`, the fused step's computation of Δ_t; None elsewhere
+    _take_over: Optional[TakeOver] = None
 
-    def forward(self, x_t: torch.Tensor, f: Optional[torch.Tensor], pooled: Optional[Pooled] = None,
-                phi: Optional[Callable] = None) -> StepSize:
-        """Δ_t from ``(x_t, f)``; an adaptor with :attr:`from_pooled` takes the pooled means
-        ``pooled=(mean x_t or None, mean f)``, each (B, C), instead of pooling them itself (f
-        is then None where the fused step folded the branch's last BN and never formed f),
-        and ``phi``, the fused step's ``phi(adaptor, state, residual)``, which computes Δ in its
-        own passes where it can (None there, or no ``phi``: the adaptor's modules compute)."""
+    def forward(self, x_t: Optional[torch.Tensor], f: torch.Tensor) -> StepSize:
+        """Δ_t from the state x_t and the branch output f.
+
+        An adaptor with :attr:`from_pooled` reads them only through :func:`pooled_mean`: given
+        their (B, C) means instead, it reads those (x_t may be None where :attr:`pools_state`
+        is False).
+
+        Args:
+            x_t (Tensor | None): the state, ``(B, C, H, W)`` or ``(B, N, C)``, or its means.
+            f (Tensor): the branch output, of x_t's shape, or its means.
+
+        Returns:
+            Tensor | float: Δ_t, broadcastable against f (``(B, C, 1, 1)``, ``(B, 1, C)``).
+        """
         if not self.from_pooled:  # pragma: no cover - abstract
             raise NotImplementedError
-        if pooled is None:
-            state = pool_state(x_t, self.layout, keepdim=False) if self.pools_state else None
-            pooled = state, pool_state(f, self.layout, keepdim=False)
-        if phi is None:
-            return self.step_from_pooled(*pooled)
-        return self.step_from_pooled(*pooled, phi=phi)
+        state = pooled_mean(x_t, self.layout) if self.pools_state else None
+        residual = pooled_mean(f, self.layout)
+        take_over = self._take_over
+        step = None if take_over is None else take_over(self, state, residual)
+        if step is None:
+            return self.step_from_pooled(state, residual)
+        return self.broadcast(step)
 
-    def step_from_pooled(self, state: Optional[torch.Tensor], residual: torch.Tensor,
-                         phi: Optional[Callable] = None) -> torch.Tensor:  # pragma: no cover
+    def step_from_pooled(self, state: Optional[torch.Tensor],
+                         residual: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         """Δ_t (broadcastable against ``f``) from the (B, C) means of x_t (None where
-        :attr:`pools_state` is False) and of f over the pooled axes; ``phi``: the fused step's
-        computation of Δ, which an adaptor may ask first (:meth:`forward`)."""
+        :attr:`pools_state` is False) and of f over the pooled axes, through the adaptor's
+        modules."""
         raise NotImplementedError
+
+    def broadcast(self, step: torch.Tensor) -> torch.Tensor:
+        """A (B, C) step size (or one of B·C values per sample) as ``(B, C, 1, 1)`` for
+        ``'nchw'`` and ``(B, 1, C)`` for ``'nlc'`` (a view)."""
+        batch, channels = step.shape[0], step.shape[1]
+        if self.layout == 'nlc':
+            return step.view(batch, 1, channels)
+        return step.view(batch, channels, 1, 1)
 
     def reset_start(self) -> None:
         """Give the parameters that fix the starting Δ their start values again (the
@@ -149,70 +158,6 @@ class StepAdaptor(BaseModule):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
 
-def resolve_adaptor(adaptor: Optional[dict], name: str = 'adaptor') -> Optional[dict]:
-    """Check an adaptor config at build time; return it with ``type`` resolved to a class.
-
-    The config is None (no adaptor) or a dict with a ``'type'`` that names a registered
-    :class:`StepAdaptor` (or is one), without ``channels`` or ``layout``: the backbone fills
-    those in for each block. Resolving the class here, in mmstiff's registry, makes the build
-    independent of the runner's default scope (mmpretrain or mmdet), and makes an unknown type
-    fail before any layer is built.
-
-    Args:
-        adaptor (dict | None): the config.
-        name (str): the field, for the messages (``'adaptor'``, ``'msa_adaptor'``, ...).
-
-    Raises:
-        ValueError: naming the field, the bad value and what was expected.
-    """
-    adaptor = check_config(name, adaptor, reserved=BUILD_KEYS,
-                           example="dict(type='mmstiff.StepNetAdaptor')")
-    if adaptor is None:
-        return None
-    adaptor_type = adaptor['type']
-    cls = adaptor_type if isinstance(adaptor_type, type) else MODELS.get(adaptor_type)
-    if cls is None:
-        raise ValueError(f'{name} type {adaptor_type!r} is not registered; expected a '
-                         "step-size adaptor such as 'mmstiff.StepNetAdaptor', "
-                         "'mmstiff.SEAdaptor' or 'mmstiff.ConstantStep'")
-    if not (isinstance(cls, type) and issubclass(cls, StepAdaptor)):
-        raise ValueError(f'{name} type {adaptor_type!r} builds {cls!r}, which is not a '
-                         'StepAdaptor (a module (x_t, f) -> Δ_t)')
-    adaptor['type'] = cls
-    return adaptor
-
-
-def adaptor_with_norm(adaptor: Optional[dict], norm_cfg: Optional[dict],
-                      adaptor_norm_cfg: Optional[dict] = None) -> Optional[dict]:
-    """The adaptor config a backbone builds: ``norm_cfg`` filled in for an adaptor type that
-    takes one (:attr:`StepAdaptor.takes_norm_cfg`) and whose config does not set it.
-
-    Args:
-        adaptor (dict | None): a config checked by :func:`resolve_adaptor`.
-        norm_cfg (dict): the backbone's ``norm_cfg``, the default.
-        adaptor_norm_cfg (dict, optional): the backbone's explicit override for the adaptors.
-
-    Raises:
-        ValueError: when both the adaptor config and ``adaptor_norm_cfg`` set the norm.
-    """
-    if adaptor is None or not adaptor['type'].takes_norm_cfg:
-        return adaptor
-    if 'norm_cfg' in adaptor:
-        if adaptor_norm_cfg is not None:
-            raise ValueError(f"adaptor.norm_cfg={adaptor['norm_cfg']!r} and adaptor_norm_cfg="
-                             f'{adaptor_norm_cfg!r} both set the adaptors\' norm; expected one')
-        return adaptor
-    chosen = norm_cfg if adaptor_norm_cfg is None else adaptor_norm_cfg
-    return adaptor if chosen is None else dict(adaptor, norm_cfg=dict(chosen))
-
-
-def build_adaptor(adaptor: Optional[dict], channels: int, layout: str) -> Optional[StepAdaptor]:
-    """One adaptor module from a config checked by :func:`resolve_adaptor` (None: None)."""
-    if adaptor is None:
-        return None
-    return MODELS.build(dict(adaptor, channels=channels, layout=layout))
-
-
 @MODELS.register_module()
 class ConstantStep(StepAdaptor):
     """The plain residual step, Δ ≡ ``step`` (1.0: a standard ResNet block). No parameters.
@@ -235,114 +180,33 @@ class ConstantStep(StepAdaptor):
         return f'step={self.step}, layout={self.layout!r}'
 
 
-def state_dtype(shortcut: torch.Tensor, f: torch.Tensor) -> torch.dtype:
-    """The dtype of ``x_{t+1}``: that of ``shortcut + f``, whatever Δ's dtype (a step size
-    computed in float32 under autocast does not promote a half-precision residual stream)."""
-    if shortcut.dtype == f.dtype:  # no operator call in the common case
-        return f.dtype
-    return torch.promote_types(shortcut.dtype, f.dtype)
+def pooled_mean(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """The (B, C) means of a state over its pooled axes (:func:`~mmstiff.utils.layout.pool_state`);
+    a (B, C) tensor is taken as those means already."""
+    return x if x.dim() == 2 else pool_state(x, layout, keepdim=False)
 
 
-def as_state_dtype(step: torch.Tensor, shortcut: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """``step`` in :func:`state_dtype` (itself, without an operator call, where it is already)."""
-    dtype = state_dtype(shortcut, f)
-    return step if step.dtype == dtype else step.to(dtype)
+def step_from_means(adaptor: StepAdaptor, state: Optional[torch.Tensor], residual: torch.Tensor,
+                    take_over: Optional[TakeOver] = None) -> StepSize:
+    """Δ_t of an adaptor with :attr:`~StepAdaptor.from_pooled` from the (B, C) means of x_t
+    (None where it does not read them) and of f, through its module call, so that its hooks
+    see Δ_t.
 
-
-def apply_step(x_t: torch.Tensor, step: StepSize, f: torch.Tensor) -> torch.Tensor:
-    """One Euler update ``x_t + Δ ⊙ f`` (no activation), skipping the multiply for Δ ≡ 1.
-
-    The update keeps the states' precision: a tensor Δ is cast to the dtype of ``x_t + f``
-    (:func:`state_dtype`), so that a step size computed in float32 (a norm
-    layer's output under autocast) does not turn a half-precision residual stream into float32.
-    """
-    if isinstance(step, float) and step == 1.0:
-        return x_t + f
-    if torch.is_tensor(step):
-        return torch.addcmul(x_t, as_state_dtype(step, x_t, f), f)
-    return x_t + step * f
-
-
-def learns_statistics(adaptor: StepAdaptor, adaptor_norm: str) -> bool:
-    """Whether ``adaptor``'s BN keeps updating its statistics under ``norm_eval=True``.
-
-    ``'train'``: always; ``'follow'``: never (as every BN of the backbone); ``'auto'``: when
-    the first state dict loaded into the model lacked them. A model that loaded nothing keeps
-    the ``norm_eval`` contract: its adaptors' statistics stay frozen with the backbone's.
-    """
-    if adaptor_norm == 'train':
-        return True
-    return adaptor_norm == 'auto' and adaptor.statistics_loaded is False
-
-
-#: why the adaptors named in the log line learn their statistics, per ``adaptor_norm``
-RELEASE_REASONS = {
-    'auto': "adaptor_norm='auto': the loaded checkpoint lacked their statistics",
-    'train': "adaptor_norm='train'",
-}
-
-
-def unfrozen_res_layers(backbone: nn.Module) -> List[nn.Module]:
-    """The residual layers of a ResNet-style backbone outside its frozen stages
-    (``backbone.res_layers`` names them, ``backbone.frozen_stages`` counts the frozen ones)."""
-    return [
-        getattr(backbone, name) for i, name in enumerate(backbone.res_layers, 1)
-        if i > backbone.frozen_stages
-    ]
-
-
-def release_adaptor_statistics(layers: Iterable[nn.Module], adaptor_norm: str,
-                               owner: Optional[nn.Module] = None) -> int:
-    """Put back in train mode the BN of the adaptors in ``layers`` that learn their statistics.
-
-    A backbone calls it from ``train(True)`` after its ``norm_eval`` has put every BN in eval
-    mode, passing the stages that are not frozen and itself as ``owner``: the first release
-    of an ``owner`` logs one line naming how many adaptors learn their statistics and why.
+    Args:
+        adaptor (StepAdaptor): the adaptor.
+        state (Tensor | None): the means of x_t.
+        residual (Tensor): the means of f.
+        take_over (callable, optional): the fused step's computation of Δ_t, which the call
+            asks first (:attr:`~StepAdaptor.fused_arithmetic`); where it returns None, or
+            without it, the adaptor's modules compute.
 
     Returns:
-        int: how many adaptors learn their statistics.
+        Tensor: Δ_t in the adaptor's shape.
     """
-    released = 0
-    for layer in layers:
-        for adaptor in layer.modules():
-            norms = [m for m in adaptor.modules() if isinstance(m, _BatchNorm)]
-            if isinstance(adaptor, StepAdaptor) and norms \
-                    and learns_statistics(adaptor, adaptor_norm):
-                released += 1
-                for m in norms:
-                    m.train(True)
-    if released and owner is not None and not getattr(owner, '_release_reported', False):
-        owner._release_reported = True
-        total = sum(isinstance(m, StepAdaptor) for m in owner.modules())
-        MMLogger.get_current_instance().info(
-            f'{type(owner).__name__}: norm_eval=True freezes the BN statistics, but {released} '
-            f'of {total} step adaptors learn theirs ({RELEASE_REASONS[adaptor_norm]}); '
-            "adaptor_norm='follow' freezes them too")
-    return released
-
-
-def init_keeping_starts(module: nn.Module, init: Callable[[], None]) -> None:
-    """Run ``init()`` (a backbone's upstream ``init_weights``), then give every adaptor of
-    ``module`` that it did not load from a checkpoint its start again.
-
-    MMEngine applies a backbone's ``init_cfg`` initialisers to every submodule, adaptors
-    included, and calls ``init_weights`` only of children that have one, which the blocks in an
-    ``nn.Sequential`` stage are not; a ``Pretrained`` checkpoint is loaded last. So the adaptors'
-    own :meth:`StepAdaptor.init_weights` may not run, or run before the checkpoint; this runs
-    after both and spares the adaptors the checkpoint held.
-    """
-    adaptors = [(name, m) for name, m in module.named_modules() if isinstance(m, StepAdaptor)]
-    for _, adaptor in adaptors:
-        adaptor.state_loaded = False
-        adaptor.load_mismatch = []
-    init()
-    for name, adaptor in adaptors:
-        if adaptor.state_loaded:
-            continue
-        adaptor.reset_start()
-        if adaptor.load_mismatch:
-            key, saved, own = adaptor.load_mismatch[0]
-            MMLogger.get_current_instance().warning(
-                f'the checkpoint entry of adaptor {name!r} did not load: {key} has shape '
-                f'{saved}, the adaptor {own} ({len(adaptor.load_mismatch)} entries differ); '
-                f"it keeps its start={getattr(adaptor, 'start', None)!r}")
+    if take_over is None:
+        return adaptor(state, residual)
+    adaptor.__dict__['_take_over'] = take_over  # for this call only, not a module attribute
+    try:
+        return adaptor(state, residual)
+    finally:
+        del adaptor.__dict__['_take_over']

@@ -7,7 +7,7 @@ mmpretrain's ``SELayer`` (``conv1.conv``, ``conv2.conv``), so its weights copy o
 ``start='identity'`` computes ``Δ = 2 sigmoid(W2 relu(W1 GAP(f)) + b2)`` from ``W2 = 0``,
 ``b2 = 0``: Δ ≡ 1, and a network grafted onto a plain checkpoint starts as the plain one.
 """
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -72,25 +72,21 @@ class SEAdaptor(StepAdaptor):
             self.conv2.conv.bias.zero_()
 
     from_pooled = True
+    fused_arithmetic = 'se'
 
-    def step_from_pooled(self, state: Optional[torch.Tensor], residual: torch.Tensor,
-                         phi: Optional[Callable] = None) -> torch.Tensor:
+    def step_from_pooled(self, state: Optional[torch.Tensor],
+                         residual: torch.Tensor) -> torch.Tensor:
         """Δ_t from ``GAP(f)`` (B, C); ``state`` (the pooled x_t) is not read.
 
-        ``phi(adaptor, state, residual)``, given by the fused step, computes Δ (B, C) in its own
-        passes where it can (else None). Otherwise plain, unhooked units compute as two matrix
-        products (:func:`se_excitation`), and other units through their modules.
+        Plain, unhooked units compute as two matrix products (:func:`se_excitation`), other
+        units through their modules.
         """
-        step = None if phi is None else phi(self, state, residual)
-        if step is None and plain_units(self):
+        if plain_units(self):
             step = se_excitation(residual, *unit_weights(self), self.step_scale)
-        elif step is None:
+        else:
             step = self.conv2(self.conv1(residual[:, :, None, None]))  # (B, C, 1, 1)
             step = step * self.step_scale if self.step_scale != 1.0 else step
-        step = step.view(-1, self.channels, 1, 1)
-        if self.layout == 'nlc':
-            return step.view(step.shape[0], 1, self.channels)
-        return step
+        return self.broadcast(step)
 
     def extra_repr(self) -> str:
         return (f'channels={self.channels}, squeeze_channels={self.squeeze_channels}, '

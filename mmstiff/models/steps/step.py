@@ -1,19 +1,19 @@
 """The residual step ``x_{t+1} = act(x_t + Δ_t ⊙ f)`` and how a block holds it (docs/design.md).
 
-A step block (:class:`StepBlock`) computes its branch f and calls ``self.take_step``: the
-:func:`reference_step` below, or the fused step of :mod:`.fused` (imported only for a
+A step block (:class:`StepBlock`) computes its branch f and calls ``self.take_step``:
+:func:`~.update.reference_step`, or the fused step of :mod:`.fused` (imported only for a
 block with ``fused=True``). The choice is made when ``fused`` is set and when the block moves
 to a device, never per call; what a recorder or a tool needs from a step is an attribute of
 the block (``step_sums_request``) or an argument.
 """
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
 
 from mmstiff.utils.step_sums import is_step_block
-from .base import apply_step
+from .update import reference_step
 
 #: values of a backbone's ``fused`` argument
 FUSED = ('auto', True, False)
@@ -29,32 +29,6 @@ def check_fused(fused: object) -> object:
     return fused
 
 
-def reference_step(x_t: torch.Tensor, f: torch.Tensor, adaptor: Optional[nn.Module] = None,
-                   act: Optional[nn.Module] = None, drop_path: Optional[nn.Module] = None,
-                   shortcut: Optional[torch.Tensor] = None, norm: Optional[nn.Module] = None,
-                   request: object = None, measurable: bool = True) -> torch.Tensor:
-    """``act(shortcut + Δ_t ⊙ drop_path(f))`` with ``Δ_t = adaptor(x_t, f)`` (1 without one).
-
-    Args:
-        x_t: the state the adaptor reads; also the shortcut unless ``shortcut`` is set.
-        f: the residual branch output (with ``norm``: the input of its last norm layer).
-        adaptor: the block's step-size adaptor, or None.
-        act: the activation after the add, or None.
-        drop_path: applied to f after the adaptor read it, or None.
-        shortcut: the term f is added to, where it is not x_t.
-        norm: the branch's last norm layer, applied to f first.
-        request, measurable: what the fused step gives a recorder; the reference step gives
-            nothing (the recorder reads the states).
-    """
-    if norm is not None:
-        f = norm(f)
-    step = 1.0 if adaptor is None else adaptor(x_t, f)
-    if drop_path is not None:
-        f = drop_path(f)
-    out = apply_step(x_t if shortcut is None else shortcut, step, f)
-    return out if act is None else act(out)
-
-
 def choose_step(fused: object, device: torch.device, kernels: object = None,
                 layout: str = 'nchw') -> Callable:
     """The step a block with ``fused`` takes on ``device``.
@@ -62,7 +36,7 @@ def choose_step(fused: object, device: torch.device, kernels: object = None,
     ``fused=True``: the fused step, on Triton's kernels for CUDA tensors (with Triton
     installed) and on PyTorch's passes elsewhere; ``'auto'`` and False: :func:`reference_step`.
     ``'auto'`` is the reference step until a GPU measurement shows the fused step faster
-    (docs/benchmarks.md, "The fused residual step": on an H200 it is slower). ``kernels``
+    (docs/benchmarks.md, "The fused residual step"). ``kernels``
     forces the fused step on that kernel set for any ``fused`` but False
     (:func:`forced_step_kernels`). ``layout``: the block's states, ``'nchw'`` or ``'nlc'``.
     """

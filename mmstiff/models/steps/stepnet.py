@@ -8,7 +8,7 @@
 network grafted onto a plain checkpoint starts as the plain one (docs/methods.md §3).
 """
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -192,22 +192,12 @@ class StepNetAdaptor(StepAdaptor):
 
     from_pooled = True
     pools_state = True
+    fused_arithmetic = 'stepnet'
 
-    def step_from_pooled(self, state: torch.Tensor, residual: torch.Tensor,
-                         phi: Optional[Callable] = None) -> torch.Tensor:
-        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``.
-
-        ``phi(adaptor, state, residual)``, given by the fused step, computes Δ (B, C) in its own
-        passes where it can (else None); otherwise the adaptor's modules compute it.
-        """
-        step = None if phi is None else phi(self, state, residual)
-        if step is None:
-            step = self._phi(state, residual)
-        else:
-            step = step.view(step.shape[0], self.channels, 1, 1)
-        if self.layout == 'nlc':
-            return step.view(step.shape[0], 1, self.channels)
-        return step
+    def step_from_pooled(self, state: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Δ_t from ``u = GAP(x_t)`` and ``GAP(f)``, both (B, C); ``v = u + GAP(f)``."""
+        step = self._phi(state, residual)  # (B, C, 1, 1)
+        return step.view(step.shape[0], 1, self.channels) if self.layout == 'nlc' else step
 
     def _phi(self, u, residual):
         """Δ (B, C, 1, 1) through the adaptor's modules."""

@@ -7,12 +7,13 @@ reads ``a ⊙ mean(y) + b``, and the Euler update applies the affine map as it l
 neither written nor kept. :class:`TorchFoldKernels` holds the (B, C) passes in PyTorch, the
 reference of :mod:`.triton_fold`; :class:`NormMoments` is the autograd Function.
 """
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from mmstiff.utils.reference_steps import first_order
+from ..base import StepAdaptor, TakeOver, step_from_means
 from ..hooked import hooked
 from .pool import broadcast_pooled, pooled_count
 from .stepnet_phi import count_norm_call
@@ -202,8 +203,8 @@ class NormMoments(torch.autograd.Function):
                 None, None)
 
 
-def folded_step(adaptor: nn.Module, x_t: torch.Tensor, y: torch.Tensor, norm: nn.Module,
-                layout: str, kernels: object, phi: Optional[Callable] = None) -> tuple:
+def folded_step(adaptor: StepAdaptor, x_t: torch.Tensor, y: torch.Tensor, norm: nn.Module,
+                layout: str, kernels: object, phi: Optional[TakeOver] = None) -> tuple:
     """``(Δ_t, affine, y)`` of a pooled-state adaptor on the branch output ``y`` before its
     last BN ``norm``, folded (:mod:`.fold`): one pass pools x_t (where the adaptor reads
     it) and gives y's per-sample moments, the BN's statistics and ``f = a ⊙ y + b`` come from
@@ -215,5 +216,5 @@ def folded_step(adaptor: nn.Module, x_t: torch.Tensor, y: torch.Tensor, norm: nn
                                norm.running_var, batch_stats, factor, norm.eps, layout, kernels,
                                fold_kernels(kernels, y.shape[0]))
     pooled, (affine, pooled_f, y) = (None, folded) if state is None else (folded[0], folded[1:])
-    step = adaptor(x_t, None, pooled=(pooled, pooled_f), phi=phi)
+    step = step_from_means(adaptor, pooled, pooled_f, phi)
     return step.reshape(y.shape[0], -1), affine, y

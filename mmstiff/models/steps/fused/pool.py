@@ -1,12 +1,12 @@
 """The pooling pass of the fused step: the (B, C) means of x_t and f in one read, and Δ_t from
 them through the adaptor's module call (docs/methods.md §0)."""
 import math
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn as nn
 
 from mmstiff.utils.reference_steps import first_order
+from ..base import StepAdaptor, TakeOver, step_from_means
 from .torch_kernels import broadcast_step
 
 
@@ -46,13 +46,14 @@ def _spread(grad, shape, layout):
     return broadcast_pooled(grad * (1.0 / pooled_count(shape, layout)), shape, layout)
 
 
-def adaptive_step(adaptor: nn.Module, x_t: torch.Tensor, f: torch.Tensor, layout: str,
-                  kernels: object, phi: Optional[Callable] = None) -> torch.Tensor:
+def adaptive_step(adaptor: StepAdaptor, x_t: torch.Tensor, f: torch.Tensor, layout: str,
+                  kernels: object, phi: Optional[TakeOver] = None) -> torch.Tensor:
     """Δ_t (B, C) of a pooled-state adaptor from one pooling pass, through the adaptor's own
-    module call (its hooks see Δ_t in the adaptor's shape)."""
+    module call (its hooks see Δ_t in the adaptor's shape); ``phi`` computes Δ_t in the
+    fused step's passes where it can (:func:`~..base.step_from_means`)."""
     if adaptor.pools_state:
-        pooled = PoolStates.apply(x_t, f, layout, kernels)
+        state, residual = PoolStates.apply(x_t, f, layout, kernels)
     else:
-        pooled = None, PoolStates.apply(None, f, layout, kernels)
-    step = adaptor(x_t, f, pooled=pooled, phi=phi)
+        state, residual = None, PoolStates.apply(None, f, layout, kernels)
+    step = step_from_means(adaptor, state, residual, phi)
     return step.reshape(f.shape[0], -1)

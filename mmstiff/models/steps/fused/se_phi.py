@@ -72,9 +72,10 @@ def se_phi_applies(adaptor: nn.Module, batch: int, kernels: object) -> bool:
     return plain_units(adaptor)
 
 
-def se_phi_step(adaptor: nn.Module, p: torch.Tensor, kernels: object) -> Optional[torch.Tensor]:
-    """Δ (B, C) of an SE adaptor through :class:`SEPhi` on ``kernels``, or None where
-    :func:`se_phi_applies` says its modules compute."""
+def se_phi_step(adaptor: nn.Module, state: Optional[torch.Tensor], p: torch.Tensor,
+                kernels: object) -> Optional[torch.Tensor]:
+    """Δ (B, C) of an SE adaptor from ``p = GAP(f)`` through :class:`SEPhi` on ``kernels``, or
+    None where :func:`se_phi_applies` says its modules compute; ``state`` is not read."""
     if not se_phi_applies(adaptor, p.shape[0], kernels):
         return None
     return SEPhi.apply(p, *unit_weights(adaptor), adaptor.step_scale, kernels)

@@ -14,9 +14,8 @@ import torch.nn as nn
 
 from mmstiff.utils.reference_steps import exporting
 from mmstiff.utils.step_sums import StepSums
-from ..se import SEAdaptor
-from ..step import reference_step
-from ..stepnet import StepNetAdaptor
+from ..base import StepAdaptor
+from ..update import reference_step
 from .fold import foldable_norm, folded_step
 from .pool import adaptive_step
 from .se_phi import se_phi_step
@@ -25,22 +24,24 @@ from .torch_kernels import TorchStepKernels
 from .triton_step import HAS_TRITON, TritonStepKernels
 from .update import EulerUpdate
 
+#: the passes that take over each arithmetic an adaptor declares
+#: (:attr:`~mmstiff.models.steps.StepAdaptor.fused_arithmetic`): Δ (B, C) from the means on the
+#: given kernels, or None where they do not apply
+TAKE_OVER = {'stepnet': stepnet_phi_step, 'se': se_phi_step}
+
 
 class FusedPhi:
-    """The ``phi(adaptor, state, residual)`` the fused step hands an adaptor: Δ (B, C) from
-    the adaptor kernels ``kernels`` for StepNet and SE adaptors where they apply, else None
-    (the adaptor's modules compute)."""
+    """The fused step's computation of Δ_t for an adaptor, ``phi(adaptor, state, residual)``:
+    Δ (B, C) from the adaptor kernels ``kernels`` where the adaptor declares an arithmetic of
+    :data:`TAKE_OVER` and its passes apply, else None (the adaptor's modules compute)."""
 
     def __init__(self, kernels: object):
         self.kernels = kernels
 
-    def __call__(self, adaptor: nn.Module, state: Optional[torch.Tensor],
+    def __call__(self, adaptor: StepAdaptor, state: Optional[torch.Tensor],
                  residual: torch.Tensor) -> Optional[torch.Tensor]:
-        if isinstance(adaptor, StepNetAdaptor):
-            return stepnet_phi_step(adaptor, state, residual, self.kernels)
-        if isinstance(adaptor, SEAdaptor):
-            return se_phi_step(adaptor, residual, self.kernels)
-        return None
+        take_over = TAKE_OVER.get(adaptor.fused_arithmetic)
+        return None if take_over is None else take_over(adaptor, state, residual, self.kernels)
 
 
 def phi_of(kernels: object) -> Optional[FusedPhi]:
@@ -56,7 +57,7 @@ def _inactive(drop_path):
 
 
 class FusedStep:
-    """The fused step on one kernel set, called as :func:`~.step.reference_step` is.
+    """The fused step on one kernel set, called as :func:`~..update.reference_step` is.
 
     Args:
         kernels: the kernel set (:class:`TorchStepKernels`, a :class:`TritonStepKernels`, or
@@ -91,7 +92,7 @@ class FusedStep:
                  act: Optional[nn.Module] = None, drop_path: Optional[nn.Module] = None,
                  shortcut: Optional[torch.Tensor] = None, norm: Optional[nn.Module] = None,
                  request: object = None, measurable: bool = True) -> torch.Tensor:
-        """:func:`~.step.reference_step`'s values through the fused passes; where the block is
+        """:func:`~..update.reference_step`'s values through the fused passes; where the block is
         recorded (``request``) and the output is the state after a step from x_t
         (``measurable``), the step gives ``request`` its
         :class:`~mmstiff.utils.step_sums.StepSums` from its own pass."""

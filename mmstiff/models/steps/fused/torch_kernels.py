@@ -13,7 +13,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from mmstiff.utils.layout import POOLED_AXES, pool_state
-from ..base import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
+from ..update import as_state_dtype, state_dtype  # noqa: F401 (the kernel sets' dtype rule)
 
 #: the folded norm's ``(a, b)``, each (C,) float32: f is ``a ⊙ y + b`` (:mod:`.fold`)
 Affine = Tuple[torch.Tensor, torch.Tensor]

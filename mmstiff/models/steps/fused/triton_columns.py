@@ -32,8 +32,8 @@ class ColumnKernels:
     channels over the whole batch (:func:`column_blocks`); refuses to build without Triton."""
 
     #: the largest batch one program holds (larger batches take the PyTorch passes or modules):
-    #: :data:`~mmstiff.utils.triton_launch.TILE_VALUES` (one channel of 4096 samples spilled
-    #: StepNet's backward to local memory; ``tools/benchmark/kernel_resources.py``)
+    #: :data:`~mmstiff.utils.triton_launch.TILE_VALUES` (a larger batch spilled StepNet's
+    #: backward to local memory: docs/benchmarks.md, "Registers and spills, compiled without a GPU")
     MAX_BATCH = TILE_VALUES
 
     def __init__(self):

@@ -165,8 +165,8 @@ if HAS_TRITON:
 #: channels (units in blocks of 32). At batch 64 a ResNet-50 block's forward runs 4 x S/16 and
 #: 4 x C/64 programs, where one program per 64 samples would leave the GPU idle. Every operand
 #: of a product stays within 2048 values, which an sm_80 / sm_90 program of 4 warps holds in
-#: registers: a program that holds the whole batch spills kilobytes per thread to local memory
-#: (``tools/benchmark/kernel_resources.py``)
+#: registers: a program that holds the whole batch spills to local memory
+#: (docs/benchmarks.md, "Registers and spills, compiled without a GPU")
 HIDDEN_TILES, GATE_TILES = (16, 16, 64), (16, 32, 64)
 WEIGHT_TILES, POOLED_TILES = (16, 64, 32), (16, 32, 64)
 

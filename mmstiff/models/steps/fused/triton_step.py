@@ -13,7 +13,7 @@ import torch
 
 from mmstiff.utils.triton_launch import (HAS_TRITON, as_bnc, cdiv, state_blocks, tile_warps, tl,
                                          triton)
-from ..base import state_dtype
+from ..update import state_dtype
 from .torch_kernels import Affine, Measured, StepGrads
 from .triton_fold import TritonFoldKernels
 from .triton_se_phi import TritonSEPhiKernels

@@ -136,9 +136,8 @@ class TritonPhiKernels(ColumnKernels):
             torch.empty(channels, dtype=torch.float32, device=u.device) for _ in range(4))
         block_b, block_c = column_blocks(batch, channels)
         grid = (cdiv(channels, block_c), )
-        # a full tile: with 8 warps ptxas held some launches to 80 registers a thread and
-        # spilled 8 bytes (bfloat16 at 2048 samples; sm_80 at 512 with Triton 3.6); 16 take
-        # 49-64 registers and spill nothing (tools/benchmark/kernel_resources.py)
+        # a full tile: with 8 warps some launches spilled to local memory, with 16 none does
+        # (docs/benchmarks.md, "Registers and spills, compiled without a GPU")
         grads = grad_u, grad_p, grad_weight, grad_gamma, grad_beta, grad_ie_weight, grad_ie_bias
         self._backward[grid](grad, u, p, weight, gamma,
                              beta, ie_weight, ie_bias, mean, rstd, *grads, batch, channels,
