@@ -1,11 +1,12 @@
 """Which modules of a network are Euler steps, and how to read their states (docs/methods.md §0).
 
-Blocks are found by class (a class attribute ``residual_kind``, the upstream classes listed
-here by name, the :class:`~mmstiff.analysis.step_specs.BlockSpec` tables of
-:mod:`mmstiff.analysis.zoo`, :func:`register_block_type`, a hook's ``block_types``) or by a
-predicate; step sizes are the outputs of the modules whose class sets ``step_source`` (the
-adaptors), of the SE gates, and what a spec names (layer scale). Nothing here imports a model.
-The kinds of block and their states are in docs/diagnostics.md, "Which modules are steps".
+Blocks are found by class (a class attribute ``residual_kind``, the
+:class:`~mmstiff.analysis.step_specs.BlockSpec` tables of :mod:`mmstiff.analysis.zoo`, the
+upstream ResNet blocks and Swin layers among them, :func:`register_block_type`, a hook's
+``block_types``) or by a predicate; step sizes are the outputs of the modules whose class sets
+``step_source`` (the adaptors), of the SE gates, and what a spec names (layer scale). Nothing
+here imports a model. The kinds of block and their states are in docs/diagnostics.md, "Which
+modules are steps".
 """
 from typing import Any, NamedTuple, Optional
 
@@ -20,17 +21,11 @@ SHORTCUT_NAMES = ('downsample', 'shortcut')
 SECOND_NORM_NAMES = ('ln2', 'norm2')
 #: the class attribute by which a block class declares its kind (one of :data:`BLOCK_KINDS`).
 RESIDUAL_KIND_ATTR = 'residual_kind'
+#: the instance attribute holding the spec of a block whose steps the writer placed adaptors on
+#: (:mod:`mmstiff.models.written`): it is read by that spec, its adaptors' Δ included.
+WRITTEN_SPEC_ATTR = 'written_spec'
 #: the class attribute (True) by which a module class declares its output a step size Δ_t.
 STEP_SOURCE_ATTR = 'step_source'
-#: upstream block classes, by full name (their packages are not imported here) -> kind.
-UPSTREAM_BLOCKS = {
-    'mmpretrain.models.backbones.resnet.BasicBlock': 'conv',
-    'mmpretrain.models.backbones.resnet.Bottleneck': 'conv',
-    'mmdet.models.backbones.resnet.BasicBlock': 'conv',
-    'mmdet.models.backbones.resnet.Bottleneck': 'conv',
-    'mmpretrain.models.backbones.swin_transformer.SwinBlock': 'transformer',
-    'mmdet.models.backbones.swin.SwinBlock': 'transformer',
-}
 #: mmstiff's own block classes that extend an upstream class the zoo reads by a spec, but are
 #: read by their kind (their adaptors are their step sizes), by full name -> kind.
 MMSTIFF_BLOCKS = {
@@ -40,7 +35,7 @@ MMSTIFF_BLOCKS = {
 UPSTREAM_GATES = {'mmpretrain.models.utils.se_layer.SELayer': 'conv2'}
 
 _BLOCK_TYPES = {}  # class -> kind
-_BLOCK_NAMES = dict(UPSTREAM_BLOCKS, **MMSTIFF_BLOCKS)  # 'module.QualName' -> kind
+_BLOCK_NAMES = dict(MMSTIFF_BLOCKS)  # 'module.QualName' -> kind
 _STEP_TYPES = []  # classes whose forward output is a step size
 _GATE_TYPES = {}  # class -> name of its submodule whose output is a step size (SE gates)
 _GATE_NAMES = dict(UPSTREAM_GATES)  # 'module.QualName' -> gate name
@@ -147,12 +142,26 @@ def block_reading(module, declared=None):
     is read by (None for the three built-in readings), or ``(None, None)`` if it is no
     residual block (an inverted residual whose shapes change is none). ``declared``: a
     config's ``block_types`` (``{class name: kind | BlockSpec}``), searched first."""
-    kind = _declared(module, declared)
+    kind = getattr(module, WRITTEN_SPEC_ATTR, None) or _declared(module, declared)
     if not isinstance(kind, BlockSpec):
         return kind or None, None
     if not _residual_here(module, kind):
         return None, None
+    if kind.kind is not None:  # read by a built-in kind; its steps say how to write it
+        return kind.kind, None
     return ('conv' if len(kind.steps) == 1 else 'transformer'), kind
+
+
+def block_spec(module: nn.Module, declared: Optional[dict] = None) -> Optional[BlockSpec]:
+    """The :class:`~mmstiff.analysis.step_specs.BlockSpec` that describes ``module``'s steps
+    (a spec of a block read by a built-in kind included), or None: the description the
+    writer (:mod:`mmstiff.models.written`) places step sizes by. An instance's own
+    ``written_spec`` attribute (set by the writer) comes first."""
+    own = getattr(module, WRITTEN_SPEC_ATTR, None)
+    if isinstance(own, BlockSpec):
+        return own
+    kind = _declared(module, declared)
+    return kind if isinstance(kind, BlockSpec) else None
 
 
 def block_kind(module):

@@ -7,12 +7,12 @@ step when the block's forward ends. A tap that the pass did not reach, or a step
 states differ in shape, raises ``ValueError`` naming the block: such a block is not read as
 its spec says, and its numbers would not mean what they seem to.
 """
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .step_specs import BlockSpec, Scale, Step, Tap, contiguous, parse_scale, parse_tap
+from .step_specs import BlockSpec, Scale, Step, Tap, contiguous, parse_scales, parse_tap
 
 
 class SpecStep(NamedTuple):
@@ -73,7 +73,8 @@ class SpecReader:
         for step in self.steps:
             for text in (step.start, step.end):
                 self._taps[text] = parse_tap(text)
-        self._scales: List[Optional[Scale]] = [parse_scale(step.scale) for step in self.steps]
+        # per step, the factors of its step size (an empty tuple: Δ = 1)
+        self._scales: List[Tuple[Scale, ...]] = [parse_scales(step.scale) for step in self.steps]
         # path -> the submodule; every tapped or gated submodule gets a pre-hook (its calls
         # are counted) and, for output taps and gates, a forward hook
         self._subs: Dict[str, nn.Module] = {}
@@ -81,31 +82,33 @@ class SpecReader:
             if tap.path:
                 self._subs[tap.path] = _submodule(name, block, tap.path, f'the tap {tap.kind}')
         self._params = {}
-        for i, scale in enumerate(self._scales):
-            if scale is None:
-                continue
-            if scale.kind == 'output':
-                self._subs[scale.path] = _submodule(name, block, scale.path, 'its step size')
-                continue
-            if scale.kind == 'layer_scale':
-                owner = _submodule(name, block, scale.path, 'its layer scale')
-                attr = 'weight'
-                layout = getattr(owner, 'data_format', 'channels_last')
-            else:
-                owner_path, _, attr = scale.path.rpartition('.')
-                owner = _submodule(name, block, owner_path, 'its step size') if owner_path \
-                    else block
-                layout = scale.layout
-                if not hasattr(owner, attr):
-                    raise ValueError(f'block {name} ({type(block).__name__}) has no attribute '
-                                     f'{scale.path!r}, which its spec reads its step size from')
-            if not torch.is_tensor(getattr(owner, attr, None)):
-                # layer scale switched off (None, or an nn.Identity in its place): Δ = 1
-                self._scales[i] = None
-                continue
-            self._params[scale.path] = (owner, attr, layout)
+        for i, factors in enumerate(self._scales):
+            self._scales[i] = tuple(scale for scale in factors if self._resolve_scale(scale))
         self._values: Optional[Dict[str, torch.Tensor]] = None
         self._calls: Dict[str, int] = {}
+
+    def _resolve_scale(self, scale: Scale) -> bool:
+        """Resolve one step-size factor to its submodule or parameter; False where the block
+        switched it off (None, or an nn.Identity in place of a layer scale: a factor of 1)."""
+        name, block = self.name, self.block
+        if scale.kind == 'output':
+            self._subs[scale.path] = _submodule(name, block, scale.path, 'its step size')
+            return True
+        if scale.kind == 'layer_scale':
+            owner = _submodule(name, block, scale.path, 'its layer scale')
+            attr = 'weight'
+            layout = getattr(owner, 'data_format', 'channels_last')
+        else:
+            owner_path, _, attr = scale.path.rpartition('.')
+            owner = _submodule(name, block, owner_path, 'its step size') if owner_path else block
+            layout = scale.layout
+            if not hasattr(owner, attr):
+                raise ValueError(f'block {name} ({type(block).__name__}) has no attribute '
+                                 f'{scale.path!r}, which its spec reads its step size from')
+        if not torch.is_tensor(getattr(owner, attr, None)):
+            return False
+        self._params[scale.path] = (owner, attr, layout)
+        return True
 
     # ------------------------------------------------------------------ record names
     def record_names(self, level: str) -> List[str]:
@@ -125,8 +128,9 @@ class SpecReader:
         regs = [(self.block, 'pre', self._enter)]
         for path, module in self._subs.items():
             regs.append((module, 'pre', self._sub_enter(path)))
-            if any(t.kind == 'output' and t.path == path for t in self._taps.values()) or any(
-                    s is not None and s.kind == 'output' and s.path == path for s in self._scales):
+            if any(t.kind == 'output' and t.path == path
+                   for t in self._taps.values()) or any(s.kind == 'output' and s.path == path
+                                                        for f in self._scales for s in f):
                 regs.append((module, 'post', self._sub_leave(path)))
         return regs
 
@@ -168,7 +172,10 @@ class SpecReader:
                 if tap.kind == 'output' and tap.path == path and tap.call == call:
                     self._keep(text, first_tensor(output))
             if call == 1:
-                self._keep(f'scale:{path}', first_tensor(output))
+                gate = first_tensor(output)
+                if gate is None and isinstance(output, float):  # a constant step size
+                    self._values.setdefault(f'scale:{path}', output)
+                self._keep(f'scale:{path}', gate)
 
         return leave
 
@@ -203,17 +210,20 @@ class SpecReader:
                 'this block (docs/diagnostics.md, "Which modules are steps")')
         return value
 
-    def _delta(self, values, scale, x_t):
-        if scale is None:
-            return None
-        if scale.kind == 'output':
-            gate = values.get(f'scale:{scale.path}')
-            if gate is None:
-                raise ValueError(f'block {self.name}: its step size {scale.path!r} was not '
-                                 'computed in its forward pass')
-            return gate
-        owner, attr, layout = self._params[scale.path]
-        return _channels(getattr(owner, attr), layout, x_t.dim())
+    def _delta(self, values, factors, x_t):
+        """Δ_t of one step: the product of its factors (None for none: Δ = 1)."""
+        delta = None
+        for scale in factors:
+            if scale.kind == 'output':
+                value = values.get(f'scale:{scale.path}')
+                if value is None:
+                    raise ValueError(f'block {self.name}: its step size {scale.path!r} was not '
+                                     'computed in its forward pass')
+            else:
+                owner, attr, layout = self._params[scale.path]
+                value = _channels(getattr(owner, attr), layout, x_t.dim())
+            delta = value if delta is None else delta * value
+        return delta
 
 
 __all__ = ['SpecReader', 'SpecStep', 'first_tensor']

@@ -11,11 +11,18 @@ in a small tap language (docs/diagnostics.md, "Which modules are steps"):
 * step sizes: None (Δ = 1), ``'param:<path>:channels_first|channels_last'`` (a parameter of
   per-channel step sizes, e.g. ConvNeXt's ``gamma``), ``'layer_scale:<sub>'`` (a ``LayerScale``
   module: its ``weight``, laid out as its ``data_format`` says), ``'output:<sub>'`` (the output
-  of ``<sub>`` is Δ, e.g. an SE gate).
+  of ``<sub>`` is Δ, e.g. an SE gate), or a product of these joined by ``' * '`` (an adaptor's
+  Δ times the block's layer scale).
+
+The same description writes a step (:mod:`mmstiff.models.written`): ``branch`` is the tap where
+f is formed before the block adds it (an ``input:`` or ``output:`` tap; the writer replaces that
+tensor by Δ ⊙ f), ``state`` where x_t is formed when it is not ``start`` (a projected shortcut,
+used where the block has that submodule). A spec with ``kind`` set is read by that built-in kind
+(:data:`mmstiff.analysis.blocks.BLOCK_KINDS`) and its steps serve writing only.
 
 Nothing here imports a model; the specs of upstream classes are in :mod:`mmstiff.analysis.zoo`.
 """
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 TAP_KINDS = ('in', 'out', 'input', 'output', 'kwarg')
 SCALE_KINDS = ('param', 'layer_scale', 'output')
@@ -31,11 +38,17 @@ class Step(NamedTuple):
         start (str): the tap of the state before the step.
         end (str): the tap of the state after the step.
         scale (str | None): where Δ_t is read; None for Δ_t = 1.
+        branch (str | None): where f is formed before it is added (``input:<sub>[#k]`` or
+            ``output:<sub>[#k]``), for writing; None: the step cannot be written.
+        state (str | None): where x_t is formed for writing when it is not ``start``: the
+            output of a projection shortcut, used where the block has that submodule.
     """
     name: str = 'block'
     start: str = 'in'
     end: str = 'out'
     scale: Optional[str] = None
+    branch: Optional[str] = None
+    state: Optional[str] = None
 
 
 class BlockSpec(NamedTuple):
@@ -49,12 +62,17 @@ class BlockSpec(NamedTuple):
             whether an instance adds its input at all (an inverted residual does only where its
             input and output shapes agree); None: every instance does.
         note (str): one line on how the block is read, for the docs.
+        kind (str | None): a built-in kind (``'conv'``, ``'transformer'``) that reads the
+            block; its steps then only say how to write it. None: read by the taps.
+        unwritten (str): why the steps cannot be written, where they cannot ('' otherwise).
     """
     cls: str
     family: str
     steps: Sequence[Step] = (Step(), )
     residual: Optional[Union[str, Callable]] = None
     note: str = ''
+    kind: Optional[str] = None
+    unwritten: str = ''
 
 
 class Tap(NamedTuple):
@@ -90,6 +108,23 @@ def parse_tap(text: str) -> Tap:
                      'output:<submodule> or kwarg:<submodule>:<name>')
 
 
+def parse_scales(text: Optional[str]) -> Tuple[Scale, ...]:
+    """The factors of a step-size string (``'a * b'``): a tuple of :class:`Scale` (empty for
+    None); ``ValueError`` naming the string otherwise."""
+    if text is None:
+        return ()
+    return tuple(parse_scale(part.strip()) for part in str(text).split(' * '))
+
+
+def parse_branch(text: str) -> Tap:
+    """The :class:`Tap` of a branch (where f is formed): an ``input:`` or ``output:`` tap."""
+    tap = parse_tap(text)
+    if tap.kind not in ('input', 'output'):
+        raise ValueError(f'branch={text!r} is not supported; expected input:<submodule>[#k] or '
+                         'output:<submodule>[#k], the tensor f before the block adds it')
+    return tap
+
+
 def parse_scale(text: Optional[str]) -> Optional[Scale]:
     """The :class:`Scale` of a step-size string (None for None); ``ValueError`` otherwise."""
     if text is None:
@@ -115,10 +150,28 @@ def check_spec(spec: BlockSpec) -> BlockSpec:
         raise ValueError(f'the spec of {spec.cls} names its steps {names}: names must differ')
     for step in spec.steps:
         try:
-            parse_tap(step.start), parse_tap(step.end), parse_scale(step.scale)
+            parse_tap(step.start), parse_tap(step.end), parse_scales(step.scale)
+            if step.branch is not None:
+                parse_branch(step.branch)
+            if step.state is not None:
+                parse_tap(step.state)
         except ValueError as error:
             raise ValueError(f'the spec of {spec.cls}, step {step.name!r}: {error}') from None
+    if spec.kind is not None and spec.kind not in ('conv', 'preact', 'transformer'):
+        raise ValueError(f'the spec of {spec.cls} has kind={spec.kind!r}; expected None, conv, '
+                         'preact or transformer')
     return spec
+
+
+def write_refusal(spec: BlockSpec) -> str:
+    """Why the steps of ``spec`` cannot be written ('' where every step can)."""
+    if spec.unwritten:
+        return spec.unwritten
+    missing = [step.name for step in spec.steps if step.branch is None]
+    if missing:
+        return (f'its spec names no branch (where f is formed before it is added) for the '
+                f'steps {missing}')
+    return ''
 
 
 def contiguous(steps: Sequence[Step]) -> bool:
@@ -128,6 +181,6 @@ def contiguous(steps: Sequence[Step]) -> bool:
 
 
 __all__ = [
-    'Step', 'BlockSpec', 'Tap', 'Scale', 'parse_tap', 'parse_scale', 'check_spec', 'contiguous',
-    'TAP_KINDS', 'SCALE_KINDS', 'LAYOUTS'
+    'Step', 'BlockSpec', 'Tap', 'Scale', 'parse_tap', 'parse_scale', 'parse_scales', 'parse_branch',
+    'check_spec', 'contiguous', 'write_refusal', 'TAP_KINDS', 'SCALE_KINDS', 'LAYOUTS'
 ]

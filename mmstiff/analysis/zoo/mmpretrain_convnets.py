@@ -18,28 +18,28 @@ from ..step_specs import BlockSpec, Step
 SPECS = [
     BlockSpec(
         'mmpretrain.models.backbones.mobilenet_v2.InvertedResidual', 'MobileNetV2',
-        steps=(Step(), ), residual='use_res_connect',
+        steps=(Step(branch='output:conv'), ), residual='use_res_connect',
         note='x + conv(x) where stride is 1 and the width is kept (use_res_connect); the other '
         'blocks change the shape and are no step'),
     BlockSpec(
         'mmpretrain.models.utils.inverted_residual.InvertedResidual', 'MobileNetV3 / EfficientNet',
-        steps=(Step(), ), residual='with_res_shortcut',
+        steps=(Step(branch='input:drop_path'), ), residual='with_res_shortcut',
         note='x + linear_conv(se(depthwise_conv(expand_conv(x)))) where stride is 1 and the '
         'width is kept (with_res_shortcut); the SE gate multiplies the expanded features before '
         'the projection, not the step, so Δ = 1'),
     BlockSpec(
         'mmpretrain.models.backbones.efficientnet.EdgeResidual', 'EfficientNet / EfficientNetV2',
-        steps=(Step(), ), residual='with_residual',
+        steps=(Step(branch='input:drop_path'), ), residual='with_residual',
         note='fused MBConv: x + conv2(se(conv1(x))) where with_residual (stride 1, width kept); '
         'an SE gate, where configured, gates the expansion before the projection, so Δ = 1'),
     BlockSpec(
         'mmpretrain.models.backbones.efficientnet_v2.EnhancedConvModule', 'EfficientNetV2',
-        steps=(Step(), ), residual='has_skip',
+        steps=(Step(branch='input:drop_path'), ), residual='has_skip',
         note='x + act(norm(conv(x))) where has_skip (stride 1, width kept); the other '
         'EnhancedConvModules are plain convolutions'),
     BlockSpec(
         'mmpretrain.models.backbones.cspnet.DarknetBottleneck', 'CSPDarkNet / CSPNet',
-        steps=(Step(), ), residual='add_identity',
+        steps=(Step(branch='output:drop_path'), ), residual='add_identity',
         note='x + conv2(conv1(x)) inside the cross-stage half of a CSP stage (add_identity); '
         'the stage itself concatenates and is no step'),
     BlockSpec(

@@ -13,10 +13,18 @@ from ..step_specs import BlockSpec, Step
 _BB = 'mmpretrain.models.backbones.'
 
 
-def _pre_norm(mid, msa_scale=None, mlp_scale=None):
-    """The two steps of a pre-norm layer whose middle state is the tap ``mid``."""
-    return (Step('msa', 'in', mid, msa_scale), Step('mlp', mid, 'out', mlp_scale))
+def _pre_norm(mid, msa_scale=None, mlp_scale=None, branches=(None, None)):
+    """The two steps of a pre-norm layer whose middle state is the tap ``mid``; ``branches``:
+    where each f is formed, for writing."""
+    return (Step('msa', 'in', mid, msa_scale,
+                 branch=branches[0]), Step('mlp', mid, 'out', mlp_scale, branch=branches[1]))
 
+
+#: f of mmpretrain's MultiheadAttention (after its layer scale) and mmcv's FFN, before each
+#: adds it through its drop path
+_ATTN_FFN = ('input:attn.out_drop', 'input:ffn.dropout_layer')
+#: f of a layer that drops both paths through one ``drop_path`` module
+_DROP_TWICE = ('input:drop_path', 'input:drop_path#2')
 
 #: XCiT's class attention: its second step starts after norm2, which sits between the adds
 _CLASS_ATTENTION_STEPS = (
@@ -25,26 +33,30 @@ _CLASS_ATTENTION_STEPS = (
 )
 #: HiViT's main-stage layer, its raw layer scales gamma_1 / gamma_2 as Δ
 _HIVIT_STEPS = _pre_norm('input:norm2', 'param:gamma_1:channels_last',
-                         'param:gamma_2:channels_last')
+                         'param:gamma_2:channels_last', _DROP_TWICE)
 
 SPECS = [
     BlockSpec(
         _BB + 'vision_transformer.TransformerEncoderLayer', 'ViT',
-        steps=_pre_norm('input:ln2', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2'),
+        steps=_pre_norm('input:ln2', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2',
+                        _ATTN_FFN),
         note='x + attn(ln1(x)), then + ffn(ln2(.)); with layer scale (EVA, DINOv2 configs) the '
         'LayerScale gamma1 / gamma2 are Δ, without it (an nn.Identity there) Δ = 1'),
     BlockSpec(
         _BB + 'deit3.DeiT3TransformerEncoderLayer', 'DeiT3',
-        steps=_pre_norm('kwarg:ffn:identity', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2'),
+        steps=_pre_norm('kwarg:ffn:identity', 'layer_scale:attn.gamma1', 'layer_scale:ffn.gamma2',
+                        _ATTN_FFN),
         note='both branches read ln1 (ln2 is never called): the middle state is the identity '
         'the FFN adds; LayerScale gamma1 / gamma2 are Δ'),
     BlockSpec(
         _BB + 'beit.BEiTTransformerEncoderLayer', 'BEiT',
-        steps=_pre_norm('input:ln2', 'param:gamma_1:channels_last', 'param:gamma_2:channels_last'),
+        steps=_pre_norm('input:ln2', 'param:gamma_1:channels_last', 'param:gamma_2:channels_last',
+                        _DROP_TWICE),
         note='x + gamma_1 * attn(ln1(x), rel_pos_bias), then + gamma_2 * ffn(ln2(.)): the '
         'gammas are Δ (None without layer scale: Δ = 1)'),
     BlockSpec(
-        _BB + 'swin_transformer_v2.SwinBlockV2', 'SwinV2', steps=_pre_norm('input:ffn'),
+        _BB + 'swin_transformer_v2.SwinBlockV2', 'SwinV2',
+        steps=_pre_norm('input:ffn', branches=('output:norm1', 'output:norm2')),
         residual=lambda m: not m.extra_norm,
         note='post-norm branches: x + norm1(attn(x)), then + norm2(ffn(.)); the blocks with '
         'an extra norm3 after the second add (huge / giant archs) are not read: their second '
@@ -56,8 +68,8 @@ SPECS = [
         'pixels into the patch tokens between them (an in-place add on the patch tokens but the '
         'class token) is not read'),
     BlockSpec(
-        _BB + 't2t_vit.T2TTransformerLayer', 'T2T-ViT', steps=_pre_norm('input:ln2'),
-        residual=lambda m: not m.v_shortcut,
+        _BB + 't2t_vit.T2TTransformerLayer', 'T2T-ViT',
+        steps=_pre_norm('input:ln2', branches=_ATTN_FFN), residual=lambda m: not m.v_shortcut,
         note='the encoder layers; the two token-to-token layers (v_shortcut: the attention '
         'adds its own value projection, not its input, and changes the width) are not read'),
     BlockSpec(
@@ -66,9 +78,11 @@ SPECS = [
         'fusion block adds the transformer features inside its branch); blocks with a '
         'projection shortcut are not read (x_t would be relu of the projection). The '
         'transformer branch is ViT layers'),
-    BlockSpec(_BB + 'twins.GSAEncoderLayer', 'Twins', steps=_pre_norm('input:norm2'),
+    BlockSpec(_BB + 'twins.GSAEncoderLayer', 'Twins', steps=_pre_norm('input:norm2',
+                                                                      branches=_DROP_TWICE),
               note='pre-norm layer with globally sub-sampled attention (PCPVT, SVT)'),
-    BlockSpec(_BB + 'twins.LSAEncoderLayer', 'Twins', steps=_pre_norm('input:norm2'),
+    BlockSpec(_BB + 'twins.LSAEncoderLayer', 'Twins', steps=_pre_norm('input:norm2',
+                                                                      branches=_DROP_TWICE),
               note='pre-norm layer with locally grouped attention (SVT)'),
     BlockSpec(
         'mmpretrain.models.utils.position_encoding.ConditionalPositionEncoding', 'Twins',
@@ -93,14 +107,16 @@ SPECS = [
                Step('cpe2', 'input:cpe2', 'input:norm2'), Step('mlp', 'input:norm2', 'out')),
         note='four steps: conv position encoding, channel attention, conv position encoding, '
         'MLP'),
-    BlockSpec(_BB + 'mixmim.MixMIMBlock', 'MixMIM', steps=_pre_norm('input:ln2'),
+    BlockSpec(_BB + 'mixmim.MixMIMBlock', 'MixMIM',
+              steps=_pre_norm('input:ln2', branches=('input:drop_path', 'input:ffn.dropout_layer')),
               note='pre-norm window-attention layer (a ViT layer subclass without layer scale)'),
     BlockSpec(
         _BB + 'tinyvit.TinyViTBlock', 'TinyViT', steps=(Step('mlp', 'input:mlp', 'out'), ),
         note='only the MLP step: the attention step ends in token layout but is next seen '
         'as the (B, C, H, W) input of the local conv, which sits between the two adds'),
     BlockSpec(
-        'mmpretrain.models.backbones.tinyvit.MBConvBlock', 'TinyViT', steps=(Step(), ),
+        'mmpretrain.models.backbones.tinyvit.MBConvBlock', 'TinyViT',
+        steps=(Step(branch='input:drop_path'), ),
         note='the conv stage\'s inverted residual, post-activation: x -> gelu(x + branch(x))'),
     BlockSpec(
         _BB + 'xcit.XCABlock', 'XCiT',
@@ -117,9 +133,13 @@ SPECS = [
         'tokens add themselves (x + x, as upstream): gamma2 scales one token only, so Δ = 1 '
         'and gamma2 is inside f. Read only with tokens_norm: otherwise norm2 sees the class '
         'token alone and no module sees the state between the two steps'),
-    BlockSpec(_BB + 'vit_sam.TransformerEncoderLayer', 'SAM', steps=_pre_norm('input:ln2'),
-              note='pre-norm layer on the (B, H, W, C) token grid, windowed or global attention'),
-    BlockSpec(_BB + 'vit_eva02.EVA02EndcoderLayer', 'EVA-02', steps=_pre_norm('input:norm2'),
+    BlockSpec(
+        _BB + 'vit_sam.TransformerEncoderLayer', 'SAM', steps=_pre_norm('input:ln2'),
+        unwritten='its states are (B, H, W, C) token grids; the adaptors pool (B, C, H, W) '
+        'feature maps or (B, N, C) tokens',
+        note='pre-norm layer on the (B, H, W, C) token grid, windowed or global attention'),
+    BlockSpec(_BB + 'vit_eva02.EVA02EndcoderLayer', 'EVA-02',
+              steps=_pre_norm('input:norm2', branches=_DROP_TWICE),
               note='pre-norm layer, rotary attention and a SwiGLU MLP'),
     BlockSpec(
         _BB + 'hivit.BlockWithRPE', 'HiViT', steps=_HIVIT_STEPS,
@@ -129,7 +149,7 @@ SPECS = [
     BlockSpec(
         'timm.models.vision_transformer.Block', 'timm ViT',
         steps=_pre_norm('input:norm2', 'param:ls1.gamma:channels_last',
-                        'param:ls2.gamma:channels_last'),
+                        'param:ls2.gamma:channels_last', ('input:drop_path1', 'input:drop_path2')),
         note='timm\'s pre-norm ViT block (TIMMBackbone with a vit_* / deit_* model); its '
         'LayerScale ls1 / ls2 (init_values) is Δ, Δ = 1 where they are nn.Identity'),
     BlockSpec(
@@ -143,22 +163,23 @@ SPECS = [
               note='post-activation bottleneck x -> act3(x + branch(x)), read as BasicBlock'),
     BlockSpec(
         'timm.models.convnext.ConvNeXtBlock', 'timm ConvNeXt',
-        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first'), ),
+        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first',
+                    branch='input:drop_path'), ),
         residual=lambda m: type(m.shortcut).__name__ == 'Identity',
         note='x + gamma * mlp(norm(dwconv(x))), gamma (layer scale) as Δ; blocks whose '
         'shortcut is a downsampling module are not read'),
     BlockSpec(
         'timm.models._efficientnet_blocks.InvertedResidual', 'timm EfficientNet / MobileNet',
-        steps=(Step(), ), residual='has_skip',
+        steps=(Step(branch='input:drop_path'), ), residual='has_skip',
         note='x + branch(x) where it keeps its shape; the SE gates the expansion before the '
         'projection, so it is inside f (Δ = 1)'),
     BlockSpec(
         'timm.models._efficientnet_blocks.DepthwiseSeparableConv', 'timm EfficientNet / MobileNet',
-        steps=(Step(), ), residual='has_skip',
+        steps=(Step(branch='input:drop_path'), ), residual='has_skip',
         note='x + pw(se(dw(x))) where it keeps its shape; the SE is before the pointwise '
         'projection: inside f (Δ = 1)'),
     BlockSpec('timm.models._efficientnet_blocks.EdgeResidual', 'timm EfficientNet / MobileNet',
-              steps=(Step(), ), residual='has_skip',
+              steps=(Step(branch='input:drop_path'), ), residual='has_skip',
               note='fused-MBConv x + pwl(se(conv_exp(x))) where it keeps its shape; SE inside f'),
 ]
 
