@@ -34,7 +34,9 @@ a compiled graph).
 
 With ``--arch vit`` one more setting, ``FrequencyHook @1, no attention maps``
 (``attention=False``), tells the attention maps' share (M_attn, and rebuilding the maps from
-``qkv``) from the rest of the FrequencyHook's cost.
+``qkv``) from the rest of the FrequencyHook's cost. ``StiffnessHook @1, no adjoint`` and
+``both @defaults, no adjoint`` (``adjoint=False``) tell the adjoint's share (its gradient hooks
+in the backward pass, whose time the "in hooks" column counts too) from the rest.
 
 Peak memory: on the CPU, the largest running sum, in start order, of the bytes each op
 allocates and frees itself (``torch.profiler`` with ``profile_memory=True``:
@@ -89,6 +91,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmstiff.analysis.trajectory import AdjointNorm
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 
 BASELINE = 'no hook'
@@ -183,6 +186,7 @@ def settings(args):
     every = {
         BASELINE: [],
         'StiffnessHook @1': [lambda: StiffnessHook(interval=1)],
+        'StiffnessHook @1, no adjoint': [lambda: StiffnessHook(interval=1, adjoint=False)],
         'StiffnessHook @1, 8 samples': [lambda: StiffnessHook(interval=1, num_samples=8)],
         f'StiffnessHook @{s_default} (default)': [lambda: StiffnessHook()],
         'FrequencyHook @1': [lambda: FrequencyHook(interval=1)],
@@ -190,16 +194,19 @@ def settings(args):
         'FrequencyHook @1, no attention maps': [lambda: FrequencyHook(interval=1, attention=False)],
         f'FrequencyHook @{f_default} (default)': [lambda: FrequencyHook()],
         'both @defaults': [lambda: StiffnessHook(), lambda: FrequencyHook()],
+        'both @defaults, no adjoint':
+        [lambda: StiffnessHook(adjoint=False), lambda: FrequencyHook()],
     }
     if args.arch != 'vit':  # no attention map to leave out
         del every['FrequencyHook @1, no attention maps']
+    only = None if args.only is None else set(args.only)
     chosen = {
         name: hooks
         for name, hooks in every.items()
-        if name == BASELINE or args.only is None or args.only in _words(name)
+        if name == BASELINE or only is None or only & set(_words(name))
     }
     if len(chosen) == 1:
-        raise SystemExit(f'--only {args.only!r} matches none of {list(every)[1:]}')
+        raise SystemExit(f'--only {" ".join(args.only)!r} matches none of {list(every)[1:]}')
     return chosen
 
 
@@ -248,6 +255,27 @@ class HookTimer:
                 self.wrap(recorder, '_keep')
 
 
+#: the timer of the setting whose iteration runs (the adjoint's gradient hooks, called by the
+#: backward pass, add their time to it)
+RUNNING = [None]
+
+
+def time_gradient_hooks(clock):
+    """Count the time of every adjoint gradient hook (:class:`AdjointNorm`) to the timer of
+    the setting running (:data:`RUNNING`)."""
+    inner = AdjointNorm.__call__
+
+    def timed(self, grad):
+        start = clock()
+        try:
+            return inner(self, grad)
+        finally:
+            if RUNNING[0] is not None:
+                RUNNING[0].total += clock() - start
+
+    AdjointNorm.__call__ = timed
+
+
 def train_iteration(runner, hooks, optimizer, images, labels):
     for hook in hooks:
         hook.before_train_iter(runner, runner.iter)
@@ -267,7 +295,7 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def time_interleaved(runners, setups, optimizer, batch, iters, clock):
+def time_interleaved(runners, setups, optimizer, batch, iters, clock, timers=None):
     """Mean iteration time of every setting over ``iters`` iterations each, run one iteration
     of each setting in turn (the order rotating every iteration), so that a machine whose
     speed drifts slows every setting alike. Each setting has its own runner, whose iteration
@@ -280,11 +308,13 @@ def time_interleaved(runners, setups, optimizer, batch, iters, clock):
     for i in range(iters):
         k = i % len(names)
         for name in names[k:] + names[:k]:
+            RUNNING[0] = timers and timers[name]
             synchronize(device)
             start = clock()
             train_iteration(runners[name], setups[name], optimizer, *batch)
             synchronize(device)
             totals[name] += clock() - start
+        RUNNING[0] = None
     return {name: total / iters for name, total in totals.items()}
 
 
@@ -362,8 +392,9 @@ def parse_args(argv=None):
                         help='iterations per setting and repeat (a multiple of the intervals)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument(
-        '--only', default=None, help="run only the settings whose name has this word (and the "
-        "no-hook baseline), e.g. '@1' or 'StiffnessHook'")
+        '--only', nargs='+', default=None,
+        help="run only the settings whose name has one of these words (and the no-hook "
+        "baseline), e.g. '@1' or 'StiffnessHook' or '@defaults default'")
     parser.add_argument(
         '--log-interval', type=int, default=10,
         help="the run's LoggerHook interval (mmengine's default 10; "
@@ -453,6 +484,7 @@ def main(argv=None):
 
     for name, hooks in setups.items():
         timers[name].instrument(hooks)
+    time_gradient_hooks(CLOCKS[args.clock])
     names = list(setups)
     # one iteration counter per setting; the MessageHub, visualizer and logger shared
     runners = {name: copy.copy(runner) for name in names}
@@ -460,7 +492,8 @@ def main(argv=None):
     in_hooks = {name: [] for name in names}
     for repeat in range(args.repeats):
         before = {name: timers[name].total for name in names}
-        means = time_interleaved(runners, setups, optimizer, batch, args.iters, CLOCKS[args.clock])
+        means = time_interleaved(runners, setups, optimizer, batch, args.iters, CLOCKS[args.clock],
+                                 timers)
         for name in names:
             times[name].append(means[name])
             in_hooks[name].append((timers[name].total - before[name]) / args.iters)

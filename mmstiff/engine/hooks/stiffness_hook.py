@@ -384,21 +384,36 @@ def _read_adjoints(steps, scale):
 def _adjoint_scalars(outputs, names):
     """``adjoint/<step>``, ``adjoint_end/<step>`` and ``adjoint_gain/<step>`` of one iteration
     (host tensors): the batch means of ``‖a_t‖``, ``‖a_{t+1}‖`` and ``‖a_t‖ / ‖a_{t+1}‖``, for the
-    steps whose calls all had the adjoint at that end."""
-    scalars = OrderedDict()
+    steps whose calls all had the adjoint at that end; one stacked computation per number of
+    samples, whatever the number of steps."""
+    starts, ends = OrderedDict(), OrderedDict()
     for name in names:
-        calls = outputs[name]
-        pairs = [c.adjoint for c in calls]
+        pairs = [c.adjoint for c in outputs[name]]
         if not pairs or not all(isinstance(p, AdjointPair) for p in pairs):
             continue
-        start = None if any(p.start is None for p in pairs) else _concat([p.start for p in pairs])
-        end = None if any(p.end is None for p in pairs) else _concat([p.end for p in pairs])
-        if start is not None:
-            scalars[f'adjoint/{name}'] = float(start.double().mean())
-        if end is not None:
-            scalars[f'adjoint_end/{name}'] = float(end.double().mean())
-        if start is not None and end is not None:
-            scalars[f'adjoint_gain/{name}'] = float((start.double() / end.double()).mean())
+        if all(p.start is not None for p in pairs):
+            starts[name] = _concat([p.start for p in pairs])
+        if all(p.end is not None for p in pairs):
+            ends[name] = _concat([p.end for p in pairs])
+    both = [n for n in starts if n in ends and starts[n].numel() == ends[n].numel()]
+    found = {}
+    for metric, columns in (('adjoint', starts), ('adjoint_end', ends), ('adjoint_gain', both)):
+        groups = OrderedDict()  # samples -> names
+        for name in columns:
+            groups.setdefault((starts if metric != 'adjoint_end' else ends)[name].numel(),
+                              []).append(name)
+        for group in groups.values():
+            if metric == 'adjoint_gain':
+                values = (torch.stack([starts[n] for n in group]).double() /
+                          torch.stack([ends[n] for n in group]).double()).mean(dim=1)
+            else:
+                values = torch.stack([columns[n] for n in group]).double().mean(dim=1)
+            found.update(((metric, n), v) for n, v in zip(group, values.tolist()))
+    scalars = OrderedDict()
+    for metric in ('adjoint', 'adjoint_end', 'adjoint_gain'):
+        for name in names:
+            if (metric, name) in found:
+                scalars[f'{metric}/{name}'] = found[(metric, name)]
     return scalars
 
 
