@@ -85,9 +85,10 @@ class StepRecord(NamedTuple):
             ``step_sums=True`` (None where the step did not give them).
         adjoint (AdjointEnds | None): for a recorder made with ``adjoint=True``, the
             :class:`AdjointNorm` of each end, filled in by the backward pass after the forward
-            pass that made the record (None otherwise). Where ``x_t`` is the activated
-            projection ``act(P x)`` of a conv block, which the forward graph never computes,
-            ``start`` is the adjoint of the projection's output ``P x``.
+            pass that made the record (None otherwise). Where ``x_t`` is the projection of a
+            block's input (``act(P x)`` or ``P x``, of another shape), ``start`` is the adjoint
+            of the block's input ``x``: the gain is the whole block's, and the adjoints chain
+            from one stage to the next.
     """
     name: str
     block: str
@@ -145,7 +146,7 @@ class _Frame:
         self.phase = 0
         self.steps = ([], [])
         self.request = request
-        # AdjointNorm of the states kept: 'in', 'shortcut', 'mid' (recorder with adjoint=True)
+        # AdjointNorm of the states kept: 'in', 'mid' (recorder with adjoint=True)
         self.adjoints = {'in': adjoint}
 
 
@@ -428,7 +429,6 @@ class TrajectoryRecorder(RecorderBase):
                     # into the post-activation space of x_{t+1}, out of place: the block
                     # still needs its shortcut
                     frame.shortcut = cut(out) if act is None else _apply_out_of_place(act, cut(out))
-                    frame.adjoints['shortcut'] = self.adjoint_of(out)
 
             add(shortcut, False, on_shortcut)
         if norm is not None:
@@ -516,8 +516,8 @@ class TrajectoryRecorder(RecorderBase):
         start, mid = frame.adjoints.get('in'), frame.adjoints.get('mid')
         if kind in ('conv', 'preact'):
             x_t = frame.shortcut if frame.shortcut is not None else frame.x_in
-            if frame.shortcut is not None:
-                start = frame.adjoints.get('shortcut')
+            # behind a projection shortcut too, the adjoint starts at the block's input: the
+            # step's gain is then that of the whole block, and the gains chain across stages
             ends = AdjointEnds(start, out_adjoint) if adjoint else None
             self._keep(
                 StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0], ends))

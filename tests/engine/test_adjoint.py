@@ -70,8 +70,8 @@ def _capture(model, kind):
     if kind == 'resnet':
         for i in range(1, 5):
             for j, block in enumerate(getattr(backbone, f'layer{i}')):
-                start = (block.downsample, 'out') if block.downsample is not None else (block, 'in')
-                ends[f'layer{i}.{j}'] = (*start, block, 'out')
+                # behind a projection shortcut too: the block's input, of another shape
+                ends[f'layer{i}.{j}'] = (block, 'in', block, 'out')
     elif kind == 'convnext':
         for i, stage in enumerate(backbone.stages):
             for j, block in enumerate(stage):
@@ -144,6 +144,9 @@ def test_recorded_adjoints_equal_autograd_grad_of_the_states(kind):
             assert msa.end is mlp.start
     if kind == 'resnet':  # a block's output is the next block's input: one hook
         assert recorder.outputs['layer1.0'][0].end is recorder.outputs['layer1.1'][0].start
+        # across a stage boundary (layer2.0 projects its shortcut) the trajectory chains too
+        assert recorder.outputs['layer1.1'][0].end is recorder.outputs['layer2.0'][0].start
+        assert model.backbone.layer2[0].downsample is not None
 
 
 def test_no_gradient_hook_without_a_graph_or_when_off():
