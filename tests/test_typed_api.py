@@ -1,4 +1,5 @@
-"""The public functions and classes of ``mmstiff.models`` and ``mmstiff.engine`` are typed.
+"""The public functions and classes of ``mmstiff.models``, ``mmstiff.engine``, ``mmstiff.utils``
+and ``mmstiff.studies`` are typed.
 
 Read in the sources: every public function and method (a name without a leading underscore,
 plus ``__init__`` and ``__call__``) of a public class or module annotates each of its
@@ -13,7 +14,7 @@ import pytest
 import mmstiff
 
 ROOT = Path(mmstiff.__file__).parent
-PACKAGES = ('models', 'engine')
+PACKAGES = ('models', 'engine', 'utils', 'studies')
 UNTYPED_PARAMS = frozenset(('self', 'cls', 'ctx'))
 PUBLIC_DUNDERS = frozenset(('__init__', '__call__'))
 

@@ -27,8 +27,13 @@ import json
 import math
 import os.path as osp
 import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .spec import ANALYSIS_TOOLS
+
+#: a run's record: ``{'metrics': {name: value}, 'curves': {name: curve}, 'profiles': {name:
+#: profile}}``
+Record = Dict[str, Dict[str, Any]]
 
 #: a curve longer than this is thinned to every k-th point (the last one always kept)
 MAX_CURVE_POINTS = 1000
@@ -62,7 +67,7 @@ def _finite(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def training_logs(work_dir):
+def training_logs(work_dir: str) -> List[str]:
     """The JSON logs of every training process in ``work_dir``, oldest first."""
     runs = sorted(d for d in glob.glob(osp.join(work_dir, '*', 'vis_data')))
     logs = []
@@ -73,7 +78,7 @@ def training_logs(work_dir):
     return logs
 
 
-def read_rows(paths):
+def read_rows(paths: Iterable[str]) -> Dict[str, List[Dict[str, Any]]]:
     """The rows of JSON-lines logs, tagged train / val / diagnostics, later files winning."""
     rows = {}
     for order, path in enumerate(paths):
@@ -99,7 +104,8 @@ def read_rows(paths):
     return {kind: [by_step[s] for s in sorted(by_step)] for kind, by_step in rows.items()}
 
 
-def thin(xs, ys, limit=MAX_CURVE_POINTS):
+def thin(xs: Sequence[Any], ys: Sequence[Any],
+         limit: int = MAX_CURVE_POINTS) -> Tuple[List[Any], List[Any]]:
     """At most ``limit`` points: every k-th one and the last."""
     if len(xs) <= limit:
         return list(xs), list(ys)
@@ -116,7 +122,7 @@ def _curve(rows, key, x_label):
     return dict(x=xs, y=ys, x_label=x_label)
 
 
-def iters_per_epoch(work_dir):
+def iters_per_epoch(work_dir: str) -> Optional[int]:
     """``N`` of the last ``Epoch(train) [e][i/N]`` line of the training text logs, or None."""
     found = None
     for path in sorted(glob.glob(osp.join(work_dir, '*', '*.log'))):
@@ -126,7 +132,7 @@ def iters_per_epoch(work_dir):
     return found
 
 
-def collect_training(work_dir, record):
+def collect_training(work_dir: str, record: Record) -> None:
     rows = read_rows(training_logs(work_dir))
     train, val, diagnostics = rows.get('train', []), rows.get('val',
                                                               []), rows.get('diagnostics', [])
@@ -202,7 +208,7 @@ def _training_means(diagnostics, group):
     return {block: math.fsum(v) / len(v) for block, v in sums.items()}
 
 
-def step_kind(name):
+def step_kind(name: str) -> str:
     """``'msa'``, ``'mlp'`` or ``'conv'``: the kind of the step whose state is ``name``."""
     for kind, pattern in STEP_KINDS:
         if pattern.search(name):
@@ -210,7 +216,7 @@ def step_kind(name):
     return 'conv'
 
 
-def dlogamp_steps(states):
+def dlogamp_steps(states: Sequence[Tuple[str, Any, Optional[int]]]) -> Dict[str, float]:
     """``{kind: mean change}`` of the Δ log amplitude across the steps of each kind, from the
     ``[(state, Δ log amplitude, map size)]`` in network order (``input`` first): the change
     across the step whose output is state ``i`` is ``value[i] - value[i - 1]``. A step that
@@ -231,7 +237,7 @@ def _profile(pairs, x_label):
     return dict(x=[x for x, _ in pairs], y=[y for _, y in pairs], x_label=x_label)
 
 
-def collect_tns(result, record):
+def collect_tns(result: Dict[str, Any], record: Record) -> None:
     for trajectory, values in result.get('trajectories', {}).items():
         if _finite(values.get('tns')):
             record['metrics'][f'tns/{trajectory}'] = float(values['tns'])
@@ -243,7 +249,7 @@ def collect_tns(result, record):
         record['profiles']['tns/step'] = _profile(steps, 'block')
 
 
-def collect_spectrum(result, record):
+def collect_spectrum(result: Dict[str, Any], record: Record) -> None:
     states = result.get('states', {})
     hf = [(n, s.get('hf_ratio')) for n, s in states.items()]
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
@@ -268,7 +274,7 @@ def collect_spectrum(result, record):
             record['metrics'][f'spectrum/dlogamp_step/{kind}'] = value
 
 
-def collect_freq_noise(result, record):
+def collect_freq_noise(result: Dict[str, Any], record: Record) -> None:
     bands = result.get('bands', [])
     record['metrics']['freq_noise/clean_accuracy'] = float(result['clean_accuracy'])
     drops = [b['drop'] for b in bands if _finite(b.get('drop'))]
@@ -278,7 +284,7 @@ def collect_freq_noise(result, record):
                                                       for b in bands], 'noise band centre (×π)')
 
 
-def collect_hessian(result, record):
+def collect_hessian(result: Dict[str, Any], record: Record) -> None:
     """The Hessian spectrum's summaries (docs/methods.md §12): NEP, APE and its natural log,
     the largest and smallest top-k eigenvalue, and where measured the most negative eigenvalue
     and Hutchinson's trace, each over all the tool's batches."""
@@ -297,7 +303,7 @@ COLLECTORS = dict(tns=collect_tns, spectrum=collect_spectrum, freq_noise=collect
                   hessian=collect_hessian)
 
 
-def collect_run(work_dir, analysis):
+def collect_run(work_dir: str, analysis: Iterable[str]) -> Record:
     """The record of the run in ``work_dir`` whose analysis tools ``analysis`` ran."""
     record = dict(metrics={}, curves={}, profiles={})
     with open(osp.join(work_dir, 'metrics.json')) as f:

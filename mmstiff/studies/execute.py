@@ -10,14 +10,15 @@ import os
 import os.path as osp
 import shlex
 import shutil
+from typing import Any, Dict, Optional
 
 from .collect import collect_run
-from .plan import LOG_FILE, TEST, TRAIN, read_checkpoint
+from .plan import LOG_FILE, TEST, TRAIN, RunPlan, read_checkpoint
 from .spec import ANALYSIS_TOOLS, repo_relative
-from .state import DONE, FAILED, RUNNING
+from .state import DONE, FAILED, RUNNING, StudyState
 
 
-def now():
+def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec='seconds')
 
 
@@ -39,7 +40,7 @@ def _run_stage(launcher, state, plan, name, command, spec=None):
     return returncode == 0
 
 
-def wall_time(entry):
+def wall_time(entry: Dict[str, Any]) -> Optional[float]:
     """Seconds the run's finished attempts took (an interrupted attempt's time is unknown)."""
     return round(
         sum(a['wall_time_s'] for s in entry.get('stages', []) for a in s.get('attempts', [])
@@ -54,7 +55,8 @@ def _fail(launcher, state, plan, message):
     return state.run(plan.key)
 
 
-def execute(plan, state, environment, launcher):
+def execute(plan: RunPlan, state: StudyState, environment: Dict[str, Any],
+            launcher: Any) -> Dict[str, Any]:
     """Run the stages of ``plan`` that are not done, collect its numbers; return its entry.
 
     ``launcher`` starts the processes: ``launcher.call(command, log_path)`` returns

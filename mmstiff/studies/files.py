@@ -9,6 +9,7 @@ import json
 import os
 import os.path as osp
 import time
+from typing import Any, Dict
 
 from .errors import StudyError
 from .spec import repo_relative
@@ -17,7 +18,7 @@ from .spec import repo_relative
 class UnreadableFile(StudyError):
     """A runner file that cannot be used: ``path`` and ``problem`` (e.g. ``is truncated: ...``)."""
 
-    def __init__(self, path, problem):
+    def __init__(self, path: str, problem: str):
         self.path, self.problem = path, problem
         super().__init__(f'{repo_relative(path)} {problem}')
 
@@ -97,17 +98,17 @@ def _read(path, structure):
     return data
 
 
-def read_state_file(path):
+def read_state_file(path: str) -> Dict[str, Any]:
     """The data of a ``state.json``, checked (:class:`UnreadableFile` names what is wrong)."""
     return _read(path, _state_structure)
 
 
-def read_runs_file(path):
+def read_runs_file(path: str) -> Dict[str, Any]:
     """The data of a ``runs.json``, checked (:class:`UnreadableFile` names what is wrong)."""
     return _read(path, _runs_structure)
 
 
-def keep_copy(path):
+def keep_copy(path: str) -> str:
     """Move ``path`` to ``<path>.corrupt-<UTC time>`` (never over another file); return it."""
     stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
     target, n = f'{path}.corrupt-{stamp}', 1

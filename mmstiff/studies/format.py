@@ -5,6 +5,7 @@ that show two significant digits of that uncertainty; a value alone gets four si
 digits. No exponents: ``-0.000002543``, never ``-2.543e-06``.
 """
 import math
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -12,14 +13,14 @@ import numpy as np
 METRIC_ORDER = ('test/', 'val/', 'train/', 'tns/', 'spectrum/', 'freq_noise/', 'log/', 'derived/')
 
 
-def decimals_for(scale):
+def decimals_for(scale: Optional[float]) -> Optional[int]:
     """Decimals that show two significant digits of ``scale`` (0 for scales of 10 or more)."""
     if scale is None or not math.isfinite(scale) or scale <= 0:
         return None
     return max(0, 1 - math.floor(math.log10(scale)))
 
 
-def fmt(value, scale=None):
+def fmt(value: Optional[float], scale: Optional[float] = None) -> str:
     """``value`` in fixed notation: with the decimals of :func:`decimals_for` (``scale``), else
     four significant digits; ``–`` for None or a non-finite value."""
     if value is None or not math.isfinite(value):
@@ -37,30 +38,30 @@ def fmt(value, scale=None):
     return '0' if float(text) == 0 and decimals is None else text
 
 
-def fmt_signed(value, scale=None):
+def fmt_signed(value: Optional[float], scale: Optional[float] = None) -> str:
     text = fmt(value, scale)
     return text if text.startswith(('-', '–')) or float(text) == 0 else '+' + text
 
 
-def fmt_interval(low, high, scale=None):
+def fmt_interval(low: Optional[float], high: Optional[float], scale: Optional[float] = None) -> str:
     if low is None:
         return '– (fewer than 2 seeds)'
     return f'[{fmt(low, scale)}, {fmt(high, scale)}]'
 
 
-def fmt_p(value):
+def fmt_p(value: Optional[float]) -> str:
     if value is None or not math.isfinite(value):
         return '–'
     return '< 0.001' if value < 0.001 else f'{value:.3f}'
 
 
-def p_text(value):
+def p_text(value: Optional[float]) -> str:
     """``p = 0.123`` or ``p < 0.001``."""
     text = fmt_p(value)
     return f'p {text}' if text.startswith('<') else f'p = {text}'
 
 
-def fmt_duration(seconds):
+def fmt_duration(seconds: Optional[float]) -> str:
     """``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
     if seconds is None:
         return '–'
@@ -73,15 +74,15 @@ def fmt_duration(seconds):
     return f'{hours} h {minutes:02d} min'
 
 
-def code(text):
+def code(text: str) -> str:
     return f'`{text}`'
 
 
-def cell(text):
+def cell(text: object) -> str:
     return str(text).replace('|', '\\|').replace('\n', ' ')
 
 
-def table(header, rows):
+def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> List[str]:
     lines = [
         '| ' + ' | '.join(cell(h) for h in header) + ' |',
         '|' + '|'.join('---' for _ in header) + '|'
@@ -90,7 +91,7 @@ def table(header, rows):
     return lines
 
 
-def metric_sort_key(name):
+def metric_sort_key(name: str) -> Tuple[int, str]:
     for i, prefix in enumerate(METRIC_ORDER):
         if name.startswith(prefix):
             return (i, name)

@@ -48,7 +48,7 @@ def _row(path):
     ]
 
 
-def write_index(results_dir):
+def write_index(results_dir: str) -> str:
     """Write ``<results_dir>/README.md`` from every ``<results_dir>/*/runs.json``.
 
     A study whose runs.json is unreadable (truncated, not JSON, not a runs.json) gets a row

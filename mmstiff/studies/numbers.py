@@ -2,11 +2,12 @@
 judgement of the declared primary outcome (docs/studies.md, docs/methods.md §13)."""
 import math
 import string
+from typing import Any, Dict, List, Optional, Tuple
 
 from mmstiff.analysis.statistics import summarize
 from .errors import StudyError
 from .format import fmt, fmt_interval, fmt_p, fmt_signed, metric_sort_key
-from .outcome import judge
+from .outcome import Outcome, judge
 from .state import DONE
 from .statistics import (Difference, bh_q_values, correlation, mean_interval,
                          minimum_detectable_effect, one_sample_difference,
@@ -19,7 +20,7 @@ POWER = 0.8
 VERDICT_NAMES = ('mean', 'std', 'n', 'mean_ci', 'diff', 'ci', 'p', 'q', 'primary')
 
 
-def trajectory_correlations(record):
+def trajectory_correlations(record: Dict[str, Any]) -> Dict[str, float]:
     """``{stage: r}``: Pearson r across the blocks of each stage between the mean NSI and the
     mean step size of each block (``tns/nsi``, ``tns/step`` profiles of the test batches),
     one correlation per trajectory through the stage (docs/methods.md §13)."""
@@ -54,7 +55,7 @@ class StudyNumbers:
         outcome (Outcome | None): the study's declared primary outcome.
     """
 
-    def __init__(self, runs_data, outcome=None):
+    def __init__(self, runs_data: Dict[str, Any], outcome: Optional[Outcome] = None):
         self.variants = runs_data['study']['variants']
         self.labels = [v['label'] for v in self.variants]
         self.runs = runs_data['runs']
@@ -111,17 +112,17 @@ class StudyNumbers:
         qs = bh_q_values([self.differences[pair][metric].p_value for pair, metric in keys])
         return dict(zip(keys, qs))
 
-    def paired(self, label, baseline, metric):
+    def paired(self, label: str, baseline: str, metric: str) -> List[Tuple[float, float]]:
         """``[(variant value, baseline value)]`` of the seeds both have, in seed order."""
         a = dict(self.values[baseline].get(metric, []))
         b = dict(self.values[label].get(metric, []))
         return [(b[s], a[s]) for s in sorted(set(a) & set(b))]
 
-    def mde(self, label, baseline, metric):
+    def mde(self, label: str, baseline: str, metric: str) -> Optional[float]:
         d = self.differences.get((label, baseline), {}).get(metric)
         return None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA, POWER)
 
-    def run_pairs(self, x_metric, y_metric):
+    def run_pairs(self, x_metric: str, y_metric: str) -> List[Tuple[str, int, float, float]]:
         """``[(label, seed, x, y)]`` of every finished run that has both metrics (derived ones
         included), in variant then seed order."""
         out = []
@@ -186,7 +187,7 @@ class StudyNumbers:
         judgement = judge(o, d, mde, tost, ALPHA)
         return dict(judgement=judgement, seeds_for_margin=seeds, link=self._link(), signs=signs)
 
-    def verdict_namespace(self):
+    def verdict_namespace(self) -> Dict[str, Any]:
         """The values a verdict template can use (docs/studies.md), as strings."""
         ns = {name: {} for name in VERDICT_NAMES}
         for label in self.labels:
@@ -214,7 +215,7 @@ class StudyNumbers:
         ns['primary'] = self.primary_namespace()
         return ns
 
-    def primary_namespace(self):
+    def primary_namespace(self) -> Dict[str, str]:
         """``{primary[effect]}``, ``{primary[ci]}``, ``{primary[p]}``, ``{primary[mde]}``,
         ``{primary[n]}`` of the declared outcome (the difference, or ρ and the runs it pools)."""
         if self.primary is None:
@@ -247,7 +248,7 @@ class _VerdictFormatter(string.Formatter):
                              'names of the results page') from None
 
 
-def verdict_text(verdict, numbers, strict=True):
+def verdict_text(verdict: Optional[str], numbers: StudyNumbers, strict: bool = True) -> str:
     """The verdict prose with its numbers filled in, or ``not yet judged``.
 
     A placeholder without a value raises :class:`StudyError`; with ``strict=False`` (a study

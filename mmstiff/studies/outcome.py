@@ -8,7 +8,7 @@ between ``metric`` and ``correlate_with`` over every finished run of every varia
 the same rules with ρ's interval in place of the difference's.
 """
 import re
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 from .errors import StudyError
 
@@ -56,7 +56,7 @@ class Outcome(NamedTuple):
     correlate_with: Optional[str] = None
 
     @property
-    def is_correlation(self):
+    def is_correlation(self) -> bool:
         return self.correlate_with is not None
 
 
@@ -71,7 +71,7 @@ class Judgement(NamedTuple):
     reason: str
 
 
-def parse_outcome(value, variants):
+def parse_outcome(value: Any, variants: Sequence[Any]) -> Optional[Outcome]:
     """An :class:`Outcome` from a study file's ``outcome`` field; ``variants``: the checked
     :class:`~mmstiff.studies.spec.Variant` tuple."""
     if value is None:
@@ -144,7 +144,8 @@ def _correlation_outcome(value, metric):
     return Outcome(metric, None, None, direction, float(margin), link, other)
 
 
-def judge(outcome, difference, mde, tost_p, alpha=0.05):
+def judge(outcome: Outcome, difference: Any, mde: Optional[float], tost_p: Optional[float],
+          alpha: float = 0.05) -> Judgement:
     """The :class:`Judgement` of ``difference`` (a Welch ``Difference`` at 1 − ``alpha``, or,
     for a correlation outcome, the ρ and interval of a ``Correlation`` in its fields).
 
@@ -178,7 +179,7 @@ def judge(outcome, difference, mde, tost_p, alpha=0.05):
                      'margin')
 
 
-def check_prose(category, text):
+def check_prose(category: str, text: str) -> None:
     """Raise :class:`StudyError` when the verdict prose asserts another category."""
     for other, pattern in _ASSERTS.items():
         if other == category:

@@ -17,12 +17,12 @@ repository root, as a user would type them (``python`` is the runner's interpret
 import os.path as osp
 import shutil
 import warnings
-from typing import NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from .errors import StudyError, StudyWarning
 from .files import UnreadableFile, read_state_file
-from .spec import ANALYSIS_TOOLS, REPO, SEED_KEY, SEED_PLACEHOLDER, repo_relative
-from .state import DONE, PENDING, STATE_FILE
+from .spec import ANALYSIS_TOOLS, REPO, SEED_KEY, SEED_PLACEHOLDER, Study, repo_relative
+from .state import DONE, PENDING, STATE_FILE, StudyState
 
 LOG_FILE = 'reproduce.log'
 TRAIN, TEST = 'train', 'test'
@@ -49,7 +49,7 @@ class Launch(NamedTuple):
     device: Optional[str] = None
 
 
-def check_launch(launch):
+def check_launch(launch: Launch) -> Launch:
     """Raise :class:`StudyError` for a launch the runner cannot start, before any work."""
     if launch.launcher not in LAUNCHERS:
         raise StudyError(f'--launcher {launch.launcher!r}; expected one of {list(LAUNCHERS)}')
@@ -90,14 +90,14 @@ class RunPlan(NamedTuple):
     job: str = ''
 
     @property
-    def stages(self):
+    def stages(self) -> List[str]:
         return [TRAIN, TEST] + list(self.variant.analysis)
 
     @property
-    def cfg_options(self):
+    def cfg_options(self) -> List[str]:
         return self.variant.options_for(self.seed) + [f'{SEED_KEY}={self.seed}']
 
-    def spec(self):
+    def spec(self) -> Dict[str, Any]:
         """What the run's results depend on; a finished run whose spec changed is refused."""
         return dict(config=self.variant.config, cfg_options=self.cfg_options, seed=self.seed)
 
@@ -122,7 +122,7 @@ class RunPlan(NamedTuple):
             ]
         return self._env() + ['python', f'tools/{tool}.py', *positional]
 
-    def train_command(self, resume=False):
+    def train_command(self, resume: bool = False) -> List[str]:
         launch = self.launch
         head = self._start('train', [self.variant.config] +
                            ([self.work_dir] if launch.launcher == 'slurm' else []))
@@ -130,31 +130,31 @@ class RunPlan(NamedTuple):
         return (head + work_dir + (['--resume'] if resume else []) + ['--cfg-options'] +
                 self.cfg_options)
 
-    def test_command(self, checkpoint):
+    def test_command(self, checkpoint: str) -> List[str]:
         return self._start('test', [self.variant.config, checkpoint]) + [
             '--work-dir',
             osp.join(self.work_dir, 'test'), '--out', self.metrics_file, '--cfg-options'
         ] + self.cfg_options
 
-    def analysis_command(self, tool, checkpoint):
+    def analysis_command(self, tool: str, checkpoint: str) -> List[str]:
         return (self._env() + [
             'python', ANALYSIS_TOOLS[tool][0], self.variant.config, checkpoint, '--out-dir',
             self.analysis_dir(tool)
         ] + list(self.analysis_args.get(tool, ())) + ['--cfg-options'] + self.cfg_options)
 
     @property
-    def metrics_file(self):
+    def metrics_file(self) -> str:
         return osp.join(self.work_dir, 'metrics.json')
 
-    def analysis_dir(self, tool):
+    def analysis_dir(self, tool: str) -> str:
         return osp.join(self.work_dir, 'analysis', tool)
 
-    def path(self, relative):
+    def path(self, relative: str) -> str:
         """A path of the plan (repository-relative or absolute) as this process can open it."""
         return relative if osp.isabs(relative) else osp.join(REPO, relative)
 
 
-def plan_runs(study, work_root, launch=Launch()):
+def plan_runs(study: Study, work_root: str, launch: Launch = Launch()) -> List[RunPlan]:
     """Every (variant, seed) of ``study``, variants in file order, seeds in listed order."""
     root = repo_relative(work_root)
     plans = []
@@ -168,7 +168,7 @@ def plan_runs(study, work_root, launch=Launch()):
     return plans
 
 
-def check_against_state(plans, state):
+def check_against_state(plans: Sequence[RunPlan], state: StudyState) -> None:
     """Refuse a study file whose runs changed since they were trained, before any work starts.
 
     A run whose work dir is gone is forgotten (so deleting a work dir reruns it); an analysis
@@ -194,7 +194,7 @@ def check_against_state(plans, state):
                          'runs\' work dirs to run them again')
 
 
-def check_run_configs(study, check):
+def check_run_configs(study: Study, check: Callable[[str, Sequence[str]], Any]) -> None:
     """Check every variant's config with its options before any run starts (a run differs
     from its variant only by the seed, which the runner sets): ``check(config path, options)``
     raises ``ValueError`` (the tool passes :func:`mmstiff.apis.config_checks.check_options`
@@ -222,7 +222,8 @@ def _spec_in_runs_json(runs_data, entry):
                      for o in options] + [f'{SEED_KEY}={entry["seed"]}'])
 
 
-def adopt_published_runs(plans, state, runs_data):
+def adopt_published_runs(plans: Sequence[RunPlan], state: StudyState,
+                         runs_data: Optional[Dict[str, Any]]) -> List[str]:
     """Give each run of ``plans`` not started yet the finished entry of the same run in a
     published runs.json (same key and spec), so that a study whose work dirs are gone (a
     fresh checkout) runs only its new seeds. Such an entry is marked ``from_results``: it has
@@ -245,7 +246,7 @@ def adopt_published_runs(plans, state, runs_data):
     return adopted
 
 
-def needs_work(plan, entry):
+def needs_work(plan: RunPlan, entry: Dict[str, Any]) -> bool:
     """Whether run ``plan`` (state ``entry``) has a stage to run or its record to collect: not
     finished, or its analysis tools (or their flags) changed since it was."""
     if entry.get('status') != DONE:
@@ -258,7 +259,7 @@ def needs_work(plan, entry):
         for s in stages)
 
 
-def read_checkpoint(work_dir):
+def read_checkpoint(work_dir: str) -> Optional[str]:
     """The checkpoint named by ``work_dir/last_checkpoint`` (as written by MMEngine), or None."""
     marker = osp.join(work_dir, 'last_checkpoint')
     if not osp.isfile(marker):
@@ -270,7 +271,8 @@ def read_checkpoint(work_dir):
     return path if path and osp.isfile(path) else None
 
 
-def adopt_reused_runs(plans, state, work_root, reuse):
+def adopt_reused_runs(plans: Sequence[RunPlan], state: StudyState, work_root: str,
+                      reuse: Sequence[str]) -> List[str]:
     """Give each run of ``plans`` not started yet a copy of an identical finished run of the
     studies named in ``reuse`` (same spec: config, cfg_options, seed): its work dir is copied
     into the run's and its state entry taken over with ``reused_from`` set. Returns the keys

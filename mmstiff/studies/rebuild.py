@@ -9,9 +9,10 @@ A folder whose train command ran other options than the study file's is not take
 import os.path as osp
 import re
 import shlex
+from typing import Any, Dict, List, Optional, Tuple
 
 from .collect import collect_run
-from .plan import LOG_FILE, TEST, TRAIN, read_checkpoint
+from .plan import LOG_FILE, TEST, TRAIN, RunPlan, read_checkpoint
 from .spec import ANALYSIS_TOOLS, repo_relative
 from .state import DONE, FAILED, RUNNING
 
@@ -27,13 +28,13 @@ SCRIPTS = {
 }
 
 
-def stage_of(command):
+def stage_of(command: str) -> Optional[str]:
     """The stage (``train``, ``test``, an analysis tool) a logged command runs, or None."""
     words = shlex.split(command)
     return next((stage for stage, scripts in SCRIPTS.items() if set(words) & set(scripts)), None)
 
 
-def read_attempts(log_text):
+def read_attempts(log_text: str) -> Dict[str, List[Dict[str, Any]]]:
     """``{stage: [attempt, ...]}`` from the text of a ``reproduce.log``; an attempt without its
     exit line (the runner was stopped) has ``returncode`` None."""
     stages, last = {}, None
@@ -54,7 +55,7 @@ def _options(command):
     return words[words.index('--cfg-options') + 1:] if '--cfg-options' in words else []
 
 
-def entry_from_folder(plan):
+def entry_from_folder(plan: RunPlan) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     """``(entry, None)``: the state entry of run ``plan`` rebuilt from its work dir, or
     ``(None, why)`` when the folder holds no run of this plan (no log, other options)."""
     work_dir = plan.path(plan.work_dir)

@@ -13,13 +13,15 @@ import glob
 import os
 import os.path as osp
 import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import tables
 from .errors import StudyError, StudyWarning
 from .files import UnreadableFile, keep_copy, read_runs_file
 from .format import code, fmt, fmt_interval, fmt_signed, p_text
 from .numbers import ALPHA, POWER, StudyNumbers, verdict_text
-from .outcome import INCONCLUSIVE, NOT_HELD, NOT_RUN, check_prose
+from .outcome import INCONCLUSIVE, NOT_HELD, NOT_RUN, Outcome, check_prose
+from .spec import Study
 from .state import DONE, dump_json
 
 RUNS_FILE = 'runs.json'
@@ -27,7 +29,7 @@ PAGE = 'README.md'
 WORDS = dict(greater='greater than', less='less than')
 
 
-def outcome_line(outcome):
+def outcome_line(outcome: Optional[Outcome]) -> str:
     """The declared primary outcome, in words."""
     if outcome is None:
         return ('- **Declared outcome:** none (the study file declares no primary outcome; '
@@ -69,7 +71,7 @@ def _link_line(numbers):
     ]
 
 
-def correlation_lines(numbers):
+def correlation_lines(numbers: StudyNumbers) -> List[str]:
     """The verdict lines of a correlation outcome: ρ with its interval, the runs it pools, the
     ρ those runs could detect and the runs that would detect the margin."""
     o, primary = numbers.outcome, numbers.primary
@@ -101,7 +103,7 @@ def correlation_lines(numbers):
     ] + _link_line(numbers)
 
 
-def primary_lines(numbers):
+def primary_lines(numbers: StudyNumbers) -> List[str]:
     """The verdict category, the effect with its interval, the MDE, the signs, the link."""
     o, primary = numbers.outcome, numbers.primary
     if o is None:
@@ -135,12 +137,12 @@ def primary_lines(numbers):
     return lines + _link_line(numbers)
 
 
-def category(numbers):
+def category(numbers: StudyNumbers) -> Optional[str]:
     """The runner's verdict category (None without a declared outcome)."""
     return None if numbers.primary is None else numbers.primary['judgement'].category
 
 
-def checked_verdict(verdict, numbers, strict=True):
+def checked_verdict(verdict: Optional[str], numbers: StudyNumbers, strict: bool = True) -> str:
     """The verdict prose filled in, refused (:class:`StudyError`) when it contradicts the
     category, with ``strict``; without it, a contradiction is said in the text."""
     text = verdict_text(verdict, numbers, strict)
@@ -155,7 +157,8 @@ def checked_verdict(verdict, numbers, strict=True):
     return text
 
 
-def render_page(runs_data, study, figures, strict=True):
+def render_page(runs_data: Dict[str, Any], study: Study, figures: Sequence[Tuple[str, str]],
+                strict: bool = True) -> str:
     """The Markdown of a study page (a string); ``study``: the checked study file."""
     info = runs_data['study']
     numbers = StudyNumbers(runs_data, study.outcome)
@@ -202,7 +205,7 @@ def render_page(runs_data, study, figures, strict=True):
     return '\n'.join(lines)
 
 
-def read_runs(results_dir, name):
+def read_runs(results_dir: str, name: str) -> Dict[str, Any]:
     """The checked data of ``<results_dir>/<name>/runs.json``; :class:`StudyError` when it is
     missing, :class:`~.files.UnreadableFile` when it is truncated or not a runs.json."""
     path = osp.join(results_dir, name, RUNS_FILE)
@@ -211,7 +214,8 @@ def read_runs(results_dir, name):
     return read_runs_file(path)
 
 
-def write_page(results_dir, study, strict=True, draw=None):
+def write_page(results_dir: str, study: Study, strict: bool = True,
+               draw: Optional[Callable[..., List[Tuple[str, str]]]] = None) -> str:
     """Write ``<results_dir>/<study>/README.md`` (and its figures) from its runs.json.
 
     Args:
@@ -238,7 +242,7 @@ def write_page(results_dir, study, strict=True, draw=None):
     return path
 
 
-def write_runs(results_dir, runs_data):
+def write_runs(results_dir: str, runs_data: Dict[str, Any]) -> str:
     """Write ``<results_dir>/<study>/runs.json`` (sorted keys: equal data, equal bytes); an
     unreadable file there is first kept as ``runs.json.corrupt-<time>`` (a
     :class:`StudyWarning` says where)."""

@@ -1,11 +1,15 @@
 """``runs.json``: the raw data of a study page, built from the study file and its state."""
-from .spec import repo_relative
-from .state import PENDING
+from typing import Any, Dict, Optional, Sequence
+
+from .plan import RunPlan
+from .spec import Study, repo_relative
+from .state import PENDING, StudyState
 
 FORMAT = 1
 
 
-def runs_json(study, plans, state, config_set=None, overrides=()):
+def runs_json(study: Study, plans: Sequence[RunPlan], state: StudyState,
+              config_set: Optional[str] = None, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """The study as run and every run's entry (status, stages, wall times, numbers)."""
     entries = state.runs()
     runs = []

@@ -44,7 +44,7 @@ import os.path as osp
 import re
 import runpy
 import string
-from typing import NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from .errors import StudyError
 from .outcome import parse_outcome
@@ -123,7 +123,7 @@ class Variant(NamedTuple):
     analysis: tuple
     after: tuple = ()
 
-    def options_for(self, seed):
+    def options_for(self, seed: int) -> List[str]:
         """The variant's ``cfg_options`` with ``{seed}`` replaced by ``seed``."""
         return [option.replace(SEED_PLACEHOLDER, str(seed)) for option in self.cfg_options]
 
@@ -142,7 +142,7 @@ class Study(NamedTuple):
     configs: tuple = ()
 
 
-def resolve_study_path(study):
+def resolve_study_path(study: str) -> str:
     """The file a user means by ``study``: a path, or a name under ``configs/studies/``."""
     candidates = [study, osp.join(REPO, study)]
     candidates += [osp.join(REPO, STUDY_DIR, study + suffix) for suffix in STUDY_SUFFIXES]
@@ -156,7 +156,7 @@ def resolve_study_path(study):
                      f'{STUDY_DIR}/{study}{{.py,.yaml,.yml}})')
 
 
-def read_study_fields(path):
+def read_study_fields(path: str) -> Dict[str, Any]:
     """The study file's fields as a dict (a Python file's public top-level data names)."""
     if path.endswith('.py'):
         try:
@@ -338,7 +338,7 @@ def _config_sets(value):
     return tuple(sorted(value))
 
 
-def parse_study(fields, path):
+def parse_study(fields: Dict[str, Any], path: str) -> Study:
     """A :class:`Study` from the raw fields of ``path``; :class:`StudyError` on bad input."""
     _check_fields(fields, FIELDS, f'study file {path!r}')
     name = _text(fields['name'], 'name')
@@ -423,7 +423,7 @@ def parse_study(fields, path):
 CONFIG_SET_FIELDS = ('config', 'cfg_options', 'seeds', 'analysis_args')
 
 
-def apply_config_set(fields, config_set):
+def apply_config_set(fields: Dict[str, Any], config_set: str) -> Dict[str, Any]:
     """The raw fields with the study's ``configs[config_set]`` applied: its ``config`` (a path
     for every variant, or ``{label: path}``) replaces the variants' configs, its
     ``cfg_options`` follow the study's, its ``seeds`` and ``analysis_args`` replace the study's,
@@ -459,7 +459,8 @@ def apply_config_set(fields, config_set):
     return fields
 
 
-def load_study(study, config_set=None, overrides=()):
+def load_study(study: str, config_set: Optional[str] = None,
+               overrides: Sequence[str] = ()) -> Study:
     """Find, read and check a study file; see docs/studies.md for its fields.
 
     Args:
@@ -480,7 +481,7 @@ def load_study(study, config_set=None, overrides=()):
     return parse_study(fields, path)
 
 
-def repo_relative(path):
+def repo_relative(path: str) -> str:
     """``path`` relative to the repository root when it is inside it, else absolute."""
     path = osp.abspath(path if osp.isabs(path) else osp.join(REPO, path))
     relative = osp.relpath(path, REPO)

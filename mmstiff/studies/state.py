@@ -15,6 +15,7 @@ import json
 import os
 import os.path as osp
 import threading
+from typing import Any, Dict
 
 from .files import read_state_file
 
@@ -23,7 +24,7 @@ STATE_FILE = 'state.json'
 LOCK_FILE = 'runner.lock'
 
 
-def dump_json(obj, path):
+def dump_json(obj: Any, path: str) -> str:
     """Write ``obj`` as sorted, indented JSON (same object, same bytes), atomically."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     tmp = f'{path}.tmp{os.getpid()}'
@@ -47,7 +48,7 @@ def _alive(pid):
 class RunnerLock:
     """Context manager holding ``<study dir>/runner.lock`` for this process."""
 
-    def __init__(self, study_dir):
+    def __init__(self, study_dir: str):
         self.path = osp.join(study_dir, LOCK_FILE)
 
     def __enter__(self):
@@ -84,7 +85,7 @@ class StudyState:
         UnreadableFile: ``path`` exists but is truncated, not JSON or not a state file.
     """
 
-    def __init__(self, path, study):
+    def __init__(self, path: str, study: str):
         self.path = path
         self._lock = threading.Lock()
         if osp.isfile(path):
@@ -95,22 +96,22 @@ class StudyState:
         else:
             self.data = dict(study=study, runs={})
 
-    def run(self, key):
+    def run(self, key: str) -> Dict[str, Any]:
         """A copy of run ``key``'s entry (an empty dict when it has none yet)."""
         with self._lock:
             return copy.deepcopy(self.data['runs'].get(key, {}))
 
-    def runs(self):
+    def runs(self) -> Dict[str, Dict[str, Any]]:
         with self._lock:
             return copy.deepcopy(self.data['runs'])
 
-    def update(self, key, **fields):
+    def update(self, key: str, **fields: Any) -> None:
         """Set fields of run ``key`` and save the state."""
         with self._lock:
             self.data['runs'].setdefault(key, {}).update(copy.deepcopy(fields))
             dump_json(self.data, self.path)
 
-    def update_stage(self, key, stage, **fields):
+    def update_stage(self, key: str, stage: str, **fields: Any) -> None:
         """Set fields of one stage of run ``key`` (stages keep their order) and save."""
         with self._lock:
             entry = self.data['runs'].setdefault(key, {})
@@ -123,6 +124,6 @@ class StudyState:
                 stages.append(dict(name=stage, **copy.deepcopy(fields)))
             dump_json(self.data, self.path)
 
-    def save(self):
+    def save(self) -> None:
         with self._lock:
             dump_json(self.data, self.path)

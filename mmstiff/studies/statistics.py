@@ -8,7 +8,7 @@ Pure functions on sequences of floats.
 """
 import math
 import warnings
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -58,7 +58,8 @@ def _check_confidence(confidence):
         raise ValueError(f'confidence={confidence}; expected a number in (0, 1)')
 
 
-def mean_interval(values, confidence=0.95):
+def mean_interval(values: Sequence[float],
+                  confidence: float = 0.95) -> Optional[Tuple[float, float]]:
     """The Student-t interval ``(low, high)`` of the mean of ``values``; None below 2 values."""
     _check_confidence(confidence)
     values = _floats(values, 'values')
@@ -72,7 +73,8 @@ def mean_interval(values, confidence=0.95):
     return float(low), float(high)
 
 
-def welch_difference(baseline, variant, confidence=0.95):
+def welch_difference(baseline: Sequence[float], variant: Sequence[float],
+                     confidence: float = 0.95) -> Difference:
     """:class:`Difference` of ``mean(variant) - mean(baseline)`` (Welch's unequal-variance t)."""
     _check_confidence(confidence)
     a, b = _floats(baseline, 'baseline'), _floats(variant, 'variant')
@@ -93,7 +95,7 @@ def welch_difference(baseline, variant, confidence=0.95):
                       std_error, float(result.statistic), float(result.pvalue), confidence)
 
 
-def one_sample_difference(values, confidence=0.95):
+def one_sample_difference(values: Sequence[float], confidence: float = 0.95) -> Difference:
     """:class:`Difference` of ``mean(values) - 0`` with the one-sample Student-t interval."""
     _check_confidence(confidence)
     values = _floats(values, 'values')
@@ -109,7 +111,7 @@ def one_sample_difference(values, confidence=0.95):
                       float(result.statistic), float(result.pvalue), confidence)
 
 
-def tost_p_value(difference, margin):
+def tost_p_value(difference: Difference, margin: float) -> Optional[float]:
     """Two one-sided tests of ``|true difference| < margin`` from a :class:`Difference`: the
     larger one-sided p-value (equivalence shown at level α when it is below α)."""
     if not margin > 0:
@@ -124,7 +126,8 @@ def tost_p_value(difference, margin):
     return float(max(lower, upper))
 
 
-def minimum_detectable_effect(std_error, df, alpha=0.05, power=0.8):
+def minimum_detectable_effect(std_error: Optional[float], df: Optional[float], alpha: float = 0.05,
+                              power: float = 0.8) -> Optional[float]:
     """The true difference a two-sided level-``alpha`` Welch test finds with probability
     ``power``: ``(t_{1-α/2, ν} + t_{power, ν}) · se`` for the observed ``se`` and ``ν``."""
     if std_error is None or df is None:
@@ -132,7 +135,8 @@ def minimum_detectable_effect(std_error, df, alpha=0.05, power=0.8):
     return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * std_error)
 
 
-def seeds_for_effect(std_a, std_b, effect, alpha=0.05, power=0.8, limit=1000):
+def seeds_for_effect(std_a: Optional[float], std_b: Optional[float], effect: float,
+                     alpha: float = 0.05, power: float = 0.8, limit: int = 1000) -> Optional[int]:
     """Seeds per variant for a minimum detectable effect of at most ``effect`` with the
     standard deviations ``std_a``, ``std_b`` (Welch–Satterthwaite ν); None beyond ``limit``."""
     if None in (std_a, std_b) or not effect > 0:
@@ -147,7 +151,7 @@ def seeds_for_effect(std_a, std_b, effect, alpha=0.05, power=0.8, limit=1000):
     return None
 
 
-def bh_q_values(p_values):
+def bh_q_values(p_values: Sequence[Optional[float]]) -> List[Optional[float]]:
     """Benjamini–Hochberg adjusted p-values (q-values), in the order given; None stays None."""
     known = [i for i, p in enumerate(p_values) if p is not None]
     q = [None] * len(p_values)
@@ -158,7 +162,7 @@ def bh_q_values(p_values):
     return q
 
 
-def sign_counts(pairs):
+def sign_counts(pairs: Sequence[Tuple[float, float]]) -> Tuple[int, int, int]:
     """``(above, below, equal)``: how many ``(variant, baseline)`` pairs of the same seed have
     the variant above, below or equal to the baseline."""
     above = sum(1 for v, b in pairs if v > b)
@@ -166,7 +170,7 @@ def sign_counts(pairs):
     return above, below, len(pairs) - above - below
 
 
-def correlation(x, y, confidence=0.95):
+def correlation(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> Correlation:
     """:class:`Correlation` of the paired values ``x``, ``y`` (None fields below 3 pairs)."""
     x, y = _floats(x, 'x'), _floats(y, 'y')
     if len(x) != len(y):
@@ -189,7 +193,8 @@ def _spearman_z_se(n):
     return math.sqrt(SPEARMAN_Z_VARIANCE / (n - 3))
 
 
-def rank_correlation(x, y, confidence=0.95):
+def rank_correlation(x: Sequence[float], y: Sequence[float],
+                     confidence: float = 0.95) -> Correlation:
     """:class:`Correlation` of Spearman's ρ of the paired values ``x``, ``y``.
 
     ρ and its two-sided p-value from :func:`scipy.stats.spearmanr`; the interval is Fisher's z
@@ -212,7 +217,7 @@ def rank_correlation(x, y, confidence=0.95):
     return Correlation(len(x), rho, math.tanh(z - half), math.tanh(z + half), float(result.pvalue))
 
 
-def rank_correlation_mde(n, alpha=0.05, power=0.8):
+def rank_correlation_mde(n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[float]:
     """The true Spearman ρ that a two-sided level-``alpha`` test of ρ = 0 on ``n`` pairs finds
     with probability ``power`` (Fisher z, :func:`rank_correlation`'s standard error):
     ``tanh((z_{1-α/2} + z_{power}) · sqrt(1.06 / (n - 3)))``; None below 4 pairs."""
@@ -221,7 +226,8 @@ def rank_correlation_mde(n, alpha=0.05, power=0.8):
     return math.tanh((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * _spearman_z_se(n))
 
 
-def pairs_for_rank_correlation(effect, alpha=0.05, power=0.8, limit=100000):
+def pairs_for_rank_correlation(effect: float, alpha: float = 0.05, power: float = 0.8,
+                               limit: int = 100000) -> Optional[int]:
     """The fewest pairs whose :func:`rank_correlation_mde` is at most ``effect`` (0 < effect
     < 1); None beyond ``limit``."""
     if not 0 < effect < 1:

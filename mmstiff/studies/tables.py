@@ -1,7 +1,10 @@
 """The tables of a study page: setup, results per variant, comparisons, seeds, times, commands."""
 import shlex
+from typing import Any, Dict, List
 
 from .format import code, fmt, fmt_duration, fmt_interval, fmt_p, fmt_signed, table
+from .numbers import StudyNumbers
+from .spec import Study
 from .statistics import sign_counts
 
 Q_STAR = 0.05
@@ -11,7 +14,7 @@ def _options(options):
     return ' '.join(code(o) for o in options) if options else '–'
 
 
-def setup(study):
+def setup(study: Study) -> List[str]:
     rows = []
     for v in study['variants']:
         compare = ('baseline' if v['is_baseline'] else '') + (
@@ -37,7 +40,7 @@ def setup(study):
     return lines
 
 
-def results(numbers):
+def results(numbers: StudyNumbers) -> List[str]:
     header = ['metric'] + [f'{label} (n)' for label in numbers.labels]
     rows = []
     for metric in numbers.metrics:
@@ -49,7 +52,7 @@ def results(numbers):
     return table(header, rows)
 
 
-def per_seed(numbers):
+def per_seed(numbers: StudyNumbers) -> List[str]:
     header = ['metric'] + [
         f'{label}, seeds ' + ', '.join(str(r['seed']) for r in numbers.done[label])
         for label in numbers.labels
@@ -64,7 +67,7 @@ def per_seed(numbers):
     return table(header, rows)
 
 
-def differences(numbers):
+def differences(numbers: StudyNumbers) -> List[str]:
     """Every comparison but the primary one, with its BH q-value (one family per page)."""
     rows = []
     for (label, baseline), per_metric in numbers.differences.items():
@@ -94,7 +97,7 @@ def differences(numbers):
     ]
 
 
-def wall_times(runs_data):
+def wall_times(runs_data: Dict[str, Any]) -> List[str]:
     stage_names = []
     for run in runs_data['runs']:
         for stage in run.get('stages', []):
@@ -137,7 +140,7 @@ def wall_times(runs_data):
     return lines
 
 
-def commands(runs_data):
+def commands(runs_data: Dict[str, Any]) -> List[str]:
     lines = [
         'Run from the repository root; `python` is the interpreter of the environment '
         '(`.venv/bin/python`). Every attempt is listed, an interrupted one included.'

@@ -11,9 +11,11 @@ import os.path as osp
 import pickle
 import re
 from collections import OrderedDict
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
+import torch.nn as nn
 from torch.nn.modules.module import _IncompatibleKeys
 
 from mmstiff.errors import MmstiffError
@@ -28,6 +30,8 @@ LIST_LIMIT = 10
 #: Words of torch's weights-only errors (and of the ``getattr`` above) that mean "refused",
 #: as opposed to a file that is not a pickle at all.
 REFUSALS = ('global', 'reduce', 'Can only', 'allow-list', 'blocked')
+#: where :func:`torch.load` puts the tensors (its ``map_location``)
+MapLocation = Union[None, str, torch.device, Dict[str, str], Callable[..., Any]]
 
 
 class CheckpointError(ValueError, MmstiffError):
@@ -58,7 +62,7 @@ def _history_buffer_method(obj, name):
         f'allow-list; only HistoryBuffer.{{{",".join(HISTORY_BUFFER_METHODS)}}} is allowed')
 
 
-def checkpoint_safe_globals():
+def checkpoint_safe_globals() -> List[Any]:
     """The allow-list for ``torch.load(weights_only=True)`` of MMEngine checkpoints.
 
     ``HistoryBuffer``, the restricted ``getattr`` above, and numpy's array / dtype / scalar
@@ -92,7 +96,8 @@ def _weights_only_reason(message):
     return ' '.join(reason.split())
 
 
-def load_checkpoint_file(path, map_location='cpu', trust=False, mmap=False):
+def load_checkpoint_file(path: str, map_location: MapLocation = 'cpu', trust: bool = False,
+                         mmap: bool = False) -> Any:
     """Load the checkpoint file ``path`` without running code from it (module docstring).
 
     Args:
@@ -144,7 +149,7 @@ _PLAIN_NODES = (ast.Module, ast.Assign, ast.Name, ast.Load, ast.Store, ast.Const
                 ast.Expr)
 
 
-def config_code(text):
+def config_code(text: str) -> Optional[str]:
     """The first construct of config ``text`` that is code rather than data, or None.
 
     Plain data is ``name = value`` with literals, containers and ``dict(...)`` calls; imports,
@@ -168,7 +173,7 @@ def config_code(text):
     return None
 
 
-def check_meta_config(checkpoint, path):
+def check_meta_config(checkpoint: Any, path: str) -> None:
     """Refuse a checkpoint whose ``meta['config']`` (run by ``Runner.resume``) holds code."""
     meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
     text = meta.get('config') if isinstance(meta, dict) else None
@@ -182,7 +187,7 @@ def check_meta_config(checkpoint, path):
             '--trust-checkpoint.')
 
 
-def install_checkpoint_loader(trust=False):
+def install_checkpoint_loader(trust: bool = False) -> None:
     """Make :func:`load_checkpoint_file` MMEngine's loader of local checkpoint files.
 
     Every local load of this process (``load_from``, ``--resume``, ``Pretrained`` init) then
@@ -201,7 +206,8 @@ class StateDictMismatch:
     """What did not load: ``missing`` and ``unexpected`` keys, and ``errors`` (shape
     mismatches and other messages of ``_load_from_state_dict``)."""
 
-    def __init__(self, missing=(), unexpected=(), errors=()):
+    def __init__(self, missing: Iterable[str] = (), unexpected: Iterable[str] = (),
+                 errors: Iterable[str] = ()):
         self.missing = tuple(missing)
         self.unexpected = tuple(unexpected)
         self.errors = tuple(errors)
@@ -213,7 +219,7 @@ class StateDictMismatch:
         return (f'StateDictMismatch(missing={list(self.missing)}, '
                 f'unexpected={list(self.unexpected)}, errors={list(self.errors)})')
 
-    def describe(self, limit=LIST_LIMIT):
+    def describe(self, limit: int = LIST_LIMIT) -> str:
         """One line per kind, each listing up to ``limit`` entries and the count."""
 
         def listed(items):
@@ -231,7 +237,7 @@ class StateDictMismatch:
         return '; '.join(parts)
 
 
-def state_dict_of(checkpoint):
+def state_dict_of(checkpoint: Any) -> 'OrderedDict[str, Any]':
     """The parameters of a loaded checkpoint (``checkpoint['state_dict']`` or the checkpoint
     itself), with a DDP ``module.`` prefix removed as MMEngine does."""
     state_dict = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) \
@@ -245,7 +251,7 @@ def state_dict_of(checkpoint):
     return revised
 
 
-def load_state_dict_report(module, state_dict):
+def load_state_dict_report(module: nn.Module, state_dict: Mapping[str, Any]) -> StateDictMismatch:
     """Load ``state_dict`` into ``module`` as far as it matches; return the
     :class:`StateDictMismatch`. Each module's ``_load_from_state_dict`` (with its pre-hooks)
     and load post-hooks run as in :meth:`torch.nn.Module.load_state_dict`, so checkpoint
@@ -274,7 +280,7 @@ def load_state_dict_report(module, state_dict):
     return StateDictMismatch(missing, unexpected, [e.replace('\n', ' ') for e in errors])
 
 
-def compare_state_dict(model, state_dict):
+def compare_state_dict(model: nn.Module, state_dict: Mapping[str, Any]) -> StateDictMismatch:
     """What loading ``state_dict`` into ``model`` would not match, without loading it: the
     missing and unexpected keys and the shape mismatches (:class:`StateDictMismatch`)."""
     own = model.state_dict()
@@ -288,7 +294,7 @@ def compare_state_dict(model, state_dict):
     return StateDictMismatch(missing, unexpected, errors)
 
 
-def check_resume_checkpoint(model, path, trust=False):
+def check_resume_checkpoint(model: nn.Module, path: str, trust: bool = False) -> None:
     """Refuse to resume ``model`` from a checkpoint of another model (before MMEngine loads
     it, whose optimizer would fail with a bare ``ValueError`` traceback).
 
@@ -308,7 +314,8 @@ def check_resume_checkpoint(model, path, trust=False):
             'load_from (without --resume)')
 
 
-def load_weights(model, checkpoint, path, strict=True):
+def load_weights(model: nn.Module, checkpoint: Any, path: str,
+                 strict: bool = True) -> StateDictMismatch:
     """Load the parameters of the loaded ``checkpoint`` (read from ``path``) into ``model``.
 
     Returns:
@@ -331,7 +338,7 @@ def load_weights(model, checkpoint, path, strict=True):
     return mismatch
 
 
-def non_finite_entries(state_dict):
+def non_finite_entries(state_dict: Mapping[str, Any]) -> List[Tuple[str, int]]:
     """``[(key, number of non-finite values)]`` of the floating-point tensors of
     ``state_dict`` that hold NaN or ±inf, in the state dict's order."""
     found = []
@@ -343,7 +350,8 @@ def non_finite_entries(state_dict):
     return found
 
 
-def check_finite(checkpoint, path, allow=False, limit=LIST_LIMIT):
+def check_finite(checkpoint: Any, path: str, allow: bool = False,
+                 limit: int = LIST_LIMIT) -> List[Tuple[str, int]]:
     """Refuse a checkpoint whose weights or statistics are not all finite.
 
     A model with NaN weights evaluates to numbers that look like results (accuracy 0.0).
@@ -369,8 +377,8 @@ def check_finite(checkpoint, path, allow=False, limit=LIST_LIMIT):
     return found
 
 
-def load_checkpoint_into(model, path, strict=True, trust=False, map_location='cpu',
-                         allow_non_finite=False):
+def load_checkpoint_into(model: nn.Module, path: str, strict: bool = True, trust: bool = False,
+                         map_location: MapLocation = 'cpu', allow_non_finite: bool = False) -> Any:
     """Read ``path`` (:func:`load_checkpoint_file`), check that its values are finite
     (:func:`check_finite`) and load it into ``model`` (:func:`load_weights`; a model wrapper
     is unwrapped). Returns the loaded checkpoint."""

@@ -7,6 +7,7 @@ they import nothing from mmstiff, so any layer of the package may use them.
 """
 import fnmatch
 from collections.abc import Mapping, Sequence
+from typing import Any, FrozenSet, Iterable, List, Optional
 
 
 def _is_int(value):
@@ -22,17 +23,18 @@ def _check_int(name, value, minimum, expected, optional):
     return value
 
 
-def check_positive_int(name, value, optional=False):
+def check_positive_int(name: str, value: Any, optional: bool = False) -> Optional[int]:
     """``value`` if it is an int >= 1 (or None, with ``optional``); else ``ValueError``."""
     return _check_int(name, value, 1, 'a positive int', optional)
 
 
-def check_non_negative_int(name, value, optional=False):
+def check_non_negative_int(name: str, value: Any, optional: bool = False) -> Optional[int]:
     """``value`` if it is an int >= 0 (or None, with ``optional``); else ``ValueError``."""
     return _check_int(name, value, 0, 'an int >= 0', optional)
 
 
-def check_indices(name, value, size, what='items', alternatives=()):
+def check_indices(name: str, value: Any, size: int, what: str = 'items',
+                  alternatives: Sequence[str] = ()) -> FrozenSet[int]:
     """The indices of a sequence into ``size`` items, as a frozenset in ``[0, size)``.
 
     Negative indices count from the end (``-1`` is the last item), as in Python.
@@ -58,7 +60,7 @@ def check_indices(name, value, size, what='items', alternatives=()):
     return frozenset(selected)
 
 
-def check_patterns(name, value, what='block names'):
+def check_patterns(name: str, value: Any, what: str = 'block names') -> Optional[List[str]]:
     """``fnmatch`` patterns as a list: None stays None (select everything), a string is one
     pattern; anything but a sequence of strings raises ``ValueError``."""
     if value is None:
@@ -72,13 +74,14 @@ def check_patterns(name, value, what='block names'):
     return list(value)
 
 
-def matches_any(name, patterns):
+def matches_any(name: str, patterns: Optional[Iterable[str]]) -> bool:
     """Whether ``name`` matches one of the ``fnmatch`` ``patterns`` (case-sensitive); every
     name matches ``None``."""
     return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def check_config(name, cfg, reserved=(), example=None):
+def check_config(name: str, cfg: Any, reserved: Sequence[str] = (),
+                 example: Optional[str] = None) -> Optional[dict]:
     """A component config: None, or a dict with a ``'type'`` and none of the ``reserved`` keys
     (those the caller fills in itself). Returns a copy (a plain dict) or None.
 

@@ -12,14 +12,14 @@ LAYOUTS = ('nchw', 'nlc')
 POOLED_AXES = {'nchw': (2, 3), 'nlc': (1, )}
 
 
-def check_layout(layout):
+def check_layout(layout: str) -> str:
     """``layout`` if it is one of :data:`LAYOUTS`; else ``ValueError`` naming it."""
     if layout not in LAYOUTS:
         raise ValueError(f'layout={layout!r} is not supported; expected one of {LAYOUTS}')
     return layout
 
 
-def infer_layout(x):
+def infer_layout(x: torch.Tensor) -> str:
     """``'nchw'`` for a 4-D tensor, ``'nlc'`` for a 3-D one."""
     if not torch.is_tensor(x):
         raise ValueError(f'x must be a torch.Tensor, got {type(x).__name__}')
@@ -31,7 +31,7 @@ def infer_layout(x):
                      '(B, N, C) tokens')
 
 
-def pool_state(x, layout, keepdim=True):
+def pool_state(x: torch.Tensor, layout: str, keepdim: bool = True) -> torch.Tensor:
     """Global average pooling of a state over its non-channel axes.
 
     Args:

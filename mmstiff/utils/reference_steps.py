@@ -8,7 +8,7 @@ lowest layer, so neither imports the other.
 """
 import functools
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -36,7 +36,7 @@ def exporting() -> bool:
         or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
-def first_order(backward):
+def first_order(backward: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate the ``backward`` of an autograd Function that has no second derivative: a
     backward pass that builds a graph (``create_graph=True``, the first half of a double
     backward) raises a RuntimeError naming the way out instead of returning gradients whose

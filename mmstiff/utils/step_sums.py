@@ -7,12 +7,12 @@ the block when its forward pass starts (:func:`open_step_sums` sets it as the bl
 reference step gives none), and the recorder closes it when the block's forward pass ends.
 Models and recorders meet here, in the lowest layer, so neither imports the other.
 """
-from typing import NamedTuple
+from typing import List, NamedTuple, Optional
 
 import torch
 
 
-def is_step_block(module):
+def is_step_block(module: object) -> bool:
     """Whether ``module`` is one of mmstiff's step blocks, which can run the fused step: its
     class has a ``fused`` switch (an upstream block has none, and gives no sums)."""
     return hasattr(type(module), 'fused')
@@ -30,7 +30,7 @@ class StepSums(NamedTuple):
     state: torch.Tensor
     layout: str
 
-    def first(self, n):
+    def first(self, n: Optional[int]) -> 'StepSums':
         """The sums of the first ``n`` samples (all for None)."""
         if n is None:
             return self
@@ -50,18 +50,18 @@ class StepSumsRequest:
 
     __slots__ = ('state_act', 'sums')
 
-    def __init__(self, state_act=False):
+    def __init__(self, state_act: bool = False):
         self.state_act = bool(state_act)
         self.sums = []
 
-    def complete(self, count):
+    def complete(self, count: int) -> Optional[List[StepSums]]:
         """The sums of the block's ``count`` steps, or None unless each of them gave its sums."""
         if len(self.sums) != count or any(s is None for s in self.sums):
             return None
         return list(self.sums)
 
 
-def open_step_sums(state_act=False, block=None):
+def open_step_sums(state_act: bool = False, block: Optional[object] = None) -> StepSumsRequest:
     """A new :class:`StepSumsRequest`, set as ``block``'s ``step_sums_request`` (its steps give
     their sums to it until :func:`close_step_sums`); with ``block`` None no step sees it."""
     request = StepSumsRequest(state_act)
@@ -70,7 +70,7 @@ def open_step_sums(state_act=False, block=None):
     return request
 
 
-def close_step_sums(request, block=None):
+def close_step_sums(request: StepSumsRequest, block: Optional[object] = None) -> None:
     """Take ``request`` off ``block`` (no effect where the block holds another request)."""
     if block is not None and getattr(block, 'step_sums_request', None) is request:
         block.step_sums_request = None

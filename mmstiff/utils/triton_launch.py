@@ -6,6 +6,9 @@ where a diagnostic's kernel runs (:class:`OptionalKernel`)."""
 import contextlib
 import functools
 import warnings
+from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
+
+import torch
 
 try:
     import triton
@@ -16,19 +19,24 @@ except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
 #: whether Triton is importable (the fused kernels can run on CUDA)
 HAS_TRITON = triton is not None
 
+#: what a kernel's launch returns
+T = TypeVar('T')
 
-def cdiv(a, b):
+
+def cdiv(a: int, b: int) -> int:
     """``ceil(a / b)`` for the launch grids, in plain Python: ``triton.cdiv`` is a
-    ``ConstexprFunction``, whose call from the host costs microseconds per launch."""
+    ``ConstexprFunction``, whose call from the host costs more than the arithmetic (its cost:
+    docs/benchmarks.md, "The fused residual step")."""
     return -(-a // b)
 
 
-def next_power_of_2(n):
+def next_power_of_2(n: int) -> int:
     """The smallest power of two >= ``n`` (1 for ``n`` <= 1)."""
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def as_bnc(x, layout):
+def as_bnc(x: torch.Tensor,
+           layout: str) -> Tuple[torch.Tensor, Tuple[int, int, int], Tuple[int, int, int]]:
     """``(x, (B, N, C), (stride_b, stride_n, stride_c))``: a state addressed as (B, N, C).
 
     ``'nchw'`` tensors whose H and W cannot be merged into one strided axis are made contiguous.
@@ -52,28 +60,27 @@ def as_bnc(x, layout):
 
 #: the values a program's tile of a pass holds: with a few float32 accumulators of that size
 #: (the step's backward: two) a program keeps its values in registers on sm_80 and sm_90, where
-#: some passes spilled to local memory with tiles of 4096
-#: (``tools/benchmark/kernel_resources.py``)
+#: larger tiles spilled to local memory (docs/benchmarks.md, "Registers and spills, compiled
+#: without a GPU")
 TILE_VALUES = 2048
 
 
-def tile_warps(rows, columns, full=8):
+def tile_warps(rows: int, columns: int, full: int = 8) -> int:
     """The warps of a program whose tile is ``rows × columns`` (``BLOCK_N × BLOCK_C`` or
     ``BLOCK_B × BLOCK_C``): ``full`` (8) for a full tile of :data:`TILE_VALUES` values or more,
     4 below.
 
-    The usual rule for Triton reductions (8 warps from 2048 values). With 4 warps, the
-    reductions over a full tile took 115–255 registers a thread, so an SM held 8–16 of their
-    warps; with Triton 3.6 the step's backward with a folded BN spilled 8–24 bytes a thread to
-    local memory, and so did StepNet's backward at 2048 samples. With 8 warps (16 for
-    StepNet's backward) they take 40–170 registers, spill nothing, and an SM holds about twice
-    the warps (``tools/benchmark/kernel_resources.py``, with Triton 3.6 and 3.8).
+    The usual rule for Triton reductions (8 warps from 2048 values). With 4 warps the
+    reductions over a full tile take so many registers a thread that an SM holds few of their
+    warps, and some of them spilled to local memory; with 8 warps (16 for StepNet's backward)
+    none spills and an SM holds more of them (docs/benchmarks.md, "Registers and spills,
+    compiled without a GPU", measured with ``tools/benchmark/kernel_resources.py``).
     """
     return full if rows * columns >= TILE_VALUES else 4
 
 
 @functools.lru_cache(maxsize=1024)
-def state_blocks(n, c, stride_n, stride_c):
+def state_blocks(n: int, c: int, stride_n: int, stride_c: int) -> Tuple[int, int]:
     """Tile sizes (BLOCK_N, BLOCK_C) of a pass over a (B, N, C) state, :data:`TILE_VALUES` values
     at most: long along the axis that is contiguous in memory (cached: a network launches the
     same few shapes again and again)."""
@@ -99,14 +106,14 @@ class OptionalKernel:
         fallback (str): what the warning says takes over.
     """
 
-    def __init__(self, name, fallback):
+    def __init__(self, name: str, fallback: str):
         self.name, self.fallback = name, fallback
         self.is_forced = False
         #: the error of the first launch that failed (None: none failed)
         self.failure = None
 
     @contextlib.contextmanager
-    def forced(self):
+    def forced(self) -> Iterator[None]:
         """Inside it, :meth:`runs_on` holds for CPU tensors too."""
         before = self.is_forced
         self.is_forced = True
@@ -115,12 +122,12 @@ class OptionalKernel:
         finally:
             self.is_forced = before
 
-    def runs_on(self, x):
+    def runs_on(self, x: torch.Tensor) -> bool:
         """Whether the kernel takes tensors like ``x``: Triton is there, no launch has failed,
         and ``x`` is on a CUDA device (or the kernel is forced)."""
         return HAS_TRITON and self.failure is None and (x.is_cuda or self.is_forced)
 
-    def attempt(self, launch, x, *args):
+    def attempt(self, launch: Callable[..., T], x: torch.Tensor, *args: Any) -> Optional[T]:
         """``launch(x, *args)``, or None where it fails (warned about once, with ``x``'s
         device; the kernel is not tried again)."""
         try:
