@@ -78,6 +78,13 @@ def test_one_call_plots_loss_lr_validation_and_diagnostics(tmp_path):
     assert sorted(curves['figures']) == ['loss.png', 'lr.png', 'stiffness_nsi.png', 'val.png']
     for name in curves['figures']:
         assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    # and the whole run in one figure, its panels named in its metadata
+    from mmstiff.visualization.dashboard import read_panels
+    assert curves['dashboard'] == ['dashboard.png']
+    assert f'dashboard: {out / "dashboard.png"}' in proc.stdout
+    panels = read_panels(str(out / 'dashboard.png'))
+    assert panels[:2] == ['Training loss and learning rate', 'Validation metrics']
+    assert panels[2].startswith('NSI') and len(panels) == 3
     assert curves['note'] is None and 'time' not in json.dumps(series)
 
 
