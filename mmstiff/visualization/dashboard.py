@@ -22,6 +22,12 @@ import numpy as np
 
 from mmstiff.analysis.trajectory import stage_of
 
+#: how to read the strips, under the title
+READING = ('Heat strips: one row per Euler step x_t+1 = x_t + Δ_t ⊙ f(x_t) (the first on top), '
+           'one column per recorded iteration. NSI: how far the step moves the state, relative '
+           'to the state.\nHigh-frequency ratio: the share of the state that is not its '
+           'spatial mean. Adjoint gain: red where the step amplifies the gradient on its way '
+           'back, blue where it damps it.')
 #: a series: ``(steps, values)``
 Series = Tuple[List[int], List[float]]
 
@@ -257,6 +263,8 @@ def build_figure(data: Dashboard, title: str = 'Training run'):
                 "'mmstiff.StiffnessHook'), dict(type='mmstiff.FrequencyHook')]")
         loss_ax.text(0.0, -0.28, note, transform=loss_ax.transAxes, fontsize=8, color='0.35')
     fig.suptitle(title, fontsize=12, fontweight='bold')
+    if strips:  # how to read the strips, in small print under them
+        fig.supxlabel(READING, fontsize=8, color='0.3')
     return fig, panels
 
 
@@ -340,6 +348,11 @@ def _strip_panel(fig, ax, strip, last=True):
     if last:
         ax.set_xlabel('training iteration')
     bar = fig.colorbar(mesh, ax=ax, pad=0.04, fraction=0.03)
+    if strip.scale == 'log':  # a few plain numbers, not only the decades a narrow range spans
+        low, high = mesh.norm.vmin, mesh.norm.vmax
+        bar.set_ticks(np.geomspace(low, high, 5))
+        bar.set_ticklabels([f'{t:.3g}' for t in np.geomspace(low, high, 5)])
+        bar.ax.minorticks_off()
     bar.ax.set_label('colorbar')
     bar.set_label(strip.label, fontsize=7)
     bar.ax.tick_params(labelsize=6)
