@@ -11,6 +11,10 @@
   categories stops before the Runner is built, saying which mmstiff type checks it; a text
   ``.log`` given to plot_logs.py; a bug keeps its traceback; a run that fails in the Runner's
   build keeps its log and releases the work-dir lock; a missing torch is one line.
+* The cases that ended in a traceback before (``last_cases.py``): an image file the annotation
+  file lists but the disk lacks (mmdet's ``CocoDataset``), a full disk while a checkpoint is
+  written, a work dir that cannot be written, a malformed entry of the lists the Runner builds,
+  an error in a DataLoader worker, an error on rank 1 of 2, ``tools/misc/model_index.py``.
 """
 import fcntl
 import json
@@ -23,6 +27,7 @@ import textwrap
 import pytest
 from bad_hook_config import HOOK_OPTION  # tests/
 from error_paths import HERE, marker, raise_sites, site_id
+from last_cases import CASES, UPSTREAM_COCO, case_params
 
 REPO = osp.dirname(osp.dirname(HERE))
 SITES = raise_sites()
@@ -102,19 +107,6 @@ def assert_one_line(proc, *needles):
     return line
 
 
-UPSTREAM_COCO = '''
-_base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
-data_root = {root!r}
-train_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root))
-val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                      dataset=dict(data_root=data_root))
-test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
-test_evaluator = val_evaluator
-'''
-
-
 def _edit(root, change):
     path = osp.join(root, 'annotations', 'instances_train2017.json')
     with open(path) as f:
@@ -188,6 +180,18 @@ def test_mmdet_coco_with_some_bad_boxes_warns_and_the_checks_can_be_skipped(tmp_
     _edit(root, _no_images)
     cfg.skip_data_checks = True
     assert check_data(cfg) == []
+
+
+@pytest.mark.parametrize('case', case_params())
+def test_the_cases_that_ended_in_a_traceback_end_in_one_line(case, tiny_data, tmp_path, run_tool):
+    args, env, needles, after = CASES[case](tmp_path, tiny_data, run_tool)
+    proc = run_tool(*args, env=env, check=False)
+    try:
+        line = assert_one_line(proc, *needles)
+        assert [ln for ln in proc.stderr.splitlines() if ln.startswith('error: ')] == [line]
+    finally:
+        if after is not None:
+            after(proc)
 
 
 def test_plot_logs_given_a_text_log(tmp_path, run_tool):
