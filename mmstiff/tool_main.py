@@ -13,7 +13,9 @@ wrapper (``ValueError: Caught ValueError in DataLoader worker process 0. Origina
 ...``); the wrapped exception is judged as if the main process had raised it (its class, the file
 and line of its ``raise``, the exceptions it was raised from), so a user's mistake in a dataset
 ends in the same line with ``num_workers > 0`` as without (:func:`worker_error_line`). mmcv's
-``failed to load image: PATH`` (a file that is not a readable image) is one line too.
+``failed to load image: PATH`` (a file that is not a readable image) is one line too, and so is a
+file the machine refuses to write or open (a full disk, a quota, a read-only folder, no
+permission: :func:`io_line`).
 
 In a distributed run (``RANK`` / ``SLURM_PROCID`` / ``OMPI_COMM_WORLD_RANK`` set) the line is
 printed once, by the first rank that meets a mistake: rank 0 at once, another rank after
@@ -28,6 +30,7 @@ process.
 """
 import ast
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -194,12 +197,39 @@ def worker_error_line(exc):
     return None
 
 
+#: ``errno`` values of a file the machine refused to write: no space, a quota, a file too large,
+#: a read-only file system; and no permission
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+NO_PERMISSION = (errno.EACCES, errno.EPERM)
+
+
+def io_line(exc):
+    """The line for a file the machine refused (a full disk, a quota, a read-only folder, no
+    permission: :data:`NO_SPACE`, :data:`NO_PERMISSION`), wherever the tool wrote or opened it
+    (a figure, a results file), or None. A training run says more (the newest complete
+    checkpoint and how to resume; :func:`mmstiff.apis.runtime.run`)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE + NO_PERMISSION:
+            code = errno.errorcode.get(exc.errno, str(exc.errno))
+            what = f'{exc.filename}' if exc.filename else 'a file'
+            verb = 'could not write' if exc.errno in NO_SPACE else 'no permission for'
+            return (f'error: {verb} {what}: {exc.strerror} ({code}); the files written before '
+                    'it are intact')
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def failure_line(exc):
     """The ``error:`` line for ``exc`` (a user's mistake, in this process or in a DataLoader
-    worker, or a known upstream data error), or None: it keeps its traceback."""
+    worker, a file the machine refused, or a known upstream data error), or None: it keeps its
+    traceback."""
     line = worker_error_line(exc)
     if line is None:
         line = error_line(exc)
+    if line is None:
+        line = io_line(exc)
     if line is None and isinstance(exc, AssertionError):
         line = upstream_line('AssertionError', str(exc))
     return line

@@ -6,6 +6,8 @@ The worker's side is PyTorch's own: ``torch._utils.ExceptionWrapper`` formats th
 where it was raised and ``reraise`` raises its class again with that text, as the DataLoader
 does. The exceptions are raised from real ``raise`` statements of mmstiff (file and line).
 """
+import errno
+import os
 import os.path as osp
 
 import pytest
@@ -113,3 +115,29 @@ def test_an_image_mmcv_cannot_decode_is_one_line():
     for exc in (direct(mmcv_load), through_a_worker(mmcv_load)):
         line = failure_line(exc)
         assert line.startswith(f'error: image file {path} could not be read as an image')
+
+
+def test_a_file_the_machine_refuses_is_one_line_naming_it():
+    from mmstiff.tool_main import io_line
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    line = failure_line(direct(lambda: full('/out/spectrum.png')))
+    assert line == ('error: could not write /out/spectrum.png: No space left on device (ENOSPC); '
+                    'the files written before it are intact')
+
+    def denied():
+        try:
+            open('/root-only/metrics.json', 'w')
+        except FileNotFoundError as err:  # no such folder here: raise what a chmod 0 gives
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), err.filename) from None
+
+    assert failure_line(direct(denied)) == ('error: no permission for /root-only/metrics.json: '
+                                            'Permission denied (EACCES); the files written '
+                                            'before it are intact')
+    # what the kernel says without a file name, and errors that are no refusal
+    line = io_line(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)))
+    assert line.startswith('error: could not write a file: Disk quota exceeded (EDQUOT)')
+    assert io_line(OSError(errno.EIO, os.strerror(errno.EIO), 'x')) is None
+    assert failure_line(direct(lambda: open('/no/such/file'))) is None  # FileNotFoundError: a bug
