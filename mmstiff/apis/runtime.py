@@ -469,18 +469,29 @@ def _raise_log_write_errors(logger):
             handler.handleError = raise_it
 
 
-def _intact(work_dir, config, mode):
+def _remedy(exc):
+    """What to do about the refused write ``exc``: free space, or make the folder writable."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return 'free some space'
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            return 'make the folder writable'
+        exc = exc.__cause__ or exc.__context__
+    return 'free some space (or make the folder writable)'
+
+
+def _intact(work_dir, config, mode, remedy):
     """What is intact after a failed write in ``work_dir``, and how to go on."""
     if mode != 'train':
-        return ('Files written before are intact; free some space (or fix the permissions) and '
-                'run again')
+        return f'Files written before are intact; {remedy} and run again'
     found = find_resume_checkpoint(work_dir)
     command = f'python tools/train.py {config} --work-dir {work_dir} --resume'
     if found.path is None:
-        return (f'No complete checkpoint is in {work_dir} yet; free some space (or fix the '
-                'permissions) and train again')
+        return f'No complete checkpoint is in {work_dir} yet; {remedy} and train again'
     return (f'Nothing written before is lost: the newest complete checkpoint is {found.path}; '
-            f'free some space (or fix the permissions) and resume from it with: {command}')
+            f'{remedy} and resume from it with: {command}')
 
 
 def run(runner, args, mode):
@@ -498,7 +509,7 @@ def run(runner, args, mode):
             raise
         what = 'Training' if mode == 'train' else 'Testing'
         raise RunWriteError(f'{what} stopped: {failed}. '
-                            f'{_intact(runner.work_dir, args.config, mode)}') from exc
+                            f'{_intact(runner.work_dir, args.config, mode, _remedy(exc))}') from exc
 
 
 def check_resume_model(runner, path, trust):

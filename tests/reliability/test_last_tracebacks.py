@@ -226,14 +226,15 @@ def test_a_failed_write_in_training_says_what_is_intact_and_how_to_resume(tmp_pa
     assert text.startswith(f'Training stopped: could not write {work / "iter_6.pth"}: No space '
                            'left on device (ENOSPC; it needs 1000 bytes; ')
     assert text.endswith(f'Nothing written before is lost: the newest complete checkpoint is '
-                         f'{work / "iter_2.pth"}; free some space (or fix the permissions) and '
+                         f'{work / "iter_2.pth"}; free some space and '
                          f'resume from it with: python tools/train.py c.py --work-dir {work} '
                          '--resume')
     # a write that is not atomic (MMEngine's JSON log of scalars): the kernel's error
     log_error = PermissionError(errno.EACCES, 'Permission denied', str(work / 'scalars.json'))
     with pytest.raises(
             RunWriteError, match=r'could not write .*scalars.json: Permission denied '
-            r'\(EACCES\)\. Nothing written before is lost'):
+            r'\(EACCES\)\. Nothing written before is lost: .*; make the folder writable and '
+            r'resume from it'):
         run(_Runner(work, log_error), args, 'train')
     with pytest.raises(KeyError):  # anything else passes through
         run(_Runner(work, KeyError('x')), args, 'train')
