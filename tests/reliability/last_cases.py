@@ -151,6 +151,33 @@ def dataloader_worker(tmp_path, tiny_data, run_tool):
                 ['of the dataset is damaged (planted by the test)'], same_as_without_workers)
 
 
+def corrupt_image(tmp_path, tiny_data, run_tool):
+    """mmpretrain's ImageNet whose JPEG files hold no image, read by 2 DataLoader workers:
+    mmcv's ``failed to load image`` assertion, raised in a worker."""
+    from mmstiff.testing import write_imagenet
+    root = write_imagenet(str(tmp_path / 'imagenet'), num_classes=2, per_class=2)
+    for folder, _, files in os.walk(osp.join(root, 'train')):
+        for name in files:
+            with open(osp.join(folder, name), 'wb') as f:
+                f.write(b'this is not a JPEG file' * 10)
+    pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='Resize', scale=32),
+        dict(type='PackInputs')
+    ]
+    loader = dict(
+        batch_size=2, num_workers=2, persistent_workers=False,
+        dataset=dict(_delete_=True, type='ImageNet', data_root=root, split='train',
+                     pipeline=pipeline))
+    config = write_config(tmp_path / 'corrupt.py', tiny_data('cifar10'), train_dataloader=loader)
+    return Case(['tools/train.py', config, '--work-dir',
+                 str(tmp_path / 'w')], {},
+                [
+                    f'error: image file {osp.join(root, "train")}', 'could not be read as an image',
+                    'replace it, or remove it from the annotation file'
+                ])
+
+
 def rank_1(tmp_path, tiny_data, run_tool):
     """tools/dist_train.sh with 2 processes; only rank 1's data fails."""
     from distributed_launch import free_port  # tests/
@@ -219,6 +246,8 @@ CASES = {
         "write dict(type='LocalVisBackend')"),
     'dataloader-worker':
     dataloader_worker,
+    'corrupt-image-worker':
+    corrupt_image,
     'rank-1-of-2':
     rank_1,
     'model-index-check':
@@ -228,7 +257,7 @@ CASES = {
 SLOW = {
     'missing-image-mmdet-coco', 'disk-full-checkpoint', 'custom-hooks-no-type',
     'custom-hooks-unknown-type', 'param-scheduler-no-type', 'vis-backends-string',
-    'dataloader-worker', 'rank-1-of-2'
+    'dataloader-worker', 'corrupt-image-worker', 'rank-1-of-2'
 }
 DET = {'missing-image-mmdet-coco'}
 
