@@ -192,7 +192,7 @@ def runner_lists_cfg(**fields):
          "custom_hooks.0.type='EMAHok' is not a hook type "
          "registered in mmpretrain; did you mean 'EMAHook'"),
         (dict(custom_hooks=None), None),
-        (dict(param_scheduler=[dict(type='LinearLR'), 3]), "param_scheduler.1=3 is a int, not a "
+        (dict(param_scheduler=[dict(type='LinearLR'), 3]), "param_scheduler.1=3 is an int, not a "
          'parameter scheduler config'),
         (dict(param_scheduler=[dict(type='CosineAnealingLR')]), "param_scheduler.0.type="
          "'CosineAnealingLR' is not a parameter scheduler type registered in mmpretrain; did you "

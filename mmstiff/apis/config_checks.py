@@ -212,6 +212,10 @@ RUNNER_LISTS = {
 }
 
 
+def _a(noun):
+    return f'{"an" if noun[:1].lower() in "aeiou" else "a"} {noun}'
+
+
 def _registry_names(registry):
     """Every name ``registry`` and its parents know (for the closest-name hint)."""
     names = set()
@@ -245,9 +249,10 @@ def _entries(cfg, field):
             return []
     if field == 'default_hooks':
         if not isinstance(node, dict):
-            raise ValueError(f'default_hooks={node!r} is a {type(node).__name__}; expected a dict '
-                             "of hooks by name, such as dict(checkpoint=dict(type='CheckpointHook'"
-                             ', interval=1))')
+            raise ValueError(
+                f'default_hooks={node!r} is {_a(type(node).__name__)}; expected a dict '
+                "of hooks by name, such as dict(checkpoint=dict(type='CheckpointHook'"
+                ', interval=1))')
         return [(f'default_hooks.{key}', value) for key, value in node.items() if value is not None]
     if isinstance(node, dict):
         if field == 'custom_hooks':  # the Runner iterates it: a dict gives its keys
@@ -266,7 +271,7 @@ def _entries(cfg, field):
         return found
     if isinstance(node, (list, tuple)):
         return [(f'{field}.{i}', entry) for i, entry in enumerate(node)]
-    raise ValueError(f'{field}={node!r} is a {type(node).__name__}; expected a list of dicts, '
+    raise ValueError(f'{field}={node!r} is {_a(type(node).__name__)}; expected a list of dicts, '
                      'each with a type')
 
 
@@ -286,7 +291,7 @@ def check_runner_lists(cfg):
                 named = ''
                 if isinstance(entry, str) and _lookup(registry_name, entry, scope)[0]:
                     named = f'; write dict(type={entry!r}) for the {noun} of that name'
-                raise ValueError(f'{path}={entry!r} is a {type(entry).__name__}, not a {noun} '
+                raise ValueError(f'{path}={entry!r} is {_a(type(entry).__name__)}, not a {noun} '
                                  f"config; expected a dict with a type, such as dict(type="
                                  f"'...'){named}")
             type_name = entry.get('type')
