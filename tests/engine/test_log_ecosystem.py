@@ -243,6 +243,9 @@ def test_wandb_plots_the_rows_against_iter(tmp_path, monkeypatch):
         assert rows == [{k: v for k, v in r.items() if k != 'step'} for r in local]
     # MMEngine's own training rows carry 'iter' too, at the logging iterations
     assert [r['iter'] for r in logged if 'loss' in r] == [2, 4]
+    # the run's dashboard, one panel with every step of every quantity, as an image
+    assert any('dashboard' in r for r in logged)
+    assert wandb.Image.call_args.args[0].ndim == 3  # the figure's RGB pixels
 
 
 @pytest.mark.slow
@@ -260,3 +263,5 @@ def test_mlflow_gets_the_rows_at_their_iteration(tmp_path, monkeypatch):
         assert all(m['iter'] == s for m, s in rows)
         local = _local_rows(runner, namespace)
         assert [m for m, _ in rows] == [{k: v for k, v in r.items() if k != 'step'} for r in local]
+    # the run's dashboard as an image
+    assert 'dashboard' in [c.args[1] for c in mlflow.log_image.call_args_list]
