@@ -210,8 +210,9 @@ def model_index(tmp_path, tiny_data, run_tool):
 
     def listed(proc):
         assert 'configs/stepnet/metafile.yml, which does not exist' in proc.stderr
+        assert 'resnet50-stepnet_8xb32-120e_in1k.py has no entry in' in proc.stderr
 
-    return Case([str(script), '--check'], {}, ['1 problem(s) in the model index (listed above)'],
+    return Case([str(script), '--check'], {}, ['2 problem(s) in the model index (listed above)'],
                 listed)
 
 

@@ -313,10 +313,12 @@ def main(argv=None):
         problems = check()
         for problem in problems:
             print(problem, file=sys.stderr)
-        if problems:
-            raise ValueError(f'{len(problems)} problem(s) in the model index (listed above); '
-                             'expected every config indexed once: run python '
-                             'tools/misc/model_index.py to rewrite it')
+        if problems:  # the list, then one line that says what to do, as run_tool ends a tool
+            print(
+                f'error: {len(problems)} problem(s) in the model index (listed above); '
+                'expected every config indexed once: run python tools/misc/model_index.py to '
+                'rewrite it', file=sys.stderr)
+            return 1
         return 0
     import mmstiff  # noqa: F401  (registers mmstiff's types for the configs)
     metafiles, index = build_index(measure_fn=_measure_and_report)
