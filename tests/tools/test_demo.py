@@ -1,5 +1,6 @@
 """tools/demo.py end to end on tiny Fashion-MNIST-format files: train, test, diagnostics, plots."""
 import json
+import os.path as osp
 
 import pytest
 
@@ -52,3 +53,9 @@ def test_quick_first_run_from_another_folder_writes_its_own_data(repo_root, tmp_
     assert (work / 'plots' / 'tns' / 'nsi_heatmap.png').read_bytes()[:4] == b'\x89PNG'
     assert not (work / 'plots' / 'spectrum').exists()  # printed, to run by hand
     assert proc.stdout.count('skipped:     ') == 2
+    # it ends with the dashboard the diagnostics hook drew into the work dir
+    from mmstiff.visualization.dashboard import read_panels
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f'dashboard:   {osp.join("first", "dashboard.png")}'), last
+    panels = read_panels(str(work / 'dashboard.png'))
+    assert 'Validation metrics' in panels and any(p.startswith('Adjoint gain') for p in panels)
