@@ -9,6 +9,7 @@ import importlib
 import logging
 import os
 import os.path as osp
+import sys
 import tempfile
 from copy import deepcopy
 
@@ -395,8 +396,6 @@ def preflight_data(cfg, fields=DATALOADERS):
     """The data checks of :mod:`mmstiff.datasets.preflight` on the dataloaders ``fields``, before
     anything is built: a failed one raises its ``DataCheckError``; warnings go to stderr as
     ``warning:`` lines."""
-    import sys
-
     from mmstiff.datasets.preflight import check_data
     for line in check_data(cfg, fields):
         print(f'warning: {line}', file=sys.stderr, flush=True)
@@ -459,14 +458,23 @@ def hold_work_dir(work_dir):
 def _raise_log_write_errors(logger):
     """Make a failed write of the run's log file (a full disk) stop the run like any other
     failed write, instead of a "--- Logging error ---" traceback on stderr and a log that
-    silently ends."""
+    silently ends. Other errors of a record (a bad format string) are reported as before."""
 
-    def raise_it(record):
-        raise  # the write error being handled in Handler.emit
+    def raise_write_error(handler):
+        report = handler.handleError
+
+        def handle_error(record):
+            error = sys.exc_info()[1]
+            if isinstance(error, OSError):
+                error.filename = error.filename or handler.baseFilename
+                raise  # the write error being handled in Handler.emit
+            report(record)
+
+        return handle_error
 
     for handler in getattr(logger, 'handlers', ()):
         if isinstance(handler, logging.FileHandler):
-            handler.handleError = raise_it
+            handler.handleError = raise_write_error(handler)
 
 
 def _remedy(exc):

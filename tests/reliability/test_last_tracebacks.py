@@ -238,3 +238,44 @@ def test_a_failed_write_in_training_says_what_is_intact_and_how_to_resume(tmp_pa
         run(_Runner(work, log_error), args, 'train')
     with pytest.raises(KeyError):  # anything else passes through
         run(_Runner(work, KeyError('x')), args, 'train')
+
+
+def test_a_log_file_the_disk_refuses_stops_the_run_and_other_log_errors_do_not(tmp_path, capsys):
+    import argparse
+    import logging
+
+    from mmstiff.apis.runtime import RunWriteError, run
+
+    class FullStream:
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def flush(self):
+            pass
+
+    class LoggingRunner(_Runner):
+
+        def __init__(self, work_dir, message, *args):
+            super().__init__(work_dir, None)
+            self.logger = logging.getLogger(f'test-log-{id(self)}')
+            self.handler = logging.FileHandler(str(tmp_path / 'run.log'), delay=True)
+            self.logger.addHandler(self.handler)
+            self.logger.propagate = False  # pytest's own handler fails on any logging error
+            self.message, self.args = message, args
+
+        def train(self):
+            self.logger.warning(self.message, *self.args)
+            return 'trained'
+
+    args = argparse.Namespace(config='c.py')
+    bad_format = LoggingRunner(tmp_path, 'iteration %d', 'not a number')
+    assert run(bad_format, args, 'train') == 'trained'  # reported by logging, the run goes on
+    assert '--- Logging error ---' in capsys.readouterr().err
+    full = LoggingRunner(tmp_path, 'iteration %d', 3)
+    full.handler.stream = FullStream()
+    with pytest.raises(
+            RunWriteError, match=r'could not write .*/run.log: No space left on '
+            r'device \(ENOSPC; .* free on that file system\)\. No complete checkpoint '
+            'is in .* yet; free some space and train again'):
+        run(full, args, 'train')
