@@ -36,6 +36,8 @@ def test_two_ranks_log_the_mean_once(tmp_path):
         for key in keys:
             values = [local[r][step][key] for r in range(world)]
             assert line[key] == pytest.approx(sum(values) / world, rel=1e-6), key
+    # the dashboard, drawn by rank 0 at its checkpoints and at the end of training
+    assert osp.isfile(osp.join(tmp_path, 'dashboard.png'))
     # the adjoint, from each rank's own backward pass, is averaged like the rest
     assert any(k.startswith('stiffness/adjoint_gain/') for line in diag_lines for k in line)
     # the two shards differ, so at least the NSI of the first block differs between ranks

@@ -13,7 +13,7 @@ import logging
 import os.path as osp
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
-from mmengine.dist import is_main_process
+from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.visualization import LocalVisBackend
@@ -48,12 +48,14 @@ def flush_diagnostics(runner: 'Runner') -> None:
 
 
 def write_run_dashboard(runner: 'Runner', formats: Sequence[str] = ('png', ),
-                        to_backends: bool = True) -> Optional[List[str]]:
-    """Flush the diagnostics hooks, then (main process) draw the dashboard of the run's
-    ``vis_data/scalars.json`` into ``<work_dir>/dashboard.<format>`` and send the PNG to the
-    visualizer's backends other than its local one. Returns the paths written, or None (another
-    rank, no JSON log, or a figure that failed: the run goes on, with a warning)."""
-    flush_diagnostics(runner)
+                        to_backends: bool = True, flush: bool = True) -> Optional[List[str]]:
+    """Flush the diagnostics hooks (with ``flush``: every rank must call this then), then (main
+    process) draw the dashboard of the run's ``vis_data/scalars.json`` into
+    ``<work_dir>/dashboard.<format>`` and send the PNG to the visualizer's backends other than
+    its local one. Returns the paths written, or None (another rank, no JSON log, or a figure
+    that failed: the run goes on, with a warning)."""
+    if flush:
+        flush_diagnostics(runner)
     log_dir, work_dir = getattr(runner, 'log_dir', None), getattr(runner, 'work_dir', None)
     if not is_main_process() or not isinstance(log_dir, str) or not isinstance(work_dir, str):
         return None
@@ -85,6 +87,14 @@ def _to_backends(runner, image):
         backend.add_image(DASHBOARD_NAME, image, step=step)
 
 
+def checkpoint_flushes() -> bool:
+    """Whether the dashboard of a checkpoint may flush the diagnostics hooks: MMEngine saves a
+    checkpoint on the main process alone (``Runner.save_checkpoint`` is ``master_only``), where
+    the rows' ``all_reduce`` would wait for the other ranks forever; under DDP the checkpoint's
+    dashboard shows the rows written so far (an epoch's are, at its end, before its checkpoint)."""
+    return get_world_size() == 1
+
+
 @HOOKS.register_module()
 class DashboardHook(Hook):
     """Draw the run's dashboard at every checkpoint and at the end of training.
@@ -107,10 +117,13 @@ class DashboardHook(Hook):
         self.to_backends = bool(to_backends)
 
     def before_save_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
-        write_run_dashboard(runner, self.formats, self.to_backends)
+        write_run_dashboard(runner, self.formats, self.to_backends, flush=checkpoint_flushes())
 
     def after_train(self, runner: 'Runner') -> None:
         write_run_dashboard(runner, self.formats, self.to_backends)
 
 
-__all__ = ['DashboardHook', 'write_run_dashboard', 'flush_diagnostics', 'check_formats']
+__all__ = [
+    'DashboardHook', 'write_run_dashboard', 'flush_diagnostics', 'check_formats',
+    'checkpoint_flushes'
+]

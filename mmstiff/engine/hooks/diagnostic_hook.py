@@ -22,7 +22,7 @@ from mmstiff.analysis.blocks import block_types_of
 from mmstiff.analysis.trajectory import LEVELS, RecorderBase, StepRecord
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .backend_layout import group_per_step_keys
-from .dashboard_hook import DashboardHook, write_run_dashboard
+from .dashboard_hook import DashboardHook, checkpoint_flushes, write_run_dashboard
 from .eager_recording import EAGER_WHILE_RECORDING, watch_hooks_when_compiled
 from .scalar_log import LogRow, add_scalar_rows
 from .scalar_rows import RecordedIteration, ScalarRow, reduce_rows_across_ranks
@@ -255,8 +255,9 @@ class TrajectoryDiagnosticHook(Hook):
             write_run_dashboard(runner)
 
     def before_save_checkpoint(self, runner: 'Runner', checkpoint: dict) -> None:
+        # MMEngine calls this on the main process alone
         if self._draws_dashboard:
-            write_run_dashboard(runner)
+            write_run_dashboard(runner, flush=checkpoint_flushes())
 
     def _hold_eager(self):
         if not self._holding_eager:
