@@ -41,8 +41,9 @@ def main(rank, world_size, port, work_dir):
         ],
         # logger interval 4: the hooks write iterations 2 and 4 together, one all_reduce; the
         # checkpoint of iteration 2 (rank 0 alone) draws the dashboard without writing them
-        default_hooks=dict(logger=dict(type='LoggerHook', interval=4),
-                           checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False)),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=4),
+            checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False)),
         launcher='pytorch',
         env_cfg=dict(dist_cfg=dict(backend='gloo')),
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None)),
