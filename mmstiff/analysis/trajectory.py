@@ -56,8 +56,11 @@ class AdjointNorm:
         g = grad.detach()
         if self.samples is not None:
             g = g[:self.samples]
-        # float32 accumulation: a float16 gradient scaled by AMP's loss scale would overflow
-        self.norm = torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1, dtype=torch.float32)
+        # float32 accumulation: a float16 gradient scaled by AMP's loss scale would overflow;
+        # a gradient laid out channels-last is reduced where it lies, not copied first
+        dims = 1 if g.is_contiguous() or g.dim() < 3 else tuple(range(1, g.dim()))
+        g = g.reshape(g.shape[0], -1) if dims == 1 else g
+        self.norm = torch.linalg.vector_norm(g, dim=dims, dtype=torch.float32)
 
 
 class AdjointEnds(NamedTuple):
@@ -161,6 +164,17 @@ def _apply_out_of_place(act, x):
 
 def _single(steps):
     return steps[0] if len(steps) == 1 else None
+
+
+def _product(steps):
+    """The step size of one step whose f several sources scale (an SE gate and an adaptor
+    written onto its block): their product; None where it has none."""
+    if not steps:
+        return None
+    product = steps[0]
+    for step in steps[1:]:
+        product = product * step
+    return product
 
 
 class RecorderBase:
@@ -520,15 +534,15 @@ class TrajectoryRecorder(RecorderBase):
             # step's gain is then that of the whole block, and the gains chain across stages
             ends = AdjointEnds(start, out_adjoint) if adjoint else None
             self._keep(
-                StepRecord(name, name, 'block', x_t, out, _single(frame.steps[0]), sums[0], ends))
+                StepRecord(name, name, 'block', x_t, out, _product(frame.steps[0]), sums[0], ends))
             return
         if self.level in ('branch', 'both') and frame.mid is not None:
             self._keep(
                 StepRecord(f'{name}.msa', name, 'msa', frame.x_in, frame.mid,
-                           _single(frame.steps[0]), sums[0],
+                           _product(frame.steps[0]), sums[0],
                            AdjointEnds(start, mid) if adjoint else None))
             self._keep(
-                StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _single(frame.steps[1]),
+                StepRecord(f'{name}.mlp', name, 'mlp', frame.mid, out, _product(frame.steps[1]),
                            sums[1],
                            AdjointEnds(mid, out_adjoint) if adjoint else None))
         if self.level in ('block', 'both') or frame.mid is None:
