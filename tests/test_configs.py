@@ -110,7 +110,9 @@ def drop_downloads(cfg):
     """Pretrained checkpoints cannot be fetched here; tests start from random weights."""
     cfg.load_from = None
     model = cfg.model
-    for part in (model, model.get('backbone') or {}):
+    backbone = model.get('backbone') or {}
+    # a backbone wrapped by mmstiff.WithSteps holds the upstream backbone's config
+    for part in (model, backbone, backbone.get('backbone') or {}):
         init = part.get('init_cfg')
         if isinstance(init, dict) and init.get('type') == 'Pretrained':
             part.init_cfg = None

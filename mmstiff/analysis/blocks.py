@@ -263,20 +263,20 @@ def block_types_of(block_types):
 
 
 def _spec_from_dict(name, fields):
-    """A ``BlockSpec`` from a config dict ``dict(steps=[dict(name=, start=, end=, scale=)],
-    residual=...)``."""
+    """A ``BlockSpec`` from a config dict ``dict(steps=[dict(name=, start=, end=, scale=,
+    branch=, state=)], residual=...)``."""
     fields = dict(fields)
-    unknown = set(fields) - {'steps', 'residual', 'family', 'note'}
+    unknown = set(fields) - {'steps', 'residual', 'family', 'note', 'unwritten'}
     if unknown:
         raise ValueError(f'block_types[{name!r}] has the keys {sorted(unknown)}; expected steps, '
-                         'residual, family, note')
+                         'residual, family, note, unwritten')
     steps = []
     for step in fields.pop('steps', [{}]):
         try:
             steps.append(Step(**step))
         except TypeError:
             raise ValueError(f'block_types[{name!r}]: step {step!r} is not supported; expected '
-                             'a dict of name, start, end, scale') from None
+                             'a dict of name, start, end, scale, branch, state') from None
     fields.setdefault('family', name.rpartition('.')[2])
     return BlockSpec(cls=name, steps=tuple(steps), **fields)
 

@@ -40,8 +40,10 @@ class Step(NamedTuple):
         scale (str | None): where Δ_t is read; None for Δ_t = 1.
         branch (str | None): where f is formed before it is added (``input:<sub>[#k]`` or
             ``output:<sub>[#k]``), for writing; None: the step cannot be written.
-        state (str | None): where x_t is formed for writing when it is not ``start``: the
-            output of a projection shortcut, used where the block has that submodule.
+        state (str | None): where x_t is formed for writing when it is not ``start``: taps
+            joined by ``|``, the first whose submodule the block has (not None) is used (the
+            output of a projection shortcut, else the input of the first submodule, which a
+            checkpointed pass recomputes with the block).
     """
     name: str = 'block'
     start: str = 'in'
@@ -64,7 +66,8 @@ class BlockSpec(NamedTuple):
         note (str): one line on how the block is read, for the docs.
         kind (str | None): a built-in kind (``'conv'``, ``'transformer'``) that reads the
             block; its steps then only say how to write it. None: read by the taps.
-        unwritten (str): why the steps cannot be written, where they cannot ('' otherwise).
+        unwritten (str): why the steps without a ``branch`` cannot be written ('' where
+            every step has one).
     """
     cls: str
     family: str
@@ -153,8 +156,9 @@ def check_spec(spec: BlockSpec) -> BlockSpec:
             parse_tap(step.start), parse_tap(step.end), parse_scales(step.scale)
             if step.branch is not None:
                 parse_branch(step.branch)
-            if step.state is not None:
-                parse_tap(step.state)
+            for text in (step.state or '').split('|'):
+                if text:
+                    parse_tap(text)
         except ValueError as error:
             raise ValueError(f'the spec of {spec.cls}, step {step.name!r}: {error}') from None
     if spec.kind is not None and spec.kind not in ('conv', 'preact', 'transformer'):
@@ -163,15 +167,16 @@ def check_spec(spec: BlockSpec) -> BlockSpec:
     return spec
 
 
-def write_refusal(spec: BlockSpec) -> str:
-    """Why the steps of ``spec`` cannot be written ('' where every step can)."""
-    if spec.unwritten:
-        return spec.unwritten
-    missing = [step.name for step in spec.steps if step.branch is None]
-    if missing:
-        return (f'its spec names no branch (where f is formed before it is added) for the '
-                f'steps {missing}')
-    return ''
+def write_refusal(spec: BlockSpec, steps: Optional[Sequence[Step]] = None) -> str:
+    """Why ``steps`` of ``spec`` (default: all of them) cannot be written ('' where they can):
+    a step without a branch, with the spec's ``unwritten`` reason where it gives one."""
+    missing = [
+        step.name for step in (spec.steps if steps is None else steps) if step.branch is None
+    ]
+    if not missing:
+        return ''
+    why = spec.unwritten or ('its spec names no branch (where f is formed before it is added)')
+    return f'steps {missing}: {why}'
 
 
 def contiguous(steps: Sequence[Step]) -> bool:

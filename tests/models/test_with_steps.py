@@ -244,11 +244,86 @@ def test_bad_arguments_name_the_field(cfg, field, needle):
     assert field in str(error.value) and needle in str(error.value), str(error.value)
 
 
+class TinyBlock(torch.nn.Module):
+    """A user's block: x + scale * body(x)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.body = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.scale = torch.nn.Parameter(torch.full((channels, ), 0.5))
+
+    def forward(self, x):
+        return x + self.scale.view(1, -1, 1, 1) * self.body(x)
+
+
+class TinyNet(torch.nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.blocks = torch.nn.Sequential(TinyBlock(8), TinyBlock(8))
+
+    def forward(self, x):
+        return (self.blocks(self.stem(x)), )
+
+
+def test_a_users_block_declared_with_a_branch_is_written():
+    """block_types gives a model of another package its steps: here f is the output of
+    ``body``, and the scale parameter (its own step size) multiplies the adaptor's Δ."""
+    spec = dict(steps=[dict(scale='param:scale:channels_first', branch='output:body')])
+    torch.manual_seed(0)
+    plain = TinyNet()
+    written = MODELS.build(
+        dict(type='mmstiff.WithSteps', backbone=dict(type=TinyNet),
+             block_types=dict(TinyBlock=spec), adaptor=dict(type='mmstiff.ConstantStep',
+                                                            step=0.5), probe_input=(1, 3, 8, 8)))
+    written.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 8, 8, 8)
+    with torch.no_grad():
+        block, own = written.blocks[0], plain.blocks[0]
+        # x + 0.5 * scale * body(x): half the plain block's move
+        torch.testing.assert_close(block(x) - x, 0.5 * (own(x) - x))
+    with pytest.raises(ValueError, match=r'TinyBlock.*no branch'):
+        MODELS.build(
+            dict(type='mmstiff.WithSteps', backbone=dict(type=TinyNet),
+                 block_types=dict(TinyBlock=dict(steps=[dict(scale='param:scale:channels_first')])),
+                 adaptor=STEPNET, probe_input=(1, 3, 8, 8)))
+
+
 def test_a_block_without_a_write_description_is_refused_by_name():
     cfg = dict(
         type='mmpretrain.HorNet', arch=dict(base_dim=8, depths=[1, 1, 1, 1], orders=[2, 3, 4, 5],
                                             dw_cfg=[dict(type='DW', kernel_size=7)] * 4))
-    with pytest.raises(ValueError, match=r'HorNet.*HorNetBlock.*branch'):
+    with pytest.raises(ValueError, match=r'HorNet.*HorNetBlock.*one step'):
         MODELS.build(
             dict(type='mmstiff.WithSteps', backbone=cfg, adaptor=STEPNET,
                  probe_input=(1, 3, 32, 32)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('family', ['convnext-atto', 'mobilenet-v2', 'deit-tiny-p4'])
+def test_runner_training_logs_the_written_steps(family, tiny_data, tmp_path):
+    """Two iterations of a written zoo config under MMEngine's Runner with StiffnessHook: a
+    finite step size and NSI logged for the written steps."""
+    import math
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    from test_configs import REPO, drop_downloads, point_data_at, shorten
+
+    config = f'configs/zoo/{family}-stepnet_1xb64-1e_fashion-mnist-6400.py'
+    cfg = Config.fromfile(osp.join(REPO, config))
+    point_data_at(cfg, tiny_data)
+    drop_downloads(cfg)
+    shorten(cfg, tmp_path)
+    cfg.custom_hooks = [dict(type='mmstiff.StiffnessHook', interval=1)]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    scalars = {k: v.current() for k, v in runner.message_hub.log_scalars.items()}
+    steps = {k: v for k, v in scalars.items() if k.startswith('stiffness/step/')}
+    nsi = {k: v for k, v in scalars.items() if k.startswith('stiffness/nsi/')}
+    assert steps and nsi, sorted(scalars)
+    assert all(math.isfinite(v) for v in list(steps.values()) + list(nsi.values()))
+    written = {n for n, _ in runner.model.named_modules() if '.step_adaptor' in n}
+    assert written

@@ -9,10 +9,12 @@ SEResNet, ResNeSt, Res2Net, RegNet, HRNet, ...) are read by the ``'conv'`` kind:
 from ..step_specs import BlockSpec, Step
 
 _PB = 'mmpretrain.models.backbones.'
-_SHORTCUT = 'output:downsample'  # x_t where the block projects its shortcut
+#: x_t where the block projects its shortcut, else the input of its first convolution (inside
+#: the function a with_cp block checkpoints)
+_SHORTCUT = 'output:downsample|input:conv1'
 
 #: pre-norm attention then MLP, each f before its drop path
-_SWIN_STEPS = (Step('msa', 'in', 'input:norm2', branch='input:attn.drop'),
+_SWIN_STEPS = (Step('msa', 'in', 'input:norm2', branch='input:attn.drop', state='input:norm1'),
                Step('mlp', 'input:norm2', 'out', branch='input:ffn.dropout_layer'))
 
 SPECS = [
@@ -22,6 +24,18 @@ SPECS = [
     BlockSpec(_PB + 'resnet.Bottleneck', 'ResNet', kind='conv',
               steps=(Step(branch='input:drop_path', state=_SHORTCUT), ),
               note='relu(shortcut(x) + drop_path(norm3(conv3(...)))): f is the input of drop_path'),
+    BlockSpec(
+        _PB + 'seresnet.SEBottleneck', 'SEResNet', kind='conv',
+        steps=(Step(branch='output:se_layer', state=_SHORTCUT), ),
+        note='relu(shortcut(x) + se(norm3(...))): f is the SE layer\'s output, so an adaptor\'s '
+        'Δ multiplies the SE gate; the shortcut is projected after f is formed'),
+    BlockSpec(
+        _PB + 'resnest.Bottleneck', 'ResNeSt', kind='conv',
+        steps=(Step(branch='output:norm3', state=_SHORTCUT), ),
+        note='split-attention bottleneck, relu(shortcut(x) + norm3(conv3(...))); no drop path'),
+    BlockSpec(_PB + 'res2net.Bottle2neck', 'Res2Net', kind='conv',
+              steps=(Step(branch='output:norm3', state=_SHORTCUT), ),
+              note='hierarchical bottleneck, relu(shortcut(x) + norm3(conv3(...))); no drop path'),
     BlockSpec(
         'mmdet.models.backbones.resnet.BasicBlock', 'ResNet (mmdet)', kind='conv',
         steps=(Step(branch='output:norm2', state=_SHORTCUT), ),

@@ -18,18 +18,19 @@ from ..step_specs import BlockSpec, Step
 SPECS = [
     BlockSpec(
         'mmpretrain.models.backbones.mobilenet_v2.InvertedResidual', 'MobileNetV2',
-        steps=(Step(branch='output:conv'), ), residual='use_res_connect',
+        steps=(Step(branch='output:conv', state='input:conv'), ), residual='use_res_connect',
         note='x + conv(x) where stride is 1 and the width is kept (use_res_connect); the other '
         'blocks change the shape and are no step'),
     BlockSpec(
         'mmpretrain.models.utils.inverted_residual.InvertedResidual', 'MobileNetV3 / EfficientNet',
-        steps=(Step(branch='input:drop_path'), ), residual='with_res_shortcut',
+        steps=(Step(branch='input:drop_path', state='input:expand_conv|input:depthwise_conv'), ),
+        residual='with_res_shortcut',
         note='x + linear_conv(se(depthwise_conv(expand_conv(x)))) where stride is 1 and the '
         'width is kept (with_res_shortcut); the SE gate multiplies the expanded features before '
         'the projection, not the step, so Δ = 1'),
     BlockSpec(
         'mmpretrain.models.backbones.efficientnet.EdgeResidual', 'EfficientNet / EfficientNetV2',
-        steps=(Step(branch='input:drop_path'), ), residual='with_residual',
+        steps=(Step(branch='input:drop_path', state='input:conv1'), ), residual='with_residual',
         note='fused MBConv: x + conv2(se(conv1(x))) where with_residual (stride 1, width kept); '
         'an SE gate, where configured, gates the expansion before the projection, so Δ = 1'),
     BlockSpec(
@@ -44,7 +45,8 @@ SPECS = [
         'the stage itself concatenates and is no step'),
     BlockSpec(
         'mmpretrain.models.backbones.shufflenet_v1.ShuffleUnit', 'ShuffleNetV1',
-        steps=(Step('block', 'in', 'input:act'), ), residual=lambda m: m.combine == 'add',
+        steps=(Step('block', 'in', 'input:act',
+                    branch='output:g_conv_1x1_expand'), ), residual=lambda m: m.combine == 'add',
         note="x + branch(x) in the stride-1 units (combine='add'), read up to the input of the "
         'activation that follows the add (the unit outputs its ReLU); the stride-2 units '
         'concatenate and are no step'),

@@ -16,8 +16,8 @@ _DROP_1, _DROP_2 = 'input:drop_path', 'input:drop_path#2'
 SPECS = [
     BlockSpec(
         _PB + 'convnext.ConvNeXtBlock', 'ConvNeXt',
-        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first',
-                    branch='input:drop_path'), ),
+        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first', branch='input:drop_path',
+                    state='input:depthwise_conv'), ),
         note='x + gamma * (pwconv2 . act . pwconv1 . norm . dwconv)(x); gamma (layer scale) is Δ'),
     BlockSpec(
         _PB + 'sparse_convnext.SparseConvNeXtBlock', 'SparseConvNeXt',
@@ -28,8 +28,8 @@ SPECS = [
         _PB + 'convmixer.Residual', 'ConvMixer', steps=(Step(branch='output:fn'), ),
         note='x + (norm . act . depthwise conv)(x); the pointwise conv after it is not residual'),
     BlockSpec(
-        _PB + 'edgenext.SDTAEncoder', 'EdgeNeXt', steps=(Step('block', 'in', 'out',
-                                                              'param:gamma:channels_first'), ),
+        _PB + 'edgenext.SDTAEncoder', 'EdgeNeXt',
+        steps=(Step('block', 'in', 'out', 'param:gamma:channels_first', branch=_DROP_2), ),
         note='x + gamma * MLP(SDTA(x)): one step; the inner channel-attention add acts on a '
         'token-layout copy, so it is part of the branch; gamma is Δ (gamma_csa is not)'),
     BlockSpec(_PB + 'replknet.RepLKBlock', 'RepLKNet', steps=(Step(branch='input:drop_path'), ),
@@ -67,6 +67,8 @@ SPECS = [
         'inside the attention is part of the branch'),
     BlockSpec(
         _PB + 'hornet.HorNetBlock', 'HorNet',
+        unwritten='its two adds are read as one step (the state between them is seen only '
+        'permuted to channels-last), and one step cannot be written as two',
         note='two adds (gnConv then MLP) read as one step with Δ = 1: the state between them '
         'reaches a submodule only permuted to channels-last (norm2), so gamma1 and gamma2 '
         'cannot be read as the steps of their own adds'),
@@ -82,9 +84,11 @@ SPECS = [
         note='attention with bias then linear MLP on (B, N, C), LayerScale ls1 / ls2 are Δ'),
     BlockSpec(
         _PB + 'mlp_mixer.MixerBlock', 'MLP-Mixer',
-        steps=(Step('msa', 'in',
-                    'kwarg:channel_mix:identity'), Step('mlp', 'kwarg:channel_mix:identity',
-                                                        'out')),
+        steps=(Step('msa', 'in', 'kwarg:channel_mix:identity'),
+               Step('mlp', 'kwarg:channel_mix:identity', 'out',
+                    branch='input:channel_mix.dropout_layer')),
+        unwritten='the token-mixing f exists only transposed ((B, C, N)) and is transposed back '
+        'inside the add; write the channel MLP alone with branches=\'mlp\'',
         note='token-mixing MLP (on the transposed tokens) then the channel MLP, whose FFN makes '
         'the second add with identity=x; Δ = 1'),
     BlockSpec(

@@ -35,6 +35,11 @@ _CLASS_ATTENTION_STEPS = (
 _HIVIT_STEPS = _pre_norm('input:norm2', 'param:gamma_1:channels_last',
                          'param:gamma_2:channels_last', _DROP_TWICE)
 
+#: why a convolutional position encoding (x + dwconv(x) on the token grid) cannot be written
+_CPE_UNWRITTEN = ('its f is formed as a (B, C, H, W) map and flattened back to tokens inside '
+                  'the add: never a tensor of the state\'s shape; leave it out with '
+                  "branches=('msa', 'mlp')")
+
 SPECS = [
     BlockSpec(
         _BB + 'vision_transformer.TransformerEncoderLayer', 'ViT',
@@ -62,7 +67,9 @@ SPECS = [
         'an extra norm3 after the second add (huge / giant archs) are not read: their second '
         'step ends at the input of norm3, which the block does not output'),
     BlockSpec(
-        _BB + 'tnt.TransformerBlock', 'TNT', steps=_pre_norm('kwarg:ffn:identity'),
+        _BB + 'tnt.TransformerBlock', 'TNT',
+        steps=_pre_norm('kwarg:ffn:identity',
+                        branches=('input:attn.dropout_layer', 'input:ffn.dropout_layer')),
         note='the inner (pixel) and outer (patch) transformer blocks of a TNT layer, each two '
         'steps; the inner blocks run on B * patches sequences of pixels. The fusion of the '
         'pixels into the patch tokens between them (an in-place add on the patch tokens but the '
@@ -74,6 +81,7 @@ SPECS = [
         'adds its own value projection, not its input, and changes the width) are not read'),
     BlockSpec(
         _BB + 'conformer.ConvBlock', 'Conformer', residual=lambda m: not m.with_residual_conv,
+        steps=(Step(branch='output:bn3'), ),
         note='the CNN branch bottleneck, post-activation: x -> relu(x + branch(x)) (the '
         'fusion block adds the transformer features inside its branch); blocks with a '
         'projection shortcut are not read (x_t would be relu of the projection). The '
@@ -86,32 +94,39 @@ SPECS = [
               note='pre-norm layer with locally grouped attention (SVT)'),
     BlockSpec(
         'mmpretrain.models.utils.position_encoding.ConditionalPositionEncoding', 'Twins',
-        residual=lambda m: m.stride == 1,
+        residual=lambda m: m.stride == 1, unwritten=_CPE_UNWRITTEN,
         note='the position encoding generator after each stage\'s first layer: x + '
         'depthwise_conv(x) on the token grid (only at stride 1 does it add its input)'),
     BlockSpec(
-        _BB + 'mvit.MultiScaleBlock', 'MViT', steps=_pre_norm('input:norm2'),
+        _BB + 'mvit.MultiScaleBlock', 'MViT', steps=_pre_norm('input:norm2', branches=_DROP_TWICE),
         residual=lambda m: m.proj is None and m.pool_skip is None,
         note='pre-norm, pooling attention (its residual pooling is inside the branch); the '
         'stage-transition blocks are not read: their shortcut is projected and max-pooled '
         'through a function, not a module whose output is the token state'),
     BlockSpec(
         _BB + 'davit.SpatialBlock', 'DaViT',
-        steps=(Step('cpe1', 'in', 'input:norm1'), Step('msa', 'input:norm1', 'input:cpe2'),
-               Step('cpe2', 'input:cpe2', 'input:norm2'), Step('mlp', 'input:norm2', 'out')),
+        steps=(Step('cpe1', 'in',
+                    'input:norm1'), Step('msa', 'input:norm1', 'input:cpe2', branch='output:attn'),
+               Step('cpe2', 'input:cpe2', 'input:norm2'),
+               Step('mlp', 'input:norm2', 'out',
+                    branch='input:ffn.dropout_layer')), unwritten=_CPE_UNWRITTEN,
         note='four steps: conv position encoding (x + dwconv(x)), window attention, conv '
         'position encoding, MLP'),
     BlockSpec(
         _BB + 'davit.ChannelBlock', 'DaViT',
-        steps=(Step('cpe1', 'in', 'input:norm1'), Step('msa', 'input:norm1', 'input:cpe2'),
-               Step('cpe2', 'input:cpe2', 'input:norm2'), Step('mlp', 'input:norm2', 'out')),
+        steps=(Step('cpe1', 'in',
+                    'input:norm1'), Step('msa', 'input:norm1', 'input:cpe2', branch='output:attn'),
+               Step('cpe2', 'input:cpe2', 'input:norm2'),
+               Step('mlp', 'input:norm2', 'out',
+                    branch='input:ffn.dropout_layer')), unwritten=_CPE_UNWRITTEN,
         note='four steps: conv position encoding, channel attention, conv position encoding, '
         'MLP'),
     BlockSpec(_BB + 'mixmim.MixMIMBlock', 'MixMIM',
               steps=_pre_norm('input:ln2', branches=('input:drop_path', 'input:ffn.dropout_layer')),
               note='pre-norm window-attention layer (a ViT layer subclass without layer scale)'),
     BlockSpec(
-        _BB + 'tinyvit.TinyViTBlock', 'TinyViT', steps=(Step('mlp', 'input:mlp', 'out'), ),
+        _BB + 'tinyvit.TinyViTBlock', 'TinyViT', steps=(Step('mlp', 'input:mlp', 'out',
+                                                             branch='input:drop_path#2'), ),
         note='only the MLP step: the attention step ends in token layout but is next seen '
         'as the (B, C, H, W) input of the local conv, which sits between the two adds'),
     BlockSpec(
@@ -120,13 +135,18 @@ SPECS = [
         note='the conv stage\'s inverted residual, post-activation: x -> gelu(x + branch(x))'),
     BlockSpec(
         _BB + 'xcit.XCABlock', 'XCiT',
-        steps=(Step('msa', 'in', 'input:norm3', 'param:gamma1:channels_last'),
-               Step('local', 'input:norm3', 'input:norm2', 'param:gamma3:channels_last'),
-               Step('mlp', 'input:norm2', 'out', 'param:gamma2:channels_last')),
+        steps=(Step('msa', 'in', 'input:norm3', 'param:gamma1:channels_last',
+                    branch='input:drop_path'),
+               Step('local', 'input:norm3', 'input:norm2', 'param:gamma3:channels_last',
+                    branch='input:drop_path#2'),
+               Step('mlp', 'input:norm2', 'out', 'param:gamma2:channels_last',
+                    branch='input:drop_path#3')),
         note='three steps: cross-covariance attention, local patch interaction, MLP; the '
         'layer scales gamma1, gamma3, gamma2 are Δ'),
     BlockSpec(
         _BB + 'xcit.ClassAttentionBlock', 'XCiT', steps=_CLASS_ATTENTION_STEPS,
+        unwritten='the class token alone takes its MLP step and its attention step updates the '
+        'class token from a concatenation: neither f is one tensor of the state\'s shape',
         residual=lambda m: m.tokens_norm,
         note='class attention (the patch tokens add their own normalised values), gamma1 as '
         'Δ; norm2 of all tokens; then the class token adds gamma2 * mlp(itself) while the patch '

@@ -26,12 +26,12 @@ class WrittenStep(NamedTuple):
 
 
 def state_tap(block: nn.Module, step: Step) -> Tap:
-    """Where x_t is read for writing: ``step.state`` where the block has that submodule (a
-    projection shortcut that is not None), else ``step.start``."""
-    if step.state is not None:
-        path = parse_tap(step.state).path
-        if isinstance(getattr(block, path, None), nn.Module):
-            return parse_tap(step.state)
+    """Where x_t is read for writing: the first of ``step.state``'s alternatives
+    (``'output:downsample|input:conv1'``) whose submodule the block has (not None), else
+    ``step.start``."""
+    for text in (step.state or '').split('|'):
+        if text and isinstance(getattr(block, parse_tap(text).path, None), nn.Module):
+            return parse_tap(text)
     return parse_tap(step.start)
 
 
@@ -57,9 +57,13 @@ class StepWriter:
         self.block = block
         self.steps = steps
         self.shapes: Dict[str, Tuple[torch.Size, torch.Size]] = {}
+        #: whether a pass ran through the block (probe: a block called whose taps were not
+        #: reached is not described by its spec)
+        self.called = False
         self._states: Dict[str, torch.Tensor] = {}
         self._pending: Dict[str, torch.Tensor] = {}
         self._calls: Dict[str, int] = {}
+        self._open = False  # between the block's pre-hook and its forward hook
 
     # -------------------------------------------------------------- registration
     def paths(self) -> List[str]:
@@ -86,6 +90,8 @@ class StepWriter:
 
     # -------------------------------------------------------------- the pass
     def enter(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.called = True
+        self._open = True
         self._calls = {}
         self._pending = {}
         self._states = {}
@@ -95,11 +101,12 @@ class StepWriter:
                 self._states[written.step.name] = x
 
     def leave(self, module: nn.Module, args: tuple, output: Any) -> None:
-        # keep x_t only where a checkpointed block recomputes its pass in the backward
-        if not (getattr(module, 'with_cp', False) and torch.is_grad_enabled()):
-            self._states = {}
+        # nothing of a pass outlives it: a checkpointed pass (with_cp) recomputed in the
+        # backward reads its states again inside the recomputed function
+        self._states = {}
         self._pending = {}
-        self._calls = {}  # a recomputed pass (with_cp) counts the calls from the start again
+        self._calls = {}
+        self._open = False
 
     def before(self, path: str, args: tuple, kwargs: dict) -> Optional[tuple]:
         call = self._calls[path] = self._calls.get(path, 0) + 1
@@ -145,6 +152,12 @@ class StepWriter:
             return f
         name = written.step.name
         x_t = self._states.get(name)
+        if not self._open and written.state.kind == 'in':
+            raise RuntimeError(
+                f'{type(self.block).__name__}: a checkpointed pass (with_cp=True) recomputes '
+                f'step {name!r}, whose x_t the spec reads at the block input, outside the '
+                'recomputed function; give the step a state tap inside it (e.g. the input of '
+                'its first submodule) in block_types (docs/methods.md §15)')
         if written.adaptor is None:  # probe: record the shapes, write nothing
             if x_t is not None:
                 self.shapes.setdefault(name, (x_t.shape, f.shape))

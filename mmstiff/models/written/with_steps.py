@@ -7,7 +7,6 @@ gets an adaptor, a submodule of its block (``<block>.step_adaptor``, or
 :class:`~mmstiff.models.written.step_writer.StepWriter`, placed by the block's
 :class:`~mmstiff.analysis.step_specs.BlockSpec` (docs/methods.md §15).
 """
-from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -53,9 +52,9 @@ class WrittenBackbone:
         return self
 
 
-@lru_cache(maxsize=None)
 def written_class(cls: type) -> type:
-    """The subclass of ``cls`` with :class:`WrittenBackbone` mixed in (same name)."""
+    """The subclass of ``cls`` with :class:`WrittenBackbone` mixed in (same name; a new class
+    per built model, so that no module-level table of classes grows)."""
     return type(cls.__name__, (WrittenBackbone, cls), {'__doc__': cls.__doc__})
 
 
@@ -97,7 +96,10 @@ def _probe_input(backbone: nn.Module, probe_input) -> torch.Tensor:
     else:
         size = getattr(backbone, 'img_size', None) or 224
         size = tuple(size) if isinstance(size, (list, tuple)) else (int(size), int(size))
-        shape = (1, int(getattr(backbone, 'in_channels', 3) or 3)) + size
+        # the stem's input channels: those of the first convolution (an ``in_channels``
+        # attribute of the backbone may name another layer's)
+        first = next((m for m in backbone.modules() if isinstance(m, nn.Conv2d)), None)
+        shape = (1, first.in_channels if first is not None else 3) + size
     return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
 
 
@@ -124,9 +126,6 @@ def _spec_of(backbone, block, declared) -> BlockSpec:
             backbone, block, f"it is read by the '{block.kind}' kind but no spec says "
             'where its f is formed; declare one in block_types with a branch tap '
             '(docs/methods.md §15)')
-    why = write_refusal(spec)
-    if why:
-        raise _refuse(backbone, block, why)
     return spec
 
 
@@ -162,7 +161,7 @@ def _probe(backbone, chosen, probe_input):
         for handle in handles:
             handle.remove()
         backbone.train(was_training)
-    return {name: writer.shapes for name, writer in writers.items()}
+    return {name: (writer.called, writer.shapes) for name, writer in writers.items()}
 
 
 @MODELS.register_module()
@@ -195,8 +194,9 @@ def WithSteps(backbone: dict, adaptor: dict, steps: str = 'all',
         block_types (dict, optional): ``{class name: BlockSpec fields}`` for block classes the
             zoo tables do not describe (a ``branch`` per step says where f is formed).
         probe_input (Sequence[int], optional): the input shape of the one pass that measures
-            each step's channels at build time; None: ``(1, in_channels, img_size, img_size)``
-            of the backbone, 224 where it has no ``img_size``.
+            each step's channels at build time; None: one image of the backbone's
+            ``img_size`` (224 where it has none) with the input channels of its first
+            convolution.
 
     Returns:
         nn.Module: the backbone itself, its blocks holding their adaptors.
@@ -239,6 +239,9 @@ def WithSteps(backbone: dict, adaptor: dict, steps: str = 'all',
                 continue
             spec = _spec_of(model, block, declared)
             picked = [s for s in spec.steps if branches is None or s.name in branches]
+            why = write_refusal(spec, picked)
+            if why:
+                raise _refuse(model, block, why)
             if picked:
                 chosen.append((block, picked, spec))
     if branches is not None:
@@ -259,8 +262,8 @@ def WithSteps(backbone: dict, adaptor: dict, steps: str = 'all',
     shapes = _probe(model, [(b, s) for b, s, _ in chosen], probe_input)
     norm_cfg = adaptor_with_norm(adaptor, _batch_norm_cfg(model), adaptor_norm_cfg)
     for block, picked, spec in chosen:
-        measured = shapes[block.name]
-        if not measured:
+        called, measured = shapes[block.name]
+        if not called:
             continue  # the pass did not reach this block (an unused branch of the network)
         _write_block(model, block, picked, spec, measured, norm_cfg)
 

@@ -1,0 +1,9 @@
+# ConvNeXt-atto of the matched-budget zoo with a SE step size (Δ from f) on every block (one step
+# each; Δ multiplies its layer scale gamma): mmstiff.WithSteps writes it onto mmpretrain's own
+# backbone, whose config and weights it keeps (docs/methods.md §15). The adaptor starts as the
+# paper initialises it.
+_base_ = './convnext-atto_1xb64-1e_fashion-mnist-6400.py'
+
+model = dict(
+    backbone=dict(_delete_=True, type='mmstiff.WithSteps', backbone={{_base_.model.backbone}},
+                  adaptor=dict(type='mmstiff.SEAdaptor'), probe_input=(1, 3, 28, 28)))

@@ -1,0 +1,9 @@
+# MobileNetV2 of the matched-budget zoo with a SE step size (Δ from f) on every inverted residual
+# that keeps its shape (the others add nothing): mmstiff.WithSteps writes it onto mmpretrain's own
+# backbone, whose config and weights it keeps (docs/methods.md §15). The adaptor starts as the
+# paper initialises it.
+_base_ = './mobilenet-v2_1xb64-1e_fashion-mnist-6400.py'
+
+model = dict(
+    backbone=dict(_delete_=True, type='mmstiff.WithSteps', backbone={{_base_.model.backbone}},
+                  adaptor=dict(type='mmstiff.SEAdaptor'), probe_input=(1, 3, 28, 28)))
