@@ -50,6 +50,9 @@ COLLECTIONS = {
     ('alternet', ['AlterNet', 'Local Multi-Head Self-Attention',
                   'Pre-activation ResNet'], r'^alternet'),
     # the configs of one folder (FOLDER_COLLECTIONS), no rule on the name
+    'Steps on any backbone':
+    ('stepnet',
+     ['StepNet', 'SE', 'ConvNeXt', 'EfficientNet', 'MobileNetV2', 'DeiT III', 'PoolFormer'], None),
     'Fashion-MNIST zoo':
     ('stepnet',
      ['ResNet', 'Vision Transformer', 'ConvNeXt', 'MobileNetV2', 'EfficientNet',
@@ -58,7 +61,7 @@ COLLECTIONS = {
 
 #: config folder -> its collection, for folders whose configs share a study rather than a
 #: paper's method (their names would otherwise match a method's rule, e.g. ``resnet18``)
-FOLDER_COLLECTIONS = {'zoo': 'Fashion-MNIST zoo'}
+FOLDER_COLLECTIONS = {'zoo': 'Fashion-MNIST zoo', 'with_steps': 'Steps on any backbone'}
 
 #: training-data tag of a config name -> (dataset, input size (H, W))
 DATASETS = {
