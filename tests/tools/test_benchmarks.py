@@ -33,14 +33,17 @@ def test_bench_hooks_prints_time_and_memory_ratios(run_tool):
     timing, memory = proc.stdout.split('peak (MiB)')
     times, peaks = _rows(timing, names), _rows(memory, names)
     assert set(times) == {
-        'no hook', 'StiffnessHook @1', 'StiffnessHook @1, 8 samples', 'FrequencyHook @1'
+        'no hook', 'StiffnessHook @1', 'StiffnessHook @1, 8 samples', 'FrequencyHook @1',
+        'StiffnessHook @1, no adjoint'
     }  # --only @1: no default-interval setting
     assert times['no hook'][1] == 1.0  # the baseline's time ratio to itself
     assert times['StiffnessHook @1'][2] > 0  # time measured inside the hook
     assert times['no hook'][-2:] == [1.0, 1.0]
     for name, row in times.items():  # the median of the three repeats within their spread
         assert row[-2] <= row[1] <= row[-1], (name, row)
-    assert set(peaks) == {'no hook', 'StiffnessHook @1', 'FrequencyHook @1', 'both @1'}
+    assert set(peaks) == {
+        'no hook', 'StiffnessHook @1', 'FrequencyHook @1', 'both @1', 'StiffnessHook @1, no adjoint'
+    }
     assert peaks['no hook'][1] == 1.0
 
 
