@@ -2,8 +2,9 @@
 
 Kept apart from :mod:`mmstiff.analysis` (pure functions) and :mod:`mmstiff.engine` (hooks), as
 MMEngine keeps ``mmengine.visualization`` apart from its hooks: nothing in the rest of the
-package imports it, so training and the metrics never load matplotlib. Import the figures with
-``from mmstiff.visualization import plots``; matplotlib loads on the first figure drawn.
+package imports it but the dashboard hook, inside the function that draws a run's dashboard at
+a checkpoint, so training loads matplotlib only then and the metrics never. Import the figures
+with ``from mmstiff.visualization import plots``; matplotlib loads on the first figure drawn.
 """
 
 #: the figure modules: ``plots`` (the diagnostics of one run) and ``overlays`` (the variants of a
@@ -14,3 +15,6 @@ __all__ = ['plots', 'overlays']
 __all__ += ['instruments']
 #: ``study_figures``: the figures of a study page (tools/reproduce.py)
 __all__ += ['study_figures']
+#: ``dashboard``: one figure of a training run (its curves and heat strips of the per-step
+#: diagnostics), for tools/analysis/plot_logs.py and the dashboard hook of mmstiff.engine
+__all__ += ['dashboard']
