@@ -52,6 +52,7 @@ class Classifier(nn.Module):
         if cfg['type'] == 'mmstiff.WithSteps':
             cfg['probe_input'] = (1, 3, size, size)
         self.backbone = MODELS.build(cfg)
+        self.backbone.eval()  # the width from one image: no batch statistics
         with torch.no_grad():
             width = self._features(torch.zeros(1, 3, size, size)).shape[1]
         self.head = nn.Linear(width, 1000)
