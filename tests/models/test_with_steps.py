@@ -327,3 +327,67 @@ def test_runner_training_logs_the_written_steps(family, tiny_data, tmp_path):
     assert all(math.isfinite(v) for v in list(steps.values()) + list(nsi.values()))
     written = {n for n, _ in runner.model.named_modules() if '.step_adaptor' in n}
     assert written
+
+
+def _tiny_written(adaptor=None):
+    torch.manual_seed(0)
+    model = MODELS.build(
+        dict(
+            type='mmstiff.WithSteps', backbone=dict(VIT), adaptor=adaptor
+            or dict(type='mmstiff.StepNetAdaptor', ie_weight_init=0.5, ie_bias_init=0.3),
+            probe_input=(1, 3, 32, 32)))
+    return model.eval()
+
+
+def test_torch_export_gives_the_eager_outputs():
+    model = _tiny_written()
+    x = _image()
+    program = torch.export.export(model, (x, ))
+    _outputs_equal(model(x), program.module()(x))
+
+
+@pytest.mark.slow
+def test_onnx_runtime_gives_the_eager_outputs(tmp_path):
+    onnxruntime = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    model = _tiny_written()
+    x = _image()
+    path = str(tmp_path / 'written.onnx')
+    torch.onnx.export(model, (x, ), dynamo=True).save(path)
+    session = onnxruntime.InferenceSession(path)
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    for a, b in zip(model(x), got):
+        torch.testing.assert_close(torch.from_numpy(b), a.detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_training_step_matches_eager():
+    model = _tiny_written().train()
+    compiled = torch.compile(copy.deepcopy(model))
+    x = _image(batch=4)
+    eager_out, compiled_out = model(x), compiled(x)
+    for a, b in zip(eager_out, compiled_out):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    # a random projection: the sum of a LayerNorm output has a gradient of rounding noise only
+    weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(7)) for o in eager_out]
+    sum((o * w).sum() for o, w in zip(eager_out, weights)).backward()
+    sum((o * w).sum() for o, w in zip(compiled_out, weights)).backward()
+    grads = dict(compiled.named_parameters())
+    for name, param in model.named_parameters():
+        got = grads.get(f'_orig_mod.{name}', grads.get(name)).grad
+        scale = param.grad.abs().max().item()  # the compiler's kernels sum in another order
+        torch.testing.assert_close(got, param.grad, rtol=1e-3, atol=1e-4 * scale + 1e-8)
+
+
+def test_autocast_keeps_the_upstream_precision():
+    """Under bfloat16 autocast the adaptor's Δ (float32 from its norm) is cast to f's dtype:
+    the written backbone's outputs have the upstream's dtypes."""
+    upstream, written = _pair(CONVNEXT, dict(type='mmstiff.StepNetAdaptor', start='identity'))
+    x = _image()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        expected, actual = upstream(x), written(x)
+        inner = written.stages[0](written.downsample_layers[0](x))
+        plain = upstream.stages[0](upstream.downsample_layers[0](x))
+    assert [a.dtype for a in actual] == [e.dtype for e in expected]
+    assert inner.dtype == plain.dtype
+    _outputs_equal(expected, actual)
