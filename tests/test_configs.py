@@ -3,8 +3,8 @@ file name tells its real batch and schedule.
 
 Only data settings are overridden: where the data lives (``data_root``, annotation files), the
 batch size and workers, the detection input scale (a data-pipeline setting, kept small so the
-suite runs on 2 CPU cores), a pretrained checkpoint that cannot be downloaded here, and the
-loop length. A new config is covered automatically; a config whose dataset type has no tiny
+suite runs on 2 CPU cores), a pretrained checkpoint that cannot be downloaded here, the loop
+length, and, without a GPU, mixed precision in the optimizer wrapper. A new config is covered automatically; a config whose dataset type has no tiny
 writer yet fails here with a message saying so.
 
 Names follow OpenMMLab: ``{model}_{N}xb{B}[-{E}e]_{data}.py`` (mmpretrain: N processes of B
@@ -118,6 +118,17 @@ def drop_downloads(cfg):
             part.init_cfg = None
 
 
+def without_gpu_amp(cfg):
+    """MMEngine's ``AmpOptimWrapper`` trains on a GPU only: on the CPU the config trains with
+    the plain ``OptimWrapper`` (the same optimizer, constructor and parameter-wise settings)."""
+    import torch
+    wrapper = cfg.get('optim_wrapper') or {}
+    if wrapper.get('type') == 'AmpOptimWrapper' and not torch.cuda.is_available():
+        wrapper.type = 'OptimWrapper'
+        for key in ('loss_scale', 'dtype', 'use_fsdp_loss_scale'):
+            wrapper.pop(key, None)
+
+
 def shorten(cfg, work_dir):
     cfg.work_dir = str(work_dir)
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=2, val_interval=2)
@@ -224,6 +235,7 @@ def test_config_trains_two_iterations(config, tiny_data, tmp_path):
     assert cfg.get('default_scope') in ('mmpretrain', 'mmdet'), cfg.get('default_scope')
     point_data_at(cfg, tiny_data)
     drop_downloads(cfg)
+    without_gpu_amp(cfg)
     shorten(cfg, tmp_path)
     runner = Runner.from_cfg(cfg)
     runner.train()
