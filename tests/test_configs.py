@@ -4,8 +4,9 @@ file name tells its real batch and schedule.
 Only data settings are overridden: where the data lives (``data_root``, annotation files), the
 batch size and workers, the detection input scale (a data-pipeline setting, kept small so the
 suite runs on 2 CPU cores), a pretrained checkpoint that cannot be downloaded here, the loop
-length, and, without a GPU, mixed precision in the optimizer wrapper. A new config is covered automatically; a config whose dataset type has no tiny
-writer yet fails here with a message saying so.
+length, and, without a GPU, mixed precision in the optimizer wrapper. A new config is covered
+automatically; a config whose dataset type has no tiny writer yet fails here with a message
+saying so.
 
 Names follow OpenMMLab: ``{model}_{N}xb{B}[-{E}e]_{data}.py`` (mmpretrain: N processes of B
 samples, E epochs) or ``{model}_..._{k}x_{data}.py`` (mmdet: k x 12 epochs).

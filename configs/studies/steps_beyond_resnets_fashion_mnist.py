@@ -47,6 +47,6 @@ del _family
 # The primary outcome, declared before any run: StepNet raises ConvNeXt-atto's test top-1 over
 # the plain ConvNeXt-atto; smallest effect of interest 1 point (the order of the gains the paper
 # reports for StepNet over plain ResNets on CIFAR).
-outcome = dict(metric='test/accuracy/top1', comparison=['convnext-atto.stepnet',
-                                                        'convnext-atto.plain'],
-               direction='greater', margin=1.0, link='tns/network')
+outcome = dict(metric='test/accuracy/top1',
+               comparison=['convnext-atto.stepnet', 'convnext-atto.plain'], direction='greater',
+               margin=1.0, link='tns/network')
