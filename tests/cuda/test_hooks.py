@@ -91,6 +91,11 @@ def _assert_close(actual, expected, dtype):
         got = actual[key]
         if not math.isfinite(value):
             continue
+        if key.startswith('adjoint') and dtype is not None:
+            # this pass's loss, the sum of a LayerNorm output, has a gradient of rounding noise
+            # only, which another precision rounds otherwise; the adjoint under autocast and a
+            # loss scale is checked against autograd in tests/engine/test_adjoint.py
+            continue
         assert math.isfinite(got), key
         if key.startswith('dlogamp/'):
             assert got == pytest.approx(value, abs=max(10 * tol, 1e-4)), key
