@@ -33,6 +33,7 @@ def coco(tmp_path):
     return write_coco(str(tmp_path / 'coco'), num_train=6, num_val=2)
 
 
+@pytest.mark.det  # the COCO classes of the dataset come from mmdet
 def test_missing_and_empty_image_files_are_named_with_their_counts(coco):
     names = file_names(coco)
     gone = [osp.join(coco, 'train2017', n) for n in names[1:5]]  # 4 missing
@@ -50,6 +51,7 @@ def test_missing_and_empty_image_files_are_named_with_their_counts(coco):
     assert 'skip_image_checks=True in the config (--skip-image-checks)' in text
 
 
+@pytest.mark.det  # the COCO classes of the dataset come from mmdet
 def test_the_switches_skip_the_image_check_only_or_every_check(coco):
     os.remove(osp.join(coco, 'train2017', file_names(coco)[0]))
     cfg = coco_cfg(coco)
@@ -72,6 +74,7 @@ def test_the_switches_skip_the_image_check_only_or_every_check(coco):
         check_data(cfg)
 
 
+@pytest.mark.det  # the COCO classes of the dataset come from mmdet
 def test_only_the_images_the_dataset_keeps_are_looked_for(coco):
     """filter_empty_gt drops an image without boxes: mmdet never reads its file."""
     path = osp.join(coco, 'annotations', 'instances_train2017.json')
@@ -88,6 +91,7 @@ def test_only_the_images_the_dataset_keeps_are_looked_for(coco):
         check_data(coco_cfg(coco, test_mode=True))  # in test_mode every image is read
 
 
+@pytest.mark.det  # the COCO classes of the dataset come from mmdet
 def test_images_on_remote_storage_are_not_looked_for(coco):
     os.remove(osp.join(coco, 'train2017', file_names(coco)[0]))
     remote = coco_cfg(coco, backend_args=dict(backend='petrel'))
