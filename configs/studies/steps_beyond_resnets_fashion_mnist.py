@@ -50,3 +50,32 @@ del _family
 outcome = dict(metric='test/accuracy/top1',
                comparison=['convnext-atto.stepnet', 'convnext-atto.plain'], direction='greater',
                margin=1.0, link='tns/network')
+_a, _t = '[test/accuracy/top1]', '[tns/network]'
+_cs, _cp = 'convnext-atto.stepnet', 'convnext-atto.plain'
+_ms, _me, _mp = 'mobilenet-v2.stepnet', 'mobilenet-v2.se', 'mobilenet-v2.plain'
+_ds, _dp = 'deit-tiny-p4.stepnet', 'deit-tiny-p4.plain'
+verdict = (
+    'Inconclusive for the declared outcome, and the families disagree. On ConvNeXt-atto, whose '
+    'blocks already learn a per-channel step size (layer scale), StepNet − plain top-1 is '
+    '{primary[effect]} points (95% CI {primary[ci]}): at 3 seeds the study could only have '
+    'seen an effect of about {primary[mde]}, not the margin of 1 point. On MobileNetV2, which '
+    'has no step size of its own, both adaptors raised top-1 after 100 iterations: SE − plain '
+    '{diff[' + _me + '][' + _mp + ']' + _a + '} ({ci[' + _me + '][' + _mp + ']' + _a + '}, q = '
+    '{q[' + _me + '][' + _mp + ']' + _a + '}), StepNet − plain '
+    '{diff[' + _ms + '][' + _mp + ']' + _a + '} ({ci[' + _ms + '][' + _mp + ']' + _a + '}, q = '
+    '{q[' + _ms + '][' + _mp + ']' + _a + '}), StepNet − SE '
+    '{diff[' + _ms + '][' + _me + ']' + _a + '} ({ci[' + _ms + '][' + _me + ']' + _a + '}, q = '
+    '{q[' + _ms + '][' + _me + ']' + _a + '}). This reads early training, not the converged '
+    'accuracy, and it cannot tell stiffness-awareness from the step size\'s start: at '
+    'the paper\'s starts every residual branch begins scaled down (StepNet Δ ≡ 0.27, SE Δ '
+    'near 0.5), which by itself could steady the first iterations (the reason layer scale '
+    'starts small), and the gains rank as those starts do; no variant here starts an '
+    'adaptor at Δ ≡ 1 from scratch, which would separate the two. On DeiT-tiny neither '
+    'adaptor moved top-1 (StepNet − plain {diff[' + _ds + '][' + _dp + ']' + _a + '}, '
+    '{ci[' + _ds + '][' + _dp + ']' + _a + '}). Total neural stiffness went different ways: '
+    'StepNet raised it on ConvNeXt-atto ({diff[' + _cs + '][' + _cp + ']' + _t + '}, '
+    '{ci[' + _cs + '][' + _cp + ']' + _t + '}) and lowered it on MobileNetV2 '
+    '({diff[' + _ms + '][' + _mp + ']' + _t + '}) and DeiT-tiny '
+    '({diff[' + _ds + '][' + _dp + ']' + _t + '}), the family where top-1 rose most being one '
+    'where it fell. The training times were measured on a shared 2-core machine running other '
+    'work, so the time rows do not compare the variants.')
