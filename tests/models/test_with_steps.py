@@ -391,3 +391,31 @@ def test_autocast_keeps_the_upstream_precision():
     assert [a.dtype for a in actual] == [e.dtype for e in expected]
     assert inner.dtype == plain.dtype
     _outputs_equal(expected, actual)
+
+
+@pytest.mark.parametrize('kind', [
+    'mmpretrain.ResNet',
+    pytest.param('mmdet.ResNet', marks=pytest.mark.det),
+])
+def test_with_cp_recomputes_the_written_step(kind):
+    """A checkpointed block (with_cp=True) recomputes its written step in the backward: the
+    gradients are those of the model without checkpoints (x_t read inside the recomputed
+    function; mmdet's shortcut, formed after f, included)."""
+    if kind.startswith('mmdet'):
+        pytest.importorskip('mmdet.models')
+    models = []
+    for with_cp in (False, True):
+        torch.manual_seed(0)
+        models.append(
+            MODELS.build(
+                dict(type='mmstiff.WithSteps', backbone=dict(type=kind, depth=18, with_cp=with_cp),
+                     adaptor=dict(type='mmstiff.StepNetAdaptor',
+                                  ie_weight_init=0.5), probe_input=(1, 3, 32, 32))))
+    models[1].load_state_dict(models[0].state_dict())
+    x = _image(size=64, batch=4).requires_grad_()
+    for model in models:
+        model.train()
+        model(x)[-1].pow(2).sum().backward()
+    grads = dict(models[1].named_parameters())
+    for name, param in models[0].named_parameters():
+        torch.testing.assert_close(grads[name].grad, param.grad, msg=lambda m: f'{name}: {m}')

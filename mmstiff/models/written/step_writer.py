@@ -30,9 +30,17 @@ def state_tap(block: nn.Module, step: Step) -> Tap:
     (``'output:downsample|input:conv1'``) whose submodule the block has (not None), else
     ``step.start``."""
     for text in (step.state or '').split('|'):
-        if text and isinstance(getattr(block, parse_tap(text).path, None), nn.Module):
+        if text and _has_submodule(block, parse_tap(text).path):
             return parse_tap(text)
     return parse_tap(step.start)
+
+
+def _has_submodule(block: nn.Module, path: str) -> bool:
+    """Whether ``block`` has the submodule ``path`` (dotted), a module and not None."""
+    try:
+        return isinstance(block.get_submodule(path), nn.Module)
+    except AttributeError:
+        return False
 
 
 def _replace_first(value: Any, new: torch.Tensor) -> Any:
@@ -101,6 +109,12 @@ class StepWriter:
                 self._states[written.step.name] = x
 
     def leave(self, module: nn.Module, args: tuple, output: Any) -> None:
+        unwritten = [name for name in self._pending if self._written(name)]
+        if unwritten:  # f formed, x_t never: the step would silently stay Δ ≡ 1
+            raise RuntimeError(f'{type(module).__name__}: the steps {unwritten} formed f but '
+                               'not x_t in this pass, so their step sizes were not applied; '
+                               'the block\'s spec does not describe this pass '
+                               '(docs/methods.md §15)')
         # nothing of a pass outlives it: a checkpointed pass (with_cp) recomputed in the
         # backward reads its states again inside the recomputed function
         self._states = {}
@@ -144,6 +158,9 @@ class StepWriter:
                 if out is not f:
                     new = _replace_first(output if new is None else new, out)
         return new
+
+    def _written(self, name: str) -> bool:
+        return any(w.step.name == name and w.adaptor is not None for w in self.steps)
 
     # -------------------------------------------------------------- the step
     def _write(self, written: WrittenStep, f: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
