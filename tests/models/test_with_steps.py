@@ -147,49 +147,18 @@ def test_deep_copy_is_an_independent_written_model():
     _outputs_equal(written(x), copy.deepcopy(written)(x))
 
 
-def test_resnet_written_equals_step_resnet():
-    """The generic route on mmpretrain's ResNet computes what StepResNet computes with the
-    same weights (x_t the projected shortcut, f the branch up to its last norm), outputs and
-    gradients, with a StepNet adaptor away from its start."""
+def _same_as_hand_built(hand_type, upstream_type, **cfg):
+    """The written upstream ResNet and the hand-built one, same weights, compute the same
+    outputs and gradients, with a StepNet adaptor away from its start (in float64: the
+    adaptors' BN over 4 pooled samples amplifies float32 rounding to 1e-3)."""
     torch.manual_seed(0)
-    cfg = dict(depth=18, num_stages=4, out_indices=(2, 3))
     adaptor = dict(type='mmstiff.StepNetAdaptor', ie_weight_init=0.7, ie_bias_init=0.2)
-    hand = MODELS.build(dict(type='mmstiff.StepResNet', adaptor=adaptor, **cfg))
+    hand = MODELS.build(dict(type=hand_type, adaptor=adaptor, **cfg))
     written = MODELS.build(
-        dict(type='mmstiff.WithSteps', backbone=dict(type='mmpretrain.ResNet', **cfg),
-             adaptor=adaptor, probe_input=(1, 3, 32, 32)))
-    assert set(hand.state_dict()) == set(written.state_dict())
-    written.load_state_dict(hand.state_dict())
-    # in float64: the adaptors' BN over 4 pooled samples amplifies float32 rounding to 1e-3
-    hand.double().train()
-    written.double().train()
-    x = _image(size=64, batch=4).double()
-    outs = [model(x) for model in (hand, written)]
-    for a, b in zip(*outs):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
-    for model, out in zip((hand, written), outs):
-        sum((o * o).sum() for o in out).backward()
-    grads = [dict(m.named_parameters()) for m in (hand, written)]
-    for name, param in grads[0].items():
-        torch.testing.assert_close(grads[1][name].grad, param.grad, rtol=1e-8, atol=1e-8,
-                                   msg=lambda m: f'{name}: {m}')
-
-
-@pytest.mark.det
-def test_mmdet_resnet_written_equals_det_step_resnet():
-    """mmdet's ResNet projects its shortcut after forming f: the written step there is the
-    shortcut x_t + (Δ - 1) f, the same sum as DetStepResNet's x_t + Δ f."""
-    pytest.importorskip('mmdet.models')
-    torch.manual_seed(0)
-    cfg = dict(depth=18, out_indices=(0, 1, 2, 3), norm_eval=False, frozen_stages=-1)
-    adaptor = dict(type='mmstiff.StepNetAdaptor', ie_weight_init=0.7, ie_bias_init=0.2)
-    hand = MODELS.build(dict(type='mmstiff.DetStepResNet', adaptor=adaptor, **cfg))
-    written = MODELS.build(
-        dict(type='mmstiff.WithSteps', backbone=dict(type='mmdet.ResNet', **cfg), adaptor=adaptor,
+        dict(type='mmstiff.WithSteps', backbone=dict(type=upstream_type, **cfg), adaptor=adaptor,
              probe_input=(1, 3, 32, 32)))
     assert set(hand.state_dict()) == set(written.state_dict())
     written.load_state_dict(hand.state_dict())
-    # in float64: the adaptors' BN over 4 pooled samples amplifies float32 rounding to 1e-3
     hand.double().train()
     written.double().train()
     x = _image(size=64, batch=4).double()
@@ -202,6 +171,21 @@ def test_mmdet_resnet_written_equals_det_step_resnet():
     for name, param in grads[0].items():
         torch.testing.assert_close(grads[1][name].grad, param.grad, rtol=1e-8, atol=1e-8,
                                    msg=lambda m: f'{name}: {m}')
+
+
+def test_resnet_written_equals_step_resnet():
+    """On mmpretrain's ResNet the written step is StepResNet's: x_t the projected shortcut,
+    f the branch up to its last norm."""
+    _same_as_hand_built('mmstiff.StepResNet', 'mmpretrain.ResNet', depth=18, out_indices=(2, 3))
+
+
+@pytest.mark.det
+def test_mmdet_resnet_written_equals_det_step_resnet():
+    """mmdet's ResNet projects its shortcut after forming f: the written step there is the
+    shortcut x_t + (Δ - 1) f, the same sum as DetStepResNet's x_t + Δ f."""
+    pytest.importorskip('mmdet.models')
+    _same_as_hand_built('mmstiff.DetStepResNet', 'mmdet.ResNet', depth=18, out_indices=(0, 1, 2, 3),
+                        norm_eval=False, frozen_stages=-1)
 
 
 def test_placement_knobs():
