@@ -5,7 +5,8 @@ import math
 
 import pytest
 import torch
-from zoo_walk import BlockCalls, build_backbone, case_input, load_cases, registry_backbones
+from zoo_walk import (BlockCalls, backbone_param, build_backbone, case_input, load_cases,
+                      registry_backbones)
 
 from mmstiff.analysis import TrajectoryRecorder, find_blocks
 from mmstiff.analysis.zoo import non_residual, zoo_specs
@@ -13,11 +14,6 @@ from mmstiff.analysis.zoo import non_residual, zoo_specs
 pytest.importorskip('mmpretrain')
 CASES, BRANCHES = load_cases()
 BACKBONES = registry_backbones()
-
-
-def _param(key):
-    marks = [pytest.mark.det] if key.startswith('mmdet.') else []
-    return pytest.param(key, marks=marks, id=key)
 
 
 def _case(key):
@@ -64,7 +60,7 @@ def test_every_registered_backbone_is_classified():
     assert not both, f'declared non-residual and given a residual case: {both}'
 
 
-@pytest.mark.parametrize('key', [_param(k) for k in BACKBONES if k in non_residual()])
+@pytest.mark.parametrize('key', [backbone_param(k) for k in BACKBONES if k in non_residual()])
 def test_non_residual_backbones_have_no_block_and_say_why(key):
     case = CASES.get(key)
     if case is None or case.get('skip'):
@@ -112,7 +108,7 @@ def _check_step(key, block, cls, step_name, record, call, branches, first, last)
            move=move)
 
 
-@pytest.mark.parametrize('key', [_param(k) for k in BACKBONES if k not in non_residual()])
+@pytest.mark.parametrize('key', [backbone_param(k) for k in BACKBONES if k not in non_residual()])
 def test_recognised_backbones_record_their_steps_exactly(key):
     case = _case(key)
     model = build_backbone(key, case)
@@ -161,7 +157,7 @@ def _unreached(name, calls):
     return not calls.calls.get(block)
 
 
-@pytest.mark.parametrize('key', [_param(k) for k in BACKBONES if k not in non_residual()])
+@pytest.mark.parametrize('key', [backbone_param(k) for k in BACKBONES if k not in non_residual()])
 def test_hooks_log_finite_per_block_scalars(key):
     from hook_scalars import hook_outputs
 

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from zoo_walk import build_backbone, case_input, load_cases, registry_backbones
+from zoo_walk import backbone_param, build_backbone, case_input, load_cases, registry_backbones
 
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.zoo import non_residual
@@ -41,11 +41,6 @@ REFUSED = {
 SE_RESNETS = ('mmpretrain.SEResNet', 'mmpretrain.SEResNeXt')
 
 pytestmark = pytest.mark.slow
-
-
-def _param(key):
-    marks = [pytest.mark.det] if key.startswith('mmdet.') else []
-    return pytest.param(key, marks=marks, id=key)
 
 
 def _case(key):
@@ -178,7 +173,7 @@ def _check_gradients(key, case, written, adaptors):
     assert moved, f'{key}: every adaptor gradient is zero'
 
 
-@pytest.mark.parametrize('key', [_param(k) for k in BACKBONES if k not in non_residual()])
+@pytest.mark.parametrize('key', [backbone_param(k) for k in BACKBONES if k not in non_residual()])
 def test_written_backbone(key):
     """StepNet and SE at their identity start compute the upstream outputs bit for bit; with
     StepNet, gradients reach the adaptors and the recorders and the hook read their Δ."""

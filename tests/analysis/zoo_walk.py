@@ -33,6 +33,13 @@ def load_cases():
     return cases, branches
 
 
+def backbone_param(key):
+    """``pytest.param`` of a backbone key, marked ``det`` for mmdet's."""
+    import pytest
+    marks = [pytest.mark.det] if key.startswith('mmdet.') else []
+    return pytest.param(key, marks=marks, id=key)
+
+
 def registry_backbones():
     """``['scope.Name', ...]`` of every backbone class the installed packages register (a
     package that is not installed gives none)."""

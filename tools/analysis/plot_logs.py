@@ -25,13 +25,13 @@ hook's first recorded iteration. docs/diagnostics.md, "plot_logs.py".
 import argparse
 import fnmatch
 import glob
-import json
 import os
 import os.path as osp
 import sys
 
 from mmstiff.apis.analysis_output import dump_json
 from mmstiff.tool_main import run_tool
+from mmstiff.visualization.dashboard import read_rows  # the dashboard reads the same rows
 
 #: metric group -> (y-axis label, title)
 GROUPS = {
@@ -91,20 +91,6 @@ def json_log_of_text(path):
     sys.exit(f'error: {path} is a text log, not the JSON log this tool reads: it plots '
              f'vis_data/scalars.json of the run (MMEngine writes it beside the text log; none '
              f'at {beside}); pass that file, the run folder or the work dir')
-
-
-def read_rows(path):
-    """The JSON rows of a JSON-lines log (lines that are not JSON objects skipped)."""
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(entry, dict):
-                rows.append(entry)
-    return rows
 
 
 def is_validation_row(row):
