@@ -3,6 +3,8 @@
 Every file is unpickled with a restricted unpickler before mmpretrain reads it; a bad file
 fails naming the file, the field and what was expected (docs/reliability.md, "Bad data").
 """
+from typing import List
+
 import numpy as np
 from mmengine.fileio import exists, get, join_path
 from mmpretrain.datasets import CIFAR10 as _UpstreamCIFAR10
@@ -15,7 +17,7 @@ from .safe_pickle import UnsafePickleError, loads_numpy_data
 ROW_LENGTH = 3 * 32 * 32
 
 
-def load_cifar_pickle(path):
+def load_cifar_pickle(path: str) -> dict:
     """Unpickle a CIFAR file as mmpretrain does (``encoding='latin1'``), but building only
     plain data and numpy arrays; it must be a dict."""
     try:
@@ -37,7 +39,7 @@ def _field(entry, path, key):
     return entry[key]
 
 
-def check_cifar_batch(entry, path, label_key, num_classes):
+def check_cifar_batch(entry: dict, path: str, label_key: str, num_classes: int) -> int:
     """Check one unpickled CIFAR batch; return the number of images.
 
     Args:
@@ -71,7 +73,7 @@ def check_cifar_batch(entry, path, label_key, num_classes):
     return len(data)
 
 
-def check_cifar_meta(entry, path, key, num_classes):
+def check_cifar_meta(entry: dict, path: str, key: str, num_classes: int) -> List[str]:
     """Check an unpickled CIFAR meta file; return its list of class names."""
     names = _field(entry, path, key)
     if not isinstance(names, (list, tuple)) or len(names) != num_classes \

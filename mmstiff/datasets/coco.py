@@ -27,6 +27,7 @@ configs as ``type='mmstiff.CocoDataset'``; it imports mmdet, and is registered t
 """
 import logging
 from collections import Counter
+from typing import List, Union
 
 from mmdet.datasets import CocoDataset as _UpstreamCocoDataset
 from mmengine.logging import print_log
@@ -48,11 +49,11 @@ class CocoDataset(_UpstreamCocoDataset):
         *args, **kwargs: mmdet's ``CocoDataset`` arguments.
     """
 
-    def __init__(self, *args, check_files=True, **kwargs):
+    def __init__(self, *args, check_files: bool = True, **kwargs):
         self.check_files = check_files
         super().__init__(*args, **kwargs)
 
-    def load_data_list(self):
+    def load_data_list(self) -> List[dict]:
         self.dropped_boxes = Counter()
         self._dropped_examples = {}
         self._num_boxes = 0
@@ -86,7 +87,7 @@ class CocoDataset(_UpstreamCocoDataset):
                 f'{unknown[0]["image_id"]}); they are not used', logger='current',
                 level=logging.WARNING)
 
-    def filter_data(self):
+    def filter_data(self) -> List[dict]:
         """mmdet's filter, reporting the images it drops and failing when none is left."""
         kept = super().filter_data()
         self.dropped_images = Counter()
@@ -110,7 +111,7 @@ class CocoDataset(_UpstreamCocoDataset):
             check_image_files([info['img_path'] for info in kept], self.ann_file)
         return kept
 
-    def parse_data_info(self, raw_data_info):
+    def parse_data_info(self, raw_data_info: dict) -> Union[dict, List[dict]]:
         if self._unknown_image_anns is None:  # self.coco exists while mmdet parses
             listed = set(self.coco.imgs)
             self._unknown_image_anns = [

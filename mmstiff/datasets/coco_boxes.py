@@ -4,6 +4,7 @@ Shared by ``mmstiff.CocoDataset`` (which counts what mmdet dropped while it load
 pre-flight check of any COCO-style dataset a config names (:mod:`mmstiff.datasets.preflight`),
 which needs no mmdet to read the file.
 """
+from typing import Collection, Optional
 
 #: Why mmdet drops a box, in the order they are checked here.
 SIZE = 'zero or negative size (width or height below 1 pixel, or area <= 0)'
@@ -16,7 +17,7 @@ SMALL = 'smaller than min_size'
 EXAMPLES = 3
 
 
-def box_drop_reason(ann, img_info, cat_ids):
+def box_drop_reason(ann: dict, img_info: dict, cat_ids: Collection[int]) -> Optional[str]:
     """Why mmdet's ``CocoDataset`` drops the annotation ``ann`` (one of :data:`SIZE`,
     :data:`OUTSIDE`, :data:`CATEGORY`), or None when it keeps it or ignores it on purpose.
 

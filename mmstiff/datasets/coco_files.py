@@ -2,16 +2,17 @@
 
 Shared by ``mmstiff.CocoDataset`` (after it loads) and the tools' pre-flight check of any
 COCO-style dataset a config names (:mod:`mmstiff.datasets.preflight`). A ``stat`` reads the
-folder entry only, never the image, so a COCO-sized split (118,287 files) takes seconds on a
-local disk (docs/reliability.md). A file that exists but is not a readable image still fails
-when it is read.
+folder entry only, never the image, so the check's time grows with the number of files, not
+with their sizes (its time on a COCO-sized split: docs/reliability.md). A file that exists but
+is not a readable image still fails when it is read.
 """
 import os
+from typing import Iterable, List, Tuple
 
 from .coco_boxes import EXAMPLES
 
 
-def image_file_problems(paths):
+def image_file_problems(paths: Iterable[str]) -> Tuple[List[str], List[str]]:
     """``(missing, empty)``: the paths of ``paths`` that are not on disk, and those of 0 bytes."""
     missing, empty = [], []
     for path in paths:
@@ -23,7 +24,8 @@ def image_file_problems(paths):
     return missing, empty
 
 
-def check_image_files(paths, ann_file, skip_hint='check_files=False to skip this check'):
+def check_image_files(paths: Iterable[str], ann_file: str,
+                      skip_hint: str = 'check_files=False to skip this check') -> None:
     """Every path of ``paths`` (the image files ``ann_file`` lists) is a non-empty file.
 
     Raises:

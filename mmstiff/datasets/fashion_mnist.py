@@ -11,6 +11,7 @@ and the exact size of each file, so a truncated or foreign file fails by name be
 import math
 import os.path as osp
 import struct
+from typing import Dict, Optional, Tuple
 
 IMAGES_MAGIC = 2051
 LABELS_MAGIC = 2049
@@ -25,7 +26,7 @@ SPLIT_FILES = {
 FULL_COUNTS = {'train': 60000, 'test': 10000}
 
 
-def read_idx_header(path):
+def read_idx_header(path: str) -> Tuple[int, Tuple[int, ...]]:
     """``(magic, dims)`` of the IDX file ``path`` (unzipped), from its big-endian header."""
     with open(path, 'rb') as f:
         head = f.read(4)
@@ -39,7 +40,7 @@ def read_idx_header(path):
     return magic, struct.unpack(f'>{ndim}I', raw)
 
 
-def verify_idx(path, magic, count=None):
+def verify_idx(path: str, magic: int, count: Optional[int] = None) -> Tuple[int, ...]:
     """Check an unzipped IDX file's magic, dimensions and exact size; return its dims.
 
     Args:
@@ -64,7 +65,7 @@ def verify_idx(path, magic, count=None):
     return dims
 
 
-def verify_folder(root, counts=FULL_COUNTS):
+def verify_folder(root: str, counts: Optional[Dict[str, int]] = FULL_COUNTS) -> Dict[str, int]:
     """Verify the four unzipped files in ``root``; return ``{split: number of images}``.
 
     ``counts`` (``{split: n}`` or None) fixes the expected number of images per split.

@@ -13,7 +13,7 @@ from mmstiff.registry import DATASETS
 _MODULE = 'mmstiff.datasets.coco'
 
 
-def load_coco_dataset():
+def load_coco_dataset() -> type:
     """Import the checked COCO dataset and return its class.
 
     Raises:

@@ -5,6 +5,7 @@ a ``split`` that disagrees with ``test_mode`` or a label outside the classes fai
 file (docs/reliability.md, "Bad data").
 """
 import os.path as osp
+from typing import Optional
 
 import numpy as np
 from mmpretrain.datasets import MNIST as _UpstreamMNIST
@@ -14,7 +15,7 @@ from mmstiff.registry import DATASETS
 from .fashion_mnist import IMAGES_MAGIC, LABELS_MAGIC, SPLIT_FILES, verify_idx
 
 
-def check_label_range(labels, num_classes):
+def check_label_range(labels: str, num_classes: int) -> None:
     """Every label of the (verified) IDX label file ``labels`` is in ``[0, num_classes)``.
 
     Raises:
@@ -28,7 +29,7 @@ def check_label_range(labels, num_classes):
                          f'of the {num_classes} classes')
 
 
-def check_idx_split(root, split, num_classes=None):
+def check_idx_split(root: str, split: str, num_classes: Optional[int] = None) -> int:
     """Check the image and label files of ``split`` under ``root``; return the image count.
 
     Raises:

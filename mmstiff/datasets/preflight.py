@@ -24,10 +24,14 @@ slow storage), and so does ``check_files=False`` of an ``mmstiff.CocoDataset``.
 import json
 import os.path as osp
 from collections import Counter
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mmstiff.errors import MmstiffError
 from .coco_boxes import CATEGORY, NO_BOX, SMALL, box_drop_reason
 from .coco_files import check_image_files
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 #: the config key that turns the checks off
@@ -43,7 +47,8 @@ class DataCheckError(ValueError, MmstiffError):
     """A dataset file of the config fails its pre-flight check."""
 
 
-def dataset_cfgs(cfg, fields=DATALOADERS):
+def dataset_cfgs(cfg: Union['Config', dict],
+                 fields: Sequence[str] = DATALOADERS) -> Iterator[Tuple[str, dict]]:
     """``(field, dataset config)`` of every dataset below the dataloaders ``fields`` of ``cfg``
     (``field``: the dotted path, ``train_dataloader.dataset.datasets.0``)."""
 
@@ -87,7 +92,7 @@ def _resolve(type_name, scope):
         return None
 
 
-def kind_of(dataset, scope):
+def kind_of(dataset: dict, scope: Optional[str]) -> Tuple[Optional[str], bool]:
     """``(kind, upstream)``: which checks apply to the dataset config (``'coco'``, ``'idx'``,
     ``'cifar'`` or None) and whether it names an upstream class (not mmstiff's)."""
     type_name = dataset.get('type')
@@ -148,7 +153,8 @@ def _load_json(path):
                          'file') from None
 
 
-def check_coco_file(path, classes, test_mode=False, filter_cfg=None):
+def check_coco_file(path: str, classes: Sequence[str], test_mode: bool = False,
+                    filter_cfg: Optional[dict] = None) -> List[str]:
     """Check the COCO annotation file ``path`` as mmdet's ``CocoDataset`` would load it with the
     class names ``classes``; return the warning lines (boxes mmdet drops, annotations of unlisted
     images, images ``filter_cfg`` drops), or raise ``ValueError`` / ``FileNotFoundError``: a file
@@ -157,7 +163,8 @@ def check_coco_file(path, classes, test_mode=False, filter_cfg=None):
     return read_coco_file(path, classes, test_mode, filter_cfg)[0]
 
 
-def read_coco_file(path, classes, test_mode=False, filter_cfg=None):
+def read_coco_file(path: str, classes: Sequence[str], test_mode: bool = False,
+                   filter_cfg: Optional[dict] = None) -> Tuple[List[str], List[dict]]:
     """:func:`check_coco_file`, returning ``(warning lines, images)``: the image entries of the
     file the dataset keeps (all of them in ``test_mode``; those ``filter_cfg`` keeps outside
     it), whose files it will read."""
@@ -344,7 +351,8 @@ def _check_cifar(dataset, cls_name):
     return []
 
 
-def check_dataset(field, dataset, scope, images=True):
+def check_dataset(field: str, dataset: dict, scope: Optional[str],
+                  images: bool = True) -> List[str]:
     """Run the checks of one dataset config (module docstring); return its warning lines.
     ``images=False`` leaves out the check that every image file is on disk.
 
@@ -370,7 +378,7 @@ def check_dataset(field, dataset, scope, images=True):
                              f'{SKIP_KEY}=True in the config skips them') from None
 
 
-def check_data(cfg, fields=DATALOADERS):
+def check_data(cfg: Union['Config', dict], fields: Sequence[str] = DATALOADERS) -> List[str]:
     """Check every dataset of the dataloaders ``fields`` of ``cfg`` (module docstring), unless
     ``cfg.skip_data_checks``; the image files of COCO-style datasets unless
     ``cfg.skip_image_checks`` too. Return the warning lines (the caller logs them).

@@ -12,6 +12,7 @@ naming it, before anything is called.
 """
 import io
 import pickle
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -61,7 +62,7 @@ ALLOWED_GLOBALS = {
 class NumpyDataUnpickler(pickle.Unpickler):
     """An unpickler that builds only plain data and numpy arrays, dtypes and scalars."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         try:
             return ALLOWED_GLOBALS[(module, name)]
         except KeyError:
@@ -70,11 +71,11 @@ class NumpyDataUnpickler(pickle.Unpickler):
                 f'{sorted(".".join(k) for k in ALLOWED_GLOBALS)} are allowed (unpickling it '
                 'could run code)') from None
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> NoReturn:
         raise UnsafePickleError(f'it holds a persistent id {pid!r}; plain data has none')
 
 
-def loads_numpy_data(data, encoding='latin1'):
+def loads_numpy_data(data: bytes, encoding: str = 'latin1') -> Any:
     """Unpickle the bytes ``data`` with :class:`NumpyDataUnpickler`.
 
     Raises:

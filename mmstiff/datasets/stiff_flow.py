@@ -37,8 +37,9 @@ class StiffFlowDataset(Dataset):
     Each item is ``dict(inputs=x₀ (d,), trajectory=(L, d), stiffness=(L,))`` in float32.
     """
 
-    def __init__(self, dim=8, spread=100.0, coupling=0.0, num_samples=1024, horizon=1.0,
-                 num_steps=8, split='train', seed=0, system_seed=0):
+    def __init__(self, dim: int = 8, spread: float = 100.0, coupling: float = 0.0,
+                 num_samples: int = 1024, horizon: float = 1.0, num_steps: int = 8,
+                 split: str = 'train', seed: int = 0, system_seed: int = 0):
         if split not in SPLITS:
             raise ValueError(f'split={split!r} is not supported; expected one of {SPLITS}')
         check_positive_int('num_samples', num_samples)

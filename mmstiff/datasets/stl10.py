@@ -7,6 +7,7 @@ the byte layout): 5,000 labelled training images, 8,000 test images, 100,000 unl
 missing, truncated or empty files raise an error that names the file.
 """
 import os.path as osp
+from typing import List, Optional
 
 import numpy as np
 from mmengine.fileio import exists, get, join_path
@@ -21,7 +22,7 @@ STL10_IMAGE_SHAPE = (3, 96, 96)
 STL10_IMAGE_BYTES = 3 * 96 * 96
 
 
-def decode_stl10_images(buffer, path='<buffer>'):
+def decode_stl10_images(buffer: bytes, path: str = '<buffer>') -> np.ndarray:
     """Bytes of an official ``*_X.bin`` file -> (N, 96, 96, 3) uint8 HWC images.
 
     The file holds, per image, the R, G, B planes, each column-major, so a plain reshape gives
@@ -38,7 +39,7 @@ def decode_stl10_images(buffer, path='<buffer>'):
     return np.ascontiguousarray(planes.transpose(0, 3, 2, 1))
 
 
-def decode_stl10_labels(buffer, num_images, path='<buffer>'):
+def decode_stl10_labels(buffer: bytes, num_images: int, path: str = '<buffer>') -> np.ndarray:
     """Bytes of an official ``*_y.bin`` file (labels 1..10) -> int64 labels 0..9.
 
     Raises:
@@ -79,8 +80,8 @@ class STL10(BaseDataset):
     METAINFO = {'classes': STL10_CATEGORIES}
     SPLITS = ('train', 'test', 'unlabeled')
 
-    def __init__(self, data_root='', split='train', metainfo=None, data_prefix='stl10_binary',
-                 test_mode=False, **kwargs):
+    def __init__(self, data_root: str = '', split: str = 'train', metainfo: Optional[dict] = None,
+                 data_prefix: str = 'stl10_binary', test_mode: bool = False, **kwargs):
         if split not in self.SPLITS:
             raise ValueError(f'split={split!r} is not supported; expected one of {self.SPLITS}')
         if not data_root and not osp.isabs(data_prefix):
@@ -98,7 +99,7 @@ class STL10(BaseDataset):
                                     'never downloaded automatically)')
         return get(path), path
 
-    def load_data_list(self):
+    def load_data_list(self) -> List[dict]:
         """Decode ``{split}_X.bin`` (and ``{split}_y.bin``) into ``img`` / ``gt_label`` dicts."""
         buffer, path = self._read(f'{self.split}_X.bin')
         images = decode_stl10_images(buffer, path)
@@ -112,5 +113,5 @@ class STL10(BaseDataset):
             labels = decode_stl10_labels(buffer, len(images), path)
         return [{'img': img, 'gt_label': int(label)} for img, label in zip(images, labels)]
 
-    def extra_repr(self):
+    def extra_repr(self) -> List[str]:
         return [f"Prefix of data: \t{self.data_prefix['root']}", f'Split: \t{self.split}']

@@ -34,11 +34,12 @@ class RelaxationSystem(NamedTuple):
     coupling: float
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         return self.rates.numel()
 
 
-def make_system(dim=8, spread=100.0, coupling=0.0, seed=0):
+def make_system(dim: int = 8, spread: float = 100.0, coupling: float = 0.0,
+                seed: int = 0) -> RelaxationSystem:
     """The system of ``dim`` coordinates (even) with rates geometric in ``[1, spread]``.
 
     Args:
@@ -68,7 +69,7 @@ def _split(system, z):
     return z[..., :m], z[..., m:], system.rates[:m], system.rates[m:]
 
 
-def vector_field(system, x):
+def vector_field(system: RelaxationSystem, x: torch.Tensor) -> torch.Tensor:
     """``x' = F(x)`` for states ``(..., d)`` (the right-hand side, for an ODE solver)."""
     z = x @ system.rotation  # z = Qᵀ x, row-wise
     s, y, slow, fast = _split(system, z)
@@ -76,7 +77,7 @@ def vector_field(system, x):
     return dz @ system.rotation.T
 
 
-def flow(system, x0, t):
+def flow(system: RelaxationSystem, x0: torch.Tensor, t: float) -> torch.Tensor:
     """The exact state at time ``t`` of the trajectories starting at ``x0`` ``(..., d)``.
 
     ``s(t) = s₀ e^{−r t}``; ``y(t) = y₀ exp(−r' (t + c s₀² (1 − e^{−2 r t}) / (2 r)))``.
@@ -90,7 +91,8 @@ def flow(system, x0, t):
     return torch.cat([s, y], dim=-1) @ system.rotation.T
 
 
-def trajectory(system, x0, horizon, num_steps):
+def trajectory(system: RelaxationSystem, x0: torch.Tensor, horizon: float,
+               num_steps: int) -> torch.Tensor:
     """The exact states at ``t_l = l · horizon / num_steps``, ``l = 1 … num_steps``:
     ``(..., num_steps, d)``."""
     check_positive_int('num_steps', num_steps)
@@ -98,7 +100,7 @@ def trajectory(system, x0, horizon, num_steps):
     return torch.stack([flow(system, x0, t) for t in times], dim=-2)
 
 
-def local_eigenvalues(system, x):
+def local_eigenvalues(system: RelaxationSystem, x: torch.Tensor) -> torch.Tensor:
     """The eigenvalues of the Jacobian ``∂F/∂x`` at ``x`` ``(..., d)``: ``−r_j`` and
     ``−r_{m+j} (1 + c s_j²)`` (the Jacobian is triangular in mode coordinates)."""
     s, _, slow, fast = _split(system, x.to(torch.float64) @ system.rotation)
@@ -106,19 +108,19 @@ def local_eigenvalues(system, x):
     return torch.cat([-slow, -fast * (1 + system.coupling * s**2)], dim=-1)
 
 
-def local_stiffness(system, x):
+def local_stiffness(system: RelaxationSystem, x: torch.Tensor) -> torch.Tensor:
     """The local stiffness at ``x``: the spectral radius ``max |λ|`` of the Jacobian (the rate
     of the fastest mode there, which bounds an explicit step), ``(...)``."""
     return local_eigenvalues(system, x).abs().amax(dim=-1)
 
 
-def stiffness_ratio(system, x):
+def stiffness_ratio(system: RelaxationSystem, x: torch.Tensor) -> torch.Tensor:
     """``max |λ| / min |λ|`` of the Jacobian at ``x``; ``S`` everywhere for the linear system."""
     magnitudes = local_eigenvalues(system, x).abs()
     return magnitudes.amax(dim=-1) / magnitudes.amin(dim=-1)
 
 
-def initial_states(num, dim, seed):
+def initial_states(num: int, dim: int, seed: int) -> torch.Tensor:
     """``num`` starting states ``x₀ ~ N(0, I_d)``, deterministic from ``seed``."""
     check_positive_int('num', num)
     gen = torch.Generator().manual_seed(int(seed))

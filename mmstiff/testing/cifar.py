@@ -8,6 +8,7 @@ import os
 import os.path as osp
 import pickle
 import struct
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -77,14 +78,14 @@ def _py2_text(value):
     return value
 
 
-def dump_py2_pickle(obj, path):
+def dump_py2_pickle(obj: Any, path: str) -> str:
     """Write ``obj`` to ``path`` as the official CIFAR files are written (see module doc)."""
     with open(path, 'wb') as f:
         _Py2Pickler(f, protocol=2).dump(_py2_text(obj))
     return path
 
 
-def cifar_images(labels, num_classes, rng):
+def cifar_images(labels: Sequence[int], num_classes: int, rng: np.random.Generator) -> np.ndarray:
     """Images of ``labels`` as CIFAR rows: (N, 3072) uint8, R, G, B planes row-major."""
     rows = np.empty((len(labels), 3 * IMAGE_SIZE * IMAGE_SIZE), dtype=np.uint8)
     for i, label in enumerate(labels):
@@ -93,7 +94,7 @@ def cifar_images(labels, num_classes, rng):
     return rows
 
 
-def balanced_labels(n, num_classes, rng):
+def balanced_labels(n: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` labels covering the classes as evenly as possible, in random order."""
     return rng.permutation(np.arange(n) % num_classes)
 
@@ -116,7 +117,7 @@ def _check_sizes(num_train, num_test):
             raise ValueError(f'{name}={value!r} is invalid; expected a positive int')
 
 
-def write_cifar10(root, num_train=50, num_test=20, seed=0):
+def write_cifar10(root: str, num_train: int = 50, num_test: int = 20, seed: int = 0) -> str:
     """Write a tiny CIFAR-10 into ``root/cifar-10-batches-py``; return ``root``.
 
     The ``num_train`` images are split over the five data batches as evenly as possible.
@@ -142,7 +143,7 @@ def write_cifar10(root, num_train=50, num_test=20, seed=0):
     return root
 
 
-def write_cifar100(root, num_train=200, num_test=100, seed=0):
+def write_cifar100(root: str, num_train: int = 200, num_test: int = 100, seed: int = 0) -> str:
     """Write a tiny CIFAR-100 into ``root/cifar-100-python``; return ``root``."""
     _check_sizes(num_train, num_test)
     rng = np.random.default_rng(seed)
@@ -162,7 +163,8 @@ def write_cifar100(root, num_train=200, num_test=100, seed=0):
     return root
 
 
-def write_cifar(root, num_classes=10, num_train=None, num_test=None, seed=0):
+def write_cifar(root: str, num_classes: int = 10, num_train: Optional[int] = None,
+                num_test: Optional[int] = None, seed: int = 0) -> str:
     """Write a tiny CIFAR-10 (``num_classes=10``) or CIFAR-100 (``100``) under ``root``.
 
     Args:

@@ -17,11 +17,12 @@ metainfo matches.
 import json
 import os
 import os.path as osp
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .imagenet import save_jpeg
-from .shapes import (check_size, class_colour, class_kind, mask_bbox, noise_background, paint,
+from .shapes import (Size, check_size, class_colour, class_kind, mask_bbox, noise_background, paint,
                      polygon, polygon_mask)
 
 #: The 80 official COCO categories: (id, name, supercategory).
@@ -81,7 +82,7 @@ COCO_CATEGORIES = ((1, 'person', 'person'), (2, 'bicycle', 'vehicle'), (3, 'car'
 MIN_SIDE = 32
 
 
-def category_style(category_id):
+def category_style(category_id: int) -> Tuple[str, Tuple[int, int, int]]:
     """(kind, RGB colour) of objects of ``category_id``, from its index among the 80."""
     ids = [c[0] for c in COCO_CATEGORIES]
     if category_id not in ids:
@@ -90,7 +91,7 @@ def category_style(category_id):
     return class_kind(index), class_colour(index, len(ids))
 
 
-def categories_json():
+def categories_json() -> List[dict]:
     """The ``categories`` list of a COCO annotation file."""
     return [{'supercategory': s, 'id': i, 'name': n} for i, n, s in COCO_CATEGORIES]
 
@@ -104,7 +105,8 @@ def _disjoint(box, boxes, margin=2):
     return True
 
 
-def draw_objects(size, category_ids, rng, max_objects=3, max_tries=20):
+def draw_objects(size: Size, category_ids: Sequence[int], rng: np.random.Generator,
+                 max_objects: int = 3, max_tries: int = 20) -> Tuple[np.ndarray, List[dict]]:
     """Draw 1..``max_objects`` non-overlapping objects on a noisy background.
 
     Returns:
@@ -144,7 +146,8 @@ def _annotation(obj, image_id, ann_id):
     }
 
 
-def write_coco_split(root, split, image_ids, size, rng, category_ids):
+def write_coco_split(root: str, split: str, image_ids: Iterable[int], size: Size,
+                     rng: np.random.Generator, category_ids: Sequence[int]) -> dict:
     """Write the images of one split and its annotation file; return the annotation dict."""
     w, h = size
     os.makedirs(osp.join(root, split), exist_ok=True)
@@ -190,7 +193,8 @@ def write_coco_split(root, split, image_ids, size, rng, category_ids):
     return data
 
 
-def write_coco(root, num_train=4, num_val=2, size=(128, 96), seed=0, category_ids=None):
+def write_coco(root: str, num_train: int = 4, num_val: int = 2, size: Size = (128, 96),
+               seed: int = 0, category_ids: Optional[Sequence[int]] = None) -> str:
     """Write tiny COCO 2017 detection data under ``root``; return ``root``.
 
     Args:

@@ -14,27 +14,28 @@ names, which is why ``num_classes`` may not exceed 1000.
 """
 import os
 import os.path as osp
+from typing import Optional
 
 import numpy as np
 from PIL import Image
 
 from .cifar import balanced_labels
-from .shapes import check_size, draw_class_image
+from .shapes import Size, check_size, draw_class_image
 
 NUM_IMAGENET_CLASSES = 1000
 
 
-def wnid(label):
+def wnid(label: int) -> str:
     """The synthetic WordNet id of class ``label`` (sorts in label order)."""
     return f'n{label:08d}'
 
 
-def val_name(index):
+def val_name(index: int) -> str:
     """File name of the ``index``-th (1-based) validation image, as in ILSVRC2012."""
     return f'ILSVRC2012_val_{index:08d}.JPEG'
 
 
-def save_jpeg(array, path, quality=95):
+def save_jpeg(array: np.ndarray, path: str, quality: int = 95) -> str:
     """Save an (H, W, 3) uint8 array as a JPEG (no chroma subsampling) and return ``path``."""
     Image.fromarray(array).save(path, format='JPEG', quality=quality, subsampling=0)
     return path
@@ -46,7 +47,8 @@ def _check(name, value, low, high=None):
         raise ValueError(f'{name}={value!r} is invalid; expected an int with {bound}')
 
 
-def write_imagenet(root, num_classes=4, per_class=3, size=(64, 64), seed=0, val_per_class=None):
+def write_imagenet(root: str, num_classes: int = 4, per_class: int = 3, size: Size = (64, 64),
+                   seed: int = 0, val_per_class: Optional[int] = None) -> str:
     """Write a tiny ImageNet under ``root``; return ``root``.
 
     Args:

@@ -16,6 +16,7 @@ import gzip
 import os
 import os.path as osp
 import struct
+from typing import Tuple
 
 import numpy as np
 
@@ -34,7 +35,7 @@ MNIST_FILES = {
 }
 
 
-def idx_bytes(array):
+def idx_bytes(array: np.ndarray) -> bytes:
     """IDX encoding of a uint8 array of 1 (labels) or 3 (images) dimensions."""
     array = np.asarray(array)
     if array.dtype != np.uint8 or array.ndim not in (1, 3):
@@ -45,7 +46,7 @@ def idx_bytes(array):
     return header + np.ascontiguousarray(array).tobytes()
 
 
-def write_idx(array, path, compress=False):
+def write_idx(array: np.ndarray, path: str, compress: bool = False) -> str:
     """Write ``array`` as an IDX file (gzipped when ``compress``); return the path."""
     opener = gzip.open if compress else open
     with opener(path, 'wb') as f:
@@ -53,7 +54,7 @@ def write_idx(array, path, compress=False):
     return path
 
 
-def mnist_split(n, rng):
+def mnist_split(n: int, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
     """``n`` grey 28x28 images of class shapes and their labels, as uint8 arrays."""
     labels = balanced_labels(n, NUM_CLASSES, rng).astype(np.uint8)
     images = np.stack([
@@ -63,7 +64,8 @@ def mnist_split(n, rng):
     return images, labels
 
 
-def write_mnist(root, num_train=40, num_test=20, seed=0, compress=False):
+def write_mnist(root: str, num_train: int = 40, num_test: int = 20, seed: int = 0,
+                compress: bool = False) -> str:
     """Write a tiny MNIST-format dataset (10 classes, 28x28 grey) under ``root``; return ``root``.
 
     Args:

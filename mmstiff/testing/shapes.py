@@ -11,11 +11,15 @@ Coordinates follow the image convention: ``x`` is the column, ``y`` the row, and
 """
 import colorsys
 import math
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
 #: Polygon kinds, all convex; class ``c`` draws ``SHAPE_KINDS[c % len(SHAPE_KINDS)]``.
 SHAPE_KINDS = ('square', 'triangle', 'circle', 'diamond', 'hexagon')
+
+#: An image size ``(W, H)`` in pixels.
+Size = Tuple[int, int]
 
 #: Smallest image side a shape is drawn on.
 MIN_SIDE = 8
@@ -30,12 +34,12 @@ _ROTATION = {
 }
 
 
-def class_kind(label):
+def class_kind(label: int) -> str:
     """The polygon kind class ``label`` draws."""
     return SHAPE_KINDS[int(label) % len(SHAPE_KINDS)]
 
 
-def class_colour(label, num_classes):
+def class_colour(label: int, num_classes: int) -> Tuple[int, int, int]:
     """A saturated RGB colour (tuple of three ints in 0..255) for class ``label``.
 
     Hues are spread evenly over the classes, so neighbouring labels differ in hue and (by
@@ -47,7 +51,7 @@ def class_colour(label, num_classes):
     return int(round(r * 255)), int(round(g * 255)), int(round(b * 255))
 
 
-def class_grey(label, num_classes):
+def class_grey(label: int, num_classes: int) -> int:
     """A grey level (int in 96..255) for class ``label`` of a single-channel dataset.
 
     Classes sharing a kind (``label % len(SHAPE_KINDS)``) get different grey levels.
@@ -61,7 +65,7 @@ def class_grey(label, num_classes):
     return int(round(255 - 159 * step / (levels - 1)))
 
 
-def polygon(kind, centre, radius):
+def polygon(kind: str, centre: Tuple[float, float], radius: float) -> np.ndarray:
     """Vertices (N, 2), in order, of the regular ``kind`` polygon inscribed in the circle of
     ``radius`` around ``centre=(x, y)``."""
     if kind not in _VERTICES:
@@ -72,7 +76,7 @@ def polygon(kind, centre, radius):
     return np.stack([cx + radius * np.cos(angles), cy + radius * np.sin(angles)], axis=1)
 
 
-def polygon_mask(vertices, size):
+def polygon_mask(vertices: Union[np.ndarray, Sequence[Sequence[float]]], size: Size) -> np.ndarray:
     """Boolean mask (H, W) of the pixels whose centres lie inside the convex polygon.
 
     Args:
@@ -89,7 +93,7 @@ def polygon_mask(vertices, size):
     return np.all(signs >= 0, axis=0) | np.all(signs <= 0, axis=0)
 
 
-def mask_bbox(mask):
+def mask_bbox(mask: np.ndarray) -> List[int]:
     """Tight box ``[x, y, w, h]`` (ints, COCO convention) of the True pixels of ``mask``."""
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
@@ -98,7 +102,8 @@ def mask_bbox(mask):
     return [int(cols[0]), int(rows[0]), int(cols[-1] - cols[0] + 1), int(rows[-1] - rows[0] + 1)]
 
 
-def noise_background(size, rng, channels=3, low=0, high=64):
+def noise_background(size: Size, rng: np.random.Generator, channels: int = 3, low: int = 0,
+                     high: int = 64) -> np.ndarray:
     """A dark noisy background (H, W, C) uint8 with values in ``[low, high)``."""
     w, h = size
     base = rng.integers(low, high, size=(1, 1, channels))
@@ -106,14 +111,14 @@ def noise_background(size, rng, channels=3, low=0, high=64):
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
 
-def paint(image, mask, colour):
+def paint(image: np.ndarray, mask: np.ndarray, colour: Sequence[int]) -> np.ndarray:
     """A copy of ``image`` (H, W, C) with ``colour`` (C values) where ``mask`` is True."""
     out = image.copy()
     out[mask] = np.asarray(colour, dtype=np.uint8)
     return out
 
 
-def check_size(size, minimum=MIN_SIDE, name='size'):
+def check_size(size: Sequence[int], minimum: int = MIN_SIDE, name: str = 'size') -> Size:
     """Validate an image size ``(W, H)``; return it as a tuple of two ints."""
     if (not isinstance(size, (tuple, list)) or len(size) != 2
             or not all(isinstance(v, (int, np.integer)) and v >= minimum for v in size)):
@@ -121,7 +126,8 @@ def check_size(size, minimum=MIN_SIDE, name='size'):
     return int(size[0]), int(size[1])
 
 
-def random_shape(kind, size, rng, min_frac=0.25, max_frac=0.45):
+def random_shape(kind: str, size: Size, rng: np.random.Generator, min_frac: float = 0.25,
+                 max_frac: float = 0.45) -> np.ndarray:
     """Vertices of a ``kind`` polygon of random radius and position fully inside ``size``."""
     w, h = check_size(size)
     short = min(w, h)
@@ -131,7 +137,8 @@ def random_shape(kind, size, rng, min_frac=0.25, max_frac=0.45):
     return polygon(kind, (cx, cy), radius)
 
 
-def draw_class_image(label, num_classes, size, rng, channels=3):
+def draw_class_image(label: int, num_classes: int, size: Size, rng: np.random.Generator,
+                     channels: int = 3) -> np.ndarray:
     """An image (H, W, C) uint8 of class ``label``: its shape, in its colour, on noise.
 
     Args:

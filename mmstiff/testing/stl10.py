@@ -17,6 +17,7 @@ Layout written under ``root``::
 """
 import os
 import os.path as osp
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -29,7 +30,7 @@ IMAGE_SIZE = 96
 IMAGE_BYTES = 3 * IMAGE_SIZE * IMAGE_SIZE
 
 
-def encode_stl10_images(images):
+def encode_stl10_images(images: np.ndarray) -> bytes:
     """(N, 96, 96, 3) uint8 HWC images -> the bytes of an official ``*_X.bin`` file."""
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (96, 96, 3):
@@ -39,7 +40,8 @@ def encode_stl10_images(images):
     return np.ascontiguousarray(images.transpose(0, 3, 2, 1)).tobytes()
 
 
-def write_stl10_split(folder, split, images, labels=None):
+def write_stl10_split(folder: str, split: str, images: np.ndarray,
+                      labels: Optional[Union[np.ndarray, Sequence[int]]] = None) -> List[str]:
     """Write one split: ``{split}_X.bin`` and, given ``labels`` (0..9), ``{split}_y.bin`` (1..10).
 
     Returns:
@@ -67,7 +69,8 @@ def _images(labels, rng):
              (0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
 
 
-def write_stl10(root, num_train=20, num_test=10, seed=0, with_unlabeled=False, num_unlabeled=None):
+def write_stl10(root: str, num_train: int = 20, num_test: int = 10, seed: int = 0,
+                with_unlabeled: bool = False, num_unlabeled: Optional[int] = None) -> str:
     """Write a tiny STL-10 into ``root/stl10_binary``; return ``root``.
 
     Images are drawn class-dependent shapes (:mod:`.shapes`), so a model can learn them; the

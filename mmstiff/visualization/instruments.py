@@ -7,10 +7,14 @@ function takes plain numbers (lists, tensors), writes one PNG with labelled axes
 returns its path; matplotlib loads on the first figure, through :mod:`.plots`.
 """
 import math
+from typing import Collection, Dict, Sequence, Union
 
 import torch
 
-from .plots import _as_list, _pyplot, _save
+from .plots import Values, _as_list, _pyplot, _save
+
+#: A grid of numbers as the landscape figures take it: a 2-D tensor or rows of floats.
+Grid = Union[torch.Tensor, Sequence[Sequence[float]]]
 
 
 def _finite(values):
@@ -21,12 +25,13 @@ def _grid(values):
     return torch.as_tensor(values, dtype=torch.float64).numpy()
 
 
-def eigenvalue_spectrum(spectra, path, bins=40, title='Hessian max-eigenvalue spectrum'):
+def eigenvalue_spectrum(spectra: Dict[str, Values], path: str, bins: int = 40,
+                        title: str = 'Hessian max-eigenvalue spectrum') -> str:
     """Density of the Hessian eigenvalues found on each batch, one histogram per label
     (How-do-ViTs paper, Fig. 4).
 
     Args:
-        spectra (dict[str, list[float]]): label (e.g. with its NEP and APE) -> eigenvalues,
+        spectra (dict[str, Values]): label (e.g. with its NEP and APE) -> eigenvalues,
             all batches together.
         bins (int): histogram bins over the range of every spectrum.
     """
@@ -52,12 +57,13 @@ def eigenvalue_spectrum(spectra, path, bins=40, title='Hessian max-eigenvalue sp
     return _save(fig, path)
 
 
-def landscape_line(coords, series, path, title='Loss along a filter-normalised direction'):
+def landscape_line(coords: Values, series: Dict[str, Values], path: str,
+                   title: str = 'Loss along a filter-normalised direction') -> str:
     """The loss along one direction, ``L(w + α d)``, one line per series (total, NLL, ℓ2).
 
     Args:
-        coords (list[float]): the coordinates α.
-        series (dict[str, list[float]]): label -> loss at each coordinate.
+        coords (Values): the coordinates α.
+        series (dict[str, Values]): label -> loss at each coordinate.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.2))
@@ -72,12 +78,13 @@ def landscape_line(coords, series, path, title='Loss along a filter-normalised d
     return _save(fig, path)
 
 
-def landscape_contour(alphas, betas, losses, path, levels=30, title='Loss landscape (contours)'):
+def landscape_contour(alphas: Values, betas: Values, losses: Grid, path: str, levels: int = 30,
+                      title: str = 'Loss landscape (contours)') -> str:
     """Contours of ``L(w + α d₁ + β d₂)`` (How-do-ViTs paper, Fig. 1a as a map).
 
     Args:
-        alphas, betas (list[float]): the coordinates.
-        losses (Tensor | list[list[float]]): ``(len(betas), len(alphas))``.
+        alphas, betas (Values): the coordinates.
+        losses (Tensor | Sequence[Sequence[float]]): ``(len(betas), len(alphas))``.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
@@ -93,7 +100,8 @@ def landscape_contour(alphas, betas, losses, path, levels=30, title='Loss landsc
     return _save(fig, path)
 
 
-def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surface)'):
+def landscape_surface(alphas: Values, betas: Values, losses: Grid, path: str,
+                      title: str = 'Loss landscape (surface)') -> str:
     """``L(w + α d₁ + β d₂)`` as a 3-D surface (How-do-ViTs paper, Fig. 1a)."""
     plt = _pyplot()
     fig = plt.figure(figsize=(6.0, 5.0))
@@ -114,14 +122,15 @@ def landscape_surface(alphas, betas, losses, path, title='Loss landscape (surfac
     return _save(fig, path)
 
 
-def feature_variance(names, values, path, msa=(), subsampling=(),
-                     title='Feature-map variance along the depth'):
+def feature_variance(names: Sequence[str], values: Values, path: str, msa: Collection[str] = (),
+                     subsampling: Collection[str] = (),
+                     title: str = 'Feature-map variance along the depth') -> str:
     """Feature-map variance per state against the normalised depth, MSA steps shaded grey and
     subsampling states blue (How-do-ViTs paper, Fig. 9).
 
     Args:
-        names (list[str]): the states, in trajectory order.
-        values (list[float]): the variance of each.
+        names (Sequence[str]): the states, in trajectory order.
+        values (Values): the variance of each.
         msa (Collection[str]): states that follow an MSA step.
         subsampling (Collection[str]): states made by a subsampling (projected shortcut).
     """

@@ -8,6 +8,7 @@ colour when another one is missing from a figure). The figures are written with 
 Agg backend and the helpers of :mod:`.plots`, so equal inputs give equal PNG bytes.
 """
 import math
+from typing import Dict, List, Optional, Tuple
 
 from mmstiff.analysis.statistics import pointwise_summary
 from .plots import _pyplot, _save
@@ -26,7 +27,8 @@ def _finish(ax, count, xlabel, ylabel, title):
         ax.legend(fontsize=8, loc='best', title='variant (seeds)', title_fontsize=8)
 
 
-def overlay_curves(series, path, xlabel, ylabel, title, colors=None):
+def overlay_curves(series: Dict[str, List[dict]], path: str, xlabel: str, ylabel: str, title: str,
+                   colors: Optional[Dict[str, str]] = None) -> str:
     """Curves over training (loss, accuracy): the seed mean per variant, ± std shaded.
 
     Args:
@@ -56,7 +58,8 @@ def overlay_curves(series, path, xlabel, ylabel, title, colors=None):
     return _save(fig, path)
 
 
-def overlay_profiles(series, path, xlabel, ylabel, title, colors=None, hline=None):
+def overlay_profiles(series: Dict[str, List[dict]], path: str, xlabel: str, ylabel: str, title: str,
+                     colors: Optional[Dict[str, str]] = None, hline: Optional[float] = None) -> str:
     """Values along the network (per block or state) or along a numeric axis (noise frequency):
     the seed mean per variant, ± std as error bars.
 
@@ -96,13 +99,15 @@ def overlay_profiles(series, path, xlabel, ylabel, title, colors=None, hline=Non
     return _save(fig, path)
 
 
-def scatter_runs(points, path, xlabel, ylabel, title, colors=None):
+def scatter_runs(points: Dict[str, List[Tuple[float, float]]], path: str, xlabel: str, ylabel: str,
+                 title: str, colors: Optional[Dict[str, str]] = None) -> str:
     """One point per run, one colour per variant: two metrics of every finished run (the
     declared correlation of a study). The x axis is logarithmic when every x is positive and
     they span more than two decades (a rank correlation does not depend on the scale).
 
     Args:
-        points (dict[str, list[tuple]]): variant label -> ``(x, y)`` of each of its runs.
+        points (dict[str, list[tuple[float, float]]]): variant label -> ``(x, y)`` of each of
+            its runs.
         path (str): the PNG to write.
         xlabel, ylabel, title (str): axis labels (with units) and title.
         colors (dict[str, str], optional): variant label -> matplotlib colour.

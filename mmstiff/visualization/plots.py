@@ -5,12 +5,15 @@ units and a legend where there is more than one series, and returns the path.
 """
 import os
 import os.path as osp
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
 #: record-name suffixes of the two Euler steps of a transformer layer, shaded like
 #: Fig. 8 of "How Do Vision Transformers Work?" (arXiv:2202.06709; MSA grey, MLP white).
 MSA_SUFFIX = '.msa'
+#: A series of numbers as the figures take it: a sequence of floats or a tensor.
+Values = Union[Sequence[float], torch.Tensor]
 
 
 def _pyplot():
@@ -51,12 +54,13 @@ def _shade_msa(ax, names):
             ax.axvspan(i - 0.5, i + 0.5, color='0.88', zorder=0)
 
 
-def nsi_heatmap(nsi, block_names, path, title='NSI per block and sample'):
+def nsi_heatmap(nsi: torch.Tensor, block_names: Sequence[str], path: str,
+                title: str = 'NSI per block and sample') -> str:
     """Blocks × samples heat map of NSI (StepNet paper, Appendix E, Fig. 3).
 
     Args:
         nsi (Tensor): ``(num_samples, num_blocks)``.
-        block_names (list[str]): one per column of ``nsi``.
+        block_names (Sequence[str]): one per column of ``nsi``.
     """
     plt = _pyplot()
     data = torch.as_tensor(nsi).double().T.numpy()
@@ -70,7 +74,8 @@ def nsi_heatmap(nsi, block_names, path, title='NSI per block and sample'):
     return _save(fig, path)
 
 
-def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
+def nsi_step_scatter(pairs: Dict[str, Tuple[torch.Tensor, torch.Tensor]], path: str,
+                     title: str = 'NSI vs mean step size') -> str:
     """Scatter of per-sample NSI against mean(Δ_t), one colour per block (Appendix D, Fig. 2a).
 
     Args:
@@ -95,15 +100,16 @@ def nsi_step_scatter(pairs, path, title='NSI vs mean step size'):
     return _save(fig, path)
 
 
-def per_block_lines(block_names, series, path, ylabel, title, hline=None,
-                    xlabel='block (state after the step)'):
+def per_block_lines(block_names: Sequence[str], series: Dict[str, Values], path: str, ylabel: str,
+                    title: str, hline: Optional[float] = None,
+                    xlabel: str = 'block (state after the step)') -> str:
     """Values per block (x: block in trajectory order), one line per series.
 
     MSA steps of transformer layers are shaded grey (How-do-ViTs paper, Fig. 8).
 
     Args:
-        block_names (list[str]): x-axis labels.
-        series (dict[str, list[float]]): legend label -> one value per block (``nan`` = gap).
+        block_names (Sequence[str]): x-axis labels.
+        series (dict[str, Values]): legend label -> one value per block (``nan`` = gap).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(block_names) + 3), 4.2))
@@ -121,7 +127,7 @@ def per_block_lines(block_names, series, path, ylabel, title, hline=None,
     return _save(fig, path)
 
 
-def bar_chart(values, path, ylabel, title):
+def bar_chart(values: Dict[str, float], path: str, ylabel: str, title: str) -> str:
     """One bar per key of ``values`` (dict[str, float])."""
     plt = _pyplot()
     names = list(values)
@@ -138,13 +144,15 @@ def bar_chart(values, path, ylabel, title):
     return _save(fig, path)
 
 
-def frequency_profiles(freqs, profiles, path, title='Relative log amplitude of feature maps'):
+def frequency_profiles(freqs: Union[Values, Dict[str, Values]], profiles: Dict[str, Values],
+                       path: str, title: str = 'Relative log amplitude of feature maps') -> str:
     """Δ log amplitude vs normalised frequency, one curve per block coloured by depth
     (How-do-ViTs paper, Fig. 2a).
 
     Args:
-        freqs (list[float]): frequencies in units of π.
-        profiles (dict[str, list[float]]): block -> relative log amplitude per frequency.
+        freqs (Values | dict[str, Values]): frequencies in units of π, shared by the blocks
+            or per block (block -> its frequencies).
+        profiles (dict[str, Values]): block -> relative log amplitude per frequency.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -164,11 +172,12 @@ def frequency_profiles(freqs, profiles, path, title='Relative log amplitude of f
     return _save(fig, path)
 
 
-def attention_spectra(responses, path, title='Spectral response of attention maps'):
+def attention_spectra(responses: Dict[str, Values], path: str,
+                      title: str = 'Spectral response of attention maps') -> str:
     """||Λ_i|| per frequency band for each layer (anti-oversmoothing Fig. 2, 5).
 
     Args:
-        responses (dict[str, list[float]]): layer -> response per band (band 0 = DC), averaged
+        responses (dict[str, Values]): layer -> response per band (band 0 = DC), averaged
             over heads and samples.
     """
     plt = _pyplot()
@@ -188,12 +197,13 @@ def attention_spectra(responses, path, title='Spectral response of attention map
     return _save(fig, path)
 
 
-def noise_robustness(freqs, drops, path, title='Accuracy drop under frequency-band noise'):
+def noise_robustness(freqs: Values, drops: Dict[str, Values], path: str,
+                     title: str = 'Accuracy drop under frequency-band noise') -> str:
     """Accuracy drop vs the noise band's centre frequency (How-do-ViTs paper, Fig. 2b).
 
     Args:
-        freqs (list[float]): band centres in units of π.
-        drops (dict[str, list[float]]): label -> drop in accuracy (percentage points) per band.
+        freqs (Values): band centres in units of π.
+        drops (dict[str, Values]): label -> drop in accuracy (percentage points) per band.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
@@ -207,11 +217,12 @@ def noise_robustness(freqs, drops, path, title='Accuracy drop under frequency-ba
     return _save(fig, path)
 
 
-def training_curves(curves, path, ylabel, title, max_series=12, xlabel='training iteration'):
+def training_curves(curves: Dict[str, Tuple[Sequence[int], Values]], path: str, ylabel: str,
+                    title: str, max_series: int = 12, xlabel: str = 'training iteration') -> str:
     """Scalar curves over training iterations (or epochs: ``xlabel``), one line per series.
 
     Args:
-        curves (dict[str, tuple[list[int], list[float]]]): label -> ``(steps, values)``.
+        curves (dict[str, tuple[Sequence[int], Values]]): label -> ``(steps, values)``.
         max_series (int): more series than this are drawn in a depth colour map with a
             legend showing only the first and the last.
         xlabel (str): what the steps count.
