@@ -16,7 +16,7 @@ Swin's window attention (mmpretrain's and mmdet's ``WindowMSA``, inside ``ShiftW
 shift mask: its output *is* the map, ``(B · windows, H, n, n)``, and is read as such.
 """
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -26,7 +26,8 @@ from .blocks import find_blocks
 from .trajectory import RecorderBase, opaque_to_compiler
 
 
-def attention_from_qkv(qkv, num_heads, scale=None):
+def attention_from_qkv(qkv: torch.Tensor, num_heads: int,
+                       scale: Optional[float] = None) -> torch.Tensor:
     """``softmax(q kᵀ · scale)`` from a fused ``qkv`` projection output ``(B, N, 3 C)``.
 
     Args:
@@ -49,7 +50,7 @@ def attention_from_qkv(qkv, num_heads, scale=None):
     return torch.softmax((q * scale) @ k.transpose(-2, -1), dim=-1)
 
 
-def softmax_column_cosine_similarity(attn, eps=1e-12):
+def softmax_column_cosine_similarity(attn: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """M_attn of attention maps with non-negative entries (softmax outputs), in O(N²) a map.
 
     The value of :func:`~mmstiff.analysis.attention_column_cosine_similarity` (anti-oversmoothing
@@ -97,7 +98,8 @@ class AttentionModule(NamedTuple):
     lenient: bool = False
 
 
-def attention_modules(model, select=None):
+def attention_modules(model: nn.Module,
+                      select: Optional[Sequence[str]] = None) -> List[AttentionModule]:
     """:class:`AttentionModule` ``(layer name, attention module)`` records of the transformer
     layers of ``model`` whose names match the ``fnmatch`` patterns ``select`` (None: all)."""
     patterns = check_patterns('select', select, what='layer names')
@@ -116,7 +118,7 @@ def attention_modules(model, select=None):
     return found
 
 
-def readable_attention(attn):
+def readable_attention(attn: nn.Module) -> bool:
     """Whether :class:`AttentionRecorder` can read the maps of ``attn``: it stores them, gives
     ``attention_map(x)``, has a softmax module, or a fused ``qkv`` projection with
     ``num_heads``."""
@@ -125,6 +127,10 @@ def readable_attention(attn):
             or isinstance(getattr(attn, 'softmax', None), nn.Softmax)
             or isinstance(getattr(attn, 'qkv', None), nn.Module)
             and isinstance(getattr(attn, 'num_heads', None), int))
+
+
+#: ``(layer name, attn (B, H, N, N)) -> Any``, what :class:`AttentionRecorder` keeps of a map
+_Reduce = Callable[[str, torch.Tensor], Any]
 
 
 def _scale_of(attn):
@@ -147,7 +153,8 @@ class AttentionRecorder(RecorderBase):
             attention (Swin), whose maps are read per window, keeps every window.
     """
 
-    def __init__(self, model, reduce=None, select=None, num_samples=None):
+    def __init__(self, model: nn.Module, reduce: Optional[_Reduce] = None,
+                 select: Optional[Sequence[str]] = None, num_samples: Optional[int] = None):
         self.modules = attention_modules(model, select)
         if not self.modules:
             raise ValueError(f'{type(model).__name__} has no transformer layer with an `attn` '
@@ -169,10 +176,10 @@ class AttentionRecorder(RecorderBase):
             self._add_hooks(found.name, found.module, found.lenient)
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return bool(self._handles)
 
-    def start(self):
+    def start(self) -> 'AttentionRecorder':
         if self.active:
             return self
         for module, sink in self._map_sinks:
@@ -184,7 +191,7 @@ class AttentionRecorder(RecorderBase):
                 register_forward_hook(hook))
         return self
 
-    def stop(self):
+    def stop(self) -> 'AttentionRecorder':
         for handle in self._handles:
             handle.remove()
         for module, sink in self._map_sinks:

@@ -8,7 +8,7 @@ upstream ResNet blocks and Swin layers among them, :func:`register_block_type`, 
 here imports a model. The kinds of block and their states are in docs/diagnostics.md, "Which
 modules are steps".
 """
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
 
 import torch.nn as nn
 
@@ -40,6 +40,11 @@ _STEP_TYPES = []  # classes whose forward output is a step size
 _GATE_TYPES = {}  # class -> name of its submodule whose output is a step size (SE gates)
 _GATE_NAMES = dict(UPSTREAM_GATES)  # 'module.QualName' -> gate name
 
+#: a block's kind: one of :data:`BLOCK_KINDS`, or the ``BlockSpec`` of its steps
+_Kind = Union[str, BlockSpec]
+#: a config's ``block_types``: ``{class name: kind | BlockSpec | dict}`` or a list of names
+_BlockTypes = Union[dict, Sequence[str]]
+
 
 class ResidualBlock(NamedTuple):
     """A residual block found in a network: its module name, the module, its kind and, for a
@@ -56,7 +61,8 @@ def _check_module_class(cls):
     return cls
 
 
-def register_block_type(cls, kind='conv'):
+def register_block_type(cls: Union[Type[nn.Module], str],
+                        kind: _Kind = 'conv') -> Union[Type[nn.Module], str]:
     """Declare ``cls`` (and its subclasses) a residual block of ``kind`` (``'conv'``,
     ``'preact'`` or ``'transformer'``, or a :class:`~mmstiff.analysis.step_specs.BlockSpec`
     of its steps); see the module docstring for what each kind reads.
@@ -84,7 +90,7 @@ def check_block_kind(kind: Any, where: str = 'kind') -> Any:
     return kind
 
 
-def register_step_type(cls):
+def register_step_type(cls: Type[nn.Module]) -> Type[nn.Module]:
     """Declare ``cls`` (and its subclasses) a step-size source: the output of its forward is
     the step size Δ_t of the block it sits in (for classes without :data:`STEP_SOURCE_ATTR`).
     Returns ``cls``."""
@@ -93,7 +99,7 @@ def register_step_type(cls):
     return cls
 
 
-def register_step_gate(cls, gate):
+def register_step_gate(cls: Type[nn.Module], gate: str) -> Type[nn.Module]:
     """Declare the submodule ``gate`` of every ``cls`` module a step-size source (the sigmoid
     gate of an SE layer, read with ``read_se_gates``). Returns ``cls``."""
     _check_module_class(cls)
@@ -137,7 +143,8 @@ def _residual_here(module, spec):
     return bool(getattr(module, spec.residual, False))
 
 
-def block_reading(module, declared=None):
+def block_reading(module: nn.Module,
+                  declared: Optional[dict] = None) -> Tuple[Optional[str], Optional[BlockSpec]]:
     """``(kind, spec)`` of ``module``: its kind (:data:`BLOCK_KINDS`) and the ``BlockSpec`` it
     is read by (None for the three built-in readings), or ``(None, None)`` if it is no
     residual block (an inverted residual whose shapes change is none). ``declared``: a
@@ -164,12 +171,12 @@ def block_spec(module: nn.Module, declared: Optional[dict] = None) -> Optional[B
     return kind if isinstance(kind, BlockSpec) else None
 
 
-def block_kind(module):
+def block_kind(module: nn.Module) -> Optional[str]:
     """``'conv'``, ``'preact'``, ``'transformer'`` or None (not a registered residual block)."""
     return block_reading(module)[0]
 
 
-def is_residual_block(module):
+def is_residual_block(module: nn.Module) -> bool:
     """Whether ``module`` is a residual block of a registered kind (registry-free predicate)."""
     return block_kind(module) is not None
 
@@ -183,22 +190,23 @@ def _first_submodule(module, names):
     return None
 
 
-def shortcut_of(block):
+def shortcut_of(block: nn.Module) -> Optional[nn.Module]:
     """The projection shortcut submodule of a conv block, or None (identity shortcut)."""
     return _first_submodule(block, SHORTCUT_NAMES)
 
 
-def activation_of(block):
+def activation_of(block: nn.Module) -> Optional[nn.Module]:
     """The activation module applied after the add of a post-activation block, or None."""
     return _first_submodule(block, ('relu', ))
 
 
-def second_norm_of(layer):
+def second_norm_of(layer: nn.Module) -> Optional[nn.Module]:
     """The pre-norm of a transformer layer's MLP branch, or None if it has none we know."""
     return _first_submodule(layer, SECOND_NORM_NAMES)
 
 
-def find_blocks(model, is_block=None, block_types=None):
+def find_blocks(model: nn.Module, is_block: Optional[Callable[[nn.Module], Any]] = None,
+                block_types: Optional[_BlockTypes] = None) -> List[ResidualBlock]:
     """:class:`ResidualBlock` ``(name, module, kind, spec)`` records of the residual blocks of
     ``model``, outermost first.
 
@@ -208,8 +216,9 @@ def find_blocks(model, is_block=None, block_types=None):
         model (nn.Module): any network (a backbone, a classifier, a detector).
         is_block (callable, optional): ``module -> kind | BlockSpec | None`` (or a bool, read
             as ``'conv'``), replacing the class-based :func:`block_reading`.
-        block_types (dict, optional): ``{class name or full name: kind | BlockSpec}`` declared
-            by a config, searched before everything else (:func:`block_types_of`).
+        block_types (dict | Sequence[str], optional): ``{class name or full name: kind |
+            BlockSpec}`` declared by a config (or a list of class names), searched before
+            everything else (:func:`block_types_of`).
     """
     declared = block_types_of(block_types)
     found = []
@@ -235,7 +244,7 @@ def find_blocks(model, is_block=None, block_types=None):
     return found
 
 
-def block_types_of(block_types):
+def block_types_of(block_types: Optional[_BlockTypes]) -> Optional[Dict[str, _Kind]]:
     """The ``{class name: kind | BlockSpec}`` of a config's ``block_types``: a dict whose
     values are kinds, ``BlockSpec``s or dicts of a spec's fields (``steps`` as dicts of
     :class:`~mmstiff.analysis.step_specs.Step` fields), or a list of class names (each
@@ -305,7 +314,7 @@ def _is_step_source(module):
         module, tuple(_STEP_TYPES))
 
 
-def step_sources(block, read_se_gates=True):
+def step_sources(block: nn.Module, read_se_gates: bool = True) -> List[nn.Module]:
     """Submodules of ``block`` whose forward output is a step size Δ_t, in registration order.
 
     These are the step-size adaptors (outermost ones), plus (with ``read_se_gates``) the sigmoid

@@ -5,12 +5,15 @@ trajectory recorder, and :func:`variance_trajectory` orders its outputs into the
 How-do-ViTs paper's Fig. 9.
 """
 from collections import OrderedDict
-from typing import NamedTuple, Tuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from mmstiff.utils.checks import check_non_negative_int
 from mmstiff.utils.layout import check_layout, infer_layout
+
+if TYPE_CHECKING:
+    from .trajectory import StepRecord
 
 #: name of the state that enters the first recorded step.
 INPUT = 'input'
@@ -37,7 +40,8 @@ class StepVariance(NamedTuple):
     shape: Tuple[int, ...]
 
 
-def feature_map_variance(x, layout=None, num_extra_tokens=0):
+def feature_map_variance(x: torch.Tensor, layout: Optional[str] = None,
+                         num_extra_tokens: int = 0) -> torch.Tensor:
     """Per-sample feature-map variance: over positions per channel (unbiased), mean over
     channels.
 
@@ -65,7 +69,7 @@ def feature_map_variance(x, layout=None, num_extra_tokens=0):
     return x[:, num_extra_tokens:].var(dim=1).mean(dim=1)
 
 
-def step_variance(record, num_extra_tokens=0):
+def step_variance(record: 'StepRecord', num_extra_tokens: int = 0) -> StepVariance:
     """A ``reduce`` for :class:`~mmstiff.analysis.TrajectoryRecorder`: the
     :class:`StepVariance` of one :class:`~mmstiff.analysis.StepRecord`.
 
@@ -93,7 +97,8 @@ class VarianceState(NamedTuple):
     variance: torch.Tensor
 
 
-def variance_trajectory(outputs):
+def variance_trajectory(
+        outputs: Mapping[str, Sequence[StepVariance]]) -> 'OrderedDict[str, VarianceState]':
     """The states of the trajectory, in order, from a recorder's outputs of
     :func:`step_variance`.
 

@@ -5,19 +5,20 @@ Layouts: ``'nchw'`` for ``(B, C, H, W)`` maps, ``'nlc'`` for ``(B, N, C)`` token
 """
 import functools
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from mmstiff.utils.layout import infer_layout, pool_state
-from .triton_spectrum import high_frequency_ratio_of, spectrum_sums_apply, try_spectrum_sums
+from .triton_spectrum import (SpectrumSums, high_frequency_ratio_of, spectrum_sums_apply,
+                              try_spectrum_sums)
 
 LOG_EPS = 1e-6
 CONVENTIONS = ('exact', 'paper')
 
 
-def check_convention(convention):
+def check_convention(convention: str) -> str:
     """``convention`` if it is ``'exact'`` or ``'paper'``; else ``ValueError``."""
     if not isinstance(convention, str) or convention not in CONVENTIONS:
         raise ValueError(f'convention={convention!r} is not supported; expected one of '
@@ -26,13 +27,13 @@ def check_convention(convention):
     return convention
 
 
-def diagonal_length(size, convention='exact'):
+def diagonal_length(size: int, convention: str = 'exact') -> int:
     """Number of points of the centre-to-corner diagonal: ``size // 2 + 1`` (``'exact'``) or
     ``size - size // 2`` (``'paper'``: the notebook's ``diag()[int(h/2):]``)."""
     return size // 2 + 1 if check_convention(convention) == 'exact' else size - size // 2
 
 
-def diagonal_indices(size, convention='exact'):
+def diagonal_indices(size: int, convention: str = 'exact') -> torch.Tensor:
     """Row (= column) indices, in a ``fftshift``-ed ``size × size`` spectrum, of the diagonal
     points from the centre outwards: towards the top-left corner (``'exact'``) or the
     bottom-right one (``'paper'``)."""
@@ -42,13 +43,13 @@ def diagonal_indices(size, convention='exact'):
     return torch.arange(centre, -1, -1)
 
 
-def dc_component(x, layout=None):
+def dc_component(x: torch.Tensor, layout: Optional[str] = None) -> torch.Tensor:
     """``DC[X]``: the mean over tokens (``'nlc'``) or spatial positions (``'nchw'``), kept
     broadcastable against ``x``; the layout is inferred from ``x.dim()`` when None."""
     return pool_state(x, layout or infer_layout(x))
 
 
-def high_frequency_ratio(x, layout=None):
+def high_frequency_ratio(x: torch.Tensor, layout: Optional[str] = None) -> torch.Tensor:
     """Per-sample ``||HC[X]||_F / ||X||_F`` (docs/methods.md §8; anti-oversmoothing Appendix G.3).
 
     Args:
@@ -65,7 +66,8 @@ def high_frequency_ratio(x, layout=None):
             torch.linalg.vector_norm(x.flatten(1), dim=1))
 
 
-def tokens_to_maps(x, num_extra_tokens=0, grid=None):
+def tokens_to_maps(x: torch.Tensor, num_extra_tokens: int = 0,
+                   grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """Turn ``(B, N, C)`` tokens into ``(B, C, H, W)`` maps, dropping the leading extra tokens.
 
     Args:
@@ -90,7 +92,7 @@ def tokens_to_maps(x, num_extra_tokens=0, grid=None):
     return patches.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
 
 
-def log_amplitude_spectrum(maps):
+def log_amplitude_spectrum(maps: torch.Tensor) -> torch.Tensor:
     """``mean_{batch, channels} fftshift(log(|fft2(maps)| + 1e-6))``, an ``(H, W)`` tensor.
 
     The How-do-ViTs paper's reference code (Fig. 2a, 8) computes exactly this before taking
@@ -103,7 +105,7 @@ def log_amplitude_spectrum(maps):
     return torch.fft.fftshift(log_amp)
 
 
-def diagonal_frequencies(size, convention='exact'):
+def diagonal_frequencies(size: int, convention: str = 'exact') -> torch.Tensor:
     """Normalised frequencies (in units of π) of the centre-to-corner diagonal of a shifted
     ``size × size`` spectrum: ``2k / size`` for ``k = 0 .. size // 2``.
 
@@ -116,7 +118,7 @@ def diagonal_frequencies(size, convention='exact'):
     return torch.arange(size // 2 + 1, dtype=torch.float64) * 2.0 / size
 
 
-def diagonal_log_amplitude(maps, convention='exact'):
+def diagonal_log_amplitude(maps: torch.Tensor, convention: str = 'exact') -> torch.Tensor:
     """``mean_{batch, channels} log(|F(-k, -k)| + 1e-6)`` for ``k = 0 .. size // 2``
     (``convention='paper'``: ``k = 0 .. size - size // 2 - 1``, the notebook's points).
 
@@ -138,7 +140,8 @@ def diagonal_log_amplitude(maps, convention='exact'):
     return torch.log(diag.abs() + LOG_EPS).mean(dim=(0, 1)).double()
 
 
-def log_amplitude_profile(maps, convention='exact'):
+def log_amplitude_profile(maps: torch.Tensor,
+                          convention: str = 'exact') -> Tuple[torch.Tensor, torch.Tensor]:
     """Relative log amplitude along the diagonal from frequency 0 to 1.0π (docs/methods.md §8).
 
     Takes the diagonal of :func:`log_amplitude_spectrum` from the centre towards the
@@ -175,9 +178,9 @@ def _end_bin_weights(size, device, dtype, k=None):
 
 @functools.lru_cache(maxsize=16)
 def _end_bin_rows(size, device, dtype, k):
-    """:func:`_end_bin_weights` as ``(3, size * size)`` rows, contiguous: ``F.linear`` reads
-    them several times faster than a ``(..., n) @ (n, 3)`` product reads the columns. Made on
-    ``device`` itself: no copy from the host, which on a GPU would wait for it."""
+    """:func:`_end_bin_weights` as ``(3, size * size)`` rows, contiguous, for ``F.linear``
+    (rows, not the columns of a ``(..., n) @ (n, 3)`` product). Made on ``device`` itself: no
+    copy from the host, which on a GPU would wait for it."""
     pos = torch.arange(size, dtype=torch.float64, device=device)
     angle = (pos[:, None] + pos[None, :]).flatten() * (2.0 * math.pi * k / size)
     return torch.stack([torch.ones_like(angle), torch.cos(angle), torch.sin(angle)]).to(dtype)
@@ -197,7 +200,9 @@ def _square_side(num_patches, num_extra_tokens, grid):
     return h
 
 
-def diagonal_end_bins(x, num_extra_tokens=0, grid=None, convention='exact'):
+def diagonal_end_bins(x: torch.Tensor, num_extra_tokens: int = 0, grid: Optional[Tuple[int,
+                                                                                       int]] = None,
+                      convention: str = 'exact') -> torch.Tensor:
     """The two ends of the diagonal of every channel's 2-D spectrum, ``(B, C, 3)`` float32.
 
     Column 0 is ``F(0, 0)``, the sum of the map; columns 1 and 2 are the real and imaginary
@@ -244,7 +249,9 @@ class FrequencySummary(NamedTuple):
     end_bins: Optional[torch.Tensor]
 
 
-def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
+def frequency_summary(x: torch.Tensor, num_extra_tokens: int = 0, grid: Optional[Tuple[int,
+                                                                                       int]] = None,
+                      convention: str = 'exact') -> FrequencySummary:
     """:func:`high_frequency_ratio` and :func:`diagonal_end_bins` of one state, together.
 
     Fewer passes over the state than the two functions one after the other: a map's DC
@@ -269,7 +276,9 @@ def frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
     return operator_frequency_summary(x, num_extra_tokens, grid, convention)
 
 
-def operator_frequency_summary(x, num_extra_tokens=0, grid=None, convention='exact'):
+def operator_frequency_summary(x: torch.Tensor, num_extra_tokens: int = 0,
+                               grid: Optional[Tuple[int, int]] = None,
+                               convention: str = 'exact') -> FrequencySummary:
     """:func:`frequency_summary` with PyTorch's operators on any device, for a caller that
     asked :func:`frequency_sums` already and got None (the same values as the kernel's)."""
     x = x.float()
@@ -298,7 +307,9 @@ def operator_frequency_summary(x, num_extra_tokens=0, grid=None, convention='exa
     return FrequencySummary(hf_ratio, bins)
 
 
-def frequency_sums(x, num_extra_tokens=0, grid=None, convention='exact'):
+def frequency_sums(x: torch.Tensor, num_extra_tokens: int = 0, grid: Optional[Tuple[int,
+                                                                                    int]] = None,
+                   convention: str = 'exact') -> Optional[SpectrumSums]:
     """The per-(sample, channel) sums :func:`frequency_summary` takes its values from on CUDA,
     for a caller that takes the ratios of many states at once: one Triton kernel reads the state
     (:class:`~mmstiff.analysis.triton_spectrum.SpectrumSums`; the ratio per sample is
@@ -337,7 +348,7 @@ def _summary_side(x, num_extra_tokens, grid):
     return None
 
 
-def delta_log_amplitudes(bins):
+def delta_log_amplitudes(bins: torch.Tensor) -> torch.Tensor:
     """Δ log amplitude from :func:`diagonal_end_bins`: ``(..., B, C, 3)`` -> ``(...)`` float64.
 
     ``mean_{B, C} log(|F(k, k)| + 1e-6) - mean_{B, C} log(|F(0, 0)| + 1e-6)``, the value of
@@ -352,7 +363,7 @@ def delta_log_amplitudes(bins):
     return high.double().mean(dim=(-2, -1)) - low
 
 
-def delta_log_amplitude(maps, convention='exact'):
+def delta_log_amplitude(maps: torch.Tensor, convention: str = 'exact') -> float:
     """Δ log amplitude at 1.0π: the last element of :func:`log_amplitude_profile`.
 
     With ``convention='paper'`` the value the authors' notebook labels 1.0π: the bin
@@ -374,7 +385,8 @@ def delta_log_amplitude(maps, convention='exact'):
     return float(delta_log_amplitudes(diagonal_end_bins(maps, convention=convention)))
 
 
-def as_maps(x, num_extra_tokens=0, grid=None):
+def as_maps(x: torch.Tensor, num_extra_tokens: int = 0,
+            grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """Feature maps of a state: ``x`` itself when 4-D, :func:`tokens_to_maps` when 3-D."""
     layout = infer_layout(x)
     if layout == 'nchw':

@@ -7,9 +7,10 @@ The trace (Hutchinson) and the whole spectrum's density (stochastic Lanczos quad
 """
 import contextlib
 import math
-from typing import NamedTuple, Tuple
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
+from torch.types import Device
 
 from mmstiff.utils.checks import check_positive_int
 from mmstiff.utils.reference_steps import reference_steps
@@ -21,6 +22,8 @@ TOL = 1e-3
 LANCZOS_STEPS = 50
 METHODS = ('power', 'lanczos')
 CRITERIA = ('eigenvalue', 'residual')
+#: ``v -> M v``: a symmetric operator on flat vectors
+_MatVec = Callable[[torch.Tensor], torch.Tensor]
 
 
 class EigenPairs(NamedTuple):
@@ -55,7 +58,7 @@ class HessianEigenvalues(NamedTuple):
 
 
 @contextlib.contextmanager
-def double_backward_kernels(*models):
+def double_backward_kernels(*models: torch.nn.Module) -> Iterator[None]:
     """Run the kernels that have a double backward inside: ``scaled_dot_product_attention``'s
     math kernel (the fused flash and memory-efficient kernels have none) and, in the residual
     blocks of ``models``, the reference step (the fused step's backward passes are not
@@ -70,7 +73,7 @@ def double_backward_kernels(*models):
             yield
 
 
-def flat_gradient(loss, params):
+def flat_gradient(loss: torch.Tensor, params: Iterable[torch.Tensor]) -> torch.Tensor:
     """``∇L`` as one flat vector, with its graph (``create_graph=True``) for the double backward;
     parameters the loss does not depend on get zeros."""
     params = list(params)
@@ -79,7 +82,8 @@ def flat_gradient(loss, params):
                       for p, g in zip(params, grads)])
 
 
-def hessian_vector_product(grad, params, vector):
+def hessian_vector_product(grad: torch.Tensor, params: Iterable[torch.Tensor],
+                           vector: torch.Tensor) -> torch.Tensor:
     """``H v``: the gradient of ``∇L · v`` (``grad`` from :func:`flat_gradient`), flat.
 
     The graph of ``grad`` is kept, so that the product can be taken again with other vectors.
@@ -93,7 +97,7 @@ def hessian_vector_product(grad, params, vector):
                       for p, h in zip(params, products)])
 
 
-def loss_hessian(loss, params):
+def loss_hessian(loss: torch.Tensor, params: Iterable[torch.Tensor]) -> Tuple[_MatVec, int]:
     """The operator ``v -> H v`` of the Hessian of the scalar ``loss`` in ``params`` (flat
     vectors of ``sum(p.numel())`` entries), and that size."""
     params = list(params)
@@ -123,8 +127,10 @@ def _random_unit(dim, generator, dtype, device, basis=()):
     return _unit(_orthogonalise(v, basis))
 
 
-def power_iteration(matvec, dim, num_eigs=1, max_iter=MAX_ITER, tol=TOL, generator=None,
-                    dtype=torch.float32, device=None, criterion='eigenvalue'):
+def power_iteration(matvec: _MatVec, dim: int, num_eigs: int = 1, max_iter: int = MAX_ITER,
+                    tol: float = TOL, generator: Optional[torch.Generator] = None,
+                    dtype: torch.dtype = torch.float32, device: Device = None,
+                    criterion: str = 'eigenvalue') -> EigenPairs:
     """The ``num_eigs`` eigenvalues of largest magnitude of a symmetric operator, by power
     iteration with deflation (PyHessian's algorithm).
 
@@ -179,8 +185,11 @@ def power_iteration(matvec, dim, num_eigs=1, max_iter=MAX_ITER, tol=TOL, generat
         tuple(converged))
 
 
-def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, generator=None,
-                             dtype=torch.float32, device=None):
+def most_negative_eigenvalue(matvec: _MatVec, dim: int, shift: Union[float, torch.Tensor],
+                             max_iter: int = MAX_ITER, tol: float = TOL,
+                             generator: Optional[torch.Generator] = None,
+                             dtype: torch.dtype = torch.float32,
+                             device: Device = None) -> Tuple[float, int, bool]:
     """The smallest eigenvalue ``λ_min`` of a symmetric operator ``M``: power iteration on
     ``M − s I`` with ``s = |shift|``, stopped on the residual.
 
@@ -199,7 +208,8 @@ def most_negative_eigenvalue(matvec, dim, shift, max_iter=MAX_ITER, tol=TOL, gen
     return float(pairs.values[0]) + s, pairs.iterations[0], pairs.converged[0]
 
 
-def lanczos_tridiagonal(matvec, start, steps=LANCZOS_STEPS):
+def lanczos_tridiagonal(matvec: _MatVec, start: torch.Tensor,
+                        steps: int = LANCZOS_STEPS) -> Tuple[torch.Tensor, torch.Tensor]:
     """``steps`` Lanczos steps on a symmetric operator from the unit vector ``start``: the
     diagonal ``α`` and off-diagonal ``β`` of ``T = Q_mᵀ M Q_m``, each new vector
     reorthogonalised against all the previous ones, twice.
@@ -232,7 +242,7 @@ def lanczos_tridiagonal(matvec, start, steps=LANCZOS_STEPS):
     return (torch.tensor(alphas, dtype=torch.float64), torch.tensor(betas, dtype=torch.float64))
 
 
-def tridiagonal(alphas, betas):
+def tridiagonal(alphas: torch.Tensor, betas: torch.Tensor) -> torch.Tensor:
     """The symmetric tridiagonal matrix with diagonal ``alphas`` and off-diagonal ``betas``."""
     t = torch.diag(alphas.double())
     if len(betas):
@@ -240,8 +250,9 @@ def tridiagonal(alphas, betas):
     return t
 
 
-def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=torch.float32,
-                        device=None):
+def lanczos_ritz_values(matvec: _MatVec, dim: int, steps: int = LANCZOS_STEPS,
+                        generator: Optional[torch.Generator] = None,
+                        dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
     """The Ritz values of ``steps`` Lanczos steps on a symmetric operator from a random start
     (:func:`lanczos_tridiagonal`). They interlace the spectrum and their extremes converge to
     ``λ_min`` and ``λ_max`` first; with ``steps = dim`` they are the whole spectrum.
@@ -255,15 +266,17 @@ def lanczos_ritz_values(matvec, dim, steps=LANCZOS_STEPS, generator=None, dtype=
     return torch.linalg.eigvalsh(tridiagonal(alphas, betas))
 
 
-def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_ITER, tol=TOL,
-                        generator=None, method='power', lanczos_steps=LANCZOS_STEPS):
+def hessian_eigenvalues(loss: torch.Tensor, params: Iterable[torch.Tensor], num_eigs: int = 5,
+                        negative: bool = False, max_iter: int = MAX_ITER, tol: float = TOL,
+                        generator: Optional[torch.Generator] = None, method: str = 'power',
+                        lanczos_steps: int = LANCZOS_STEPS) -> HessianEigenvalues:
     """The ``num_eigs`` Hessian eigenvalues of largest magnitude of one scalar ``loss`` (with its
     graph) in ``params``, and optionally the most negative one.
 
     Args:
         loss (Tensor): a scalar computed from ``params`` (e.g. the training loss of one batch
             plus :func:`~mmstiff.analysis.landscape.l2_penalty`).
-        params (Sequence[Tensor]): the parameters (requiring grad).
+        params (Iterable[Tensor]): the parameters (requiring grad).
         num_eigs (int): eigenvalues of largest magnitude to find (the paper: 5).
         negative (bool): also find ``λ_min``.
         max_iter, tol, generator: see :func:`power_iteration`.
@@ -306,7 +319,7 @@ def hessian_eigenvalues(loss, params, num_eigs=5, negative=False, max_iter=MAX_I
     return HessianEigenvalues(pairs.values, lowest, spent, converged)
 
 
-def negative_eigenvalue_proportion(values):
+def negative_eigenvalue_proportion(values: Union[torch.Tensor, Sequence[float]]) -> float:
     """NEP (How-do-ViTs paper, Appendix C.5): the share of the spectrum's eigenvalues that are
     negative, ``∫_{-∞}^0 p(λ) dλ``; nan for an empty spectrum."""
     values = torch.as_tensor(values, dtype=torch.float64).flatten()
@@ -315,7 +328,7 @@ def negative_eigenvalue_proportion(values):
     return float((values < 0).double().mean())
 
 
-def average_positive_eigenvalue(values):
+def average_positive_eigenvalue(values: Union[torch.Tensor, Sequence[float]]) -> float:
     """APE (How-do-ViTs paper, Appendix C.5): the mean of the positive eigenvalues,
     ``∫_0^∞ λ p(λ) dλ / ∫_0^∞ p(λ) dλ``; nan when none is positive."""
     values = torch.as_tensor(values, dtype=torch.float64).flatten()

@@ -13,9 +13,10 @@ only its top eigenvalues, in two ways, both here:
   :func:`density_on_grid` smooths them with a Gaussian into ``φ(t) = (1/n) Σ_l Σ_k τ_{l,k}
   g_σ(t − θ_{l,k})``, which integrates to 1.
 """
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
+from torch.types import Device
 
 from mmstiff.analysis.hessian import lanczos_tridiagonal, tridiagonal
 from mmstiff.utils.checks import check_positive_int
@@ -25,6 +26,8 @@ DISTRIBUTIONS = ('rademacher', 'gaussian')
 SLQ_STEPS = 100
 SLQ_RUNS = 1
 SIGMA_SQUARED = 1e-5
+#: ``v -> M v``: a symmetric operator on flat vectors
+_MatVec = Callable[[torch.Tensor], torch.Tensor]
 
 
 class TraceEstimate(NamedTuple):
@@ -67,8 +70,10 @@ def _check_distribution(distribution):
                          f'{DISTRIBUTIONS}')
 
 
-def hutchinson_trace(matvec, dim, num_samples=100, generator=None, dtype=torch.float32, device=None,
-                     distribution='rademacher'):
+def hutchinson_trace(matvec: _MatVec, dim: int, num_samples: int = 100,
+                     generator: Optional[torch.Generator] = None,
+                     dtype: torch.dtype = torch.float32, device: Device = None,
+                     distribution: str = 'rademacher') -> TraceEstimate:
     """Hutchinson's estimate of the trace of a symmetric operator.
 
     Args:
@@ -95,8 +100,9 @@ def hutchinson_trace(matvec, dim, num_samples=100, generator=None, dtype=torch.f
     return TraceEstimate(float(samples.mean()), error, samples)
 
 
-def slq_density(matvec, dim, num_runs=SLQ_RUNS, steps=SLQ_STEPS, generator=None,
-                dtype=torch.float32, device=None):
+def slq_density(matvec: _MatVec, dim: int, num_runs: int = SLQ_RUNS, steps: int = SLQ_STEPS,
+                generator: Optional[torch.Generator] = None, dtype: torch.dtype = torch.float32,
+                device: Device = None) -> SpectralDensity:
     """Stochastic Lanczos quadrature: per run, the Ritz values and their weights from a random
     Rademacher start scaled to unit norm (PyHessian's ``density``).
 
@@ -116,7 +122,7 @@ def slq_density(matvec, dim, num_runs=SLQ_RUNS, steps=SLQ_STEPS, generator=None,
     return SpectralDensity(nodes, weights, dim)
 
 
-def quadrature_moment(density, power):
+def quadrature_moment(density: SpectralDensity, power: int) -> float:
     """``(1/n) Σ_l Σ_k τ_{l,k} θ_{l,k}^power``: the estimate of ``tr(H^power) / dim`` (exact for
     one run's start ``v``: ``vᵀ H^power v`` while ``power < 2m``)."""
     return float(
@@ -124,13 +130,14 @@ def quadrature_moment(density, power):
             for t, w in zip(density.nodes, density.weights)) / len(density.nodes))
 
 
-def smoothing_width(density, sigma_squared=SIGMA_SQUARED):
+def smoothing_width(density: SpectralDensity, sigma_squared: float = SIGMA_SQUARED) -> float:
     """PyHessian's Gaussian width: ``σ² = sigma_squared · max(1, θ_max − θ_min)``."""
     theta = torch.cat(density.nodes)
     return (sigma_squared * max(1.0, float(theta.max() - theta.min())))**0.5
 
 
-def density_on_grid(density, grid, sigma):
+def density_on_grid(density: SpectralDensity, grid: Union[torch.Tensor, Sequence[float]],
+                    sigma: float) -> torch.Tensor:
     """``φ(t)`` on the points ``grid``: the quadrature smoothed by a Gaussian of width
     ``sigma``, averaged over the runs.
 

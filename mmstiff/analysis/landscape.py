@@ -6,7 +6,8 @@ buffers included.
 import contextlib
 import math
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import (Any, Callable, Iterable, Iterator, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 
@@ -22,6 +23,11 @@ EPS = 1e-10
 #: the How-do-ViTs authors' code adds 1e-7.
 PAPER_EPS = 1e-7
 
+#: a direction: a tensor per parameter, in order (or by name)
+_Direction = Union[Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
+#: the coordinates along one direction
+_Axis = Union[torch.Tensor, Sequence[float]]
+
 
 class Landscape(NamedTuple):
     """Losses on a grid of coordinates around the trained weights.
@@ -35,7 +41,7 @@ class Landscape(NamedTuple):
     losses: torch.Tensor
 
 
-def l2_penalty(params, weight_decays):
+def l2_penalty(params: Sequence[torch.Tensor], weight_decays: Sequence[float]) -> torch.Tensor:
     """The ``ℓ2`` term of the paper's ``NLL + ℓ2`` loss: ``Σ_i (λ_i / 2) ‖w_i‖²``.
 
     Args:
@@ -61,7 +67,8 @@ def l2_penalty(params, weight_decays):
     return total
 
 
-def param_weight_decays(params, param_groups, default=0.0):
+def param_weight_decays(params: Sequence[torch.Tensor], param_groups: Sequence[dict],
+                        default: float = 0.0) -> List[float]:
     """The weight decay of each parameter, read from a torch optimizer's ``param_groups``.
 
     Args:
@@ -81,8 +88,11 @@ def param_weight_decays(params, param_groups, default=0.0):
     return [decay_of.get(id(p), float(default)) for p in params]
 
 
-def filter_normalised_direction(named_params, generator=None, bias_bn='zero', exclude=None,
-                                convention='li'):
+def filter_normalised_direction(named_params: Union[Mapping[str, torch.Tensor],
+                                                    Iterable[Tuple[str, torch.Tensor]]],
+                                generator: Optional[torch.Generator] = None, bias_bn: str = 'zero',
+                                exclude: Optional[Sequence[str]] = None,
+                                convention: str = 'li') -> 'OrderedDict[str, torch.Tensor]':
     """A Gaussian random direction rescaled filter by filter to the weights' norms (Li et al.
     2018, Eq. 1; docs/methods.md §12), or across output channels as the How-do-ViTs authors'
     code does (``convention='paper'``).
@@ -128,7 +138,7 @@ def filter_normalised_direction(named_params, generator=None, bias_bn='zero', ex
     return directions
 
 
-def normalise_filters(direction, weight):
+def normalise_filters(direction: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``direction`` with each filter (slice along the first axis) rescaled to the norm of the
     same filter of ``weight``: ``d_j · ‖w_j‖ / (‖d_j‖ + ε)``."""
     if direction.shape != weight.shape or weight.dim() < 2:
@@ -140,7 +150,7 @@ def normalise_filters(direction, weight):
     return direction * (w_norm / (d_norm + EPS))
 
 
-def normalise_across_outputs(direction, weight):
+def normalise_across_outputs(direction: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The How-do-ViTs authors' ``normalize_filter``: ``direction`` rescaled, at every index of
     the axes after the first (an input channel and kernel position of a convolution, a column
     of a linear layer), to the norm of ``weight`` across the first axis (the output channels):
@@ -165,7 +175,7 @@ def _check_directions(params, directions):
 
 
 @contextlib.contextmanager
-def preserved_buffers(module):
+def preserved_buffers(module: 'torch.nn.Module') -> Iterator['torch.nn.Module']:
     """Restore ``module``'s buffers (BN running statistics, counters) on exit: a forward pass
     in training mode inside leaves the model as it was."""
     saved = [(b, b.detach().clone()) for b in module.buffers()]
@@ -178,12 +188,14 @@ def preserved_buffers(module):
 
 
 @contextlib.contextmanager
-def displaced(params, directions, coords):
+def displaced(params: Sequence[torch.Tensor], directions: Sequence[_Direction],
+              coords: Sequence[float]) -> Iterator[List[torch.Tensor]]:
     """Set ``params`` to ``w + Σ_k coords[k] · directions[k]`` inside, back to ``w`` on exit.
 
     Args:
         params (Sequence[Tensor]): the parameters, changed in place.
-        directions (Sequence[Sequence[Tensor]]): each a tensor per parameter.
+        directions (Sequence[Sequence[Tensor] | Mapping[str, Tensor]]): each a tensor per
+            parameter.
         coords (Sequence[float]): one coordinate per direction.
     """
     params = list(params)
@@ -207,7 +219,7 @@ def displaced(params, directions, coords):
                 p.copy_(w)
 
 
-def grid_coordinates(span, steps):
+def grid_coordinates(span: float, steps: int) -> torch.Tensor:
     """``steps`` evenly spaced coordinates in ``[-span, span]`` (0 included for odd steps)."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise ValueError(f'steps={steps!r} is not supported; expected an int >= 2')
@@ -217,7 +229,9 @@ def grid_coordinates(span, steps):
     return torch.linspace(-span, span, steps, dtype=torch.float64)
 
 
-def loss_landscape(loss_fn, params, directions, coords, on_point=None):
+def loss_landscape(loss_fn: Callable[[], float], params: Sequence[torch.Tensor],
+                   directions: Sequence[_Direction], coords: Sequence[_Axis],
+                   on_point: Optional[Callable[[], Any]] = None) -> Landscape:
     """The loss at ``w + α d₁ (+ β d₂)`` for every point of a 1-D or 2-D grid.
 
     Args:
@@ -226,7 +240,7 @@ def loss_landscape(loss_fn, params, directions, coords, on_point=None):
         params (Sequence[Tensor]): the parameters, perturbed in place and restored.
         directions (Sequence): one or two directions, each a sequence (or dict) of tensors
             shaped like ``params``.
-        coords (Sequence[Tensor]): the coordinates along each direction.
+        coords (Sequence[Tensor | Sequence[float]]): the coordinates along each direction.
         on_point (callable, optional): called with no argument after each point (a progress
             bar).
 

@@ -1,19 +1,20 @@
 """Frequency-band noise, exact Chebyshev bands or the authors' convention (docs/methods.md §8)."""
 import math
+from typing import Optional, Tuple
 
 import torch
 
 from .frequency import check_convention
 
 
-def normalised_frequency_radius(height, width):
+def normalised_frequency_radius(height: int, width: int) -> torch.Tensor:
     """``(H, W)`` Chebyshev radius ``max(|ω_y|, |ω_x|)`` in units of π, unshifted FFT layout."""
     fy = torch.fft.fftfreq(height, dtype=torch.float64).abs() * 2.0
     fx = torch.fft.fftfreq(width, dtype=torch.float64).abs() * 2.0
     return torch.maximum(fy[:, None], fx[None, :])
 
 
-def centred_squares_mask(size, freq, width_band):
+def centred_squares_mask(size: int, freq: float, width_band: float) -> torch.Tensor:
     """The authors' ``FreqAttack`` band (``convention='paper'``, module docstring): a boolean
     ``(size, size)`` mask, unshifted FFT layout, for an even ``size``."""
     f, s = freq * math.pi, width_band / 2.0 * math.pi
@@ -28,7 +29,8 @@ def centred_squares_mask(size, freq, width_band):
     return (in_outer[:, None] & in_outer[None, :]) & ~(in_inner[:, None] & in_inner[None, :])
 
 
-def frequency_band_mask(height, width, freq, width_band=0.1, convention='exact'):
+def frequency_band_mask(height: int, width: int, freq: float, width_band: float = 0.1,
+                        convention: str = 'exact') -> torch.Tensor:
     """Boolean ``(H, W)`` mask of the band ``[freq - width_band/2, freq + width_band/2)``.
 
     Args:
@@ -66,8 +68,10 @@ def frequency_band_mask(height, width, freq, width_band=0.1, convention='exact')
     return mask
 
 
-def frequency_band_noise(shape, freq, eps, width_band=0.1, generator=None, dtype=torch.float32,
-                         convention='exact'):
+def frequency_band_noise(shape: Tuple[int, ...], freq: float, eps: float, width_band: float = 0.1,
+                         generator: Optional[torch.Generator] = None,
+                         dtype: torch.dtype = torch.float32,
+                         convention: str = 'exact') -> torch.Tensor:
     """Noise confined to one frequency band: ``Re(F^{-1}(M_f ⊙ F(ε · sign(N(0, 1)))))``.
 
     Args:

@@ -3,9 +3,11 @@
 A recorder reduces every step of a recorded pass while the network runs; a reduction that needs
 a temporary the size of a state (the NSI's difference ``x_{t+1} - x_t``) would otherwise get a
 fresh allocation per step. On the CPU a large allocation is mapped anew and faulted in page by
-page each time, which costs as much as the arithmetic; one buffer reused from step to step is
-faulted in once and stays in the cache between the write and the read that follows.
+page each time; one buffer reused from step to step is faulted in once and stays in the cache
+between the write and the read that follows.
 """
+from typing import Tuple
+
 import torch
 
 
@@ -22,7 +24,7 @@ class ScratchBuffer:
         self._flat = None
         self._last = None  # (shape, device, view) of the last request
 
-    def take(self, shape, device):
+    def take(self, shape: Tuple[int, ...], device: torch.device) -> torch.Tensor:
         """A float32 view of ``shape`` on ``device``; its values are undefined. A request like
         the last one gets the same view (the blocks of a stage ask for one shape in turn)."""
         last = self._last
@@ -40,11 +42,11 @@ class ScratchBuffer:
         self._last = shape, device, view
         return view
 
-    def release(self):
+    def release(self) -> None:
         """Free the buffer (the next :meth:`take` makes a new one)."""
         self._flat = self._last = None
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes held (0 when released)."""
         return 0 if self._flat is None else self._flat.numel() * self._flat.element_size()

@@ -41,7 +41,7 @@ def _mean_offdiagonal_abs_cosine(vectors, eps=1e-12):
     return total / (n * (n - 1))
 
 
-def token_cosine_similarity(x):
+def token_cosine_similarity(x: torch.Tensor) -> torch.Tensor:
     """M_feat per sample (anti-oversmoothing Eq. 76).
 
     Args:
@@ -56,7 +56,7 @@ def token_cosine_similarity(x):
     return _mean_offdiagonal_abs_cosine(x)
 
 
-def attention_column_cosine_similarity(attn):
+def attention_column_cosine_similarity(attn: torch.Tensor) -> torch.Tensor:
     """M_attn per sample (anti-oversmoothing Eq. 75), averaged over heads.
 
     Args:
@@ -73,14 +73,14 @@ def attention_column_cosine_similarity(attn):
     return _mean_offdiagonal_abs_cosine(columns).mean(dim=-1)
 
 
-def dft_matrix(n, dtype=torch.complex128):
+def dft_matrix(n: int, dtype: torch.dtype = torch.complex128) -> torch.Tensor:
     """The unitary DFT matrix, rows ``f_k = exp(-2πj k m / n) / sqrt(n)``."""
     k = torch.arange(n, dtype=torch.float64)
     angle = -2.0 * torch.pi * torch.outer(k, k) / n
     return torch.polar(torch.full_like(angle, n**-0.5), angle).to(dtype)
 
 
-def attention_spectral_response(attn):
+def attention_spectral_response(attn: torch.Tensor) -> torch.Tensor:
     """Spectral response ``||Λ_i||_2`` of attention maps, ``Λ = F A F^{-1}`` (Appendix F.2).
 
     Args:

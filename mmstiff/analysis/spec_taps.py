@@ -7,7 +7,7 @@ step when the block's forward ends. A tap that the pass did not reach, or a step
 states differ in shape, raises ``ValueError`` naming the block: such a block is not read as
 its spec says, and its numbers would not mean what they seem to.
 """
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -34,7 +34,7 @@ def _submodule(block_name, block, path, what):
                          'steps")') from None
 
 
-def first_tensor(value):
+def first_tensor(value: Any) -> Optional[torch.Tensor]:
     """``value`` if a tensor, else the first tensor of a (nested) tuple or list's first items
     (a block that takes its branches' states as a list, as TridentNet's does), else None."""
     while isinstance(value, (tuple, list)) and value:
@@ -123,7 +123,7 @@ class SpecReader:
         return names
 
     # ------------------------------------------------------------------ hooks
-    def hooks(self):
+    def hooks(self) -> List[Tuple[nn.Module, str, Callable]]:
         """``(module, kind, hook)`` registrations: kind ``'pre'`` (with kwargs), ``'post'``."""
         regs = [(self.block, 'pre', self._enter)]
         for path, module in self._subs.items():
@@ -179,7 +179,7 @@ class SpecReader:
 
         return leave
 
-    def leave(self, output) -> Optional[List[SpecStep]]:
+    def leave(self, output: Any) -> Optional[List[SpecStep]]:
         """The steps of the pass that just ended (``output``: the block's output), or None if
         no pass was open."""
         values, self._values = self._values, None

@@ -5,7 +5,7 @@ over seeds (Welch intervals, equivalence tests, power, q-values) is
 :mod:`mmstiff.studies.statistics`.
 """
 import math
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -32,12 +32,12 @@ def _values(values, name='values'):
     return values
 
 
-def mean(values):
+def mean(values: Iterable[float]) -> float:
     """Arithmetic mean of a non-empty sequence."""
     return float(np.mean(_values(values)))
 
 
-def sample_variance(values):
+def sample_variance(values: Iterable[float]) -> Optional[float]:
     """Unbiased sample variance (divisor ``n - 1``); None for fewer than two values."""
     values = _values(values)
     if len(values) < 2:
@@ -45,19 +45,19 @@ def sample_variance(values):
     return float(np.var(values, ddof=1))
 
 
-def sample_std(values):
+def sample_std(values: Iterable[float]) -> Optional[float]:
     """Sample standard deviation (divisor ``n - 1``); None for fewer than two values."""
     var = sample_variance(values)
     return None if var is None else math.sqrt(var)
 
 
-def summarize(values):
+def summarize(values: Iterable[float]) -> Summary:
     """:class:`Summary` ``(n, mean, std)`` of a non-empty sequence."""
     values = _values(values)
     return Summary(len(values), mean(values), sample_std(values))
 
 
-def pointwise_summary(series: Sequence[Mapping]):
+def pointwise_summary(series: Sequence[Mapping]) -> PointwiseSummary:
     """Mean and std at every x of several ``{x: y}`` series (e.g. one curve per seed).
 
     The x values are the union over the series: sorted when they are all numbers, else in the

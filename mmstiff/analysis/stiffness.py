@@ -3,13 +3,21 @@
 Tensors in, tensors (per sample) or Python floats (over the data) out; TNS in its closed form.
 """
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
+from torch.types import Device
 
+from mmstiff.utils.step_sums import StepSums
 from .stiffness_sums import StiffnessNorms, channel_step, stiffness_norms_from_sums
 from .triton_sums import state_sums_apply, try_state_sums
+
+if TYPE_CHECKING:
+    from .scratch import ScratchBuffer
+
+#: a step size Δ_t: a number, or a tensor broadcastable against the states
+_StepSize = Union[torch.Tensor, float]
 
 
 class TrajectoryStatistics(NamedTuple):
@@ -36,14 +44,15 @@ def _check_tensor(name, value, min_dim=1):
 
 def _broadcasts_to(shape, target):
     """Whether ``shape`` broadcasts to ``target`` unchanged, by the rule
-    ``torch.broadcast_shapes`` applies (trailing sizes equal or 1), in plain Python: the
-    recorders check every step's Δ, and ``torch.broadcast_shapes`` costs ~40 µs a call."""
+    ``torch.broadcast_shapes`` applies (trailing sizes equal or 1), in plain Python, without a
+    torch call: the recorders check every step's Δ."""
     if len(shape) > len(target):
         return False
     return all(size in (1, full) for size, full in zip(reversed(shape), reversed(target)))
 
 
-def neural_stiffness_index(x_t, x_next, step=None):
+def neural_stiffness_index(x_t: torch.Tensor, x_next: torch.Tensor,
+                           step: Optional[_StepSize] = None) -> torch.Tensor:
     """Per-sample NSI of one Euler step, ζ_NSI(x_t) (Appendix B, Lemma 1; docs/methods.md §5).
 
     Args:
@@ -64,7 +73,8 @@ def neural_stiffness_index(x_t, x_next, step=None):
     return norms.slope / norms.state
 
 
-def stiffness_norms(x_t, x_next, step=None, scratch=None):
+def stiffness_norms(x_t: torch.Tensor, x_next: torch.Tensor, step: Optional[_StepSize] = None,
+                    scratch: Optional['ScratchBuffer'] = None) -> StiffnessNorms:
     """The numerator and denominator of the NSI, ``(||(x_next - x_t)/Δ_t||, ||x_t||)`` per sample.
 
     :func:`neural_stiffness_index` is their ratio; keeping the two ``(B,)`` norms lets a caller
@@ -107,7 +117,8 @@ def stiffness_norms(x_t, x_next, step=None, scratch=None):
     return StiffnessNorms(torch.linalg.vector_norm(part.flatten(1), dim=1), state)
 
 
-def kernel_step_sums(x_t, x_next, step=None):
+def kernel_step_sums(x_t: torch.Tensor, x_next: torch.Tensor,
+                     step: Optional[_StepSize] = None) -> Optional[StepSums]:
     """The per-(sample, channel) sums of squares :func:`stiffness_norms` takes its norms from
     where it runs the Triton kernel (CUDA; (B, C, H, W) maps or (B, N, C) tokens; Δ_t constant
     over the pooled axes), for a caller that takes the norms of many steps at once
@@ -174,7 +185,7 @@ def _as_float(x):
     return x if x.dtype == torch.float32 else x.float()
 
 
-def mean_step_size(step, batch_size, device=None):
+def mean_step_size(step: _StepSize, batch_size: int, device: Device = None) -> torch.Tensor:
     """Per-sample mean of a step size Δ_t over its non-batch elements, ``(B,)``.
 
     A Python number or a tensor with a batch axis of 1 (a step shared by all samples) is
@@ -204,12 +215,13 @@ def _check_trajectories(zeta):
     return zeta.double()
 
 
-def trajectory_mean(zeta):
+def trajectory_mean(zeta: torch.Tensor) -> torch.Tensor:
     """μ = mean_t ζ_NSI(x_t) of each trajectory; ``zeta`` is ``(num_samples, num_steps)``."""
     return _check_trajectories(zeta).mean(dim=1)
 
 
-def trajectory_statistics(zeta, groups=None):
+def trajectory_statistics(zeta: torch.Tensor,
+                          groups: Optional[torch.Tensor] = None) -> TrajectoryStatistics:
     """μ, the max/mean ratio ζ*/μ and the TNS area ``(ζ*/μ - 1) · ζ*`` of each trajectory.
 
     One pass for the three per-trajectory numbers the other functions return one at a time
@@ -254,7 +266,7 @@ def trajectory_statistics(zeta, groups=None):
                                   for a in (mean, ratio, area)))
 
 
-def stiffness_ratio(zeta):
+def stiffness_ratio(zeta: torch.Tensor) -> torch.Tensor:
     """The max/mean stiffness ratio ζ*/μ of each trajectory, ``(num_samples,)``.
 
     1 for a trajectory whose blocks are all equally stiff; large when one block dominates.
@@ -263,7 +275,7 @@ def stiffness_ratio(zeta):
     return trajectory_statistics(zeta).ratio
 
 
-def stiffness_event(zeta, m1, m2):
+def stiffness_event(zeta: torch.Tensor, m1: float, m2: float) -> torch.Tensor:
     """Whether each trajectory has a stiffness event at thresholds ``M = (m1, m2)``.
 
     ``∃t: ζ_NSI(x_t) >= max(μ (1 + m1), m2)`` (Appendix B, Lemma 1), ``(num_samples,)`` bool.
@@ -276,12 +288,12 @@ def stiffness_event(zeta, m1, m2):
     return (zeta >= threshold[:, None]).any(dim=1)
 
 
-def stiffness_event_probability(zeta, m1, m2):
+def stiffness_event_probability(zeta: torch.Tensor, m1: float, m2: float) -> float:
     """δ(M): the fraction of trajectories with a stiffness event at ``M = (m1, m2)``."""
     return float(stiffness_event(zeta, m1, m2).double().mean())
 
 
-def tns_per_trajectory(zeta):
+def tns_per_trajectory(zeta: torch.Tensor) -> torch.Tensor:
     """Area of the threshold set with a stiffness event, ``(ζ*/μ - 1) · ζ*`` per trajectory.
 
     Its mean over the data is TNS (docs/methods.md §5, closed form). A trajectory with ζ* = 0 has
@@ -290,7 +302,7 @@ def tns_per_trajectory(zeta):
     return trajectory_statistics(zeta).area
 
 
-def total_neural_stiffness(zeta):
+def total_neural_stiffness(zeta: torch.Tensor) -> float:
     """TNS = ∬ δ(M) dM = E_x[(ζ*/μ - 1) · ζ*] (Appendix B, Theorem 1; docs/methods.md §5).
 
     Args:
@@ -303,7 +315,7 @@ def total_neural_stiffness(zeta):
     return float(tns_per_trajectory(zeta).mean())
 
 
-def pearson_correlation(a, b):
+def pearson_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     """Pearson correlation of two 1-D samples; ``nan`` when either has zero variance.
 
     Args:
@@ -317,7 +329,7 @@ def pearson_correlation(a, b):
     return float(columnwise_pearson_correlation(a[:, None], b[:, None])[0])
 
 
-def columnwise_pearson_correlation(a, b):
+def columnwise_pearson_correlation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Pearson correlation of each column of ``a`` with the same column of ``b``.
 
     Args:
@@ -341,7 +353,7 @@ def columnwise_pearson_correlation(a, b):
     return torch.where(den > 0, corr, torch.full_like(corr, math.nan))
 
 
-def nsi_step_correlation(nsi, step_mean):
+def nsi_step_correlation(nsi: torch.Tensor, step_mean: torch.Tensor) -> float:
     """Pearson correlation between ζ_NSI(x_t) and mean(Δ_t) across samples (Appendix D).
 
     The paper reports it negative: a block facing a stiff slope takes smaller steps.

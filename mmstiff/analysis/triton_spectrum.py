@@ -16,7 +16,7 @@ tensors in Triton's interpreter inside :func:`spectrum_sums_forced`, for the tes
 cannot build it, the first failure is warned about once and the PyTorch operators take over.
 """
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -88,26 +88,27 @@ class SpectrumSums(NamedTuple):
     end_bins: torch.Tensor
 
 
-def high_frequency_ratio_of(squares):
+def high_frequency_ratio_of(squares: torch.Tensor) -> torch.Tensor:
     """The high-frequency ratio per sample, ``(..., B)``, from :attr:`SpectrumSums.squares`
     ``(..., 2, B, C)``: ``sqrt(Σ_c Σ (x - mean_c)² / Σ_c Σ x²)``."""
     sums = squares.sum(dim=-1)
     return (sums.select(-2, 0) / sums.select(-2, 1)).sqrt()
 
 
-def spectrum_sums_apply(x):
+def spectrum_sums_apply(x: torch.Tensor) -> bool:
     """Whether :func:`spectrum_sums` takes this state: Triton is there and it is on a CUDA
     device (or the kernel is forced)."""
     return KERNEL.runs_on(x)
 
 
-def try_spectrum_sums(x, rows, num_extra_tokens=0):
+def try_spectrum_sums(x: torch.Tensor, rows: torch.Tensor,
+                      num_extra_tokens: int = 0) -> Optional[SpectrumSums]:
     """:func:`spectrum_sums`, or None where its launch fails: the error is warned about once and
     the kernel is not tried again in this process."""
     return KERNEL.attempt(spectrum_sums, x, rows, num_extra_tokens)
 
 
-def spectrum_sums(x, rows, num_extra_tokens=0):
+def spectrum_sums(x: torch.Tensor, rows: torch.Tensor, num_extra_tokens: int = 0) -> SpectrumSums:
     """The :class:`SpectrumSums` of one state from one Triton kernel (two reads of the state).
 
     Args:

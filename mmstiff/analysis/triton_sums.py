@@ -16,6 +16,8 @@ compiler Triton builds its launcher with, a GPU it does not support), the first 
 warned about once and the PyTorch passes take over for the rest of the process
 (:func:`try_state_sums`): a diagnostic must not stop training.
 """
+from typing import Optional
+
 import torch
 
 from mmstiff.utils.step_sums import StepSums
@@ -55,20 +57,20 @@ if HAS_TRITON:
         tl.store(q_ptr + b * C + cs, tl.sum(acc_q, axis=0), mask=c_ok)
 
 
-def state_sums_apply(x_t, x_next):
+def state_sums_apply(x_t: torch.Tensor, x_next: torch.Tensor) -> bool:
     """Whether :func:`state_sums` takes these states: Triton is there, they are (B, C, H, W)
     maps or (B, N, C) tokens on one CUDA device (or the kernel is forced). Like the PyTorch
     passes, the kernel computes the norms as numbers, with no gradient."""
     return KERNEL.runs_on(x_t) and x_t.dim() in (3, 4) and x_t.device == x_next.device
 
 
-def try_state_sums(x_t, x_next):
+def try_state_sums(x_t: torch.Tensor, x_next: torch.Tensor) -> Optional[StepSums]:
     """:func:`state_sums`, or None where its launch fails: the error is warned about once and
     the kernel is not tried again in this process (:func:`state_sums_apply` then says no)."""
     return KERNEL.attempt(state_sums, x_t, x_next)
 
 
-def state_sums(x_t, x_next):
+def state_sums(x_t: torch.Tensor, x_next: torch.Tensor) -> StepSums:
     """Per-(sample, channel) ``Σ (x_next - x_t)²`` and ``Σ x_t²`` in one Triton pass.
 
     Args:

@@ -8,7 +8,7 @@ Each module holds data only: ``SPECS`` (a list of
 import importlib
 import pkgutil
 from functools import lru_cache
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from ..step_specs import BlockSpec, check_spec
 
@@ -39,7 +39,7 @@ def non_residual() -> Dict[str, str]:
     return table
 
 
-def non_residual_reason(model) -> Optional[str]:
+def non_residual_reason(model: Any) -> Optional[str]:
     """Why ``model`` (or the backbone class it is an instance of) has no residual step, or
     None if the tables do not list it."""
     cls = type(model)
