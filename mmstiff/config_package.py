@@ -5,18 +5,19 @@ Importing mmstiff teaches MMEngine's ``Config`` the ``mmstiff::`` prefix and a l
 "Config bases").
 """
 import os.path as osp
+from typing import List, Tuple
 
 PREFIX = 'mmstiff::'
 
 
-def config_dirs():
+def config_dirs() -> List[str]:
     """Where ``mmstiff::`` configs are looked up, in order: the ``.mim/configs`` an install
     puts beside the package, then the ``configs/`` of a checkout."""
     package = osp.dirname(osp.abspath(__file__))
     return [osp.join(package, '.mim', 'configs'), osp.join(osp.dirname(package), 'configs')]
 
 
-def resolve_config(cfg_path):
+def resolve_config(cfg_path: str) -> str:
     """The file ``'mmstiff::REL'`` stands for.
 
     Raises:
@@ -35,7 +36,7 @@ def resolve_config(cfg_path):
                             f'{config_dirs()}); reinstall it with pip or mim')
 
 
-def resolve_upstream_config(cfg_path):
+def resolve_upstream_config(cfg_path: str) -> Tuple[str, str]:
     """``(path, scope)`` of ``'pkg::REL'`` (mmpretrain, mmdet, ...) found as MMEngine finds it,
     ``.mim/configs/REL`` of the installed package, but through importlib."""
     import importlib.util
@@ -50,7 +51,7 @@ def resolve_upstream_config(cfg_path):
     return path, module
 
 
-def register_config_package():
+def register_config_package() -> None:
     """Make ``Config`` resolve ``mmstiff::`` bases (idempotent)."""
     try:
         from mmengine.config import Config

@@ -25,6 +25,7 @@ import os.path as osp
 import re
 import sys
 import warnings
+from typing import List, Optional, Sequence, Tuple
 
 from .errors import MissingDependencyError
 
@@ -76,7 +77,7 @@ def _read(path):
         return ''
 
 
-def installed_mmcv():
+def installed_mmcv() -> Optional[Tuple[str, str]]:
     """``(distribution, version)`` of the ``mmcv`` package Python would import (``version``
     from its own ``mmcv/version.py``, ``distribution`` the one of mmcv, mmcv-lite and
     mmcv-full that installed that version), or None when there is no mmcv."""
@@ -97,7 +98,7 @@ def installed_mmcv():
     return (min(dists)[1] if dists else 'mmcv'), version
 
 
-def has_compiled_ops():
+def has_compiled_ops() -> bool:
     """Whether the installed mmcv carries its compiled ops (``mmcv/_ext*.so``; mmcv-lite has
     none), found without importing mmcv."""
     folder = _package_dir('mmcv')
@@ -112,7 +113,7 @@ def _listdir(folder):
         return []
 
 
-def mmdet_mmcv_range():
+def mmdet_mmcv_range() -> Optional[Tuple[str, str, str]]:
     """``(mmdet version, minimum, maximum)``: the mmcv range the installed mmdet asserts at
     import (``mmcv_minimum_version <= mmcv < mmcv_maximum_version`` in its ``__init__.py``), or
     None where mmdet is missing or states no range."""
@@ -133,7 +134,7 @@ def mmdet_mmcv_range():
     return version, bounds[0].group(1), bounds[1].group(1)
 
 
-def det_stack_conflict():
+def det_stack_conflict() -> Optional[str]:
     """One line saying what to change when the installed mmdet refuses the installed mmcv
     (None when they fit, or one of them is missing)."""
     mmcv, det = installed_mmcv(), mmdet_mmcv_range()
@@ -170,7 +171,7 @@ class _Unusable(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise UnusablePackageError(self.reason, name=module.__name__)
 
 
-def check_det_stack():
+def check_det_stack() -> Optional[str]:
     """Warn once, in one line, when mmdet cannot run with the installed mmcv, and make
     ``import mmdet`` fail with that line as an ``ImportError`` (as a missing mmdet would).
     Returns the line, or None when the stack is fine or mmdet is already imported."""
@@ -186,7 +187,7 @@ def check_det_stack():
     return reason
 
 
-def missing_dependency(exc, what='this'):
+def missing_dependency(exc: Optional[BaseException], what: str = 'this') -> Optional[str]:
     """One line naming what to install, for an ``ImportError`` raised by a detection import
     (mmdet missing or unusable, mmcv without its ops), looking through the exception's causes;
     None for any other error. ``what`` names what needed the import (``'mmstiff.CocoDataset'``).
@@ -213,7 +214,7 @@ def missing_dependency(exc, what='this'):
     return None
 
 
-def import_detection_class(module, name, what):
+def import_detection_class(module: str, name: str, what: str) -> type:
     """``module.name``, a class that needs mmdet; an ``ImportError`` whose one-line message
     names what to install when mmdet is missing or cannot run here (:func:`missing_dependency`).
     ``what`` names the class for the message (``'mmstiff.CocoDataset'``)."""
@@ -233,13 +234,13 @@ def _importable(name):
         return False
 
 
-def missing_core_packages():
+def missing_core_packages() -> List[Tuple[str, str, str]]:
     """``(module, what, install command)`` of every package of :data:`CORE_PACKAGES` that Python
     cannot find (found without importing it)."""
     return [package for package in CORE_PACKAGES if not _importable(package[0])]
 
 
-def missing_core_line(missing):
+def missing_core_line(missing: Sequence[Tuple[str, str, str]]) -> str:
     """One line naming the missing packages and the command that installs each."""
     names = ', '.join(f'{what} ({module})' for module, what, _ in missing)
     commands = '; '.join(command for _, _, command in missing)
@@ -262,7 +263,7 @@ def _one_line_hook(previous):
     return hook
 
 
-def check_core_stack():
+def check_core_stack() -> None:
     """Raise :class:`~mmstiff.errors.MissingDependencyError` naming what to install when a
     package of :data:`CORE_PACKAGES` is missing; a process that does not catch it (a tool,
     ``python -c 'import mmstiff'``) ends with that one line and exit status 1."""

@@ -21,6 +21,7 @@ line must work without torch.
 import linecache
 import os.path as osp
 import re
+from typing import Optional, Tuple
 
 #: the exception classes a ``raise`` statement in mmstiff uses for a user's mistake
 ON_PURPOSE = (ValueError, KeyError, FileNotFoundError)
@@ -36,7 +37,7 @@ class MissingDependencyError(MmstiffError, ImportError):
     says which and the command that installs it."""
 
 
-def project_folders():
+def project_folders() -> Tuple[str, str]:
     """The folders whose ``raise`` statements count as on purpose: the package (its ``.mim/tools``
     included) and the ``tools/`` of a checkout."""
     package = osp.dirname(osp.abspath(__file__))
@@ -52,7 +53,7 @@ def _innermost_frame(exc):
     return tb
 
 
-def raise_site(exc):
+def raise_site(exc: BaseException) -> Optional[Tuple[str, int, str]]:
     """``(file, line number, source line)`` of the statement that raised ``exc``, or None."""
     tb = _innermost_frame(exc)
     if tb is None:
@@ -61,7 +62,7 @@ def raise_site(exc):
     return path, tb.tb_lineno, linecache.getline(path, tb.tb_lineno).strip()
 
 
-def raised_on_purpose(exc):
+def raised_on_purpose(exc: BaseException) -> bool:
     """Whether ``exc`` is one of :data:`ON_PURPOSE` raised by a ``raise`` statement in mmstiff."""
     if not isinstance(exc, ON_PURPOSE):
         return False
@@ -79,7 +80,7 @@ def _rebuilt_from(outer, inner):
     return inner is not None and bool(str(inner)) and str(inner) in str(outer)
 
 
-def user_error(exc):
+def user_error(exc: Optional[BaseException]) -> Optional[BaseException]:
     """The exception of the chain of ``exc`` that names a user's mistake (``exc`` itself, or the
     one it was raised from or rebuilt from), or None when ``exc`` is not the user's."""
     seen = set()
@@ -96,7 +97,7 @@ def user_error(exc):
     return None
 
 
-def message_of(exc):
+def message_of(exc: BaseException) -> str:
     """The text of ``exc`` on one line (a ``KeyError``'s without the quotes ``str`` adds)."""
     if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         text = exc.args[0]

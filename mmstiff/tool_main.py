@@ -37,6 +37,7 @@ import re
 import sys
 import time
 import traceback
+from typing import Any, Callable, List, Optional
 
 from .dependencies import missing_dependency
 from .errors import ON_PURPOSE, MmstiffError, message_of, project_folders, user_error
@@ -54,7 +55,7 @@ ERROR_KEY = 'mmstiff/error_line'
 RANK_GRACE_S = 2.0
 
 
-def take_debug_flag(argv):
+def take_debug_flag(argv: List[str]) -> bool:
     """Remove ``--debug`` from ``argv`` (in place, before a ``--``) and return whether the
     traceback is asked for (the flag, or ``MMSTIFF_DEBUG`` set to anything but ``0``/empty);
     with the flag, ``MMSTIFF_DEBUG=1`` is set for the processes this one starts."""
@@ -66,11 +67,11 @@ def take_debug_flag(argv):
     return flagged or debug_from_env()
 
 
-def debug_from_env():
+def debug_from_env() -> bool:
     return os.environ.get(DEBUG_ENV, '') not in ('', '0')
 
 
-def process_rank():
+def process_rank() -> int:
     """The global rank a launcher gave this process (0 when there is none)."""
     for name in RANK_VARIABLES:
         value = os.environ.get(name, '')
@@ -79,7 +80,7 @@ def process_rank():
     return 0
 
 
-def world_size():
+def world_size() -> int:
     """The number of processes a launcher started (1 when there is none)."""
     for name in WORLD_VARIABLES:
         value = os.environ.get(name, '')
@@ -88,7 +89,7 @@ def world_size():
     return 1
 
 
-def distributed():
+def distributed() -> bool:
     """Whether a launcher gave this process a rank."""
     return any(os.environ.get(name, '').isdigit() for name in RANK_VARIABLES)
 
@@ -150,7 +151,7 @@ def _text_is_users(cls, site):
             and re.match(r'raise\b', source) is not None)
 
 
-def upstream_line(cls, message):
+def upstream_line(cls: str, message: str) -> Optional[str]:
     """The line for an upstream exception that names a bad data file, or None."""
     if cls.split('.')[-1] == 'AssertionError' and message.startswith(UNREADABLE_IMAGE):
         path = message[len(UNREADABLE_IMAGE):].split('\n')[0].strip()
@@ -183,7 +184,7 @@ def _worker_text_line(text):
     return None
 
 
-def worker_error_line(exc):
+def worker_error_line(exc: Optional[BaseException]) -> Optional[str]:
     """The ``error:`` line of an exception raised in a DataLoader worker and raised again by
     PyTorch in the main process (module docstring), or None when ``exc`` (and what it was
     raised from) is no such wrapper of a user's mistake."""
@@ -203,7 +204,7 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 NO_PERMISSION = (errno.EACCES, errno.EPERM)
 
 
-def io_line(exc):
+def io_line(exc: Optional[BaseException]) -> Optional[str]:
     """The line for a file the machine refused (a full disk, a quota, a read-only folder, no
     permission: :data:`NO_SPACE`, :data:`NO_PERMISSION`), wherever the tool wrote or opened it
     (a figure, a results file), or None. A training run says more (the newest complete
@@ -221,7 +222,7 @@ def io_line(exc):
     return None
 
 
-def failure_line(exc):
+def failure_line(exc: BaseException) -> Optional[str]:
     """The ``error:`` line for ``exc`` (a user's mistake, in this process or in a DataLoader
     worker, a file the machine refused, or a known upstream data error), or None: it keeps its
     traceback."""
@@ -288,7 +289,7 @@ PEER_LEFT = re.compile(
     r'aborted|remote process exited', re.I)
 
 
-def another_rank_reported(exc):
+def another_rank_reported(exc: BaseException) -> bool:
     """Whether, in a distributed run, ``exc`` follows another rank's error line: that rank has
     counted its line in the store, or (the store gone with rank 0, which held it) ``exc`` says
     that a peer of a collective left."""
@@ -322,7 +323,7 @@ def _log_to_files(line):
             handler.handle(record)
 
 
-def report(exc, line, debug):
+def report(exc: BaseException, line: str, debug: bool) -> None:
     """Print the user's-mistake ``line`` for ``exc`` (after its traceback with ``debug``); in a
     distributed run once, by the first rank that meets it (module docstring)."""
     sys.stdout.flush()
@@ -341,7 +342,7 @@ def report(exc, line, debug):
         _print_line(line)
 
 
-def error_line(exc, what='this config'):
+def error_line(exc: BaseException, what: str = 'this config') -> Optional[str]:
     """``'error: ...'`` for an exception that is the user's (:mod:`mmstiff.errors`, or an
     ``ImportError`` of a missing or unusable package), else None; ``what`` names what needed
     a missing package (``'this config needs mmdet, ...'``)."""
@@ -355,7 +356,7 @@ def error_line(exc, what='this config'):
     return None
 
 
-def run_tool(main, argv=None):
+def run_tool(main: Callable[[], Any], argv: Optional[List[str]] = None) -> Any:
     """Run ``main()`` as a tool's entry point (module docstring); returns what it returns.
 
     Args:

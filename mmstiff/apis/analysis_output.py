@@ -6,30 +6,35 @@ import json
 import os
 import os.path as osp
 import time
+from typing import TYPE_CHECKING, Any, Optional, Sequence, SupportsFloat
 
 from .runtime import ConfigError
 
+if TYPE_CHECKING:
+    from mmengine.config import Config
+    from mmengine.visualization import Visualizer
 
-def out_dir_of(args, tool):
+
+def out_dir_of(args: Any, tool: str) -> str:
     """``--out-dir``, or ``<checkpoint dir>/analysis/<tool>``; created."""
     out_dir = args.out_dir or osp.join(osp.dirname(osp.abspath(args.checkpoint)), 'analysis', tool)
     os.makedirs(out_dir, exist_ok=True)
     return out_dir
 
 
-def dump_json(obj, path):
+def dump_json(obj: Any, path: str) -> str:
     with open(path, 'w') as f:
         json.dump(obj, f, indent=2, allow_nan=True)
     return path
 
 
-def finite(value):
+def finite(value: SupportsFloat) -> Optional[float]:
     """A float for JSON, None where not finite."""
     value = float(value)
     return value if value == value and abs(value) != float('inf') else None
 
 
-def check_visualizer(args, cfg):
+def check_visualizer(args: Any, cfg: 'Config') -> Optional[dict]:
     """With ``--to-visualizer``, the config's ``visualizer`` (it must have backends; otherwise
     :class:`ConfigError` naming what is missing). Called before any work and again when
     sending."""
@@ -42,7 +47,8 @@ def check_visualizer(args, cfg):
     return vis_cfg
 
 
-def send_figures(args, cfg, files, tool):
+def send_figures(args: Any, cfg: 'Config', files: Sequence[str],
+                 tool: str) -> Optional['Visualizer']:
     """With ``--to-visualizer``: every PNG of ``files`` to the backends of ``cfg.visualizer``
     (``add_image`` at step 0, named after the file), saved under ``<out dir>/vis_data``.
     Returns the visualizer (None without the flag)."""

@@ -4,12 +4,19 @@ the loader of its split and its output folder, from its parsed arguments
 
 Bad input raises one of :data:`TOOL_ERRORS`, which the tools print as ``error: ...``.
 """
+from typing import TYPE_CHECKING, Any, Tuple
+
 from mmstiff.utils.checkpoint import CheckpointError
 from .analysis_output import check_visualizer, out_dir_of
 from .batches import build_loader
 from .devices import check_device, resolve_device
 from .runtime import ConfigError
 from .trained_model import checkpoint_options, load_model, load_trained_config
+
+if TYPE_CHECKING:
+    import torch
+    from mmengine.config import Config
+    from torch.utils.data import DataLoader
 
 #: the errors that name a bad input of an analysis tool (its config, checkpoint, split, device)
 TOOL_ERRORS = (ConfigError, CheckpointError)
@@ -22,7 +29,7 @@ def _trained(args, device):
     return cfg, load_model(cfg, args.checkpoint, **options).to(device)
 
 
-def setup(args, tool):
+def setup(args: Any, tool: str) -> Tuple['Config', 'torch.nn.Module', 'DataLoader', str]:
     """``(cfg, model, loader, out_dir)`` of tns.py, spectrum.py and freq_noise.py: the model on
     ``args.device`` (the CPU by default)."""
     device = check_device(getattr(args, 'device', 'cpu'))
@@ -31,7 +38,9 @@ def setup(args, tool):
     return cfg, model, loader, out_dir_of(args, tool)
 
 
-def instrument_setup(args, tool):
+def instrument_setup(
+        args: Any,
+        tool: str) -> Tuple['Config', 'torch.nn.Module', 'DataLoader', str, 'torch.device']:
     """``(cfg, model, loader, out_dir, device)`` of hessian.py, loss_landscape.py and
     feature_variance.py: the model on ``--device`` (CUDA where present) in eval mode, the loader
     of ``--split`` with the data order and augmentations seeded by ``--seed``."""

@@ -1,11 +1,17 @@
 """The batches an analysis tool reads: the dataloader of one split of the config, and its
 first batches through the model's data preprocessor, with a progress bar."""
 import sys
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Tuple
 
 from .runtime import ConfigError, preflight_data
 
+if TYPE_CHECKING:
+    import torch
+    from mmengine.config import Config
+    from torch.utils.data import DataLoader
 
-def build_loader(cfg, split, batch_size=None):
+
+def build_loader(cfg: 'Config', split: str, batch_size: Optional[int] = None) -> 'DataLoader':
     """The ``{split}_dataloader`` of ``cfg`` (``batch_size`` overriding its own); a split the
     config lacks or one that yields no batch raises :class:`ConfigError`."""
     from mmengine.runner import Runner
@@ -28,7 +34,8 @@ def build_loader(cfg, split, batch_size=None):
     return loader
 
 
-def preprocessed_batches(model, loader, num_batches, training):
+def preprocessed_batches(model: 'torch.nn.Module', loader: Iterable, num_batches: int,
+                         training: bool) -> Iterator[dict]:
     """Yield the first ``num_batches`` batches of ``loader`` through the model's data
     preprocessor (``training=True`` applies its batch augments, e.g. Mixup / CutMix)."""
     from mmengine.utils import ProgressBar
@@ -42,7 +49,8 @@ def preprocessed_batches(model, loader, num_batches, training):
     sys.stdout.write('\n')
 
 
-def iterate(model, loader, num_batches):
+def iterate(model: 'torch.nn.Module', loader: Iterable,
+            num_batches: int) -> Iterator[Tuple['torch.Tensor', Optional[list]]]:
     """Yield ``(inputs, data_samples)`` of the first ``num_batches`` batches, preprocessed
     without the training augments."""
     for data in preprocessed_batches(model, loader, num_batches, False):

@@ -12,6 +12,8 @@ Peak memory of one train step, above what was allocated before the step:
 import contextlib
 import statistics
 import time
+from typing import (Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 import torch
 import torch.nn.functional as F
@@ -26,17 +28,17 @@ class Precision:
     """How a train step runs its forward pass: autocast to ``dtype`` (None: float32), with a
     gradient scaler for float16."""
 
-    def __init__(self, dtype, device):
+    def __init__(self, dtype: Optional[torch.dtype], device: torch.device):
         self.dtype, self.device = dtype, device
         self.scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
 
-    def autocast(self):
+    def autocast(self) -> ContextManager[None]:
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
 
-def compile_mode(args):
+def compile_mode(args: Any) -> str:
     """``torch.compile``'s mode for ``args`` (``--compile-mode``; ``'default'`` where the
     benchmark has none)."""
     return getattr(args, 'compile_mode', 'default')
@@ -46,22 +48,23 @@ class StepMarked(torch.nn.Module):
     """A model compiled with CUDA graphs (``mode='reduce-overhead'``) whose every call first
     marks a new step: the graphs may then overwrite the last step's outputs."""
 
-    def __init__(self, model):
+    def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         torch.compiler.cudagraph_mark_step_begin()
         return self.model(*args, **kwargs)
 
 
-def compile_model(model, mode='default'):
+def compile_model(model: torch.nn.Module, mode: str = 'default') -> torch.nn.Module:
     """``torch.compile(model, mode=mode)``; under CUDA graphs, as a :class:`StepMarked`."""
     model = torch.compile(model, mode=mode)
     return StepMarked(model) if mode == 'reduce-overhead' else model
 
 
-def train_step(model, optimizer, images, labels, precision=None):
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+               labels: torch.Tensor, precision: Optional[Precision] = None) -> None:
     optimizer.zero_grad(set_to_none=True)
     if precision is None:
         F.cross_entropy(model(images), labels).backward()
@@ -78,12 +81,14 @@ def train_step(model, optimizer, images, labels, precision=None):
         precision.scaler.update()
 
 
-def synchronize(device):
+def synchronize(device: torch.device) -> None:
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
 
 
-def time_steps(model, optimizer, batch, iters, device, precision=None):
+def time_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               batch: Sequence[torch.Tensor], iters: int, device: torch.device,
+               precision: Optional[Precision] = None) -> float:
     synchronize(device)
     start = time.perf_counter()
     for _ in range(iters):
@@ -92,12 +97,14 @@ def time_steps(model, optimizer, batch, iters, device, precision=None):
     return (time.perf_counter() - start) / iters
 
 
-def peak_step_memory(model, optimizer, batch, device, precision=None):
+def peak_step_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     batch: Sequence[torch.Tensor], device: torch.device,
+                     precision: Optional[Precision] = None) -> int:
     """Peak bytes allocated during one train step, above the allocation at its start."""
     return peak_memory(lambda: train_step(model, optimizer, *batch, precision), device)
 
 
-def peak_memory(run, device):
+def peak_memory(run: Callable[[], Any], device: torch.device) -> int:
     """Peak bytes allocated during ``run()``, above the allocation at its start."""
     if device.type == 'cuda':
         synchronize(device)
@@ -119,7 +126,11 @@ def peak_memory(run, device):
     return peak
 
 
-def prepare_runs(models, batch, args, device):
+def prepare_runs(
+    models: Mapping[str, Callable[[], torch.nn.Module]], batch: Sequence[torch.Tensor], args: Any,
+    device: torch.device
+) -> Tuple[Dict[str, Tuple[torch.nn.Module, torch.optim.Optimizer]], Sequence[torch.Tensor],
+           Optional[Precision]]:
     """``(runs, batch, precision)``: each of ``models`` (``{name: () -> nn.Module}``) built in
     train mode with its SGD optimizer, compiled where ``args.compile`` asks, and warmed up for
     ``args.warmup`` steps; ``runs`` is ``{name: (model, optimizer)}``, ``batch`` the batch in the
@@ -144,7 +155,9 @@ def prepare_runs(models, batch, args, device):
     return runs, batch, precision
 
 
-def interleaved_times(runs, batch, args, device, precision=None):
+def interleaved_times(runs: Mapping[str, Tuple[torch.nn.Module, torch.optim.Optimizer]],
+                      batch: Sequence[torch.Tensor], args: Any, device: torch.device,
+                      precision: Optional[Precision] = None) -> Dict[str, List[float]]:
     """``{name: [seconds per step, one per repeat]}``: each of ``args.repeats`` repeats times
     ``args.iters`` steps of every run, in an order rotated by one run per repeat (A/B
     interleaved, so that drifts of the machine hit every run alike)."""
@@ -156,7 +169,9 @@ def interleaved_times(runs, batch, args, device, precision=None):
     return times
 
 
-def compare_models(models, baseline, batch, args, device, settings, name_width):
+def compare_models(models: Mapping[str, Callable[[], torch.nn.Module]], baseline: str,
+                   batch: Sequence[torch.Tensor], args: Any, device: torch.device, settings: str,
+                   name_width: int) -> None:
     """Build each of ``models`` (``{name: () -> nn.Module}``), warm it up, time its train steps
     A/B interleaved in a rotated order over ``args.repeats``, measure one step's peak memory,
     and print the table of medians and ratios to ``baseline``; ``settings`` goes into the
@@ -201,10 +216,10 @@ class LaunchRecorder:
     """A stand-in for a Triton kernel: ``kernel[grid](*args)`` records one ``triton::NAME``
     profiler event (while a profiler runs) and computes nothing."""
 
-    def __init__(self, name):
+    def __init__(self, name: str):
         self.name = name
 
-    def __getitem__(self, grid):
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
 
         def launch(*args, **kwargs):
             if torch.autograd._profiler_enabled():  # no cost of its own when timed
@@ -215,7 +230,7 @@ class LaunchRecorder:
 
 
 @contextlib.contextmanager
-def counting_analysis_kernels():
+def counting_analysis_kernels() -> Iterator[None]:
     """Inside it, the diagnostics' Triton kernels (the NSI sums, the frequency sums) take CPU
     tensors too, replaced by :class:`LaunchRecorder` stand-ins: what a ``StiffnessHook`` or a
     ``FrequencyHook`` launches in a CUDA run, counted on the CPU (``count_step_kernels.py``).
@@ -237,7 +252,7 @@ def counting_analysis_kernels():
             setattr(owner, attribute, kernel)
 
 
-def counting_kernels(kernels):
+def counting_kernels(kernels: Any) -> Any:
     """``kernels`` (a ``TritonStepKernels``) with its Triton kernels replaced by
     :class:`LaunchRecorder` stand-ins: what a CUDA run launches, counted
     (``count_step_kernels.py``) or timed for its host-side cost (``bench_step_resnet.py

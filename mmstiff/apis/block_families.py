@@ -1,8 +1,11 @@
 """Which family and block class each recorded step belongs to, for the tools' outputs."""
-from typing import Dict
+from typing import TYPE_CHECKING, Dict
+
+if TYPE_CHECKING:
+    from mmstiff.analysis import TrajectoryRecorder
 
 
-def block_families(recorder) -> Dict[str, dict]:
+def block_families(recorder: 'TrajectoryRecorder') -> Dict[str, dict]:
     """``{block name: dict(block_class=, family=)}`` of the blocks a ``TrajectoryRecorder``
     records: the family its spec names, else the block class's module's package."""
     families = {}

@@ -1,6 +1,9 @@
 """The ``block_types`` of an analysis tool's run: ``--block-types`` (the option is in
 :mod:`mmstiff.apis.cli`) and the config's hooks."""
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 #: the mmstiff hooks whose ``block_types`` a config may carry (the tools take them over)
 _HOOKS = ('StiffnessHook', 'FrequencyHook')
@@ -17,7 +20,7 @@ def _parse(items):
     return declared
 
 
-def block_types_for(args, cfg=None) -> Optional[dict]:
+def block_types_for(args: Any, cfg: Optional[Union['Config', dict]] = None) -> Optional[dict]:
     """The ``block_types`` of a tool run: those of the config's mmstiff hooks, then those of
     ``--block-types`` (which win), checked; None if neither declares any."""
     from mmstiff.analysis.blocks import block_types_of

@@ -17,7 +17,7 @@ SPLITS = ('test', 'val', 'train')
 MODES = ('eval', 'train')
 
 
-def positive_int(text):
+def positive_int(text: str) -> int:
     """``argparse`` type of a command-line count: ``text`` as an int of at least 1, else an
     ``argparse.ArgumentTypeError`` that argparse reports with the option's name."""
     value = int(text)
@@ -26,7 +26,7 @@ def positive_int(text):
     return value
 
 
-def add_checkpoint_args(parser, verb):
+def add_checkpoint_args(parser: argparse.ArgumentParser, verb: str) -> None:
     """``--trust-checkpoint``, ``--allow-partial-load`` and ``--allow-non-finite`` of a tool
     that loads ``CHECKPOINT`` into the config's model; ``verb``: what the tool does with it
     (``'evaluate'``, ``'analyse'``)."""
@@ -44,7 +44,7 @@ def add_checkpoint_args(parser, verb):
         'diverged run); by default an error naming them, before any work')
 
 
-def analysis_parser(description, num_batches=10):
+def analysis_parser(description: str, num_batches: int = 10) -> argparse.ArgumentParser:
     """``CONFIG CHECKPOINT [--out-dir] [--num-batches] [--split] [--batch-size]
     [--cfg-options]`` and the checkpoint flags: what every analysis tool takes."""
     parser = argparse.ArgumentParser(description=description)
@@ -66,7 +66,7 @@ def analysis_parser(description, num_batches=10):
     return parser
 
 
-def add_debug_arg(parser):
+def add_debug_arg(parser: argparse.ArgumentParser) -> None:
     """``--debug``, listed in the help; :func:`mmstiff.tool_main.run_tool` takes it off the
     command line before the tool parses it."""
     parser.add_argument(
@@ -75,7 +75,7 @@ def add_debug_arg(parser):
         'the same); by default it ends in one error: line')
 
 
-def add_device_arg(parser):
+def add_device_arg(parser: argparse.ArgumentParser) -> None:
     """``--device`` of tns.py, spectrum.py and freq_noise.py (the CPU by default)."""
     parser.add_argument(
         '--device', default='cpu',
@@ -83,7 +83,7 @@ def add_device_arg(parser):
         'an error when that device is not available')
 
 
-def add_visualizer_arg(parser):
+def add_visualizer_arg(parser: argparse.ArgumentParser) -> None:
     """``--to-visualizer``: the figures also go to the config's visualizer backends."""
     parser.add_argument(
         '--to-visualizer', action='store_true',
@@ -93,7 +93,7 @@ def add_visualizer_arg(parser):
         'TensorboardVisBackend an image summary under OUT_DIR/vis_data)')
 
 
-def add_instrument_args(parser):
+def add_instrument_args(parser: argparse.ArgumentParser) -> None:
     """``--device`` (CUDA where present by default) and ``--seed`` of hessian.py,
     loss_landscape.py and feature_variance.py."""
     parser.add_argument('--device', default=None,
@@ -104,7 +104,7 @@ def add_instrument_args(parser):
         '(default 0)')
 
 
-def add_loss_args(parser):
+def add_loss_args(parser: argparse.ArgumentParser) -> None:
     """Options of the tools that evaluate the training loss (hessian.py, loss_landscape.py)."""
     parser.add_argument(
         '--mode', choices=MODES, default='eval',
@@ -123,7 +123,7 @@ def add_loss_args(parser):
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune-no-cudagraphs')
 
 
-def add_compile_argument(parser):
+def add_compile_argument(parser: argparse.ArgumentParser) -> None:
     """``--compile`` and ``--compile-mode`` of the benchmarks that time train steps with
     :func:`mmstiff.apis.benchmark.compare_models`."""
     parser.add_argument('--compile', action='store_true',
@@ -134,7 +134,8 @@ def add_compile_argument(parser):
         'graphs as CUDA graphs, CUDA only)')
 
 
-def check_compile_warmup(parser, args):
+def check_compile_warmup(parser: argparse.ArgumentParser,
+                         args: argparse.Namespace) -> argparse.Namespace:
     """``args``, or a usage error where ``--compile`` has no warm-up step to compile in, or
     ``--compile-mode`` does not apply."""
     if args.compile and args.warmup < 1:
@@ -144,7 +145,7 @@ def check_compile_warmup(parser, args):
     return args
 
 
-def check_compile_mode(parser, args):
+def check_compile_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error where ``--compile-mode`` is not ``default`` without ``--compile``, or is
     ``reduce-overhead`` (CUDA graphs) on a device other than CUDA."""
     if args.compile_mode == 'default':
@@ -157,7 +158,7 @@ def check_compile_mode(parser, args):
                      f'{args.device}; expected cuda (it replays CUDA graphs)')
 
 
-def add_block_types_arg(parser):
+def add_block_types_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--block-types CLASS=KIND ...`` to an analysis tool's parser (read with
     :func:`mmstiff.apis.block_types_arg.block_types_for`)."""
     parser.add_argument(
@@ -167,7 +168,7 @@ def add_block_types_arg(parser):
         'FrequencyHook block_types are taken too')
 
 
-def add_run_args(parser):
+def add_run_args(parser: argparse.ArgumentParser) -> None:
     """Add what ``tools/train.py`` and ``tools/test.py`` share about the run itself:
     ``--launcher``, ``--skip-data-checks``, ``--skip-image-checks``, ``--debug`` and the
     launcher's ``--local-rank``."""

@@ -21,6 +21,10 @@ instead; ``mmstiff.apis.runtime`` turns it into the tools' ``error: ...`` line.
 """
 import difflib
 import inspect
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 SCOPE_PREFIX = 'mmstiff.'
 #: MMEngine's training loops: what ``train_cfg.by_epoch`` or ``train_cfg.type`` selects
@@ -29,7 +33,7 @@ TRAIN_LOOPS = {True: 'EpochBasedTrainLoop', False: 'IterBasedTrainLoop'}
 LENGTH_KEYS = {'EpochBasedTrainLoop': 'max_epochs', 'IterBasedTrainLoop': 'max_iters'}
 
 
-def registered_mmstiff_types():
+def registered_mmstiff_types() -> Dict[str, str]:
     """``{'mmstiff.Name': registry name}`` of every type mmstiff registers."""
     from mmstiff import registry
     names = {}
@@ -54,7 +58,7 @@ def _scoped_types(node, field=''):
             yield from _scoped_types(child, f'{field}.{i}')
 
 
-def closest_names(name, names, n=3, cutoff=0.6):
+def closest_names(name: str, names: Iterable[str], n: int = 3, cutoff: float = 0.6) -> List[str]:
     """Up to ``n`` of ``names`` closest to ``name`` (``difflib``, case-insensitive)."""
     lowered = {candidate.lower(): candidate for candidate in names}
     return [
@@ -62,7 +66,7 @@ def closest_names(name, names, n=3, cutoff=0.6):
     ]
 
 
-def check_mmstiff_types(cfg):
+def check_mmstiff_types(cfg: Union['Config', dict]) -> None:
     """Every ``type='mmstiff.X'`` in ``cfg`` names a registered type; else ``ValueError``
     naming the field and the closest registered names (all of them when none is close)."""
     registered = None
@@ -77,7 +81,7 @@ def check_mmstiff_types(cfg):
         raise ValueError(f'{field}={value!r} is not a type mmstiff registers; {hint}')
 
 
-def train_loop_of(train_cfg):
+def train_loop_of(train_cfg: dict) -> Optional[str]:
     """The name of the MMEngine loop ``train_cfg`` builds (``EpochBasedTrainLoop`` or
     ``IterBasedTrainLoop``), or None for any other loop."""
     loop = train_cfg.get('type')
@@ -90,7 +94,7 @@ def train_loop_of(train_cfg):
     return loop if loop in LENGTH_KEYS else None
 
 
-def check_train_loop(cfg):
+def check_train_loop(cfg: Union['Config', dict]) -> None:
     """Every key of ``cfg.train_cfg`` is an argument of MMEngine's loop it builds; else
     ``ValueError`` naming the key, the loop and the key to use instead."""
     train_cfg = cfg.get('train_cfg')
@@ -139,7 +143,7 @@ def _dotted(*parts):
     return '.'.join(p for p in parts if p)
 
 
-def option_key_problem(cfg, key):
+def option_key_problem(cfg: dict, key: str) -> Optional[str]:
     """What is wrong with the option key ``key`` (``a.b.c``) on the config dict ``cfg``, or None.
 
     Walking the key from the root: a part under a list must be an index of it; a part under a
@@ -182,7 +186,7 @@ def option_key_problem(cfg, key):
     return None
 
 
-def check_options(cfg, options, mode='train'):
+def check_options(cfg: 'Config', options: Dict[str, Any], mode: str = 'train') -> 'Config':
     """Check the options ``{key: value}`` (``--cfg-options`` as MMEngine's ``DictAction`` parses
     them) against the loaded config ``cfg``, merge them into it, and run the whole-config checks
     of ``mode`` on the result; else ``ValueError`` naming the option, what is wrong and the
@@ -275,7 +279,7 @@ def _entries(cfg, field):
                      'each with a type')
 
 
-def check_runner_lists(cfg):
+def check_runner_lists(cfg: Union['Config', dict]) -> None:
     """Every entry of the lists the Runner builds (:data:`RUNNER_LISTS`: ``custom_hooks``,
     ``default_hooks``, ``param_scheduler``, ``visualizer.vis_backends``) is a dict whose
     ``type`` the registry of the config's ``default_scope`` knows; else ``ValueError`` naming

@@ -1,10 +1,15 @@
 """The torch device a tool's ``--device`` names, checked before any work: a name that is not
 a device, or one this machine does not have, raises :class:`~mmstiff.apis.runtime.ConfigError`
 naming it."""
+from typing import TYPE_CHECKING, Optional
+
 from .runtime import ConfigError
 
+if TYPE_CHECKING:
+    import torch
 
-def check_device(device):
+
+def check_device(device: str) -> 'torch.device':
     """``device`` (``--device`` of tns.py, spectrum.py, freq_noise.py) as a ``torch.device``."""
     import torch
     try:
@@ -26,12 +31,12 @@ def check_device(device):
     return parsed
 
 
-def default_device():
+def default_device() -> str:
     import torch
     return 'cuda' if torch.cuda.is_available() else 'cpu'
 
 
-def resolve_device(text):
+def resolve_device(text: Optional[str]) -> 'torch.device':
     """The device of the instruments' ``--device`` (hessian.py, loss_landscape.py,
     feature_variance.py): CUDA where present when ``text`` is None."""
     import torch

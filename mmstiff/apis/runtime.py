@@ -12,6 +12,7 @@ import os.path as osp
 import sys
 import tempfile
 from copy import deepcopy
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 from mmengine.config import Config, ConfigDict
@@ -23,6 +24,9 @@ from mmstiff.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from mmstiff.errors import MmstiffError
 from mmstiff.utils.checkpoint import (CheckpointError, check_resume_checkpoint,
                                       install_checkpoint_loader, load_checkpoint_into)
+
+if TYPE_CHECKING:
+    from mmengine.runner import Runner
 
 #: ``default_scope`` of a config -> the codebase whose conventions the tools follow.
 CODEBASES = {
@@ -49,7 +53,7 @@ class RunWriteError(RuntimeError, MmstiffError):
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM)
 
 
-def codebase_of(cfg):
+def codebase_of(cfg: Config) -> str:
     """Return the codebase (``'mmpretrain'`` or ``'mmdet'``) named by ``cfg.default_scope``."""
     scope = cfg.get('default_scope')
     if scope not in CODEBASES:
@@ -60,7 +64,7 @@ def codebase_of(cfg):
     return scope
 
 
-def cfg_option(text):
+def cfg_option(text: str) -> str:
     """One ``--cfg-options`` item, checked to have the form ``key=value`` (the tools pass this
     as the argparse ``type``; argparse then reports ``invalid key=value value: 'text'``)."""
     key, sep, _ = text.partition('=')
@@ -83,7 +87,7 @@ def _config_file_of(exc, default):
     return found
 
 
-def load_config(path):
+def load_config(path: str) -> Config:
     """Load a config file, failing clearly for a missing path, a file that does not load
     (a syntax error, a missing base config; the message names the file and the line) or an
     unsupported codebase."""
@@ -108,7 +112,7 @@ def load_config(path):
     return cfg
 
 
-def check_writable(field, path):
+def check_writable(field: str, path: str) -> None:
     """Fail before any work when the file ``path`` (the value of ``field``) cannot be written:
     a directory, an existing file without write permission, or no writable folder to create
     it in (missing folders are created later, as MMEngine's ``dump`` does)."""
@@ -136,7 +140,7 @@ def check_writable(field, path):
                           f'not writable ({exc.strerror})') from None
 
 
-def default_work_dir(config_path):
+def default_work_dir(config_path: str) -> str:
     return osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
 
 
@@ -181,7 +185,7 @@ def _resolve_work_dir(cfg, args):
         cfg.work_dir = default_work_dir(args.config)
 
 
-def merge_train_args(cfg, args):
+def merge_train_args(cfg: Config, args: Any) -> Config:
     """Apply ``tools/train.py`` flags to ``cfg`` (in place) as mmpretrain/mmdet's tools do."""
     codebase_of(cfg)
     cfg.launcher = args.launcher
@@ -221,7 +225,7 @@ def merge_train_args(cfg, args):
     return cfg
 
 
-def merge_test_args(cfg, args):
+def merge_test_args(cfg: Config, args: Any) -> Config:
     """Apply ``tools/test.py`` flags to ``cfg`` (in place)."""
     codebase = codebase_of(cfg)
     cfg.launcher = args.launcher
@@ -259,7 +263,7 @@ def _is_divergence_hook(hook):
     return name.split('.')[-1] == 'DivergenceHook'
 
 
-def install_safeguards(cfg):
+def install_safeguards(cfg: Config) -> Config:
     """Protect a training run (in place): crash-safe checkpoints and a divergence check.
 
     * ``default_hooks.checkpoint`` of type ``CheckpointHook`` becomes
@@ -286,7 +290,7 @@ def install_safeguards(cfg):
     return cfg
 
 
-def resolve_resume(cfg, args):
+def resolve_resume(cfg: Config, args: Any) -> Optional[str]:
     """Decide what a training run resumes from, before the Runner is built.
 
     With ``cfg.resume`` set (``--resume``, ``--resume-or-start`` or the config) this sets
@@ -326,7 +330,7 @@ def resolve_resume(cfg, args):
     return f'Nothing to resume in {cfg.work_dir}: {search.why()}. Starting a new run.'
 
 
-def check_config(cfg, mode):
+def check_config(cfg: Config, mode: str) -> None:
     """The whole-config checks of :mod:`mmstiff.apis.config_checks` (mmstiff type names; the
     entries of the lists the Runner builds; the training loop's keys in train mode), as
     :class:`ConfigError`."""
@@ -340,7 +344,7 @@ def check_config(cfg, mode):
         raise ConfigError(str(err)) from None
 
 
-def check_runtime(cfg):
+def check_runtime(cfg: Config) -> None:
     """Checks that must pass before the Runner starts any work."""
     for field in DATALOADERS:
         _check_dataloader(cfg, field)
@@ -349,7 +353,7 @@ def check_runtime(cfg):
         _check_amp()
 
 
-def init_cpu_distributed(cfg):
+def init_cpu_distributed(cfg: Config) -> Config:
     """Prepare a distributed run on a machine without CUDA (gloo backend).
 
     Creates the process group from the ``torchrun`` environment before the Runner is built,
@@ -378,7 +382,7 @@ def init_cpu_distributed(cfg):
     return cfg
 
 
-def check_codebase_loads(cfg):
+def check_codebase_loads(cfg: Config) -> None:
     """Import the models of the config's codebase (``mmdet.models``), as the Runner will: a
     package it needs and cannot load here (mmdet without mmcv's compiled ops, a conflicting
     stack) is a :class:`ConfigError` naming what to install, before the data checks, which it
@@ -392,7 +396,7 @@ def check_codebase_loads(cfg):
         raise ConfigError(missing) from None
 
 
-def preflight_data(cfg, fields=DATALOADERS):
+def preflight_data(cfg: Config, fields: Sequence[str] = DATALOADERS) -> None:
     """The data checks of :mod:`mmstiff.datasets.preflight` on the dataloaders ``fields``, before
     anything is built: a failed one raises its ``DataCheckError``; warnings go to stderr as
     ``warning:`` lines."""
@@ -401,7 +405,7 @@ def preflight_data(cfg, fields=DATALOADERS):
         print(f'warning: {line}', file=sys.stderr, flush=True)
 
 
-def prepare_runner_cfg(cfg, args, mode):
+def prepare_runner_cfg(cfg: Config, args: Any, mode: str) -> Config:
     """Everything a tool does to ``cfg`` before ``Runner.from_cfg``; ``mode`` is train or test."""
     if mode == 'train':
         merge_train_args(cfg, args)
@@ -423,7 +427,7 @@ def prepare_runner_cfg(cfg, args, mode):
     return cfg
 
 
-def write_failure(exc):
+def write_failure(exc: Optional[BaseException]) -> Optional[str]:
     """What a write that failed with ``exc`` was, in one phrase (``could not write PATH: No
     space left on device (ENOSPC; ...)``), or None when ``exc`` (or what it was raised from)
     is no refused write (:data:`WRITE_ERRNOS`, or any failure of an atomic write)."""
@@ -439,7 +443,7 @@ def write_failure(exc):
     return None
 
 
-def hold_work_dir(work_dir):
+def hold_work_dir(work_dir: str) -> None:
     """Lock ``work_dir`` for this training run (:mod:`mmstiff.engine.work_dir_lock`); a work
     dir in use by another run, or one that cannot be created, is a :class:`ConfigError`."""
     try:
@@ -502,7 +506,7 @@ def _intact(work_dir, config, mode, remedy):
             f'{remedy} and resume from it with: {command}')
 
 
-def run(runner, args, mode):
+def run(runner: 'Runner', args: Any, mode: str) -> Any:
     """``runner.train()`` or ``runner.test()`` (``mode``); a file the run cannot write (a full
     disk, a quota, a read-only folder, no permission: a checkpoint, ``last_checkpoint``, a log)
     stops it with :class:`RunWriteError` naming the file, the space it needed and what is
@@ -520,7 +524,7 @@ def run(runner, args, mode):
                             f'{_intact(runner.work_dir, args.config, mode, _remedy(exc))}') from exc
 
 
-def check_resume_model(runner, path, trust):
+def check_resume_model(runner: 'Runner', path: str, trust: bool) -> None:
     """A resume checkpoint of another model is a :class:`ConfigError` listing the keys and
     shapes that differ, before any training step."""
     try:
@@ -529,7 +533,7 @@ def check_resume_model(runner, path, trust):
         raise ConfigError(str(err)) from None
 
 
-def build_runner(args, mode):
+def build_runner(args: Any, mode: str) -> 'Runner':
     """Load ``args.config``, apply the tool's flags and checks, and build the Runner.
 
     Local checkpoints load weights-only (``args.trust_checkpoint``: in full). In test mode the
@@ -583,7 +587,7 @@ def build_runner(args, mode):
     return runner
 
 
-def shutdown_distributed():
+def shutdown_distributed() -> None:
     """Wait for every rank, then tear the process group down before the interpreter exits.
 
     Without it a rank that finishes first can exit while gloo's threads still serve the others

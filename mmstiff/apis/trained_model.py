@@ -7,12 +7,17 @@ full) and strictly: keys or shapes that do not match the model are an error nami
 statistics (``allow_non_finite`` goes on anyway).
 """
 import os.path as osp
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from mmstiff.utils.checkpoint import install_checkpoint_loader, load_checkpoint_into
 from .runtime import ConfigError, codebase_of, load_config
 
+if TYPE_CHECKING:
+    import torch
+    from mmengine.config import Config
 
-def checkpoint_options(args):
+
+def checkpoint_options(args: Any) -> Dict[str, bool]:
     """``dict(trust, allow_partial, allow_non_finite)`` from a tool's parsed checkpoint flags
     (:func:`mmstiff.apis.cli.add_checkpoint_args`; False where a flag is absent)."""
     return dict(
@@ -21,7 +26,8 @@ def checkpoint_options(args):
         allow_non_finite=getattr(args, 'allow_non_finite', False))
 
 
-def load_trained_config(config, checkpoint, cfg_options=None, trust=False):
+def load_trained_config(config: str, checkpoint: str, cfg_options: Optional[dict] = None,
+                        trust: bool = False) -> 'Config':
     """The config file ``config`` with ``cfg_options`` merged, after checking that
     ``checkpoint`` exists; installs the checkpoint loader (weights-only unless ``trust``) for
     every other load MMEngine does. Bad input raises :class:`ConfigError` naming it."""
@@ -35,7 +41,8 @@ def load_trained_config(config, checkpoint, cfg_options=None, trust=False):
     return cfg
 
 
-def load_model(cfg, checkpoint, trust=False, allow_partial=False, allow_non_finite=False):
+def load_model(cfg: 'Config', checkpoint: str, trust: bool = False, allow_partial: bool = False,
+               allow_non_finite: bool = False) -> 'torch.nn.Module':
     """Build ``cfg.model`` in the config's scope and load ``checkpoint`` on the CPU (eval mode);
     a refused or mismatched checkpoint raises
     :class:`~mmstiff.utils.checkpoint.CheckpointError` naming it."""
@@ -52,5 +59,5 @@ def load_model(cfg, checkpoint, trust=False, allow_partial=False, allow_non_fini
     return model
 
 
-def backbone_of(model):
+def backbone_of(model: 'torch.nn.Module') -> 'torch.nn.Module':
     return getattr(model, 'backbone', model)

@@ -1,10 +1,16 @@
 """The training objective the loss instruments evaluate (hessian.py, loss_landscape.py;
 docs/methods.md §12): the model's training loss and each parameter's weight decay in the
 config's optimizer."""
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Union
+
 from .runtime import ConfigError
 
+if TYPE_CHECKING:
+    import torch
+    from mmengine.config import Config
 
-def training_loss(model, data):
+
+def training_loss(model: 'torch.nn.Module', data: Union[dict, Sequence]) -> 'torch.Tensor':
     """The model's training loss on preprocessed ``data``: every ``loss`` term summed as the
     Runner does (``parse_losses``), a differentiable scalar."""
     if isinstance(data, dict):
@@ -15,7 +21,8 @@ def training_loss(model, data):
     return loss
 
 
-def weight_decays(cfg, model, params, override=None):
+def weight_decays(cfg: 'Config', model: 'torch.nn.Module', params: Sequence['torch.Tensor'],
+                  override: Optional[float] = None) -> List[float]:
     """The ``ℓ2`` coefficient of each parameter: ``override`` for all of them, or each one's
     weight decay in the optimizer the config's ``optim_wrapper`` builds (its paramwise settings
     included); 0 where the config has no optimizer."""
@@ -41,7 +48,7 @@ def weight_decays(cfg, model, params, override=None):
     return param_weight_decays(params, optimizer_param_groups(optim_wrapper))
 
 
-def decay_summary(decays):
+def decay_summary(decays: Iterable[float]) -> Dict[str, int]:
     """``{decay: number of parameters}`` for the JSON (the distinct coefficients used)."""
     summary = {}
     for d in decays:

@@ -12,6 +12,8 @@ stiffness (docs/methods.md §14).
   negative correlation. Undefined (left out) for the plain step and where ``ρ`` is constant.
 * ``step/<l>``: the mean step size of step ``l`` (1-based).
 """
+from typing import Any, Dict, List, Sequence, Tuple
+
 import numpy as np
 import torch
 from mmengine.evaluator import BaseMetric
@@ -25,7 +27,7 @@ def _pearson(a, b):
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def step_stiffness_correlations(steps, stiffness):
+def step_stiffness_correlations(steps: np.ndarray, stiffness: np.ndarray) -> Tuple[float, float]:
     """The pooled and the mean per-trajectory correlation of step size with ``log ρ``.
 
     Args:
@@ -52,14 +54,14 @@ class FlowMetric(BaseMetric):
 
     default_prefix = 'flow'
 
-    def process(self, data_batch, data_samples):
+    def process(self, data_batch: Any, data_samples: Sequence[dict]) -> None:
         for sample in data_samples:
             self.results.append({
                 k: (None if v is None else v.detach().cpu().double())
                 for k, v in sample.items()
             })
 
-    def compute_metrics(self, results):
+    def compute_metrics(self, results: List[dict]) -> Dict[str, float]:
         states = torch.stack([r['states'] for r in results])  # (N, L, d)
         target = torch.stack([r['trajectory'] for r in results])
         final = float((states[:, -1] - target[:, -1]).norm() / target[:, -1].norm())
