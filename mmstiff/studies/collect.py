@@ -29,6 +29,7 @@ import os.path as osp
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from mmstiff.analysis.quantities import NAMESPACES, QUANTITIES, along
 from .spec import ANALYSIS_TOOLS
 
 #: a run's record: ``{'metrics': {name: value}, 'curves': {name: curve}, 'profiles': {name:
@@ -37,28 +38,21 @@ Record = Dict[str, Dict[str, Any]]
 
 #: a curve longer than this is thinned to every k-th point (the last one always kept)
 MAX_CURVE_POINTS = 1000
-#: logged per block / per state: final values go to ``profiles`` (name -> profile name)
-BLOCK_GROUPS = {
-    'stiffness/nsi': 'log/nsi',
-    'stiffness/step': 'log/step',
-    'stiffness/nsi_step_corr': 'log/nsi_step_corr',
-    'freq/hf_ratio': 'log/hf_ratio',
-    'freq/dlogamp': 'log/dlogamp',
-    'freq/token_cos': 'log/token_cos'
-}
-#: logged per block and also averaged over every recorded iteration of training: the mean
-#: per block goes to ``profiles`` as ``<name>_training_mean``, and per stage to ``metrics``
-TRAINING_MEAN_GROUPS = ('stiffness/nsi_step_corr', )
-#: logged per block: the mean over each stage's blocks (last recorded iteration, and over
-#: training for TRAINING_MEAN_GROUPS) goes to ``metrics`` as ``log/<group>/<stage>``
-STAGE_MEAN_GROUPS = ('stiffness/nsi_step_corr', )
+#: logged per step / per state (docs/diagnostics.md, "Logged quantities"): final values go to
+#: ``profiles`` (group -> profile name)
+BLOCK_GROUPS = {q.group: q.profile for q in QUANTITIES if q.profile}
+#: logged per step: the mean per step over every recorded iteration of training goes to
+#: ``profiles`` as ``<profile>_training_mean``, and the mean over each stage's steps (last
+#: recorded iteration, and over training) to ``metrics`` as ``log/<group>/<stage>``
+STAGE_MEAN_GROUPS = tuple(q.group for q in QUANTITIES if q.stage_means)
 #: the last state's value of these per-state profiles goes to ``metrics`` as ``<name>/last``
-LAST_STATE_PROFILES = ('log/hf_ratio', 'log/token_cos')
+LAST_STATE_PROFILES = tuple(q.profile for q in QUANTITIES if q.last_state)
 #: the kind of a step from its name: MSA, MLP or (otherwise) a conv block
 STEP_KINDS = (('msa', re.compile(r'(^|\.)msa\d*$')), ('mlp', re.compile(r'(^|\.)mlp\d*$')))
 #: logged per trajectory (stage or network): final values go to ``metrics``
-TRAJECTORY_GROUPS = ('stiffness/mu', 'stiffness/ratio', 'stiffness/tns')
-DIAGNOSTIC_PREFIXES = ('stiffness/', 'freq/')
+TRAJECTORY_GROUPS = tuple(q.group for q in along('trajectory'))
+#: the diagnostics hooks' rows, told from the training and validation rows by their names
+DIAGNOSTIC_PREFIXES = tuple(f'{namespace}/' for namespace in NAMESPACES)
 BOOKKEEPING = ('step', 'iter', 'epoch', 'time', 'data_time', 'memory')
 EPOCH_HEADER = re.compile(r'Epoch\(train\)\s*\[\s*\d+\]\s*\[\s*\d+/(\d+)\]')
 
@@ -171,7 +165,6 @@ def collect_training(work_dir: str, record: Record) -> None:
     for group in STAGE_MEAN_GROUPS:
         for stage, value in _stage_means(final, group).items():
             metrics[f'log/{group}/{stage}'] = value
-    for group in TRAINING_MEAN_GROUPS:
         means = _training_means(diagnostics, group)
         if means:
             profiles[f'{BLOCK_GROUPS[group]}_training_mean'] = dict(

@@ -16,11 +16,15 @@ import json
 import math
 import os
 import os.path as osp
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mmstiff.analysis.quantities import NAMESPACES, QUANTITIES
 from mmstiff.analysis.trajectory import stage_of
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: how to read the strips, under the title
 READING = ('Heat strips: one row per Euler step x_t+1 = x_t + Δ_t ⊙ f(x_t) (the first on top), '
@@ -31,15 +35,11 @@ READING = ('Heat strips: one row per Euler step x_t+1 = x_t + Δ_t ⊙ f(x_t) (t
 #: a series: ``(steps, values)``
 Series = Tuple[List[int], List[float]]
 
-#: the heat strips, in order: (logged group, title, colour-bar label, scale)
-STRIPS = (
-    ('stiffness/nsi', 'NSI ζ per step (stiffness of each Euler step)', 'NSI ζ', 'log'),
-    ('stiffness/step', 'Step size Δ per step', 'mean Δ', 'linear'),
-    ('freq/hf_ratio', 'High-frequency ratio of the state after each step', '‖HC[X]‖ / ‖X‖',
-     'linear'),
-    ('stiffness/adjoint_gain', 'Adjoint gain ‖a_t‖ / ‖a_t+1‖ per step (backward pass)',
-     'log₂ gain\n(+: grows backwards)', 'gain'),
-)
+#: the heat strips, in order: (logged group, title, colour-bar label, scale), one per declared
+#: quantity with a strip (docs/diagnostics.md, "Logged quantities")
+STRIPS = tuple(
+    (q.group, q.title, q.symbol if q.strip != 'gain' else f'log₂ {q.symbol}\n(+: grows backwards)',
+     q.strip) for q in QUANTITIES if q.strip is not None)
 #: the first row's panels
 LOSS_PANEL = 'Training loss and learning rate'
 VAL_PANEL = 'Validation metrics'
@@ -47,7 +47,7 @@ HESSIAN_PANEL = 'Hessian top eigenvalue (HessianHook)'
 #: names a row carries besides its scalars, and MMEngine's timings
 ROW_KEYS = ('step', 'iter', 'epoch')
 TIMINGS = ('time', 'data_time', 'memory')
-DIAGNOSTIC_PREFIXES = ('stiffness/', 'freq/', 'hessian/')
+DIAGNOSTIC_PREFIXES = tuple(f'{namespace}/' for namespace in NAMESPACES)
 #: most step labels on a strip's axis; more steps are labelled every k-th
 MAX_STEP_LABELS = 24
 #: the metadata key of the panel list (PNG and SVG: 'Description'; PDF: 'Subject')
@@ -224,7 +224,7 @@ def _strip_height(n):
     return min(4.6, max(1.5, 0.9 + 0.02 * n + (0.12 * n if n <= 16 else 0.3)))
 
 
-def build_figure(data: Dashboard, title: str = 'Training run'):
+def build_figure(data: Dashboard, title: str = 'Training run') -> Tuple['Figure', List[str]]:
     """The matplotlib figure of ``data``; each panel's axes is labelled with its title
     (``Axes.get_label()``), the colour bars with ``'colorbar'``. Returns ``(figure, panels)``,
     ``panels`` the titles in drawing order."""

@@ -4,34 +4,41 @@ Reads runs.json entries (their ``record``: curves over training, profiles along 
 each figure shows the mean over seeds ± one standard deviation per variant (docs/studies.md).
 """
 import os.path as osp
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from mmstiff.analysis.quantities import QUANTITIES
 from .overlays import overlay_curves, overlay_profiles, scatter_runs
 
-#: figure file -> (profile names by preference, y label, title, x label, reference line)
-PROFILE_FIGURES = {
-    'nsi_per_block.png': (('tns/nsi', 'log/nsi'), 'mean NSI ζ (dimensionless)',
-                          'Neural stiffness index per block', 'block', None),
-    'step_size_per_block.png': (('tns/step', 'log/step'), 'mean step size Δ (dimensionless)',
-                                'Step size per block', 'block', None),
-    'dlogamp_per_block.png':
-    (('spectrum/dlogamp', 'log/dlogamp'), 'Δ log amplitude at 1.0π (log units)',
-     'High-frequency log amplitude per state', 'state after the step', 0.0),
-    'hf_ratio_per_block.png': (('spectrum/hf_ratio',
-                                'log/hf_ratio'), '||HC[X]|| / ||X|| (fraction)',
-                               'High-frequency ratio per state', 'state after the step', None),
-    'nsi_step_corr_per_block.png':
-    (('log/nsi_step_corr', ), 'Pearson r (NSI, Δ) over the batch',
-     'NSI–step-size correlation per block, last recorded batch', 'block', 0.0),
-    'nsi_step_corr_training_mean_per_block.png':
-    (('log/nsi_step_corr_training_mean', ), 'Pearson r (NSI, Δ) over the batch',
-     'NSI–step-size correlation per block, mean over training', 'block', 0.0),
-    'token_cos_per_block.png':
-    (('log/token_cos', ), 'token cosine similarity M_feat',
-     'Token cosine similarity per state, last recorded batch', 'state after the step', None),
-    'noise_robustness.png': (('freq_noise/drop', ), 'accuracy drop (percentage points)',
-                             'Accuracy drop under frequency-band noise',
-                             'noise band centre frequency (×π rad/sample)', 0.0),
-}
+#: the x label of a profile along the steps or along the states
+X_LABELS = {'step': 'block', 'state': 'state after the step'}
+
+
+def _profile_figures():
+    """figure file -> (profile names by preference, y label, title, x label, reference line):
+    one per declared quantity with a study figure (docs/diagnostics.md, "Logged
+    quantities"), a second one over training for those with stage means, and the noise
+    robustness of ``tools/analysis/freq_noise.py``."""
+    figures = {}
+    for q in QUANTITIES:
+        if q.figure is None:
+            continue
+        x_label = X_LABELS[q.along]
+        sources = tuple(s for s in (q.tool_profile, q.profile) if s)
+        figures[q.figure] = (sources, q.label, f'{q.title}, last recorded batch'
+                             if q.tool_profile is None else q.title, x_label, q.reference)
+        if q.stage_means:
+            figures[q.figure.replace(
+                '_per_block',
+                '_training_mean_per_block')] = ((f'{q.profile}_training_mean', ), q.label,
+                                                f'{q.title}, mean over training', x_label,
+                                                q.reference)
+    figures['noise_robustness.png'] = (('freq_noise/drop', ), 'accuracy drop (percentage points)',
+                                       'Accuracy drop under frequency-band noise',
+                                       'noise band centre frequency (×π rad/sample)', 0.0)
+    return figures
+
+
+PROFILE_FIGURES = _profile_figures()
 SOURCES = {
     'tns': 'tools/analysis/tns.py',
     'spectrum': 'tools/analysis/spectrum.py',
@@ -59,7 +66,8 @@ def _x_label(runs, kind, name):
     return ''
 
 
-def correlation_points(labels, done, x_metric, y_metric):
+def correlation_points(labels: Sequence[str], done: Dict[str, List[dict]], x_metric: str,
+                       y_metric: str) -> Dict[str, List[Tuple[float, float]]]:
     """``{label: [(x, y)]}``: the two metrics of every finished run that has both."""
     points = {}
     for label in labels:
@@ -71,7 +79,8 @@ def correlation_points(labels, done, x_metric, y_metric):
     return points
 
 
-def draw_study_figures(labels, done, out_dir, correlation=None):
+def draw_study_figures(labels: Sequence[str], done: Dict[str, List[dict]], out_dir: str,
+                       correlation: Optional[Tuple[str, str]] = None) -> List[Tuple[str, str]]:
     """Overlay figures of a study's finished runs in ``out_dir``; returns ``[(file, caption)]``.
 
     Args:

@@ -12,13 +12,15 @@ from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
+from mmstiff.analysis.quantities import BY_GROUP
 from mmstiff.engine.hooks import DashboardHook, StiffnessHook
 from mmstiff.engine.hooks.backend_layout import custom_scalars_layout, quantity_of
 from mmstiff.visualization import dashboard as dash
 
-NSI_PANEL = 'NSI ζ per step (stiffness of each Euler step)'
-HF_PANEL = 'High-frequency ratio of the state after each step'
-GAIN_PANEL = 'Adjoint gain ‖a_t‖ / ‖a_t+1‖ per step (backward pass)'
+# the strips' titles, as docs/diagnostics.md, "Logged quantities" declares them
+NSI_PANEL = BY_GROUP['stiffness/nsi'].title
+HF_PANEL = BY_GROUP['freq/hf_ratio'].title
+GAIN_PANEL = BY_GROUP['stiffness/adjoint_gain'].title
 
 
 class Accuracy(BaseMetric):

@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 from mmstiff.analysis import high_frequency_ratio, neural_stiffness_index, total_neural_stiffness
 from mmstiff.engine.hooks import FrequencyHook, StiffnessHook
 from mmstiff.engine.hooks.diagnostic_hook import HISTORY_LENGTH, TRAJECTORY
-from mmstiff.engine.hooks.stiffness_hook import StepStiffness
+from mmstiff.engine.hooks.step_stiffness import StepStiffness
 
 BATCH = 4
 

@@ -29,29 +29,14 @@ import os
 import os.path as osp
 import sys
 
+from mmstiff.analysis.quantities import QUANTITIES, along
 from mmstiff.apis.analysis_output import dump_json
 from mmstiff.tool_main import run_tool
 from mmstiff.visualization.dashboard import read_rows  # the dashboard reads the same rows
 
-#: metric group -> (y-axis label, title)
-GROUPS = {
-    'stiffness/nsi': ('NSI ζ (dimensionless)', 'Mean NSI per block'),
-    'stiffness/mu': ('μ = mean_t ζ_t (dimensionless)', 'Trajectory mean NSI'),
-    'stiffness/ratio': ('ζ*/μ (dimensionless)', 'Max/mean stiffness ratio'),
-    'stiffness/tns': ('TNS (dimensionless)', 'Total neural stiffness (training batch)'),
-    'stiffness/step': ('mean step size Δ (dimensionless)', 'Mean step size per block'),
-    'stiffness/nsi_step_corr': ('Pearson r (NSI, Δ)', 'NSI–step size correlation per block'),
-    'freq/hf_ratio': ('||HC[X]|| / ||X|| (fraction)', 'High-frequency ratio per block'),
-    'freq/dlogamp': ('Δ log amplitude at 1.0π (log units)', 'High-frequency log amplitude'),
-    'freq/token_cos': ('M_feat (mean |cos|)', 'Token cosine similarity per block'),
-    'freq/attn_cos': ('M_attn (mean |cos|)', 'Attention-column cosine similarity per layer'),
-    'stiffness/adjoint':
-    ('‖∂L/∂x_t‖ (loss units per state unit)', 'Adjoint norm at the start of each step'),
-    'stiffness/adjoint_end':
-    ('‖∂L/∂x_t+1‖ (loss units per state unit)', 'Adjoint norm at the end of each step'),
-    'stiffness/adjoint_gain':
-    ('‖a_t‖ / ‖a_t+1‖ (dimensionless)', 'Adjoint gain per step (backward pass)'),
-}
+#: metric group -> (y-axis label, title): every declared quantity with one name per step,
+#: state, layer or trajectory (docs/diagnostics.md, "Logged quantities")
+GROUPS = {q.group: (q.label, q.title) for q in along('step', 'state', 'layer', 'trajectory')}
 #: training-curve group -> (y-axis label, title); ``val`` is drawn against the epoch in an
 #: epoch-based run (MMEngine logs validation rows at ``step = epoch`` there)
 CURVES = {
@@ -63,7 +48,7 @@ CURVES = {
 ROW_KEYS = ('step', 'iter', 'epoch')
 TIMINGS = ('time', 'data_time', 'memory')
 #: mmstiff's diagnostic hooks (what the run's config would need for GROUPS)
-DIAGNOSTIC_HOOKS = ('StiffnessHook', 'FrequencyHook', 'HessianHook')
+DIAGNOSTIC_HOOKS = tuple(dict.fromkeys(q.hook for q in QUANTITIES))
 
 
 def find_log(path):

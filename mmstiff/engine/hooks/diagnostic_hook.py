@@ -19,6 +19,7 @@ from mmengine.model import is_model_wrapper
 
 from mmstiff.analysis import TrajectoryRecorder
 from mmstiff.analysis.blocks import block_types_of
+from mmstiff.analysis.quantities import declaration_of
 from mmstiff.analysis.trajectory import LEVELS, RecorderBase, StepRecord
 from mmstiff.utils.checks import check_patterns, check_positive_int
 from .backend_layout import group_per_step_keys
@@ -73,8 +74,6 @@ class TrajectoryDiagnosticHook(Hook):
     priority = 'NORMAL'
     #: samples of the batch the recorder keeps (None: all); set by subclasses.
     num_samples = None
-    #: scalar-name components whose non-finite values are expected (undefined) and not warned.
-    optional_metrics = ()
     #: a subclass's method run when a recorded forward pass of the recorded module ends, before
     #: the backward pass (to free what :meth:`reduce_step` held for the pass); None: nothing, and
     #: no module hook for it
@@ -283,9 +282,11 @@ class TrajectoryDiagnosticHook(Hook):
             self.write(runner, rows)
 
     # ------------------------------------------------------------------ logging
-    def _is_optional(self, name):
-        parts = name.split('/')
-        return len(parts) > 1 and parts[1] in self.optional_metrics
+    @staticmethod
+    def _is_optional(name):
+        # a value that may be undefined (docs/diagnostics.md, "Logged quantities")
+        declared = declaration_of(name)
+        return declared is not None and declared.optional
 
     def write(self, runner: 'Runner', rows: Sequence[ScalarRow]) -> None:
         """Average ``rows`` (:class:`ScalarRow`, this rank's values) over the ranks and write

@@ -114,8 +114,6 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         >>> custom_hooks = [dict(type='mmstiff.FrequencyHook', interval=100)]
     """
 
-    optional_metrics = ('dlogamp', 'token_cos', 'attn_cos')
-
     def __init__(self, interval: int = 100, blocks: Optional[Union[str, Sequence[str]]] = None,
                  module: Optional[str] = 'backbone', level: str = 'branch', num_samples: int = 8,
                  num_extra_tokens: Optional[int] = None, attention: bool = True,
