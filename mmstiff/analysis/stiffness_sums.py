@@ -3,16 +3,16 @@
 
 A fused step, or the NSI's Triton kernel after a reference step, leaves per-(sample, channel)
 sums of squares (:class:`~mmstiff.utils.step_sums.StepSums`). The norms are then four small
-kernels per step (two sums over the channels, two square roots), more with a step size: a
-recorded iteration of ResNet-50 launched 64 of them between the blocks' large kernels, each
-a launch the host pays for. :func:`pending_norms` checks a step's sums and Δ_t where they are
-recorded and launches nothing; :func:`norms_of_pending` then takes the norms of every step of
-the iteration with one stacked computation per group of steps of equal shapes (four groups for
-ResNet-50's stages). :func:`stiffness_norms_from_sums` is the same for one step.
+kernels per step (two sums over the channels, two square roots), more with a step size, each
+a launch the host pays for between the blocks' large kernels. :func:`pending_norms` checks a
+step's sums and Δ_t where they are recorded and launches nothing; :func:`norms_of_pending` then
+takes the norms of every step of the iteration with one stacked computation per group of steps
+of equal shapes (one group per stage of a ResNet). :func:`stiffness_norms_from_sums` is the
+same for one step.
 """
 import math
 from collections import OrderedDict
-from typing import NamedTuple, Optional, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -43,7 +43,7 @@ class PendingNorms(NamedTuple):
     step: Optional[Union[torch.Tensor, float]]
 
 
-def channel_step(step, layout):
+def channel_step(step: torch.Tensor, layout: str) -> Optional[torch.Tensor]:
     """A step tensor of a state of ``layout`` as a float32 ``(B or 1, C or 1)`` tensor (a 0-d
     one for a single Δ), or None where it varies over the pooled axes (``H, W`` or the
     tokens), which the sums have summed over."""
@@ -56,7 +56,8 @@ def channel_step(step, layout):
     return step.reshape(step.shape[0], -1)
 
 
-def pending_norms(sums, step=None):
+def pending_norms(sums: StepSums, step: Optional[Union[torch.Tensor,
+                                                       float]] = None) -> Optional[PendingNorms]:
     """``sums`` and ``step`` as a :class:`PendingNorms`, or None where ``step`` varies over
     the pooled axes (the caller takes the states then). No kernel is launched.
 
@@ -78,7 +79,9 @@ def pending_norms(sums, step=None):
     return PendingNorms(sums, step)
 
 
-def norms_of_pending(pending, step_means=False):
+def norms_of_pending(
+    pending: Sequence[PendingNorms], step_means: bool = False
+) -> Union[List[StiffnessNorms], List[Tuple[StiffnessNorms, Optional[torch.Tensor]]]]:
     """The :class:`StiffnessNorms` of each of ``pending`` (:class:`PendingNorms`), in order.
 
     Steps whose sums have one shape and device and whose Δ_t has one form (none, the same
@@ -122,7 +125,9 @@ def norms_of_pending(pending, step_means=False):
     return list(zip(norms, means)) if step_means else norms
 
 
-def stiffness_norms_from_sums(sums, step=None):
+def stiffness_norms_from_sums(
+        sums: StepSums, step: Optional[Union[torch.Tensor,
+                                             float]] = None) -> Optional[StiffnessNorms]:
     """:func:`~mmstiff.analysis.stiffness_norms` from the per-(sample, channel) sums of squares
     a fused step wrote (:class:`~mmstiff.utils.step_sums.StepSums`), without another pass over
     the states.

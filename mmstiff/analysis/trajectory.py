@@ -15,7 +15,7 @@ Example:
 """
 import weakref
 from collections import OrderedDict
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -121,7 +121,7 @@ class BlockTaps(NamedTuple):
     step_sources: Sequence[nn.Module]
 
 
-def keep_record(record):
+def keep_record(record: 'StepRecord') -> 'StepRecord':
     """The default reducer: keep the record itself (detached tensors; memory grows per call)."""
     return record
 
@@ -181,7 +181,7 @@ class RecorderBase:
     """The protocol both recorders share: ``outputs``, ``clear()`` and use as a context manager
     (``start()`` on entry, ``stop()`` on exit)."""
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget the recorded outputs."""
         self.outputs = OrderedDict()
 
@@ -238,9 +238,13 @@ class TrajectoryRecorder(RecorderBase):
             matches no block.
     """
 
-    def __init__(self, model, reduce=None, level='block', select=None, is_block=None,
-                 read_se_gates=True, num_samples=None, on_pass_end=None, step_sums=False,
-                 block_types=None, adjoint=False):
+    def __init__(self, model: nn.Module, reduce: Optional[Callable[[StepRecord], Any]] = None,
+                 level: str = 'block', select: Optional[Union[str, Sequence[str],
+                                                              Callable[[str], bool]]] = None,
+                 is_block: Optional[Callable[[nn.Module], Optional[str]]] = None,
+                 read_se_gates: bool = True, num_samples: Optional[int] = None,
+                 on_pass_end: Optional[Callable[[], None]] = None, step_sums: bool = False,
+                 block_types: Optional[Union[dict, Sequence[str]]] = None, adjoint: bool = False):
         self.num_samples = check_positive_int('num_samples', num_samples, optional=True)
         if on_pass_end is not None and not callable(on_pass_end):
             raise ValueError(f'on_pass_end={on_pass_end!r} is not supported; expected a '
@@ -298,12 +302,12 @@ class TrajectoryRecorder(RecorderBase):
 
     # ------------------------------------------------------------------ lifecycle
     @property
-    def active(self):
+    def active(self) -> bool:
         """Whether hooks are registered."""
         return bool(self._handles)
 
     @property
-    def record_names(self):
+    def record_names(self) -> List[str]:
         """Names of the records one forward pass produces, in trajectory order."""
         names = []
         for block in self.blocks:
@@ -316,7 +320,7 @@ class TrajectoryRecorder(RecorderBase):
                 names.append(block.name)
         return names
 
-    def start(self):
+    def start(self) -> 'TrajectoryRecorder':
         """Register the hooks (idempotent)."""
         if self.active:
             return self
@@ -330,7 +334,7 @@ class TrajectoryRecorder(RecorderBase):
             self._handles.append(handle)
         return self
 
-    def stop(self):
+    def stop(self) -> 'TrajectoryRecorder':
         """Remove every hook this recorder registered; keeps :attr:`outputs`."""
         for handle in self._handles:
             handle.remove()
@@ -595,11 +599,11 @@ class _AdjointSpecReader(SpecReader):
         return steps, ends
 
 
-def opaque_to_compiler(hook):
+def opaque_to_compiler(hook: Callable[..., Any]) -> Callable[..., Any]:
     """``hook`` as :func:`torch.compiler.disable` makes it for a model being compiled (a graph
-    break: the compiled code calls it as it is), and called directly otherwise: the wrapper
-    ``disable`` makes costs about 10 µs a call in eager mode, which a recorder's few hooks per
-    block would pay at every recorded pass."""
+    break: the compiled code calls it as it is), and called directly otherwise, without the
+    wrapper ``disable`` makes, which a recorder's few hooks per block would call at every
+    recorded pass."""
     disabled = torch.compiler.disable(hook)
 
     def call(*args):
@@ -616,7 +620,7 @@ def _pattern_predicate(select):
     return lambda name: matches_any(name, patterns)
 
 
-def stage_of(name):
+def stage_of(name: str) -> str:
     """The stage of a block name: everything before its last dot (``'layer1.0'`` -> ``'layer1'``,
     ``'layers.3.msa'`` -> ``'layers'``); ``''`` for a top-level block. A step's name after its
     block's (``msa``, ``mlp`` or another lowercase word after an index) is dropped first."""
@@ -627,7 +631,8 @@ def stage_of(name):
     return name.rpartition('.')[0]
 
 
-def record_states(model, inputs, **kwargs):
+def record_states(model: nn.Module, inputs: torch.Tensor,
+                  **kwargs: Any) -> 'OrderedDict[str, StepRecord]':
     """Run ``model(inputs)`` once and return ``{record name: StepRecord}`` (detached tensors).
 
     A convenience for analysis scripts; ``kwargs`` go to :class:`TrajectoryRecorder`.
