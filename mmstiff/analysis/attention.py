@@ -81,8 +81,8 @@ def softmax_column_cosine_similarity(attn: torch.Tensor, eps: float = 1e-12) -> 
     attn = attn if attn.dtype in (torch.float32, torch.float64) else attn.float()
     square = (attn * attn).sum(dim=-2)  # (..., N) squared norm of each column
     norm = square.sqrt().clamp_min(eps)
-    # Σ_j û_j as a product and a sum over the rows: a batch of (N, N) x (N, 1) products runs
-    # several times slower on the CPU (one small matrix-vector call per map)
+    # Σ_j û_j as a product and a sum over the rows, not as a batch of (N, N) x (N, 1) products
+    # (one small matrix-vector call per map)
     total = (attn * (1.0 / norm).unsqueeze(-2)).sum(dim=-1).double()
     units = (square.double() / norm.double()**2).sum(dim=-1)  # Σ_j ||û_j||²
     pairs = (total * total).sum(dim=-1) - units

@@ -25,8 +25,8 @@ def _mean_offdiagonal_abs_cosine(vectors, eps=1e-12):
     n = vectors.shape[-2]
     if n < 2:
         raise ValueError(f'{n} vector(s) given; the pairwise cosine similarity needs at least 2')
-    # the n x n products in the input's precision (float32 at least: a float64 product costs
-    # several times more on the CPU); the sums over them in float64. Outside autocast: a
+    # the n x n products in the input's precision (float32 at least, not float64); the sums
+    # over them in float64. Outside autocast: a
     # recorder reads the states inside the model's autocast region, where the product would
     # run in half precision (float16 overflows on the squared norms: NaN)
     v = vectors if vectors.dtype == torch.float64 else vectors.float()

@@ -177,7 +177,7 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--skip-data-checks', action='store_true',
         help='skip the data checks of the dataset files before the run (annotation JSON, IDX '
-        'and CIFAR files; they take seconds on COCO-sized files); the config key '
+        'and CIFAR files, read once before the run); the config key '
         'skip_data_checks=True does the same')
     parser.add_argument(
         '--skip-image-checks', action='store_true',

@@ -4,9 +4,8 @@ MMEngine's ``compile=True`` compiles ``train_step`` with ``torch.compile``; a di
 registers its recorders' module hooks at its recorded iterations only. Compiling the model with
 those hooks in place cuts its graph at every hooked block, takes minutes at the first recorded
 iteration, and does not stay confined to it: the compiler tries its newest graph first, and the
-cut graph is valid with the hooks and without them, so every later iteration runs it too (a
-StepNet ResNet-18 at 8 channels: 24 ms per iteration after the first recorded one against 15 ms
-before it). So while any diagnostics hook records, the compiler stands aside
+cut graph is valid with the hooks and without them, so every later iteration runs it too,
+slower than the whole graph (docs/benchmarks.md, "Diagnostics hooks with `torch.compile`"). So while any diagnostics hook records, the compiler stands aside
 (``torch.compiler.set_stance('force_eager')``, torch >= 2.6): the recorded iteration runs as an
 eager one, hooks and all, and the other iterations keep the whole compiled graph.
 

@@ -10,9 +10,8 @@ v̄ (B, K), and FeatScale's s, t (C,) with the heads' token means ā (B, K):
 (ω repeated over each head's K / H columns). These are small tensors, but as autograd
 operators some thirty nodes of the backward graph, each with its host-side cost;
 :class:`ScaledWeights` computes both directions in one node, with the intermediate values of
-the forward pass (:class:`FoldParts`) kept for the backward (an attention layer with both
-scales, forward and backward on 10 tokens, one CPU thread: 1.34 ms against 1.67 ms as autograd
-operators; equal at 1576 tokens). A backward pass that builds a graph (a double backward) takes
+the forward pass (:class:`FoldParts`) kept for the backward (its cost against autograd's:
+docs/benchmarks.md, "AttnScale and FeatScale folded into the projection"). A backward pass that builds a graph (a double backward) takes
 autograd of :func:`scaled_weights_reference` instead.
 """
 import contextlib
