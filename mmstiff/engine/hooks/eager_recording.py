@@ -5,9 +5,10 @@ registers its recorders' module hooks at its recorded iterations only. Compiling
 those hooks in place cuts its graph at every hooked block, takes minutes at the first recorded
 iteration, and does not stay confined to it: the compiler tries its newest graph first, and the
 cut graph is valid with the hooks and without them, so every later iteration runs it too,
-slower than the whole graph (docs/benchmarks.md, "Diagnostics hooks with `torch.compile`"). So while any diagnostics hook records, the compiler stands aside
-(``torch.compiler.set_stance('force_eager')``, torch >= 2.6): the recorded iteration runs as an
-eager one, hooks and all, and the other iterations keep the whole compiled graph.
+slower than the whole graph (docs/benchmarks.md, "Diagnostics hooks with `torch.compile`").
+So while any diagnostics hook records, the compiler stands aside
+(``torch.compiler.set_stance('force_eager')``, torch >= 2.6): the recorded iteration runs as
+an eager one, hooks and all, and the other iterations keep the whole compiled graph.
 
 Without ``set_stance`` (torch < 2.6) the fallback is the compiler's guards on module hooks
 (``torch._dynamo.config.skip_nnmodule_hook_guards = False``), which lets the hooks run in the

@@ -11,8 +11,9 @@ v̄ (B, K), and FeatScale's s, t (C,) with the heads' token means ā (B, K):
 operators some thirty nodes of the backward graph, each with its host-side cost;
 :class:`ScaledWeights` computes both directions in one node, with the intermediate values of
 the forward pass (:class:`FoldParts`) kept for the backward (its cost against autograd's:
-docs/benchmarks.md, "AttnScale and FeatScale folded into the projection"). A backward pass that builds a graph (a double backward) takes
-autograd of :func:`scaled_weights_reference` instead.
+docs/benchmarks.md, "AttnScale and FeatScale folded into the projection"). A backward pass
+that builds a graph (a double backward) takes autograd of :func:`scaled_weights_reference`
+instead.
 """
 import contextlib
 from typing import NamedTuple, Optional, Sequence, Tuple
