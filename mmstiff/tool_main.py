@@ -68,6 +68,7 @@ def take_debug_flag(argv: List[str]) -> bool:
 
 
 def debug_from_env() -> bool:
+    """Whether ``MMSTIFF_DEBUG`` asks for the traceback: set to anything but ``0`` or empty."""
     return os.environ.get(DEBUG_ENV, '') not in ('', '0')
 
 

@@ -177,9 +177,12 @@ class AttentionRecorder(RecorderBase):
 
     @property
     def active(self) -> bool:
+        """Whether hooks are registered."""
         return bool(self._handles)
 
     def start(self) -> 'AttentionRecorder':
+        """Register the hooks and switch on the map keeping of the layers that store their maps
+        (idempotent); returns the recorder."""
         if self.active:
             return self
         for module, sink in self._map_sinks:
@@ -192,6 +195,8 @@ class AttentionRecorder(RecorderBase):
         return self
 
     def stop(self) -> 'AttentionRecorder':
+        """Remove every hook this recorder registered and switch the layers' map keeping off,
+        emptying what they held; keeps :attr:`outputs`. Returns the recorder."""
         for handle in self._handles:
             handle.remove()
         for module, sink in self._map_sinks:

@@ -53,6 +53,8 @@ class AdjointNorm:
         self.samples = samples
 
     def __call__(self, grad: torch.Tensor) -> None:
+        """Keep the ``(B,)`` float32 norms of ``grad`` (of its first ``samples`` samples) in
+        :attr:`norm`; returns None, so the gradient passes on unchanged."""
         g = grad.detach()
         if self.samples is not None:
             g = g[:self.samples]

@@ -23,6 +23,8 @@ def out_dir_of(args: Any, tool: str) -> str:
 
 
 def dump_json(obj: Any, path: str) -> str:
+    """Write ``obj`` to ``path`` as indented JSON and return ``path``. Non-finite floats are
+    written as ``NaN`` / ``Infinity``; pass values through :func:`finite` to write null."""
     with open(path, 'w') as f:
         json.dump(obj, f, indent=2, allow_nan=True)
     return path

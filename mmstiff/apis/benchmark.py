@@ -33,6 +33,8 @@ class Precision:
         self.scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
 
     def autocast(self) -> ContextManager[None]:
+        """The context of the forward pass: ``torch.autocast`` to :attr:`dtype` on the device's
+        type, or a context that does nothing for float32 (``dtype`` None)."""
         if self.dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
@@ -65,6 +67,12 @@ def compile_model(model: torch.nn.Module, mode: str = 'default') -> torch.nn.Mod
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                labels: torch.Tensor, precision: Optional[Precision] = None) -> None:
+    """One SGD train step of ``model`` on ``(images, labels)``: gradients set to None,
+    cross-entropy, backward pass, ``optimizer.step()``.
+
+    With ``precision``, the forward pass runs under its autocast; with its gradient scaler
+    (float16) the loss is scaled, and the scaler steps the optimizer and updates its scale.
+    """
     optimizer.zero_grad(set_to_none=True)
     if precision is None:
         F.cross_entropy(model(images), labels).backward()
@@ -82,6 +90,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images:
 
 
 def synchronize(device: torch.device) -> None:
+    """Wait until the work queued on a CUDA ``device`` is done; nothing for other devices."""
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
 
@@ -89,6 +98,9 @@ def synchronize(device: torch.device) -> None:
 def time_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                batch: Sequence[torch.Tensor], iters: int, device: torch.device,
                precision: Optional[Precision] = None) -> float:
+    """The mean time in seconds of one :func:`train_step` of ``model`` on ``batch`` ``(images,
+    labels)`` over ``iters`` steps, the device synchronised before the first step and after
+    the last."""
     synchronize(device)
     start = time.perf_counter()
     for _ in range(iters):

@@ -32,6 +32,8 @@ def check_device(device: str) -> 'torch.device':
 
 
 def default_device() -> str:
+    """``'cuda'`` where CUDA is available, else ``'cpu'``: the device where ``--device`` is not
+    given."""
     import torch
     return 'cuda' if torch.cuda.is_available() else 'cpu'
 

@@ -141,6 +141,8 @@ def check_writable(field: str, path: str) -> None:
 
 
 def default_work_dir(config_path: str) -> str:
+    """``./work_dirs/<config file name without its extension>``: the work dir of a run whose
+    config and command line set none."""
     return osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
 
 

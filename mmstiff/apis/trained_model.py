@@ -60,4 +60,6 @@ def load_model(cfg: 'Config', checkpoint: str, trust: bool = False, allow_partia
 
 
 def backbone_of(model: 'torch.nn.Module') -> 'torch.nn.Module':
+    """The ``backbone`` of ``model`` (a classifier, a detector), or ``model`` itself where it has
+    none."""
     return getattr(model, 'backbone', model)

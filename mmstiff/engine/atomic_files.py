@@ -54,6 +54,7 @@ class WriteFailedError(MmstiffError, OSError):
 
 
 def mebibytes(size: int) -> str:
+    """``size`` (bytes) for a message: ``'1.5 MiB'`` from 64 KiB on, else ``'123 bytes'``."""
     return f'{size / 2**20:.1f} MiB' if size >= 2**16 else f'{size} bytes'
 
 
@@ -171,7 +172,10 @@ class AtomicLocalBackend(LocalBackend):
     """MMEngine's local-disk backend whose writes are atomic (see :func:`write_atomic`)."""
 
     def put(self, obj: bytes, filepath: Union[str, Path]) -> None:
+        """Write the bytes ``obj`` to ``filepath`` with :func:`write_atomic`: the file holds its
+        previous content or ``obj``, never a part of it."""
         write_atomic(str(filepath), obj)
 
     def put_text(self, obj: str, filepath: Union[str, Path], encoding: str = 'utf-8') -> None:
+        """Write the text ``obj`` to ``filepath`` in ``encoding`` with :func:`write_atomic`."""
         write_atomic(str(filepath), obj, encoding=encoding)

@@ -37,6 +37,7 @@ class ResumeSearch(NamedTuple):
 
     @property
     def work_dir_exists(self) -> bool:
+        """Whether :attr:`work_dir` is an existing folder."""
         return osp.isdir(self.work_dir)
 
     def why(self) -> str:

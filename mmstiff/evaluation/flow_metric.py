@@ -55,6 +55,8 @@ class FlowMetric(BaseMetric):
     default_prefix = 'flow'
 
     def process(self, data_batch: Any, data_samples: Sequence[dict]) -> None:
+        """Keep each predicted sample's tensors (``states``, ``trajectory``, ``stiffness``,
+        ``steps`` or None) detached, on the CPU, in float64."""
         for sample in data_samples:
             self.results.append({
                 k: (None if v is None else v.detach().cpu().double())
@@ -62,6 +64,8 @@ class FlowMetric(BaseMetric):
             })
 
     def compute_metrics(self, results: List[dict]) -> Dict[str, float]:
+        """The metrics of the module docstring from every kept sample: the errors always, the
+        correlations and ``step/<l>`` where the model has step sizes."""
         states = torch.stack([r['states'] for r in results])  # (N, L, d)
         target = torch.stack([r['trajectory'] for r in results])
         final = float((states[:, -1] - target[:, -1]).norm() / target[:, -1].norm())

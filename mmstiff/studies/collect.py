@@ -127,6 +127,14 @@ def iters_per_epoch(work_dir: str) -> Optional[int]:
 
 
 def collect_training(work_dir: str, record: Record) -> None:
+    """Add the numbers of the training logs of ``work_dir`` to ``record`` (in place).
+
+    The losses' curves and final values, the mean iteration time (and the time per epoch of an
+    epoch-based run), the validation metrics' curves and last values, the diagnostics hooks'
+    last logged values (per-block profiles, per-trajectory metrics, the last state of
+    :data:`LAST_STATE_PROFILES`, per-stage means) and their means over training (per block and
+    per stage), and ``record['train_info']``.
+    """
     rows = read_rows(training_logs(work_dir))
     train, val, diagnostics = rows.get('train', []), rows.get('val',
                                                               []), rows.get('diagnostics', [])
@@ -231,6 +239,9 @@ def _profile(pairs, x_label):
 
 
 def collect_tns(result: Dict[str, Any], record: Record) -> None:
+    """Add the numbers of ``tools/analysis/tns.py``'s ``result`` to ``record`` (in place): the
+    TNS of each trajectory (``tns/<trajectory>``) and the per-block profiles of the mean NSI
+    and, where measured, the mean step size."""
     for trajectory, values in result.get('trajectories', {}).items():
         if _finite(values.get('tns')):
             record['metrics'][f'tns/{trajectory}'] = float(values['tns'])
@@ -243,6 +254,10 @@ def collect_tns(result: Dict[str, Any], record: Record) -> None:
 
 
 def collect_spectrum(result: Dict[str, Any], record: Record) -> None:
+    """Add the numbers of ``tools/analysis/spectrum.py``'s ``result`` to ``record`` (in place):
+    the per-state profiles of the high-frequency ratio, the token cosine similarity and the Δ
+    log amplitude, their last states' values, and the mean change of the Δ log amplitude
+    across each kind of step (:func:`dlogamp_steps`)."""
     states = result.get('states', {})
     hf = [(n, s.get('hf_ratio')) for n, s in states.items()]
     dla = [(n, s['dlogamp']) for n, s in states.items() if 'dlogamp' in s]
@@ -268,6 +283,9 @@ def collect_spectrum(result: Dict[str, Any], record: Record) -> None:
 
 
 def collect_freq_noise(result: Dict[str, Any], record: Record) -> None:
+    """Add the numbers of ``tools/analysis/freq_noise.py``'s ``result`` to ``record`` (in
+    place): the clean accuracy, the mean accuracy drop over the noise bands and the drop per
+    band."""
     bands = result.get('bands', [])
     record['metrics']['freq_noise/clean_accuracy'] = float(result['clean_accuracy'])
     drops = [b['drop'] for b in bands if _finite(b.get('drop'))]

@@ -19,6 +19,7 @@ from .state import DONE, FAILED, RUNNING, StudyState
 
 
 def now() -> str:
+    """The local time now, with its UTC offset, as ISO 8601 to the second."""
     return datetime.datetime.now().astimezone().isoformat(timespec='seconds')
 
 

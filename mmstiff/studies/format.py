@@ -39,17 +39,22 @@ def fmt(value: Optional[float], scale: Optional[float] = None) -> str:
 
 
 def fmt_signed(value: Optional[float], scale: Optional[float] = None) -> str:
+    """:func:`fmt` with a ``+`` before a positive value (not before zero, a negative value or
+    ``–``)."""
     text = fmt(value, scale)
     return text if text.startswith(('-', '–')) or float(text) == 0 else '+' + text
 
 
 def fmt_interval(low: Optional[float], high: Optional[float], scale: Optional[float] = None) -> str:
+    """``[low, high]`` formatted with :func:`fmt` (``scale``); a note in place of the interval
+    where ``low`` is None (fewer than two seeds)."""
     if low is None:
         return '– (fewer than 2 seeds)'
     return f'[{fmt(low, scale)}, {fmt(high, scale)}]'
 
 
 def fmt_p(value: Optional[float]) -> str:
+    """A p-value with three decimals, ``< 0.001`` below that, ``–`` for None or a non-finite one."""
     if value is None or not math.isfinite(value):
         return '–'
     return '< 0.001' if value < 0.001 else f'{value:.3f}'
@@ -75,14 +80,18 @@ def fmt_duration(seconds: Optional[float]) -> str:
 
 
 def code(text: str) -> str:
+    """``text`` as Markdown inline code."""
     return f'`{text}`'
 
 
 def cell(text: object) -> str:
+    """``text`` as the content of a Markdown table cell: ``|`` escaped, newlines as spaces."""
     return str(text).replace('|', '\\|').replace('\n', ' ')
 
 
 def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> List[str]:
+    """The lines of a Markdown table with the columns ``header`` and one line per row of
+    ``rows``, every cell passed through :func:`cell`."""
     lines = [
         '| ' + ' | '.join(cell(h) for h in header) + ' |',
         '|' + '|'.join('---' for _ in header) + '|'
@@ -92,6 +101,8 @@ def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> List[st
 
 
 def metric_sort_key(name: str) -> Tuple[int, str]:
+    """The sort key of a metric name: the position of its prefix in :data:`METRIC_ORDER`
+    (unknown prefixes last), then the name."""
     for i, prefix in enumerate(METRIC_ORDER):
         if name.startswith(prefix):
             return (i, name)

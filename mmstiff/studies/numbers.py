@@ -119,6 +119,9 @@ class StudyNumbers:
         return [(b[s], a[s]) for s in sorted(set(a) & set(b))]
 
     def mde(self, label: str, baseline: str, metric: str) -> Optional[float]:
+        """The minimum detectable effect (level :data:`ALPHA`, power :data:`POWER`) of the
+        difference ``label`` − ``baseline`` on ``metric``, or None where the pair has no
+        difference or its standard error is undefined."""
         d = self.differences.get((label, baseline), {}).get(metric)
         return None if d is None else minimum_detectable_effect(d.std_error, d.df, ALPHA, POWER)
 

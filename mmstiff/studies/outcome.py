@@ -57,6 +57,7 @@ class Outcome(NamedTuple):
 
     @property
     def is_correlation(self) -> bool:
+        """Whether the outcome is a correlation across runs (``correlate_with`` set)."""
         return self.correlate_with is not None
 
 

@@ -91,10 +91,13 @@ class RunPlan(NamedTuple):
 
     @property
     def stages(self) -> List[str]:
+        """The run's stages in order: train, test, then the variant's analysis tools."""
         return [TRAIN, TEST] + list(self.variant.analysis)
 
     @property
     def cfg_options(self) -> List[str]:
+        """The run's ``--cfg-options``: the study's and the variant's, ``{seed}`` replaced by the
+        seed, then ``randomness.seed=<seed>``."""
         return self.variant.options_for(self.seed) + [f'{SEED_KEY}={self.seed}']
 
     def spec(self) -> Dict[str, Any]:
@@ -123,6 +126,8 @@ class RunPlan(NamedTuple):
         return self._env() + ['python', f'tools/{tool}.py', *positional]
 
     def train_command(self, resume: bool = False) -> List[str]:
+        """The train stage's command (module docstring), with ``--resume`` where ``resume``; through
+        the launch's launcher."""
         launch = self.launch
         head = self._start('train', [self.variant.config] +
                            ([self.work_dir] if launch.launcher == 'slurm' else []))
@@ -131,12 +136,17 @@ class RunPlan(NamedTuple):
                 self.cfg_options)
 
     def test_command(self, checkpoint: str) -> List[str]:
+        """The test stage's command on ``checkpoint``: its work dir ``DIR/test``, its metrics
+        written to :attr:`metrics_file`; through the launch's launcher."""
         return self._start('test', [self.variant.config, checkpoint]) + [
             '--work-dir',
             osp.join(self.work_dir, 'test'), '--out', self.metrics_file, '--cfg-options'
         ] + self.cfg_options
 
     def analysis_command(self, tool: str, checkpoint: str) -> List[str]:
+        """The command of the analysis tool ``tool`` on ``checkpoint``, writing into
+        :meth:`analysis_dir`, with the study's flags for the tool; one process, started without
+        the launcher."""
         return (self._env() + [
             'python', ANALYSIS_TOOLS[tool][0], self.variant.config, checkpoint, '--out-dir',
             self.analysis_dir(tool)
@@ -144,9 +154,11 @@ class RunPlan(NamedTuple):
 
     @property
     def metrics_file(self) -> str:
+        """``DIR/metrics.json``: where the test stage writes the run's test metrics."""
         return osp.join(self.work_dir, 'metrics.json')
 
     def analysis_dir(self, tool: str) -> str:
+        """``DIR/analysis/<tool>``: the output folder of ``tool``."""
         return osp.join(self.work_dir, 'analysis', tool)
 
     def path(self, relative: str) -> str:

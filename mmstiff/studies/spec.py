@@ -94,6 +94,13 @@ SEED_PLACEHOLDER = '{seed}'
 
 
 class Claim(NamedTuple):
+    """The claim a study tests.
+
+    Attributes:
+        quote (str): the claimed sentence, verbatim.
+        source (str): where it stands (paper, section or figure, link).
+        tested (str | None): what the study measures of it, and at which scale.
+    """
     quote: str
     source: str
     tested: Optional[str]

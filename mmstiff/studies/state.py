@@ -102,6 +102,7 @@ class StudyState:
             return copy.deepcopy(self.data['runs'].get(key, {}))
 
     def runs(self) -> Dict[str, Dict[str, Any]]:
+        """A copy of every run's entry, ``{key: entry}``."""
         with self._lock:
             return copy.deepcopy(self.data['runs'])
 
@@ -125,5 +126,6 @@ class StudyState:
             dump_json(self.data, self.path)
 
     def save(self) -> None:
+        """Write the state to its file (atomically)."""
         with self._lock:
             dump_json(self.data, self.path)

@@ -15,6 +15,9 @@ def _options(options):
 
 
 def setup(study: Study) -> List[str]:
+    """The lines of the setup table of ``study`` (its entry of runs.json): one row per variant
+    (config, options, baseline and comparisons, seeds, analysis), then the options common to
+    every run and the analysis flags."""
     rows = []
     for v in study['variants']:
         compare = ('baseline' if v['is_baseline'] else '') + (
@@ -41,6 +44,8 @@ def setup(study: Study) -> List[str]:
 
 
 def results(numbers: StudyNumbers) -> List[str]:
+    """The lines of the results table: per metric and variant, mean ± standard deviation over
+    the finished seeds and their number (``–`` where none has the metric)."""
     header = ['metric'] + [f'{label} (n)' for label in numbers.labels]
     rows = []
     for metric in numbers.metrics:
@@ -53,6 +58,7 @@ def results(numbers: StudyNumbers) -> List[str]:
 
 
 def per_seed(numbers: StudyNumbers) -> List[str]:
+    """The lines of the per-seed table: per metric and variant, the value of each finished seed."""
     header = ['metric'] + [
         f'{label}, seeds ' + ', '.join(str(r['seed']) for r in numbers.done[label])
         for label in numbers.labels
@@ -98,6 +104,9 @@ def differences(numbers: StudyNumbers) -> List[str]:
 
 
 def wall_times(runs_data: Dict[str, Any]) -> List[str]:
+    """The lines of the wall-time table of ``runs_data`` (runs.json): per run its status, total
+    time and the time of each stage with its interrupted and failed attempts; then the runs
+    taken from other studies, the unfinished runs' errors and the machines."""
     stage_names = []
     for run in runs_data['runs']:
         for stage in run.get('stages', []):
@@ -141,6 +150,8 @@ def wall_times(runs_data: Dict[str, Any]) -> List[str]:
 
 
 def commands(runs_data: Dict[str, Any]) -> List[str]:
+    """The lines of the commands section: a line on how to run them, then every attempt's
+    command of each run that has one, in order."""
     lines = [
         'Run from the repository root; `python` is the interpreter of the environment '
         '(`.venv/bin/python`). Every attempt is listed, an interrupted one included.'

@@ -35,6 +35,7 @@ class RelaxationSystem(NamedTuple):
 
     @property
     def dim(self) -> int:
+        """``d``, the number of coordinates."""
         return self.rates.numel()
 
 

@@ -47,11 +47,14 @@ class EagerWhileRecording:
         return self._holds
 
     def hold(self) -> None:
+        """Take one hold; the first sets the ``force_eager`` stance where this torch can set it."""
         if self._holds == 0 and stance_supported():
             self._stance = torch.compiler.set_stance('force_eager')
         self._holds += 1
 
     def release(self) -> None:
+        """Give back one hold (nothing when none is held); the last brings back the stance that was
+        set before the first hold."""
         if self._holds == 0:
             return
         self._holds -= 1

@@ -133,6 +133,11 @@ class FrequencyHook(TrajectoryDiagnosticHook):
 
     def extra_recorders(self, target: torch.nn.Module,
                         trajectory: TrajectoryRecorder) -> Dict[str, RecorderBase]:
+        """With ``attention``, ``{'attention': recorder}``: an
+        :class:`~mmstiff.analysis.AttentionRecorder` of the selected transformer layers of
+        ``target`` that keeps M_attn per sample; ``{}`` without ``attention`` or where ``target``
+        has no transformer layer. Also reads what the reductions need: ``target``'s
+        ``num_extra_tokens`` where it was not given, and the name of ``trajectory``'s first step."""
         self._target = target
         self._grids = {}
         if self.num_extra_tokens is None:
@@ -168,6 +173,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         return StateFrequency(hf_ratio, bins, token_cos)
 
     def reduce_step(self, record: StepRecord) -> Dict[str, StateFrequency]:
+        """``{step name: StateFrequency}`` of the state after the step, plus ``{'input': ...}`` of
+        the state before it for the first recorded step; small tensors left on the device."""
         out = {record.name: self._state_metrics(record.x_next)}
         if record.name == self._first:
             out[INPUT] = self._state_metrics(record.x_t)
@@ -270,6 +277,8 @@ class FrequencyHook(TrajectoryDiagnosticHook):
         return layout
 
     def format_summary(self, scalars: Dict[str, float]) -> str:
+        """One console line: the first and last per-state ``freq/hf_ratio`` and ``freq/dlogamp``
+        of ``scalars`` (in their order); empty where it has neither."""
         hf = [v for k, v in scalars.items() if k.startswith('freq/hf_ratio/')]
         dla = [v for k, v in scalars.items() if k.startswith('freq/dlogamp/')]
         items = []

@@ -165,6 +165,8 @@ class HessianHook(Hook):
 
     # ------------------------------------------------------------------ computing
     def decays(self, params: Sequence[torch.Tensor], param_groups: Sequence[dict]) -> List[float]:
+        """The ``ℓ2`` coefficient of each of ``params``: ``weight_decay`` for all where it was
+        given, else each parameter's decay in the optimizer's ``param_groups``."""
         if self.weight_decay is not None:
             return [float(self.weight_decay)] * len(params)
         return param_weight_decays(params, param_groups)
@@ -198,6 +200,10 @@ class HessianHook(Hook):
 
     # ------------------------------------------------------------------ logging
     def write(self, runner: 'Runner', step: int, scalars: Dict[str, float]) -> None:
+        """Log ``scalars`` (names without the prefix) at ``step``: each averaged over the ranks
+        whose value is finite (left out where none is), added to the visualizer (the diagnostics
+        JSON log) and to the message hub's history, and printed on one console line; nothing is
+        logged where no value is finite."""
         means = reduce_scalars_across_ranks(
             OrderedDict((f'{PREFIX}/{k}', v) for k, v in scalars.items())).means
         if not means:

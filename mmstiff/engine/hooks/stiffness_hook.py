@@ -129,6 +129,7 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         return outputs if resolved is steps else dict(outputs, **{TRAJECTORY: resolved})
 
     def end_pass(self) -> None:
+        """Release the difference buffer at the end of a recorded forward pass."""
         # the difference buffer is not held through the backward pass
         self._scratch.release()
 
@@ -141,6 +142,9 @@ class StiffnessHook(TrajectoryDiagnosticHook):
         return summarise_iterations(iterations, self.adjoint)
 
     def format_summary(self, scalars: Dict[str, float]) -> str:
+        """One console line: the scalars whose declaration
+        (:mod:`mmstiff.analysis.quantities`) asks for the console, and with ``log_blocks`` the
+        per-step NSI too."""
         items = []
         for key, value in scalars.items():
             declared = declaration_of(key)

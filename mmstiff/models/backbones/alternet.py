@@ -78,9 +78,12 @@ class PreActMSABlock(PreActBasicBlock):
 
     @property
     def residual_channels(self) -> int:
+        """Channels of ``f``: the block's output channels (those of the MSA's output)."""
         return self.out_channels
 
     def residual(self, preact: torch.Tensor) -> torch.Tensor:
+        """The residual branch ``f = attn(norm2(conv1(preact)))`` from the pre-activated input
+        ``act(norm1(x))``: the windowed MSA of the 1×1-convolved map."""
         return self.attn(self.norm2(self.conv1(preact)))
 
 
@@ -261,6 +264,7 @@ class AlterNet(ResNet):
 
     @property
     def final_norm(self) -> nn.Module:
+        """The norm after the last stage, whose output is ``final_act(final_norm(x))``."""
         return getattr(self, self.final_norm_name)
 
     def _make_stem_layer(self, in_channels, stem_channels):

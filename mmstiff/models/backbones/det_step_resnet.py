@@ -40,6 +40,9 @@ class DetStepBottleneck(StepBlockMixin, Bottleneck):
         return self.with_plugins and bool(self.after_conv3_plugin_names)
 
     def residual_body(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch of the block input ``x`` up to the input of its last norm, with the
+        ``after_conv1`` and ``after_conv2`` plugins; where ``after_conv3`` plugins follow, up to
+        their output (``norm3`` included, :attr:`last_norm` then None)."""
         out = self.relu(self.norm1(self.conv1(x)))
         if self.with_plugins:
             out = self.forward_plugin(out, self.after_conv1_plugin_names)

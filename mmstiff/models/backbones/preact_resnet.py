@@ -119,10 +119,12 @@ class PreActBasicBlock(StepBlockMixin, BaseModule):
 
     @property
     def norm1(self) -> nn.Module:
+        """The block's first norm (on its input ``x``)."""
         return getattr(self, self.norm1_name)
 
     @property
     def norm2(self) -> nn.Module:
+        """The norm after ``conv1``."""
         return getattr(self, self.norm2_name)
 
     def residual(self, preact: torch.Tensor) -> torch.Tensor:
@@ -161,9 +163,12 @@ class PreActBottleneck(PreActBasicBlock):
 
     @property
     def norm3(self) -> nn.Module:
+        """The norm after ``conv2``."""
         return getattr(self, self.norm3_name)
 
     def residual(self, preact: torch.Tensor) -> torch.Tensor:
+        """The residual branch ``f = conv3(act(norm3(conv2(act(norm2(conv1(preact)))))))`` from the
+        pre-activated input ``act(norm1(x))``."""
         out = self.conv2(self.relu(self.norm2(self.conv1(preact))))
         return self.conv3(self.relu(self.norm3(out)))
 
@@ -290,6 +295,7 @@ class PreActStepResNet(BaseBackbone):
 
     @property
     def final_norm(self) -> nn.Module:
+        """The norm after the last stage, whose output is ``final_act(final_norm(x))``."""
         return getattr(self, self.final_norm_name)
 
     def _freeze_stages(self):

@@ -103,6 +103,7 @@ class StepBasicBlock(StepBlockMixin, BasicBlock):
     """mmpretrain ``BasicBlock`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
     def residual_body(self, x: torch.Tensor) -> torch.Tensor:
+        """``conv2(relu(norm1(conv1(x))))``: the branch up to the input of ``norm2``."""
         return self.conv2(self.relu(self.norm1(self.conv1(x))))
 
 
@@ -110,6 +111,8 @@ class StepBottleneck(StepBlockMixin, Bottleneck):
     """mmpretrain ``Bottleneck`` whose residual update is ``x_t + Δ_t ⊙ f``."""
 
     def residual_body(self, x: torch.Tensor) -> torch.Tensor:
+        """``conv3(relu(norm2(conv2(relu(norm1(conv1(x)))))))``: the branch up to the input of
+        ``norm3``."""
         out = self.relu(self.norm1(self.conv1(x)))
         out = self.relu(self.norm2(self.conv2(out)))
         return self.conv3(out)
@@ -161,6 +164,9 @@ class StepPlacementMixin:
         self.adaptor_placement = adaptor_placement(stage_blocks, adaptor_stages, adaptor_blocks)
 
     def make_res_layer(self, **kwargs) -> nn.Sequential:
+        """The stage the upstream ``make_res_layer(**kwargs)`` builds, each block the placement
+        chooses in it given a new adaptor (its norm: ``adaptor_norm_cfg``, else the backbone's
+        ``norm_cfg``); unchanged without an adaptor."""
         res_layer = super().make_res_layer(**kwargs)
         stage = len(self.res_layers)  # the upstream loop appends the name after this call
         adaptor = adaptor_with_norm(self.adaptor, self.norm_cfg, self.adaptor_norm_cfg)

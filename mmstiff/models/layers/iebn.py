@@ -69,6 +69,8 @@ class InstanceEnhancementMixin:
         self.reset_affine_parameters()
 
     def reset_ie_parameters(self) -> None:
+        """The gate's ``w`` and ``b`` to their initial values ``ie_weight_init`` and
+        ``ie_bias_init``."""
         nn.init.constant_(self.ie_weight, self.ie_weight_init)
         nn.init.constant_(self.ie_bias, self.ie_bias_init)
 

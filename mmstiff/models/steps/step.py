@@ -73,10 +73,12 @@ class StepBlock:
 
     @property
     def fused(self) -> object:
+        """``'auto'``, True or False (:data:`FUSED`): which step the block takes."""
         return self._fused
 
     @fused.setter
     def fused(self, fused: object) -> None:
+        """Check ``fused`` (:func:`check_fused`) and choose ``take_step`` for the block's device."""
         self._fused = check_fused(fused)
         self.take_step = choose_step(fused, _device(self), layout=self.step_layout)
 

@@ -98,6 +98,8 @@ class StepWriter:
 
     # -------------------------------------------------------------- the pass
     def enter(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """The block's forward pre-hook: a pass begins; forget the previous pass's states and
+        calls, and keep the block input as x_t of the steps that read x_t there."""
         self.called = True
         self._open = True
         self._calls = {}
@@ -109,6 +111,8 @@ class StepWriter:
                 self._states[written.step.name] = x
 
     def leave(self, module: nn.Module, args: tuple, output: Any) -> None:
+        """The block's forward hook: a pass ends. Raises RuntimeError where a written step formed f
+        but never x_t (its step size would not be applied); forgets the pass's states."""
         unwritten = [name for name in self._pending if self._written(name)]
         if unwritten:  # f formed, x_t never: the step would silently stay Δ ≡ 1
             raise RuntimeError(f'{type(module).__name__}: the steps {unwritten} formed f but '
@@ -123,6 +127,10 @@ class StepWriter:
         self._open = False
 
     def before(self, path: str, args: tuple, kwargs: dict) -> Optional[tuple]:
+        """The forward pre-hook of the tapped submodule ``path``: keep x_t where a step reads it at
+        this call's input, and where a step forms f there, replace it by ``Δ ⊙ f`` (x_t known) or
+        keep it until x_t is formed. Returns the new ``(args, kwargs)``, or None where the input
+        is unchanged."""
         call = self._calls[path] = self._calls.get(path, 0) + 1
         new_args = None
         for written in self.steps:
@@ -140,6 +148,10 @@ class StepWriter:
         return None if new_args is None else (new_args, kwargs)
 
     def after(self, path: str, output: Any) -> Any:
+        """The forward hook of the tapped submodule ``path``: keep x_t where a step reads it at this
+        call's output (an f formed before it makes the output ``x_t + (Δ - 1) ⊙ f``), and write
+        the step where a step forms f there, as :meth:`before` does. Returns the new output, or
+        None where it is unchanged."""
         call = self._calls.get(path, 0)
         new = None
         for written in self.steps:

@@ -40,6 +40,10 @@ class FusedPhi:
 
     def __call__(self, adaptor: StepAdaptor, state: Optional[torch.Tensor],
                  residual: torch.Tensor) -> Optional[torch.Tensor]:
+        """Δ (B, C) for ``adaptor`` from the (B, C) means of x_t (``state``; None where the adaptor
+        does not read them) and of f (``residual``), through the passes :data:`TAKE_OVER` names
+        for the adaptor's arithmetic; None where it declares none or the passes do not apply (the
+        adaptor's modules then compute)."""
         take_over = TAKE_OVER.get(adaptor.fused_arithmetic)
         return None if take_over is None else take_over(adaptor, state, residual, self.kernels)
 

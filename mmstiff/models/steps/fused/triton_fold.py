@@ -110,6 +110,8 @@ class TritonFoldKernels(ColumnKernels):
                      running_var: Optional[torch.Tensor], batch_stats: bool,
                      factor: Optional[float], eps: float, count: int,
                      dtype: torch.dtype) -> FoldForward:
+        """As :meth:`~mmstiff.models.steps.fused.fold.TorchFoldKernels.fold_forward`, in one
+        kernel launch."""
         batch, channels = mean.shape
         mean, var = mean.contiguous(), var.contiguous()
         f32 = dict(dtype=torch.float32, device=mean.device)
@@ -133,6 +135,8 @@ class TritonFoldKernels(ColumnKernels):
                       batch_stats: bool, inv_n: float, dtype: torch.dtype,
                       grad_state: Optional[torch.Tensor] = None,
                       inv_state: float = 1.0) -> FoldGrads:
+        """As :meth:`~mmstiff.models.steps.fused.fold.TorchFoldKernels.fold_backward`, in one
+        kernel launch."""
         batch, channels = mean.shape
         f32 = dict(dtype=torch.float32, device=mean.device)
         base = torch.empty(batch, channels, dtype=dtype, device=mean.device)

@@ -187,6 +187,8 @@ class TritonSEPhiKernels:
 
     def se_forward(self, p: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
                    b2: torch.Tensor, scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`~mmstiff.models.steps.fused.se_phi.TorchSEPhiKernels.se_forward`, in two
+        kernel launches (the hidden layer, then the gate)."""
         batch, channels = p.shape
         squeeze = w1.shape[0]
         p = p if p.is_contiguous() else p.contiguous()
@@ -205,6 +207,8 @@ class TritonSEPhiKernels:
     def se_backward(self, grad: torch.Tensor, p: torch.Tensor, hidden: torch.Tensor,
                     step: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
                     scale: float) -> SEGrads:
+        """As :meth:`~mmstiff.models.steps.fused.se_phi.TorchSEPhiKernels.se_backward`, in two
+        kernel launches (the hidden layer's gradient, then the weights' and the input's)."""
         batch, channels = p.shape
         squeeze = w1.shape[0]
         grad, p = grad.contiguous(), p.contiguous()

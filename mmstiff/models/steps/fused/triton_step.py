@@ -245,10 +245,14 @@ class TritonStepKernels:
 
     def pool(self, state: Optional[torch.Tensor], residual: torch.Tensor,
              layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+        """As :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.pool`, in one
+        kernel launch."""
         return self._pooled(state, residual, layout, moments=False)[:2]
 
     def moments(self, state: Optional[torch.Tensor], y: torch.Tensor,
                 layout: str) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """As :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.moments`, in one
+        kernel launch."""
         return self._pooled(state, y, layout, moments=True)
 
     def _pooled(self, state, residual, layout, moments):
@@ -266,6 +270,9 @@ class TritonStepKernels:
 
     def moments_backward(self, grad: torch.Tensor, y: torch.Tensor, base: torch.Tensor,
                          slope: Optional[torch.Tensor], layout: str) -> torch.Tensor:
+        """As
+        :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.moments_backward`,
+        in one kernel launch."""
         g, (batch, n, c), sg = as_bnc(grad, layout)
         y, _, sy = as_bnc(y, layout)
         out = torch.empty_like(g, dtype=y.dtype)
@@ -282,6 +289,8 @@ class TritonStepKernels:
 
     def step(self, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
              relu: bool, layout: str, norm: Optional[Affine] = None) -> torch.Tensor:
+        """As :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.step`, in one
+        kernel launch."""
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -299,6 +308,8 @@ class TritonStepKernels:
     def measured_step(self, shortcut: torch.Tensor, step: Optional[torch.Tensor], f: torch.Tensor,
                       relu: bool, layout: str, state_relu: bool,
                       norm: Optional[Affine] = None) -> Measured:
+        """As :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.measured_step`, in
+        one kernel launch."""
         dtype = state_dtype(shortcut, f)
         x, (batch, n, c), sx = as_bnc(shortcut, layout)
         f, _, sf = as_bnc(f, layout)
@@ -320,6 +331,9 @@ class TritonStepKernels:
                       f: Optional[torch.Tensor], step: Optional[torch.Tensor], relu: bool,
                       layout: str, need_step_grad: bool,
                       norm: Optional[Affine] = None) -> StepGrads:
+        """As :meth:`~mmstiff.models.steps.fused.torch_kernels.TorchStepKernels.step_backward`, in
+        one kernel launch; no launch without a ReLU, a step, a norm or a step gradient (then
+        ``(grad, grad, None)``)."""
         if not (relu or step is not None or need_step_grad or norm is not None):
             return grad, grad, None
         g, (batch, n, c), sg = as_bnc(grad, layout)

@@ -109,6 +109,8 @@ class TritonPhiKernels(ColumnKernels):
                     ie_bias: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                     batch_stats: bool, factor: Optional[float], eps: float,
                     scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`~mmstiff.models.steps.fused.stepnet_phi.TorchPhiKernels.phi_forward`, in one
+        kernel launch."""
         batch, channels = u.shape
         u, p, weight = (t if t.is_contiguous() else t.contiguous() for t in (u, p, weight))
         step = torch.empty_like(u, dtype=torch.promote_types(u.dtype, weight.dtype))
@@ -129,6 +131,8 @@ class TritonPhiKernels(ColumnKernels):
                      weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
                      ie_weight: torch.Tensor, ie_bias: torch.Tensor, mean: torch.Tensor,
                      rstd: torch.Tensor, batch_stats: bool, scale: float) -> PhiGrads:
+        """As :meth:`~mmstiff.models.steps.fused.stepnet_phi.TorchPhiKernels.phi_backward`, in one
+        kernel launch."""
         batch, channels = u.shape
         grad_u, grad_p = torch.empty_like(u), torch.empty_like(p)
         grad_weight = torch.empty(weight.shape, dtype=torch.float32, device=u.device)
