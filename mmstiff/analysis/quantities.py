@@ -10,6 +10,7 @@ dashboard, ``tools/analysis/plot_logs.py`` and the table in docs/diagnostics.md
 quantity is its formula, the line of the hook that logs it and one declaration here. A test
 fails when a hook logs a key no declaration matches.
 """
+import functools
 import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -97,11 +98,16 @@ class Quantity(NamedTuple):
     @property
     def pattern(self) -> 're.Pattern':
         """The regular expression its logged names match in full."""
-        parts = _PLACE.split(self.key)
-        text = ''.join(
-            re.escape(part) if i % 2 == 0 else f'(?P<{part}>{PLACES[part][1]})'
-            for i, part in enumerate(parts))
-        return re.compile(text + r'\Z')
+        return _key_pattern(self.key)
+
+
+@functools.lru_cache(maxsize=None)
+def _key_pattern(key):
+    parts = _PLACE.split(key)
+    text = ''.join(
+        re.escape(part) if i % 2 == 0 else f'(?P<{part}>{PLACES[part][1]})'
+        for i, part in enumerate(parts))
+    return re.compile(text + r'\Z')
 
 
 _STIFF = 'StiffnessHook'

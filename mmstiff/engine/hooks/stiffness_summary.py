@@ -96,12 +96,12 @@ def _summarise_steps(outputs, adjoint):
 def _step_scalars(outputs, names, means, columns, adjoint):
     """Per-step scalars of one iteration; ``columns``: the NSI of each step, a list or the
     columns of a (samples, steps) tensor."""
+    if torch.is_tensor(columns):
+        columns = columns.unbind(dim=1)  # one (samples,) column per step
     scalars = OrderedDict((f'nsi/{name}', mean) for name, mean in zip(names, means))
     if adjoint:
         scalars.update(_adjoint_scalars(outputs, names))
     if any(c.step_size is not None for calls in outputs.values() for c in calls):
-        if torch.is_tensor(columns):
-            columns = columns.unbind(dim=1)
         for summary in _step_size_summaries(outputs, names, columns):
             scalars[f'step/{summary.name}'] = summary.mean
             if summary.nsi_correlation is not None:
