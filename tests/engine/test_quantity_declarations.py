@@ -94,7 +94,9 @@ def test_declarations_are_well_formed():
         # per-stage means and last-state values are taken from a study profile
         assert not (q.stage_means or q.last_state) or q.profile, q.key
         assert not q.figure or q.along in ('step', 'state'), q.key
-    assert [q.metric for q in of_hook('StiffnessHook')][:3] == ['nsi', 'step', 'nsi_step_corr']
+    hooks = ('StiffnessHook', 'FrequencyHook', 'HessianHook')
+    assert sum(len(of_hook(h)) for h in hooks) == len(QUANTITIES)
+    assert {q.namespace for q in of_hook('StiffnessHook')} == {'stiffness'}
 
 
 def test_the_readers_take_the_declarations():
