@@ -24,8 +24,7 @@ def _profile_figures():
             continue
         x_label = X_LABELS[q.along]
         sources = tuple(s for s in (q.tool_profile, q.profile) if s)
-        figures[q.figure] = (sources, q.label, f'{q.title}, last recorded batch'
-                             if q.tool_profile is None else q.title, x_label, q.reference)
+        figures[q.figure] = (sources, q.label, q.title, x_label, q.reference)
         if q.stage_means:
             figures[q.figure.replace(
                 '_per_block',

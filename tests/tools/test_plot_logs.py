@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from mmstiff.analysis.quantities import BY_GROUP
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = '''
 default_scope = 'mmpretrain'
@@ -84,7 +86,7 @@ def test_one_call_plots_loss_lr_validation_and_diagnostics(tmp_path):
     assert f'dashboard: {out / "dashboard.png"}' in proc.stdout
     panels = read_panels(str(out / 'dashboard.png'))
     assert panels[:2] == ['Training loss and learning rate', 'Validation metrics']
-    assert panels[2].startswith('NSI') and len(panels) == 3
+    assert panels[2] == BY_GROUP['stiffness/nsi'].title and len(panels) == 3
     assert curves['note'] is None and 'time' not in json.dumps(series)
 
 
