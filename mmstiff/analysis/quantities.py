@@ -169,6 +169,8 @@ QUANTITIES: Tuple[Quantity, ...] = (
 BY_GROUP: Dict[str, Quantity] = {q.group: q for q in QUANTITIES}
 #: the first components of every logged key: one per hook
 NAMESPACES: Tuple[str, ...] = tuple(dict.fromkeys(q.namespace for q in QUANTITIES))
+#: what every logged key starts with: a row holding one is a diagnostics hook's row
+PREFIXES: Tuple[str, ...] = tuple(f'{namespace}/' for namespace in NAMESPACES)
 
 
 def declaration_of(key: str) -> Optional[Quantity]:
@@ -207,6 +209,6 @@ def markdown_table() -> str:
 
 
 __all__ = [
-    'Quantity', 'QUANTITIES', 'BY_GROUP', 'NAMESPACES', 'PLACES', 'declaration_of', 'of_hook',
-    'along', 'markdown_table'
+    'Quantity', 'QUANTITIES', 'BY_GROUP', 'NAMESPACES', 'PREFIXES', 'PLACES', 'declaration_of',
+    'of_hook', 'along', 'markdown_table'
 ]

@@ -29,7 +29,7 @@ import os.path as osp
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mmstiff.analysis.quantities import NAMESPACES, QUANTITIES, along
+from mmstiff.analysis.quantities import PREFIXES, QUANTITIES, along
 from .spec import ANALYSIS_TOOLS
 
 #: a run's record: ``{'metrics': {name: value}, 'curves': {name: curve}, 'profiles': {name:
@@ -52,7 +52,7 @@ STEP_KINDS = (('msa', re.compile(r'(^|\.)msa\d*$')), ('mlp', re.compile(r'(^|\.)
 #: logged per trajectory (stage or network): final values go to ``metrics``
 TRAJECTORY_GROUPS = tuple(q.group for q in along('trajectory'))
 #: the diagnostics hooks' rows, told from the training and validation rows by their names
-DIAGNOSTIC_PREFIXES = tuple(f'{namespace}/' for namespace in NAMESPACES)
+DIAGNOSTIC_PREFIXES = PREFIXES
 BOOKKEEPING = ('step', 'iter', 'epoch', 'time', 'data_time', 'memory')
 EPOCH_HEADER = re.compile(r'Epoch\(train\)\s*\[\s*\d+\]\s*\[\s*\d+/(\d+)\]')
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from mmstiff.analysis.quantities import NAMESPACES, QUANTITIES
+from mmstiff.analysis.quantities import PREFIXES, QUANTITIES
 from mmstiff.analysis.trajectory import stage_of
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ HESSIAN_PANEL = 'Hessian top eigenvalue (HessianHook)'
 #: names a row carries besides its scalars, and MMEngine's timings
 ROW_KEYS = ('step', 'iter', 'epoch')
 TIMINGS = ('time', 'data_time', 'memory')
-DIAGNOSTIC_PREFIXES = tuple(f'{namespace}/' for namespace in NAMESPACES)
+DIAGNOSTIC_PREFIXES = PREFIXES
 #: most step labels on a strip's axis; more steps are labelled every k-th
 MAX_STEP_LABELS = 24
 #: the metadata key of the panel list (PNG and SVG: 'Description'; PDF: 'Subject')

@@ -32,7 +32,8 @@ import sys
 from mmstiff.analysis.quantities import QUANTITIES, along
 from mmstiff.apis.analysis_output import dump_json
 from mmstiff.tool_main import run_tool
-from mmstiff.visualization.dashboard import read_rows  # the dashboard reads the same rows
+# the dashboard reads the same rows, and leaves out the same bookkeeping and timings
+from mmstiff.visualization.dashboard import ROW_KEYS, TIMINGS, read_rows
 
 #: metric group -> (y-axis label, title): every declared quantity with one name per step,
 #: state, layer or trajectory (docs/diagnostics.md, "Logged quantities")
@@ -44,9 +45,6 @@ CURVES = {
     'lr': ('learning rate', 'Learning rate'),
     'val': ('validation metric', 'Validation metrics'),
 }
-#: what a row carries besides its scalars, and MMEngine's timings (not plotted)
-ROW_KEYS = ('step', 'iter', 'epoch')
-TIMINGS = ('time', 'data_time', 'memory')
 #: mmstiff's diagnostic hooks (what the run's config would need for GROUPS)
 DIAGNOSTIC_HOOKS = tuple(dict.fromkeys(q.hook for q in QUANTITIES))
 
